@@ -1,0 +1,151 @@
+// The typed job deck (DESIGN.md "Deck"). parse_deck() turns YAML text into a Deck: every key is
+// checked for type and range, unknown keys are errors, defaults are filled in, and the resolved
+// deck (defaults included) is kept as YAML text for the log and every HDF5 output. Paths are
+// resolved against the deck's folder. The parser is pure C++ (no MPI): rank 0 reads the file,
+// broadcasts its bytes, and every rank parses the same bytes into the same Deck.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hymoe/core/types.h"
+
+namespace hymoe::deck {
+
+enum class JobKind { infer, lora, convert, plan };
+enum class DeviceChoice { automatic, cpu, cuda };
+
+struct JobSection {
+    JobKind kind = JobKind::infer;
+    std::string name;    // default: the deck's folder name
+    uint64_t seed = 0;   // keys every random stream (core/rng.h)
+    std::string output;  // resolved path of the output folder (created after validation)
+    DeviceChoice device = DeviceChoice::automatic;
+    double max_hours = 0;  // stop cleanly before this wall time (0 = no limit)
+};
+
+struct ModelSection {
+    std::string preset;   // built-in config name, or
+    std::string config;   // resolved path of an HF/hymoe config.json
+    std::string weights;  // resolved path of a safetensors folder or hymoe checkpoint, or
+    bool init_random = false;  // init: random (seeded by job.seed)
+    DType dtype = DType::bf16;  // weight storage; the CPU computes in fp32
+};
+
+// Dense grid world = tp·dp·pp; expert grid world = etp·ep·edp·pp (parallel/grid.h).
+struct ParallelSection {
+    int tp = 1, pp = 1, dp = 1, ep = 1, etp = 1;
+};
+
+struct LoraSection {
+    int rank = 16;
+    double alpha = 32;
+    double dropout = 0;
+    std::vector<std::string> target_modules;  // subset of kLoraTargets
+    bool rslora = false;                      // scale alpha/sqrt(r) instead of alpha/r
+    bool per_expert = false;  // expert adapters: one per expert instead of one per layer
+};
+
+struct OptimizerSection {
+    double lr = 1e-4;
+    std::string scheduler = "cosine";  // cosine | linear | constant
+    int warmup_steps = 0;
+    double min_lr_ratio = 0.1;  // floor of the decay, as a fraction of lr
+    double weight_decay = 0;
+    double grad_clip = 1.0;  // global L2 norm; 0 = off
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+struct FinetuneSection {
+    bool present = false;
+    std::string method = "lora";
+    DType base_dtype = DType::bf16;
+    LoraSection lora;
+    OptimizerSection optimizer;
+    std::string domain_data, general_data;  // resolved paths of HDF5 token datasets
+    double domain_ratio = 1, general_ratio = 0;
+    int steps = 0;
+    int micro_batch = 1, seq_len = 512, grad_accum = 1;
+    int eval_every = 0;  // 0 = no evaluation
+    std::string eval_domain, eval_general;
+    int eval_batches = 8;
+    int checkpoint_every = 0;  // 0 = only at the end and on signal
+    int checkpoint_keep = 3;
+    bool recompute = false;  // per-layer activation checkpointing
+};
+
+struct InferenceSection {
+    bool present = false;
+    std::string dataset;                         // resolved path: JSONL requests or HDF5 tokens
+    std::map<std::string, std::string> adapters;  // name -> resolved adapter folder
+    int max_new_tokens = 64;
+    bool prompt_logprobs = false;          // teacher-forced log-probability of every prompt token
+    std::string on_bad_request = "fail";   // fail | skip
+    double temperature = 0, top_p = 1;
+    int top_k = 0;  // 0 = no top-k filter
+    int max_tokens = 8192, max_seqs = 64, prefill_chunk = 2048;
+    int page_tokens = 64;
+    int64_t pages = 0;                // 0 = auto: what memory allows
+    std::string offload = "none";     // none | host | file
+};
+
+struct ProfileSection {
+    bool layers = true, experts = true;
+};
+
+// Hardware for plans and time estimates; defaults: one NVIDIA H200 node.
+struct HardwareSection {
+    double gpu_memory_gb = 141, hbm_tb_s = 4.8, tflops = 989;
+    double nvlink_gb_s = 900, ib_gbit_s = 400;
+    int ib_links = 8, gpus_per_node = 8;
+};
+
+struct PlanSection {
+    int gpus = 0;  // > 0: search the layouts for this many GPUs
+};
+
+// Where a key came from, for error messages: "deck.yaml:12:5" or "--set parallel.tp=3".
+struct Source {
+    std::string where;
+};
+
+struct Deck {
+    std::string path;   // the deck file as given on the command line
+    std::string dir;    // its folder: relative paths resolve against it
+    std::string text;   // the bytes read
+    std::string resolved_yaml;  // the resolved deck, defaults filled in
+    JobSection job;
+    ModelSection model;
+    ParallelSection parallel;
+    FinetuneSection finetune;
+    InferenceSection inference;
+    ProfileSection profile;
+    HardwareSection hardware;
+    PlanSection plan;
+    std::map<std::string, Source> sources;  // key path -> where it was set (or its nearest parent)
+
+    // "deck.yaml:LINE:COL" (or "--set k=v") where a key, or its nearest given parent, was set.
+    std::string where(const std::string& key_path) const;
+    // where() + ": key.path", the prefix of messages about a key checked after parsing.
+    std::string locate(const std::string& key_path) const;
+};
+
+// Parse deck text. overrides are "key.path=value" strings from --set (value parsed as YAML).
+// Throws hymoe::Error (Exit::invalid, collective) with one line:
+//   "<path>:LINE:COL: key.path: what is wrong (what is allowed)".
+Deck parse_deck(const std::string& text,
+                const std::string& path,
+                const std::vector<std::string>& overrides);
+
+// Read the deck file; a missing or unreadable file is an Exit::invalid error naming it.
+std::string read_deck_file(const std::string& path);
+
+const char* to_string(JobKind kind);
+const char* to_string(DeviceChoice device);
+
+// LoRA target names accepted by finetune.lora.target_modules.
+extern const std::vector<std::string> kLoraTargets;
+
+}  // namespace hymoe::deck

@@ -1,0 +1,57 @@
+// comm:: collectives on tensors over one communicator. Blocks call these and never MPI or NCCL:
+// host tensors go through MPI; device tensors through NCCL (CUDA builds). Every MPI/NCCL error
+// becomes a hymoe::Error naming the operation and the communicator. No MPI header here, so
+// model/ code can include it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hymoe/tensor/tensor.h"
+
+namespace hymoe::comm {
+
+// One communicator: an MPI communicator (plus an NCCL one made from it in CUDA builds).
+class Comm {
+public:
+    struct Impl;  // src/parallel/comm_impl.h
+    Comm() = default;
+    explicit Comm(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+    int rank() const;
+    int size() const;
+    const std::string& name() const;  // "tp", "ep", ... for messages
+    Impl& impl() const;
+
+private:
+    std::shared_ptr<Impl> impl_;
+};
+
+enum class ReduceOp { sum, max, min };
+
+// x ← op over ranks of x (in place). f32, bf16, f16, i32, i64.
+void all_reduce(Tensor& x, const Comm& c, ReduceOp op = ReduceOp::sum);
+// x ← root's x.
+void broadcast(Tensor& x, int root, const Comm& c);
+// in [n, ...] on every rank → out [size·n, ...], rank r's rows at [r·n, (r+1)·n).
+void all_gather(const Tensor& in, Tensor& out, const Comm& c);
+// in [size·n, ...] → out [n, ...] = op over ranks of in's rows [rank·n, (rank+1)·n).
+void reduce_scatter(const Tensor& in, Tensor& out, const Comm& c, ReduceOp op = ReduceOp::sum);
+void send(const Tensor& x, int dest, const Comm& c, int tag);
+void recv(Tensor& x, int src, const Comm& c, int tag);
+void barrier(const Comm& c);
+
+// All-to-all-v over rows, in two steps (as DeepEP's notify_dispatch then dispatch):
+// exchange_counts() tells each rank how many rows it will receive from every rank; the caller
+// allocates out with that many rows; all_to_all_v() then sends the first send_rows[0] rows of in
+// to rank 0, the next send_rows[1] to rank 1, ..., and out holds the received rows in source-rank
+// order (recv_rows[r] rows from rank r).
+std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send_rows, const Comm& c);
+void all_to_all_v(const Tensor& in,
+                  const std::vector<int64_t>& send_rows,
+                  Tensor& out,
+                  const std::vector<int64_t>& recv_rows,
+                  const Comm& c);
+
+}  // namespace hymoe::comm

@@ -1,0 +1,42 @@
+// From the command line to a validated job: the deck (rank 0 reads it, every rank parses the
+// same bytes), the model config, and the layout checked against both the world size and the
+// model. Every failure here is collective (all ranks see the same bytes) and exits 2.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hymoe/deck/deck.h"
+#include "hymoe/model/config.h"
+#include "hymoe/parallel/grid.h"
+
+namespace hymoe::runtime {
+
+struct CommandLine {
+    std::string deck_path;
+    bool check = false;             // validate, print the plan, exit
+    std::vector<std::string> sets;  // --set key.path=value
+    bool help = false, version = false;
+};
+
+// Throws Exit::invalid with the usage line on a malformed command line.
+CommandLine parse_command_line(int argc, char** argv);
+std::string usage();
+
+struct Job {
+    deck::Deck deck;
+    model::ModelConfig model;
+    parallel::Layout layout;
+};
+
+// Collective over the world.
+Job load_job(const CommandLine& cli, int world_size);
+
+// Every rule that ties the layout to the model (heads, KDA heads, indexer heads, vocab, FFN
+// widths against tp; experts against ep; expert width against etp; layers and '|' stages
+// against pp). One Exit::invalid sentence naming the deck key and the numbers.
+void check_model_layout(const model::ModelConfig& model,
+                        const parallel::Layout& layout,
+                        const deck::Deck& deck);
+
+}  // namespace hymoe::runtime

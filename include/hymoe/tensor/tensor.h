@@ -1,0 +1,58 @@
+// Tensor: a non-owning, row-major, contiguous view (data pointer, element type, device, shape).
+// Buffer: the RAII owner of host memory (64-byte aligned) that views are taken from. Device
+// memory is owned by the CUDA backend's arena and viewed the same way.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hymoe/core/types.h"
+
+namespace hymoe {
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& shape);
+std::string shape_string(const Shape& shape);  // "[2, 3]"
+
+struct Tensor {
+    void* data = nullptr;
+    DType dtype = DType::f32;
+    Device device = Device::cpu;
+    Shape shape;
+
+    int64_t numel() const { return shape_numel(shape); }
+    size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+    int64_t dim(int i) const { return shape.at(i < 0 ? shape.size() + i : i); }
+    template <typename T>
+    T* ptr() const {
+        return static_cast<T*>(data);
+    }
+    // Rows [begin, begin + count) along dim 0, as a view.
+    Tensor rows(int64_t begin, int64_t count) const;
+};
+
+// Owns 64-byte aligned host memory for one tensor; movable, not copyable.
+class Buffer {
+public:
+    Buffer() = default;
+    Buffer(DType dtype, Shape shape);  // zero-filled
+    Tensor& view() { return view_; }
+    const Tensor& view() const { return view_; }
+    template <typename T>
+    T* ptr() const {
+        return view_.ptr<T>();
+    }
+
+private:
+    struct Free {
+        void operator()(void* p) const;
+    };
+    std::unique_ptr<void, Free> mem_;
+    Tensor view_;
+};
+
+}  // namespace hymoe

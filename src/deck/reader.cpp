@@ -1,0 +1,346 @@
+// Typed, checked reads from one YAML map of the deck (see reader.h).
+#include "reader.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "hymoe/core/error.h"
+
+namespace hymoe::deck {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+    std::string out;
+    for (const auto& s : items)
+        out += (out.empty() ? "" : ", ") + s;
+    return out;
+}
+
+const char* type_name(const YAML::Node& n) {
+    switch (n.Type()) {
+        case YAML::NodeType::Map: return "a map";
+        case YAML::NodeType::Sequence: return "a list";
+        case YAML::NodeType::Null: return "no value";
+        case YAML::NodeType::Scalar: return "a scalar";
+        case YAML::NodeType::Undefined: return "nothing";
+    }
+    return "?";
+}
+
+constexpr int64_t kOpenEnded = int64_t{1} << 40;  // larger upper bounds are not worth printing
+
+std::string range_text(int64_t lo, int64_t hi) {
+    return hi >= kOpenEnded ? cat(">= ", lo) : cat(lo, " to ", hi);
+}
+
+std::string format_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.10g", v);
+    return buf;
+}
+
+}  // namespace
+
+std::string ParseContext::where(const YAML::Mark& mark, const std::string& path) const {
+    auto it = overrides.find(path);
+    if (it != overrides.end())
+        return it->second;
+    return cat(file, ":", mark.line + 1, ":", mark.column + 1);
+}
+
+void ParseContext::fail(const YAML::Mark& mark, const std::string& path,
+                        const std::string& what) const {
+    HYMOE_FAIL(Exit::invalid, where(mark, path), ": ", path, ": ", what);
+}
+
+Section::Section(ParseContext& ctx, YAML::Node node, YAML::Node resolved, std::string path,
+                 YAML::Mark mark)
+    : ctx_(ctx), node_(node), resolved_(resolved), path_(std::move(path)), mark_(mark) {
+    if (!node_.IsDefined() || node_.IsNull())
+        return;
+    if (!node_.IsMap())
+        ctx_.fail(node_.Mark(), path_, cat("expected a map of keys, got ", type_name(node_)));
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+        if (!it->first.IsScalar())
+            ctx_.fail(it->first.Mark(), path_, "keys must be plain words");
+        std::string key = it->first.Scalar();
+        auto [prev, inserted] = key_marks_.emplace(key, it->first.Mark());
+        if (!inserted)
+            ctx_.fail(it->first.Mark(), key_path(key),
+                      cat("duplicate key (first given on line ", prev->second.line + 1, ")"));
+        values_.emplace(key, it->second);
+    }
+}
+
+std::string Section::key_path(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+}
+
+YAML::Mark Section::mark_of(const std::string& key) const {
+    auto it = values_.find(key);
+    if (it != values_.end() && !it->second.IsNull() && it->second.Mark().line >= 0)
+        return it->second.Mark();
+    auto k = key_marks_.find(key);
+    return k != key_marks_.end() ? k->second : mark_;
+}
+
+void Section::fail(const std::string& key, const std::string& what) const {
+    ctx_.fail(mark_of(key), key_path(key), what);
+}
+
+void Section::record(const std::string& key) {
+    (*ctx_.sources)[key_path(key)] = Source{ctx_.where(mark_of(key), key_path(key))};
+}
+
+bool Section::has(const std::string& key) const {
+    auto it = values_.find(key);
+    return it != values_.end() && !it->second.IsNull();
+}
+
+const YAML::Node* Section::find(const std::string& key) {
+    allowed_.push_back(key);
+    read_.insert(key);
+    record(key);
+    auto it = values_.find(key);
+    if (it == values_.end())
+        return nullptr;
+    if (it->second.IsNull())
+        fail(key, "no value given");
+    return &it->second;
+}
+
+const YAML::Node& Section::scalar(const std::string& key, const char* expected) {
+    const YAML::Node& v = values_.at(key);
+    if (!v.IsScalar())
+        fail(key, cat("expected ", expected, ", got ", type_name(v)));
+    return v;
+}
+
+int64_t Section::integer(const std::string& key, std::optional<int64_t> def, int64_t lo,
+                         int64_t hi) {
+    const YAML::Node* v = find(key);
+    int64_t x = 0;
+    if (!v) {
+        if (!def)
+            fail(key, cat("required key is missing (an integer, ", range_text(lo, hi), ")"));
+        x = *def;
+    } else {
+        const std::string& s = scalar(key, "an integer").Scalar();
+        std::istringstream in(s);
+        if (!(in >> x) || !in.eof())
+            fail(key, cat("'", s, "' is not an integer (allowed: ", range_text(lo, hi), ")"));
+        if (x < lo || x > hi)
+            fail(key, cat(x, " is out of range (allowed: ", range_text(lo, hi), ")"));
+    }
+    resolved_[key] = x;
+    return x;
+}
+
+double Section::number(const std::string& key, std::optional<double> def, double lo, double hi) {
+    const YAML::Node* v = find(key);
+    double x = 0;
+    if (!v) {
+        if (!def)
+            fail(key, cat("required key is missing (a number in [", lo, ", ", hi, "])"));
+        x = *def;
+    } else {
+        const std::string& s = scalar(key, "a number").Scalar();
+        std::istringstream in(s);
+        if (!(in >> x) || !in.eof() || !std::isfinite(x))
+            fail(key, cat("'", s, "' is not a number in [", format_number(lo), ", ",
+                          format_number(hi), "]"));
+        if (x < lo || x > hi)
+            fail(key, cat(s, " is out of range (allowed: ", format_number(lo), " to ",
+                          format_number(hi), ")"));
+    }
+    resolved_[key] = format_number(x);
+    return x;
+}
+
+int64_t Section::integer_or_auto(const std::string& key, int64_t lo, int64_t hi) {
+    auto it = values_.find(key);
+    if (it == values_.end() || (it->second.IsScalar() && it->second.Scalar() == "auto")) {
+        find(key);
+        resolved_[key] = "auto";
+        return 0;
+    }
+    return integer(key, std::nullopt, lo, hi);
+}
+
+bool Section::flag(const std::string& key, bool def) {
+    const YAML::Node* v = find(key);
+    bool x = def;
+    if (v) {
+        const std::string& s = scalar(key, "true or false").Scalar();
+        if (s == "true")
+            x = true;
+        else if (s == "false")
+            x = false;
+        else
+            fail(key, cat("'", s, "' is not a boolean (allowed: true, false)"));
+    }
+    resolved_[key] = x;
+    return x;
+}
+
+std::string Section::choice(const std::string& key, std::optional<std::string> def,
+                            const std::vector<std::string>& allowed) {
+    const YAML::Node* v = find(key);
+    std::string x;
+    if (!v) {
+        if (!def)
+            fail(key, cat("required key is missing (allowed: ", join(allowed), ")"));
+        x = *def;
+    } else {
+        x = scalar(key, "a word").Scalar();
+        bool ok = false;
+        for (const auto& a : allowed)
+            ok = ok || a == x;
+        if (!ok)
+            fail(key, cat("'", x, "' is not allowed (allowed: ", join(allowed), ")"));
+    }
+    resolved_[key] = x;
+    return x;
+}
+
+std::string Section::text(const std::string& key, std::optional<std::string> def) {
+    const YAML::Node* v = find(key);
+    std::string x;
+    if (!v) {
+        if (!def)
+            fail(key, "required key is missing (a string)");
+        x = *def;
+    } else {
+        x = scalar(key, "a string").Scalar();
+        if (x.empty())
+            fail(key, "must not be empty");
+    }
+    resolved_[key] = x;
+    return x;
+}
+
+namespace {
+
+// Empty when p is acceptable, else what is wrong with it.
+std::string check_path(const fs::path& p, PathKind kind) {
+    std::error_code ec;
+    fs::file_status st = fs::status(p, ec);
+    if (ec || !fs::exists(st))
+        return cat("'", p.string(), "' does not exist");
+    bool is_dir = fs::is_directory(st);
+    if (kind == PathKind::file && is_dir)
+        return cat("'", p.string(), "' is a folder, expected a file");
+    if (kind == PathKind::dir && !is_dir)
+        return cat("'", p.string(), "' is not a folder");
+    if (!is_dir) {
+        std::FILE* f = std::fopen(p.c_str(), "rb");
+        if (!f)
+            return cat("'", p.string(), "' cannot be read");
+        std::fclose(f);
+    }
+    return {};
+}
+
+std::string resolve(const std::string& dir, const std::string& p) {
+    fs::path path(p);
+    if (path.is_relative())
+        path = fs::path(dir) / path;
+    return path.lexically_normal().string();
+}
+
+}  // namespace
+
+std::string Section::path(const std::string& key, bool required, PathKind kind, bool must_exist) {
+    const YAML::Node* v = find(key);
+    if (!v) {
+        if (required)
+            fail(key, "required key is missing (a path, relative to the deck's folder)");
+        return {};
+    }
+    std::string raw = scalar(key, "a path").Scalar();
+    if (raw.empty())
+        fail(key, "must not be empty");
+    std::string p = resolve(ctx_.dir, raw);
+    if (must_exist) {
+        std::string bad = check_path(p, kind);
+        if (!bad.empty())
+            fail(key, bad);
+    }
+    resolved_[key] = p;
+    return p;
+}
+
+std::vector<std::string> Section::list(const std::string& key,
+                                       const std::vector<std::string>& allowed) {
+    const YAML::Node* v = find(key);
+    std::vector<std::string> out;
+    if (v) {
+        if (!v->IsSequence())
+            fail(key, cat("expected a list, got ", type_name(*v), " (allowed items: ",
+                          join(allowed), ")"));
+        for (const auto& item : *v) {
+            bool ok = item.IsScalar();
+            for (size_t i = 0; ok && i < allowed.size() && allowed[i] != item.Scalar(); ++i)
+                ok = i + 1 < allowed.size();
+            if (!ok)
+                ctx_.fail(item.Mark(), key_path(key),
+                          cat("'", item.IsScalar() ? item.Scalar() : type_name(item),
+                              "' is not allowed (allowed: ", join(allowed), ")"));
+            out.push_back(item.Scalar());
+        }
+    }
+    YAML::Node seq(YAML::NodeType::Sequence);
+    for (const auto& s : out)
+        seq.push_back(s);
+    resolved_[key] = seq;
+    return out;
+}
+
+std::map<std::string, std::string> Section::path_map(const std::string& key, PathKind kind) {
+    const YAML::Node* v = find(key);
+    std::map<std::string, std::string> out;
+    YAML::Node resolved(YAML::NodeType::Map);
+    if (v) {
+        if (!v->IsMap())
+            fail(key, cat("expected a map of name: path, got ", type_name(*v)));
+        for (auto it = v->begin(); it != v->end(); ++it) {
+            std::string name = it->first.Scalar();
+            std::string item_path = key_path(key) + "." + name;
+            if (!it->second.IsScalar())
+                ctx_.fail(it->second.Mark(), item_path, "expected a path");
+            if (out.count(name))
+                ctx_.fail(it->first.Mark(), item_path, "duplicate key");
+            std::string p = resolve(ctx_.dir, it->second.Scalar());
+            std::string bad = check_path(p, kind);
+            if (!bad.empty())
+                ctx_.fail(it->second.Mark(), item_path, bad);
+            out[name] = p;
+            resolved[name] = p;
+        }
+    }
+    resolved_[key] = resolved;
+    return out;
+}
+
+Section Section::section(const std::string& key) {
+    const YAML::Node* v = find(key);
+    resolved_[key] = YAML::Node(YAML::NodeType::Map);
+    YAML::Node child = resolved_[key];
+    return Section(ctx_, v ? *v : YAML::Node(), child, key_path(key), mark_of(key));
+}
+
+void Section::finish() const {
+    if (!node_.IsMap())
+        return;
+    for (auto it = node_.begin(); it != node_.end(); ++it)  // file order: the first unknown key
+        if (!read_.count(it->first.Scalar()))
+            ctx_.fail(it->first.Mark(), key_path(it->first.Scalar()),
+                      cat("unknown key (allowed: ", join(allowed_), ")"));
+}
+
+}  // namespace hymoe::deck

@@ -1,0 +1,61 @@
+// hymoe: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]...
+// MPI → command line → deck, model config and layout (validated before anything is allocated)
+// → communicators → the job. Errors seen by every rank (deck, config, layout) print once on rank
+// 0 and every rank exits with the error's code; an error only one rank saw prints "[rank r] ..."
+// and aborts the world (LAMMPS Error::all / Error::one).
+#include <cstdio>
+#include <exception>
+
+#include "hymoe/core/build_info.h"
+#include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
+#include "hymoe/parallel/comms.h"
+#include "hymoe/parallel/mpi_env.h"
+#include "hymoe/runtime/job.h"
+#include "hymoe/runtime/run.h"
+
+namespace {
+
+int run(int argc, char** argv) {
+    using namespace hymoe;
+    runtime::CommandLine cli = runtime::parse_command_line(argc, argv);
+    if (cli.help || cli.version) {
+        if (parallel::world_rank() == 0)
+            std::printf("%s\n", cli.help ? runtime::usage().c_str()
+                                         : cat("hymoe ", build::git_sha, " (", build::backend,
+                                               ", ", build::compiler, ")")
+                                               .c_str());
+        return 0;
+    }
+    runtime::Job job = runtime::load_job(cli, parallel::world_size());
+    parallel::Grid grid = parallel::make_grid(job.layout);
+    runtime::log_job_header(job);
+    if (cli.check) {
+        log::info("check passed: the deck, the model config and the layout are valid");
+        return 0;
+    }
+    return runtime::run_job(job, grid);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    hymoe::parallel::MpiEnv mpi(&argc, &argv);
+    const int rank = hymoe::parallel::world_rank();
+    hymoe::log::init(rank);
+    try {
+        return run(argc, argv);
+    } catch (const hymoe::Error& e) {
+        const int code = static_cast<int>(e.code());
+        if (e.scope() == hymoe::Scope::collective) {
+            if (rank == 0)
+                std::fprintf(stderr, "%s\n", e.what());
+            return code;
+        }
+        std::fprintf(stderr, "[rank %d] %s (%s:%d)\n", rank, e.what(), e.file(), e.line());
+        hymoe::parallel::abort_world(code);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "[rank %d] internal error: %s\n", rank, e.what());
+        hymoe::parallel::abort_world(1);
+    }
+}

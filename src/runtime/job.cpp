@@ -1,0 +1,139 @@
+// Command line, deck and model config loading, and the layout-versus-model rules (runtime/job.h).
+#include "hymoe/runtime/job.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "hymoe/core/error.h"
+#include "hymoe/parallel/mpi_env.h"
+
+namespace hymoe::runtime {
+
+std::string usage() {
+    return "usage: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]... "
+           "| hymoe --help | hymoe --version";
+}
+
+CommandLine parse_command_line(int argc, char** argv) {
+    CommandLine cli;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--check") {
+            cli.check = true;
+        } else if (a == "--help" || a == "-h") {
+            cli.help = true;
+        } else if (a == "--version") {
+            cli.version = true;
+        } else if (a == "--set" || a.rfind("--set=", 0) == 0) {
+            if (a == "--set" && i + 1 >= argc)
+                HYMOE_FAIL(Exit::invalid, "--set needs key.path=value; ", usage());
+            cli.sets.push_back(a == "--set" ? argv[++i] : a.substr(6));
+        } else if (a.rfind("-", 0) == 0) {
+            HYMOE_FAIL(Exit::invalid, "unknown option '", a, "'; ", usage());
+        } else if (cli.deck_path.empty()) {
+            cli.deck_path = a;
+        } else {
+            HYMOE_FAIL(Exit::invalid, "more than one deck given ('", cli.deck_path, "' and '", a,
+                       "'); ", usage());
+        }
+    }
+    if (cli.deck_path.empty() && !cli.help && !cli.version)
+        HYMOE_FAIL(Exit::invalid, "no deck given; ", usage());
+    return cli;
+}
+
+namespace {
+
+// Rank 0 reads a file and every rank gets its bytes; a read failure on rank 0 becomes the same
+// collective error on every rank. The first byte of the broadcast says which it is.
+std::string read_on_rank0(const std::string& path) {
+    std::string payload;
+    if (parallel::world_rank() == 0) {
+        try {
+            payload = "+" + deck::read_deck_file(path);
+        } catch (const Error& e) {
+            payload = std::string("-") + e.what();
+        }
+    }
+    payload = parallel::broadcast_bytes(payload);
+    if (payload[0] == '-')
+        HYMOE_FAIL(Exit::invalid, payload.substr(1));
+    return payload.substr(1);
+}
+
+model::ModelConfig load_model(const deck::Deck& deck) {
+    if (!deck.model.preset.empty()) {
+        try {
+            return model::preset_config(deck.model.preset);
+        } catch (const Error& e) {
+            HYMOE_FAIL(Exit::invalid, deck.where("model.preset"), ": ", e.what());
+        }
+    }
+    return model::parse_model_config(read_on_rank0(deck.model.config), deck.model.config);
+}
+
+// "parallel.tp: 3 does not divide <what> = 8"
+[[noreturn]] void not_divisible(const deck::Deck& deck, const char* key, int size,
+                                const char* what, int64_t n, const char* why) {
+    HYMOE_FAIL(Exit::invalid, deck.locate(key), ": ", size, " does not divide ", what, " = ", n,
+               " (", why, ")");
+}
+
+}  // namespace
+
+Job load_job(const CommandLine& cli, int world_size) {
+    Job job;
+    job.deck = deck::parse_deck(read_on_rank0(cli.deck_path), cli.deck_path, cli.sets);
+    const deck::ParallelSection& p = job.deck.parallel;
+    job.layout = parallel::Layout{p.tp, p.dp, p.pp, p.ep, p.etp};
+    parallel::check_layout(job.layout, world_size, job.deck);
+    job.model = load_model(job.deck);
+    check_model_layout(job.model, job.layout, job.deck);
+    return job;
+}
+
+void check_model_layout(const model::ModelConfig& m,
+                        const parallel::Layout& l,
+                        const deck::Deck& deck) {
+    using model::Ffn;
+    using model::Mixer;
+    const int n_layer = static_cast<int>(m.layers.size());
+    if (l.pp > n_layer)
+        HYMOE_FAIL(Exit::invalid, deck.locate("parallel.pp"), ": ", l.pp,
+                   " pipeline stages for a model of ", n_layer,
+                   " layers (every stage needs at least one layer)");
+    if (!m.stage_boundaries.empty() && l.pp != static_cast<int>(m.stage_boundaries.size()) + 1)
+        HYMOE_FAIL(Exit::invalid, deck.locate("parallel.pp"), ": ", l.pp,
+                   " stages, but the model's layer_pattern marks ", m.stage_boundaries.size() + 1,
+                   " stages with '|'");
+    const bool any_attention = count_layers(m, Mixer::mla) + count_layers(m, Mixer::dsa) > 0;
+    if (any_attention && m.mla.n_head % l.tp != 0)
+        not_divisible(deck, "parallel.tp", l.tp, "the attention heads", m.mla.n_head,
+                      "tp splits the MLA/DSA heads");
+    if (count_layers(m, Mixer::kda) > 0 && m.kda.n_head % l.tp != 0)
+        not_divisible(deck, "parallel.tp", l.tp, "the KDA heads", m.kda.n_head,
+                      "tp splits the KDA heads");
+    if (count_layers(m, Mixer::dsa) > 0 && m.indexer.n_head % l.tp != 0)
+        not_divisible(deck, "parallel.tp", l.tp, "the indexer heads", m.indexer.n_head,
+                      "tp splits the lightning-indexer heads");
+    if (m.vocab_size % l.tp != 0)
+        not_divisible(deck, "parallel.tp", l.tp, "the vocabulary", m.vocab_size,
+                      "the embedding and LM head are split over tp");
+    if (count_layers(m, Ffn::dense) > 0 && m.intermediate_size % l.tp != 0)
+        not_divisible(deck, "parallel.tp", l.tp, "the dense FFN width", m.intermediate_size,
+                      "tp splits the dense SwiGLU");
+    const bool any_moe = count_layers(m, Ffn::moe) + count_layers(m, Ffn::latent_moe) > 0;
+    if (!any_moe)
+        return;
+    if (m.moe.n_routed_experts % l.ep != 0)
+        not_divisible(deck, "parallel.ep", l.ep, "the routed experts", m.moe.n_routed_experts,
+                      "every ep rank hosts the same number of experts");
+    if (m.moe.moe_intermediate % l.etp != 0)
+        not_divisible(deck, "parallel.etp", l.etp, "the expert width", m.moe.moe_intermediate,
+                      "etp splits each expert");
+    if (m.moe.shared_intermediate % l.tp != 0)
+        not_divisible(deck, "parallel.tp", l.tp, "the shared-expert width",
+                      m.moe.shared_intermediate, "shared experts are split over tp");
+}
+
+}  // namespace hymoe::runtime

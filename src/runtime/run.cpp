@@ -1,0 +1,67 @@
+// Job dispatch by kind, the log header, and the plan job's output (plan.h5 with /meta and every
+// rank's grid coordinates). The memory and communication plan itself comes with the plan issue.
+#include "hymoe/runtime/run.h"
+
+#include <filesystem>
+
+#include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
+#include "hymoe/io/meta.h"
+#include "hymoe/parallel/mpi_env.h"
+
+namespace hymoe::runtime {
+
+namespace fs = std::filesystem;
+
+void log_job_header(const Job& job) {
+    log::info(cat("hymoe: job '", job.deck.job.name, "' (", deck::to_string(job.deck.job.kind),
+                  ") from ", job.deck.path, " on ", job.layout.world(), " ranks"));
+    log::info("resolved deck:\n" + job.deck.resolved_yaml);
+    log::info(parallel::grid_table(job.layout));
+    log::info("model: " + model::describe(job.model));
+}
+
+namespace {
+
+// Rank 0 creates the folder; every rank learns whether that worked.
+void make_output_folder(const std::string& dir) {
+    std::string problem;
+    if (parallel::world_rank() == 0) {
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        if (ec)
+            problem = ec.message();
+    }
+    if (!parallel::all_ranks(problem.empty()))
+        HYMOE_FAIL(Exit::invalid, "job.output: cannot create '", dir, "'",
+                   problem.empty() ? "" : " (" + problem + ")");
+}
+
+void write_plan(const Job& job, const parallel::Grid& grid, const io::RunMeta& meta) {
+    io::H5Writer file(job.deck.job.output + "/plan.h5", grid.comms.world);
+    io::write_meta(file, meta);
+    Buffer coords(DType::i32, {1, 6});  // this rank's row of /grid/coords [world, 6]
+    const parallel::Coords& c = grid.me;
+    int32_t* row = coords.ptr<int32_t>();
+    row[0] = c.tp, row[1] = c.dp, row[2] = c.pp, row[3] = c.ep, row[4] = c.etp, row[5] = c.edp;
+    file.rows("/grid/coords", coords.view(), grid.rank, job.layout.world());
+    file.attr("/grid/coords", "columns", "tp dp pp ep etp edp");
+    file.commit();
+    log::info("wrote " + job.deck.job.output + "/plan.h5");
+}
+
+}  // namespace
+
+int run_job(const Job& job, const parallel::Grid& grid) {
+    const deck::JobKind kind = job.deck.job.kind;
+    if (kind != deck::JobKind::plan)
+        HYMOE_FAIL(Exit::invalid, job.deck.locate("job.kind"), ": ", deck::to_string(kind),
+                   " jobs are not available in this build yet (validate the deck with --check)");
+    make_output_folder(job.deck.job.output);
+    log::to_file(job.deck.job.output + "/log");
+    io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
+    write_plan(job, grid, meta);
+    return 0;
+}
+
+}  // namespace hymoe::runtime
