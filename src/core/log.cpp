@@ -19,6 +19,7 @@ struct LogState {
     int rank = 0;
     double t0 = wall_seconds();
     std::FILE* file = nullptr;  // owned; closed at exit
+    std::string backlog;        // lines logged before to_file(), written to the file when it opens
     ~LogState() {
         if (file != nullptr)
             std::fclose(file);
@@ -43,6 +44,8 @@ void write_line(const char* prefix, const std::string& message) {
     if (s.file != nullptr) {
         std::fwrite(line.data(), 1, line.size(), s.file);
         std::fflush(s.file);
+    } else {
+        s.backlog += line;
     }
 }
 
@@ -66,6 +69,9 @@ void to_file(const std::string& path) {
     if (s.file != nullptr)
         std::fclose(s.file);
     s.file = f;
+    std::fwrite(s.backlog.data(), 1, s.backlog.size(), f);
+    std::fflush(f);
+    s.backlog.clear();
 }
 
 void info(const std::string& message) {

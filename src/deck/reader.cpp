@@ -271,7 +271,7 @@ std::string Section::path(const std::string& key, bool required, PathKind kind, 
         if (!bad.empty())
             fail(key, bad);
     }
-    resolved_[key] = p;
+    resolved_[key] = raw;  // as written: the resolved deck stays valid from the deck's folder
     return p;
 }
 
@@ -320,7 +320,7 @@ std::map<std::string, std::string> Section::path_map(const std::string& key, Pat
             if (!bad.empty())
                 ctx_.fail(it->second.Mark(), item_path, bad);
             out[name] = p;
-            resolved[name] = p;
+            resolved[name] = it->second.Scalar();
         }
     }
     resolved_[key] = resolved;

@@ -165,7 +165,7 @@ MlaConfig read_mla(const JsonObject& o) {
     a.v_head_dim = o.get_int("v_head_dim", 1);
     a.nope = o.opt_bool("nope", false);
     a.rope_theta = o.opt_double("rope_theta", 10000.0, positive);
-    read_rope_scaling(o, "rope_scaling", a);
+    read_rope_scaling(o, "rope_scaling", a, true);
     a.softmax_scale = static_cast<SoftmaxScale>(
         o.opt_choice("softmax_scale", {"plain", "yarn"}, static_cast<int>(a.softmax_scale)));
     if (a.softmax_scale == SoftmaxScale::yarn && a.rope_scaling != RopeScaling::yarn)
@@ -249,18 +249,23 @@ ModelConfig read_hymoe(const JsonObject& top) {
             return true;
         if (users > 0)
             top.fail(key,
-                     cat("required key is missing (the patterns have ", users, " ", what, ")"));
+                     cat("required key is missing (needed by ",
+                         users,
+                         " ",
+                         what,
+                         users == 1 ? " layer" : " layers",
+                         " in the patterns)"));
         return false;
     };
     int n_mla = count_layers(c, Mixer::mla) + count_layers(c, Mixer::dsa);
     int n_moe = count_layers(c, Ffn::moe) + count_layers(c, Ffn::latent_moe);
-    if (section("kda", count_layers(c, Mixer::kda), "KDA layers"))
+    if (section("kda", count_layers(c, Mixer::kda), "KDA"))
         c.kda = read_kda(top.get_object("kda"));
-    if (section("mla", n_mla, "MLA/DSA layers"))
+    if (section("mla", n_mla, "MLA/DSA"))
         c.mla = read_mla(top.get_object("mla"));
-    if (section("indexer", count_layers(c, Mixer::dsa), "DSA layers"))
+    if (section("indexer", count_layers(c, Mixer::dsa), "DSA"))
         c.indexer = read_indexer(top.get_object("indexer"));
-    if (section("moe", n_moe, "MoE layers"))
+    if (section("moe", n_moe, "MoE"))
         c.moe = read_moe(top.get_object("moe"));
     if (top.has("vision"))
         c.vision = read_vision(top.get_object("vision"));

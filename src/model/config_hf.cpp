@@ -53,7 +53,7 @@ void read_mla_fields(const JsonObject& top, ModelConfig& c) {
     a.qk_rope_head_dim = dim("qk_rope_head_dim", 0);
     a.v_head_dim = dim("v_head_dim", 1);
     a.rope_theta = top.opt_double("rope_theta", 10000.0, positive);
-    read_rope_scaling(top, "rope_scaling", a);
+    read_rope_scaling(top, "rope_scaling", a, false);
     a.norm_eps = 1e-6;  // q_a_layernorm / kv_a_layernorm use the RMSNorm default in both files
 }
 

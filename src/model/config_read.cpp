@@ -205,7 +205,7 @@ Json parse_json_object(const std::string& text, const std::string& where) {
     return j;
 }
 
-void read_rope_scaling(const JsonObject& obj, const std::string& key, MlaConfig& mla) {
+void read_rope_scaling(const JsonObject& obj, const std::string& key, MlaConfig& mla, bool strict) {
     mla.rope_scaling = RopeScaling::none;
     mla.softmax_scale = SoftmaxScale::plain;
     if (!obj.has(key))
@@ -217,8 +217,11 @@ void read_rope_scaling(const JsonObject& obj, const std::string& key, MlaConfig&
         rs.has("type") ? rs.get_string("type") : (has_rope_type ? rs.get_string("rope_type") : "");
     if (type.empty())
         rs.fail("type", "required key is missing (rope_scaling needs a type, e.g. \"yarn\")");
-    if (type == "default")
+    if (type == "default") {
+        if (strict)
+            rs.reject_unknown();
         return;
+    }
     if (type != "yarn")
         rs.fail(rs.has("type") ? "type" : "rope_type",
                 cat("unsupported RoPE scaling \"", type, "\" (hymoe implements yarn)"));
@@ -235,6 +238,8 @@ void read_rope_scaling(const JsonObject& obj, const std::string& key, MlaConfig&
                     mla.yarn_beta_slow,
                     "), got ",
                     mla.yarn_beta_fast));
+    if (strict)
+        rs.reject_unknown();
     // HF DeepseekV3Attention: softmax_scale *= yarn_get_mscale(factor, mscale_all_dim)² when
     // mscale_all_dim is set; DS32's own code does the same with its `mscale` argument.
     if (mla.yarn_mscale_all_dim > 0.0)

@@ -105,8 +105,8 @@ extern const KeyNames deepseek_keys;
 void validate(const ModelConfig& cfg, const std::string& where, const KeyNames& keys);
 
 // rope_scaling as HF writes it (null, or {type|rope_type: yarn, factor, ...}) into cfg.mla, and the
-// HF softmax-scale rule (yarn when mscale_all_dim > 0).
-void read_rope_scaling(const JsonObject& obj, const std::string& key, MlaConfig& mla);
+// HF softmax-scale rule (yarn when mscale_all_dim > 0). strict: other keys are errors (native).
+void read_rope_scaling(const JsonObject& obj, const std::string& key, MlaConfig& mla, bool strict);
 
 // Resolves native patterns ("KKKG | KKKG", "-EEE | EEEE") into cfg.layers and
 // cfg.stage_boundaries; errors name `where` and the key.

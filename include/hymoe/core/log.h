@@ -9,7 +9,8 @@
 namespace hymoe::log {
 
 void init(int rank);                    // rank in MPI_COMM_WORLD; restarts the clock
-void to_file(const std::string& path);  // rank 0: append to path too (throws if it cannot open)
+// Rank 0: append to path too, starting with every line logged before (throws if it cannot open).
+void to_file(const std::string& path);
 void info(const std::string& message);
 void warn(const std::string& message);  // written as "warning: message"
 

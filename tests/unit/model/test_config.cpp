@@ -327,7 +327,7 @@ BOOST_AUTO_TEST_CASE(malformed_configs_name_the_key) {
         {"missing_section",
          tiny,
          [](Json& j) { j.erase("indexer"); },
-         {"indexer", "missing", "1 DSA layers"}},
+         {"indexer", "missing", "needed by 1 DSA layer"}},
         {"native_top_k",
          tiny,
          [](Json& j) { j["moe"]["top_k"] = 9; },
@@ -351,6 +351,15 @@ BOOST_AUTO_TEST_CASE(malformed_configs_name_the_key) {
              j["moe"]["weights_from_biased_scores"] = true;
          },
          {"moe.weights_from_biased_scores"}},
+        {"rope_key",
+         tiny,
+         [](Json& j) {
+             j["mla"]["rope_scaling"] = {{"type", "yarn"},
+                                         {"factor", 4},
+                                         {"original_max_position_embeddings", 64},
+                                         {"betafast", 32}};
+         },
+         {"mla.rope_scaling.betafast", "unknown key"}},
         {"negative_eps",
          tiny,
          [](Json& j) { j["mla"]["norm_eps"] = -1.0; },
