@@ -16,7 +16,7 @@ WARN      := -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wdouble-promo
              -Wimplicit-fallthrough -Werror
 OPT       ?= -O2 -g
 CPPFLAGS   = -Iinclude -DOMPI_SKIP_MPICXX=1 $(PKG_CFLAGS) \
-             $(if $(filter 1,$(CUDA)),-DHYMOE_CUDA=1)
+             $(if $(filter 1,$(CUDA)),-DHYMOE_CUDA=1 -isystem $(CUDA_HOME)/include)
 CXXFLAGS   = -std=c++20 $(OPT) $(WARN) -MMD -MP $(SAN_FLAGS)
 LDLIBS     = $(PKG_LIBS) $(if $(filter 1,$(CUDA)),$(CUDA_LIBS))
 
@@ -42,7 +42,9 @@ LIB_OBJ   := $(LIB_SRC:%.cpp=$(OUT)/%.o) $(CU_SRC:%.cu=$(OUT)/%.cu.o) $(OUT)/gen
 UNIT_SRC  := $(shell find tests/unit -name '*.cpp' | sort)
 MPI_SRC   := $(shell find tests/mpi -name '*.cpp' | sort)
 E2E_SRC   := $(shell find tests/e2e -name '*.cpp' | sort)
-BINS      := $(OUT)/hymoe $(OUT)/test_unit $(OUT)/test_mpi $(OUT)/test_e2e
+BENCH_SRC := $(shell find tests/bench -name '*.cpp' | sort)
+BENCHES   := $(BENCH_SRC:tests/bench/%.cpp=$(OUT)/%)
+BINS      := $(OUT)/hymoe $(OUT)/test_unit $(OUT)/test_mpi $(OUT)/test_e2e $(BENCHES)
 
 # ---- MPI as root on a small machine (tests, run) --------------------------------------------------
 export OMPI_ALLOW_RUN_AS_ROOT := 1
@@ -95,6 +97,9 @@ $(OUT)/gen/build_info.cpp: FORCE
 $(OUT)/gen/build_info.o: $(OUT)/gen/build_info.cpp
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
+$(BENCHES): $(OUT)/%: $(OUT)/tests/bench/%.o $(OUT)/libhymoe.a
+	$(CXX) $(SAN_FLAGS) $^ $(LDLIBS) -o $@
+
 $(OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
@@ -125,7 +130,7 @@ check:  ## run the test tiers on what is built (no install, no build)
 
 bench: deps  ## speed as ratios measured in the same run
 	@$(MAKE) --no-print-directory -j$(NPROC) all
-	@echo "make bench: no benchmarks yet (the model issue adds GEMM and decode ratios)"
+	@for np in 2 4; do OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np $$np $(OUT)/bench_comm; done
 
 deps:  ## install the missing Debian packages (spec/toolchain.md's apt line)
 	@missing=""; for p in $(DEB_PKGS); do \

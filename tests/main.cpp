@@ -40,10 +40,10 @@ struct OutcomeVisitor : utf::test_tree_visitor {
     void visit(const utf::test_case& tc) override {
         const utf::test_results& r = utf::results_collector.results(tc.p_id);
         int s = failed;
-        if (r.passed())
+        if (!tc.is_enabled() || (r.p_skipped && !r.p_timed_out))
+            s = skipped;  // filtered out by --run_test, disabled, or its precondition failed
+        else if (r.passed())
             s = passed;
-        else if (!r.p_timed_out && (r.p_skipped || !tc.is_enabled()))
-            s = skipped;
         outcomes().status.push_back(s);
         outcomes().names.push_back(tc.full_name());
     }

@@ -417,9 +417,9 @@ i64 kda_params(i64 d, const KdaConfig& k) {
     return 3 * D * d + 3 * D * W + K * d + D * K + D + H + H * d + K * d + D * K + K + d * D;
 }
 
-// MLA (§4): wq_a [r_q,d] + q_norm [r_q] + wq_b [H(d_n+d_r), r_q]  (or q_proj [H(d_n+d_r), d]),
-// wkv_a [r_kv+d_r, d], kv_norm [r_kv], wkv_b [H(d_n+d_v), r_kv], wo [d, H d_v]; gate W_g [H d_v,
-// d].
+// MLA (§4): wq_a [r_q,d] + q_norm [r_q] + wq_b [H(d_n+d_r), r_q] (or q_proj [H(d_n+d_r), d]),
+// wkv_a [r_kv+d_r, d], kv_norm [r_kv], wkv_b [H(d_n+d_v), r_kv], wo [d, H d_v];
+// output gate W_g [H d_v, d].
 i64 mla_params(i64 d, const MlaConfig& a, bool gated) {
     i64 H = a.n_head, rq = a.q_lora_rank, rkv = a.kv_lora_rank,
         dq = a.qk_nope_head_dim + a.qk_rope_head_dim;
@@ -428,8 +428,8 @@ i64 mla_params(i64 d, const MlaConfig& a, bool gated) {
     return q + kv + d * H * a.v_head_dim + (gated ? H * a.v_head_dim * d : 0);
 }
 
-// Indexer (§5): wq_b [H_I d_I, r_q], wk [d_I, d], k_norm weight + bias [d_I], weights_proj [H_I,
-// d].
+// Indexer (§5): wq_b [H_I d_I, r_q], wk [d_I, d], k_norm weight + bias [d_I],
+// weights_proj [H_I, d].
 i64 indexer_params(i64 d, const IndexerConfig& x, i64 rq) {
     i64 H = x.n_head, D = x.head_dim;
     return H * D * rq + D * d + 2 * D + H * d;

@@ -8,13 +8,13 @@
 // Every call runs on the current stream (for now the per-thread default stream) and synchronises
 // it before returning, so the result is ready and the tensors reusable when the call returns.
 // Unlike the MPI path (fp32 accumulation, one rounding), NCCL reduces bf16/f16 in their own type.
-#include <cuda_runtime.h>
-#include <mpi.h>
-#include <nccl.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
 
 #include "../backend/cuda/check.h"
 #include "comm_impl.h"
@@ -27,25 +27,36 @@ namespace {
 using backend::cuda::nccl_error_text;
 
 // The stream every comm:: device call runs on, until the callers pass one.
-cudaStream_t current_stream() { return cudaStreamPerThread; }
+cudaStream_t current_stream() {
+    return cudaStreamPerThread;
+}
 
 ncclDataType_t nccl_type(DType t) {
     switch (t) {
-        case DType::f32: return ncclFloat32;
-        case DType::f16: return ncclFloat16;
-        case DType::bf16: return ncclBfloat16;
-        case DType::i32: return ncclInt32;
-        case DType::i64: return ncclInt64;
-        case DType::u8: return ncclUint8;
+        case DType::f32:
+            return ncclFloat32;
+        case DType::f16:
+            return ncclFloat16;
+        case DType::bf16:
+            return ncclBfloat16;
+        case DType::i32:
+            return ncclInt32;
+        case DType::i64:
+            return ncclInt64;
+        case DType::u8:
+            return ncclUint8;
     }
     return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
     switch (op) {
-        case ReduceOp::sum: return ncclSum;
-        case ReduceOp::max: return ncclMax;
-        case ReduceOp::min: return ncclMin;
+        case ReduceOp::sum:
+            return ncclSum;
+        case ReduceOp::max:
+            return ncclMax;
+        case ReduceOp::min:
+            return ncclMin;
     }
     return ncclSum;
 }
@@ -62,7 +73,8 @@ ncclComm_t handle(const Comm& c) {
     if (impl.rank == 0)
         root.rc = static_cast<int>(ncclGetUniqueId(&root.id));
     HYMOE_MPI_CHECK(MPI_Bcast(&root, static_cast<int>(sizeof root), MPI_BYTE, 0, impl.mpi),
-                    "NCCL unique id broadcast over ", impl.name);
+                    "NCCL unique id broadcast over ",
+                    impl.name);
     if (root.rc != ncclSuccess)
         HYMOE_FAIL_ONE(Exit::internal,
                        "ncclGetUniqueId failed on rank 0 of ",
@@ -111,25 +123,23 @@ void finish(ncclComm_t nc, const char* what, const Tensor& t, const Comm& c) {
                        ")");
 }
 
-size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
+size_t count_of(const Tensor& t) {
+    return static_cast<size_t>(t.numel());
+}
 
 }  // namespace
 
 void all_reduce(Tensor& x, const Comm& c, ReduceOp op) {
     ncclComm_t nc = handle(c);
-    HYMOE_NCCL_CHECK(ncclAllReduce(x.data,
-                                   x.data,
-                                   count_of(x),
-                                   nccl_type(x.dtype),
-                                   nccl_op(op),
-                                   nc,
-                                   current_stream()),
-                     "all_reduce of ",
-                     shape_string(x.shape),
-                     " ",
-                     to_string(x.dtype),
-                     " over ",
-                     c.name());
+    HYMOE_NCCL_CHECK(
+        ncclAllReduce(
+            x.data, x.data, count_of(x), nccl_type(x.dtype), nccl_op(op), nc, current_stream()),
+        "all_reduce of ",
+        shape_string(x.shape),
+        " ",
+        to_string(x.dtype),
+        " over ",
+        c.name());
     finish(nc, "all_reduce", x, c);
 }
 
@@ -222,12 +232,14 @@ void all_to_all_v(const Tensor& in,
         const size_t n_send = static_cast<size_t>(send_rows[r]) * row_bytes;
         const size_t n_recv = static_cast<size_t>(recv_rows[r]) * row_bytes;
         if (n_send > 0) {
+            failed = "ncclSend";
+            failed_peer = r;
             rc = ncclSend(src + sent, n_send, ncclUint8, r, nc, stream);
-            failed = "ncclSend", failed_peer = r;
         }
         if (rc == ncclSuccess && n_recv > 0) {
+            failed = "ncclRecv";
+            failed_peer = r;
             rc = ncclRecv(dst + received, n_recv, ncclUint8, r, nc, stream);
-            failed = "ncclRecv", failed_peer = r;
         }
         sent += n_send;
         received += n_recv;
@@ -235,7 +247,8 @@ void all_to_all_v(const Tensor& in,
     const ncclResult_t end = ncclGroupEnd();
     if (rc == ncclSuccess) {
         rc = end;
-        failed = "ncclGroupEnd", failed_peer = -1;
+        failed = "ncclGroupEnd";
+        failed_peer = -1;
     }
     if (rc != ncclSuccess)
         HYMOE_FAIL_ONE(Exit::internal,

@@ -66,25 +66,25 @@ struct MlaConfig {
     int qk_rope_head_dim = 0;  // d_r: per-head query dims with RoPE (key part shared by all heads)
     int v_head_dim = 0;        // d_v: per-head value dim
     bool nope = false;         // no RoPE on q_r/k_r (Kimi-Linear); the DSA indexer keeps its RoPE
-    double rope_theta = 10000.0;  // RoPE base (MLA and the DSA indexer)
-    RopeScaling rope_scaling = RopeScaling::none;
-    double yarn_factor = 1.0;                // context extension factor (DeepSeek-V3.2: 40)
-    int64_t yarn_original_max_position = 0;  // pre-extension context (DeepSeek-V3.2: 4096)
-    double yarn_beta_fast = 32.0;            // correction range, fast end (rotations)
-    double yarn_beta_slow = 1.0;             // correction range, slow end
-    double yarn_mscale = 1.0;                // HF rope_scaling.mscale (cos/sin get the ratio
-    double yarn_mscale_all_dim = 0.0;        //   mscale/mscale_all_dim terms; 1 when equal);
-                                             //   mscale_all_dim also drives SoftmaxScale::yarn
-    SoftmaxScale softmax_scale = SoftmaxScale::plain;
-    double norm_eps = 1e-6;  // ε of the latent RMSNorms q_norm / kv_norm
+    double rope_theta = 10000.0;                   // RoPE base (MLA and the DSA indexer)
+    RopeScaling rope_scaling = RopeScaling::none;  // yarn: the yarn_* fields below apply
+    double yarn_factor = 1.0;                      // context extension factor (DeepSeek-V3.2: 40)
+    int64_t yarn_original_max_position = 0;        // pre-extension context (DeepSeek-V3.2: 4096)
+    double yarn_beta_fast = 32.0;                  // correction range, fast end (rotations)
+    double yarn_beta_slow = 1.0;                   // correction range, slow end
+    double yarn_mscale = 1.0;          // HF rope_scaling.mscale: cos/sin × mscale-term ratio
+    double yarn_mscale_all_dim = 0.0;  // HF rope_scaling.mscale_all_dim: the ratio's denominator
+                                       // (1 when equal to mscale) and SoftmaxScale::yarn's m
+    SoftmaxScale softmax_scale = SoftmaxScale::plain;  // τ rule, see mla_softmax_scale()
+    double norm_eps = 1e-6;                            // ε of the latent RMSNorms q_norm / kv_norm
     bool operator==(const MlaConfig&) const = default;
 };
 
-struct IndexerConfig {  // DSA lightning indexer (model-math §5); reads MLA's c_q, so DSA needs
-                        // r_q>0
-    int n_head = 0;     // H_I: indexer heads
-    int head_dim = 0;   // d_I: indexer head dim, [rope d_r | nope d_I − d_r]
-    int top_k = 0;      // keys kept per query (DeepSeek-V3.2: 2048)
+// DSA lightning indexer (model-math §5). It reads MLA's query latent c_q, so DSA needs r_q > 0.
+struct IndexerConfig {
+    int n_head = 0;    // H_I: indexer heads
+    int head_dim = 0;  // d_I: indexer head dim, [rope d_r | nope d_I − d_r]
+    int top_k = 0;     // keys kept per query (DeepSeek-V3.2: 2048)
     bool operator==(const IndexerConfig&) const = default;
 };
 

@@ -3,10 +3,10 @@
 // error string and the caller's context. CUDA builds only (.cu files and CUDA-only host code).
 #pragma once
 
+#include <string>
+
 #include <cuda_runtime.h>
 #include <nccl.h>
-
-#include <string>
 
 #include "hymoe/core/error.h"
 
@@ -24,19 +24,26 @@ inline std::string nccl_error_text(ncclResult_t rc) {
 
 }  // namespace hymoe::backend::cuda
 
-#define HYMOE_CUDA_CHECK(call, ...)                                                 \
-    do {                                                                            \
-        cudaError_t hymoe_cuda_rc_ = (call);                                        \
-        if (hymoe_cuda_rc_ != cudaSuccess)                                          \
-            HYMOE_FAIL_ONE(::hymoe::Exit::internal, #call, " failed (",             \
-                           cudaGetErrorString(hymoe_cuda_rc_), "): ", __VA_ARGS__); \
+#define HYMOE_CUDA_CHECK(call, ...)                            \
+    do {                                                       \
+        cudaError_t hymoe_cuda_rc_ = (call);                   \
+        if (hymoe_cuda_rc_ != cudaSuccess)                     \
+            HYMOE_FAIL_ONE(::hymoe::Exit::internal,            \
+                           #call,                              \
+                           " failed (",                        \
+                           cudaGetErrorString(hymoe_cuda_rc_), \
+                           "): ",                              \
+                           __VA_ARGS__);                       \
     } while (0)
 
-#define HYMOE_NCCL_CHECK(call, ...)                                                          \
-    do {                                                                                     \
-        ncclResult_t hymoe_nccl_rc_ = (call);                                                \
-        if (hymoe_nccl_rc_ != ncclSuccess)                                                   \
-            HYMOE_FAIL_ONE(::hymoe::Exit::internal, #call, " failed (",                      \
-                           ::hymoe::backend::cuda::nccl_error_text(hymoe_nccl_rc_), "): ", \
-                           __VA_ARGS__);                                                     \
+#define HYMOE_NCCL_CHECK(call, ...)                                                 \
+    do {                                                                            \
+        ncclResult_t hymoe_nccl_rc_ = (call);                                       \
+        if (hymoe_nccl_rc_ != ncclSuccess)                                          \
+            HYMOE_FAIL_ONE(::hymoe::Exit::internal,                                 \
+                           #call,                                                   \
+                           " failed (",                                             \
+                           ::hymoe::backend::cuda::nccl_error_text(hymoe_nccl_rc_), \
+                           "): ",                                                   \
+                           __VA_ARGS__);                                            \
     } while (0)

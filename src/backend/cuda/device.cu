@@ -1,0 +1,37 @@
+// The CUDA runtime side of select_device: count, set and describe devices. device_count() turns
+// any error into "no GPU": without the NVIDIA driver cudaGetDeviceCount returns
+// cudaErrorInsufficientDriver (the stub libcuda is never loaded), which is a CPU machine, not a
+// failure. The other calls run only on a device that was counted, and throw on error.
+#include <cuda_runtime.h>
+
+#include "check.h"
+#include "device_api.h"
+
+namespace hymoe::backend::cuda {
+
+int device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear it, so that no later call reports it as its own
+        return 0;
+    }
+    return n;
+}
+
+void set_device(int device) {
+    HYMOE_CUDA_CHECK(cudaSetDevice(device), "device ", device);
+}
+
+std::string device_name(int device) {
+    cudaDeviceProp prop{};
+    HYMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device), "name of device ", device);
+    return prop.name;
+}
+
+double device_memory_gb(int device) {
+    cudaDeviceProp prop{};
+    HYMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device), "memory of device ", device);
+    return static_cast<double>(prop.totalGlobalMem) / 1e9;
+}
+
+}  // namespace hymoe::backend::cuda
