@@ -1,0 +1,43 @@
+// Named weight tensors (llama.cpp's "create the named tensors with their shapes"). Every block's
+// *Weights struct lists its tensors once, as (name, shape, destination, init rule); the same list
+// drives loading from safetensors (HF names), reading golden test files and random init. On the
+// CPU every weight is held in fp32, whatever its storage dtype.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hymoe/core/rng.h"
+#include "hymoe/tensor/tensor.h"
+
+namespace hymoe::model {
+
+// How `init: random` fills a tensor (fla / DeepSeek / HF initialisations).
+enum class Init {
+    normal,       // N(0, std), std = 0.02 unless given (HF initializer_range)
+    ones,         // norm weights
+    zeros,        // biases
+    kda_a_log,    // log U(1, 16)                                      (fla KDA)
+    kda_dt_bias,  // inverse softplus of dt = exp(U(log 1e-3, log 1e-1)) clamped ≥ 1e-4
+    small_bias,   // 0.1 · N(0, 1): MoE e_score_correction_bias in the tiny test config
+};
+
+struct TensorSpec {
+    std::string name;  // HF name relative to the block, e.g. "q_proj.weight"
+    Shape shape;
+    Buffer* dest;
+    Init init = Init::normal;
+    float std = 0.02f;
+};
+
+using TensorList = std::vector<TensorSpec>;
+
+// Allocate every tensor of the list (fp32, zeroed) and fill it by its init rule. `rng` is advanced
+// in list order, so the same seed gives the same weights on every rank and layout.
+void init_random(const TensorList& list, Philox& rng);
+// Allocate every tensor and fill it with read(name, shape, dest) (safetensors, golden files).
+void load_named(const TensorList& list, const std::string& prefix,
+                const std::function<void(const std::string& name, Tensor& dest)>& read);
+
+}  // namespace hymoe::model
