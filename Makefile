@@ -117,7 +117,7 @@ $(OUT)/%.cu.o: %.cu
 # ---- the two commands of the README -------------------------------------------------------------
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-run: deps  ## install what is missing, build, run the quickstart job (4 ranks)
+run: deps  ## install what is missing, build, run the quickstart deck (4 ranks; --check until infer lands)
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	mpirun -np 4 build/hymoe jobs/quickstart/deck.yaml --check
 
@@ -155,4 +155,4 @@ clean:  ## remove build/ and the jobs' out/ folders
 
 help:  ## this list
 	@echo "usage: make [target] [CUDA=1] [SAN=asan]"
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  \1\t/' | expand -t 16
+	@grep -hE '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /  \1\t/' | expand -t 16

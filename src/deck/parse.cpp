@@ -65,13 +65,13 @@ void read_model(Section s, ModelSection& m, JobKind kind) {
         s.fail("preset", "required: either model.preset (a built-in name) or model.config");
     m.preset = s.text("preset", std::string());
     m.config = s.path("config", false, PathKind::file, true);
-    bool has_weights = s.has("weights"), has_init = s.has("init");
-    if (has_weights && has_init)
-        s.fail("init", "give either model.weights or model.init, not both");
     m.weights = s.path("weights", false, PathKind::file_or_dir, true);
     m.init_random = s.choice("init", std::string("none"), {"none", "random"}) == "random";
+    const bool has_weights = !m.weights.empty();
+    if (has_weights && m.init_random)
+        s.fail("init", "give either model.weights or model.init: random, not both");
     bool needs_weights = kind != JobKind::plan;
-    if (needs_weights && !has_weights && !has_init)
+    if (needs_weights && !has_weights && !m.init_random)
         s.fail("weights",
                "required for this job kind: model.weights (a folder) or model.init: random");
     if (kind == JobKind::convert && !has_weights)

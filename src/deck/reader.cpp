@@ -50,6 +50,12 @@ std::string ParseContext::where(const YAML::Mark& mark, const std::string& path)
     auto it = overrides.find(path);
     if (it != overrides.end())
         return it->second;
+    if (mark.line < 0) {  // a key that only exists because --set made it or a section around it
+        for (const auto& [key, arg] : overrides)
+            if (key.rfind(path + ".", 0) == 0 || path.rfind(key + ".", 0) == 0)
+                return arg;
+        return cat(file, ":1:1");
+    }
     return cat(file, ":", mark.line + 1, ":", mark.column + 1);
 }
 

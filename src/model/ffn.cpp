@@ -1,0 +1,100 @@
+// FFN weights by family (HF names, model-math §6-7) and the one MLP every FFN path runs: dense
+// layers, each routed expert and the shared experts. fp32; the activation between the two
+// products is computed in fp32 (DS32's SwiGLU in fp32, model-math §10).
+#include <string>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+#include "hymoe/model/ffn.h"
+
+namespace hymoe::model {
+
+namespace {
+
+// The HF names of one MLP's matrices: {gate, up, down}.
+struct MlpNames {
+    const char* gate;
+    const char* up;
+    const char* down;
+};
+
+constexpr MlpNames hf_names{"gate_proj", "up_proj", "down_proj"};
+constexpr MlpNames kimi_expert_names{"w1", "w3", "w2"};  // KimiBlockSparseMLP
+
+// Append the matrices of one MLP of width `inter` on inputs of width `width` (relu2: no gate).
+void add_mlp(TensorList& list, const std::string& prefix, const MlpNames& names, ExpertAct act,
+             int64_t inter, int64_t width, DenseFfnWeights& w) {
+    if (act == ExpertAct::swiglu)
+        list.push_back({prefix + names.gate + ".weight", {inter, width}, &w.gate_proj});
+    list.push_back({prefix + names.up + ".weight", {inter, width}, &w.up_proj});
+    list.push_back({prefix + names.down + ".weight", {width, inter}, &w.down_proj});
+}
+
+}  // namespace
+
+TensorList ffn_tensors(const ModelConfig& cfg, const LayerSpec& spec, DenseFfnWeights* dense,
+                       MoeWeights* moe) {
+    const int64_t d = cfg.hidden_size;
+    TensorList list;
+    if (spec.ffn == Ffn::dense) {
+        HYMOE_CHECK(dense != nullptr, "a dense FFN layer needs DenseFfnWeights");
+        add_mlp(list, "", hf_names, ExpertAct::swiglu, cfg.intermediate_size, d, *dense);
+        return list;
+    }
+    HYMOE_CHECK(moe != nullptr, "an MoE layer needs MoeWeights");
+    const MoeConfig& m = cfg.moe;
+    const bool latent = spec.ffn == Ffn::latent_moe;
+    const int64_t width = latent ? m.latent_size : d;  // experts run in the latent (§7)
+    list.push_back({"gate.weight", {m.n_routed_experts, d}, &moe->gate});
+    if (m.correction_bias)
+        list.push_back({"gate.e_score_correction_bias",
+                        {m.n_routed_experts},
+                        &moe->correction_bias,
+                        Init::small_bias});
+    if (latent) {
+        list.push_back({"fc1_latent_proj.weight", {width, d}, &moe->fc1_latent_proj});
+        list.push_back({"fc2_latent_proj.weight", {d, width}, &moe->fc2_latent_proj});
+    }
+    // Sized before any pointer into it is taken.
+    moe->experts.resize(static_cast<size_t>(m.n_routed_experts));
+    const MlpNames& expert_names = cfg.model_type == "kimi_linear" ? kimi_expert_names : hf_names;
+    for (int e = 0; e < m.n_routed_experts; ++e)
+        add_mlp(list,
+                "experts." + std::to_string(e) + ".",
+                expert_names,
+                m.expert_act,
+                m.moe_intermediate,
+                width,
+                moe->experts[static_cast<size_t>(e)]);
+    if (m.n_shared_experts > 0)
+        add_mlp(list, "shared_experts.", hf_names, m.expert_act, m.shared_intermediate, d,
+                moe->shared);
+    return list;
+}
+
+void dense_ffn_forward(const DenseFfnWeights& w, ExpertAct act, const Tensor& x, Tensor& y) {
+    const int64_t n = x.dim(0);
+    const int64_t inter = w.up_proj.view().dim(0);
+    Buffer up(DType::f32, {n, inter});  // [n, I]
+    ops::linear(x, w.up_proj.view(), up.view());
+    switch (act) {
+        case ExpertAct::swiglu: {
+            Buffer gate(DType::f32, {n, inter});  // [n, I], then SiLU(gate) ⊙ up in place
+            ops::linear(x, w.gate_proj.view(), gate.view());
+            ops::swiglu(gate.view(), up.view(), gate.view());
+            ops::linear(gate.view(), w.down_proj.view(), y);
+            return;
+        }
+        case ExpertAct::relu2: {
+            float* h = up.ptr<float>();
+            for (int64_t i = 0; i < n * inter; ++i) {
+                const float r = h[i] > 0.0f ? h[i] : 0.0f;
+                h[i] = r * r;
+            }
+            ops::linear(up.view(), w.down_proj.view(), y);
+            return;
+        }
+    }
+}
+
+}  // namespace hymoe::model
