@@ -69,11 +69,6 @@ struct SafetensorsInfo {
 class SafetensorsFile {
 public:
     explicit SafetensorsFile(const std::string& path);
-    ~SafetensorsFile();
-    SafetensorsFile(SafetensorsFile&& o) noexcept;
-    SafetensorsFile& operator=(SafetensorsFile&& o) noexcept;
-    SafetensorsFile(const SafetensorsFile&) = delete;
-    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
     const std::string& path() const { return path_; }
     const std::vector<std::string>& names() const { return names_; }  // sorted
@@ -92,12 +87,14 @@ public:
     void read_slice(const std::string& name, int dim, int64_t begin, Tensor& dest) const;
 
 private:
-    void parse_header(uint64_t header_len);
-    [[noreturn]] void fail_missing(const std::string& name) const;
+    struct Unmap {
+        size_t size = 0;
+        void operator()(void* p) const;
+    };
+    void parse_header(const char* text, size_t len);
 
     std::string path_;
-    void* map_ = nullptr;  // the whole file
-    size_t map_size_ = 0;
+    std::unique_ptr<void, Unmap> map_;  // the whole file
     const unsigned char* data_ = nullptr;  // data section: map_ + 8 + header length
     uint64_t data_size_ = 0;
     std::map<std::string, SafetensorsInfo> tensors_;
@@ -112,9 +109,6 @@ private:
 class SafetensorsFolder {
 public:
     explicit SafetensorsFolder(const std::string& dir);
-    ~SafetensorsFolder();
-    SafetensorsFolder(SafetensorsFolder&&) noexcept;
-    SafetensorsFolder& operator=(SafetensorsFolder&&) noexcept;
 
     const std::string& dir() const { return dir_; }
     const std::vector<std::string>& names() const { return names_; }  // sorted
@@ -132,9 +126,10 @@ public:
     void check_all() const;
 
 private:
-    std::string dir_;
-    std::string index_name_;                          // "model.safetensors.index.json" or ""
-    std::map<std::string, std::string> shard_of_;     // tensor -> shard file name
+    std::string dir_;                              // as given
+    std::string base_;                             // the folder shard file names are relative to
+    std::string index_;                            // path of the index, "" for a single file
+    std::map<std::string, std::string> shard_of_;  // tensor -> shard file name
     std::vector<std::string> names_;
     mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> shards_;  // file name -> open
 };

@@ -1,0 +1,136 @@
+// Multi-head latent attention (MLA, DeepSeek-V3 / Kimi-Linear), its DSA form (lightning indexer +
+// top-k sparse attention, DeepSeek-V3.2) and the sigmoid output gate, on the CPU in fp32
+// (spec/model-math.md §4-5). Per token, with H heads:
+//   c_q = RMSNorm(W_qa x) (or q = W_q x without a query latent), [q_n | q_r]_h = (W_qb c_q)_h,
+//   [c_kv | k_r] = W_kva x, c_kv = RMSNorm(c_kv), q_r, k_r = RoPE_interleaved(·, pos),
+//   [k_n | v]_h = (W_kvb c_kv)_h, s_h(t, u) = (q_n·k_n(u) + q_r·k_r(u))·τ over the visible keys u,
+//   o_h = softmax(s_h) v_h, y = W_o (concat_h o_h [⊙ σ(W_g x)]).
+// A layer caches per token only c_kv and k_r (the 576-wide latent at DeepSeek size) plus, for DSA,
+// the indexer key. Two equal evaluations: `expanded` (MHA: k_n, v up-projected for every cached
+// token) and `absorbed` (MQA over the latent: W_kvb folded into the query and the output).
+// Invariants: a sequence's AttnCache is everything the layer needs to continue it, so a prompt
+// fed in one call, in chunks or token by token gives the same output; scores and softmax are
+// fp32; a DSA layer whose top-k covers every visible key equals the plain MLA layer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/model/batch.h"
+#include "hymoe/model/config.h"
+#include "hymoe/model/weights.h"
+#include "hymoe/tensor/tensor.h"
+
+namespace hymoe::model {
+
+// Sizes below: d = hidden_size, H = mla.n_head, r_q = q_lora_rank, r_kv = kv_lora_rank,
+// d_n = qk_nope_head_dim, d_r = qk_rope_head_dim, d_v = v_head_dim, H_I = indexer.n_head,
+// d_I = indexer.head_dim.
+
+// The DSA lightning indexer's weights, HF names under "self_attn.indexer.".
+struct IndexerWeights {
+    Buffer wq_b;           // [H_I·d_I, r_q]  queries from MLA's query latent c_q
+    Buffer wk;             // [d_I, d]        the one key head, shared by all indexer heads
+    Buffer k_norm_weight;  // [d_I]           LayerNorm of the key ("k_norm.weight")
+    Buffer k_norm_bias;    // [d_I]           ("k_norm.bias")
+    Buffer weights_proj;   // [H_I, d]        per-token head weights w_t
+};
+
+// One MLA/DSA layer's weights, HF DeepSeek names (model.layers.{i}.self_attn.*).
+struct MlaWeights {
+    Buffer q_a_proj;            // [r_q, d]            query down-projection (r_q > 0)
+    Buffer q_a_layernorm;       // [r_q]               q_norm (r_q > 0)
+    Buffer q_b_proj;            // [H·(d_n+d_r), r_q]  query up-projection (r_q > 0)
+    Buffer q_proj;              // [H·(d_n+d_r), d]    full-rank query (r_q = 0, Kimi-Linear)
+    Buffer kv_a_proj_with_mqa;  // [r_kv+d_r, d]       latent c_kv and the shared rope key k_r
+    Buffer kv_a_layernorm;      // [r_kv]              kv_norm
+    Buffer kv_b_proj;           // [H·(d_n+d_v), r_kv] per head [k_n | v] from c_kv
+    Buffer o_proj;              // [d, H·d_v]
+    Buffer g_proj;              // [H·d_v, d]          output gate (gated layers only)
+    IndexerWeights indexer;     // dsa layers only
+};
+
+// The layer's weights as named tensors, names relative to the layer's "self_attn." prefix: the
+// query path by q_lora_rank, g_proj when spec.gated, indexer.* when spec.mixer == dsa. Norm
+// weights init to ones, the indexer's LayerNorm bias to zeros, the rest normal(0.02).
+TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights& w);
+
+// What one sequence carries, per layer, from one call to the next: n rows per array, row u =
+// the token at position u. Grown by attention_forward.
+struct AttnCache {
+    int64_t n = 0;             // tokens cached (= the position of the sequence's next token)
+    std::vector<float> c_kv;   // [n, r_kv] latent after kv_a_layernorm
+    std::vector<float> k_r;    // [n, d_r]  shared rope key after RoPE
+    std::vector<float> k_idx;  // [n, d_I]  indexer key after LayerNorm and RoPE (dsa only)
+};
+
+enum class AttnMode {
+    automatic,  // absorbed for a sequence with a single token in the call, expanded otherwise
+    expanded,   // MHA form: k_n, v = W_kvb c_kv for every cached token
+    absorbed,   // MQA form over [c_kv | k_r]: q̂_h = W_kvb[h, :d_n]ᵀ q_n, o_h = W_kvb[h, d_n:] ō_h
+};
+
+// Where the time of attention_forward went (added to, so one struct can sum over layers).
+struct AttnStats {
+    double indexer_seconds = 0;    // indexer projections, scores and top-k (dsa)
+    double attention_seconds = 0;  // everything else
+};
+
+// The MLA/DSA mixer over a packed batch: y [n_tok, d] from x [n_tok, d] (already input-normed).
+// caches[s] holds sequence s's pos0[s] earlier tokens and gains its new ones; an empty `caches`
+// means no cache at all (every pos0 must then be 0 and nothing is kept).
+void attention_forward(const ModelConfig& cfg,
+                       const LayerSpec& spec,                 // mixer mla or dsa, gated or not
+                       const MlaWeights& w,
+                       const Tensor& x,                       // [n_tok, d]
+                       const SeqBatch& batch,                 // n_seq sequences over the rows
+                       const std::vector<AttnCache*>& caches, // [n_seq] or empty
+                       Tensor& y,                             // [n_tok, d]
+                       AttnMode mode = AttnMode::automatic,
+                       AttnStats* stats = nullptr);
+
+// ---- building blocks ----------------------------------------------------------------------------
+
+// The RoPE frequencies of MLA and the indexer: d_r/2 of them at rope_theta, YaRN-corrected when
+// rope_scaling = yarn, with cos/sin scaled by HF's ratio get_mscale(f, mscale) /
+// get_mscale(f, mscale_all_dim), get_mscale(f, m) = 0.1·m·ln f + 1 (1 when f ≤ 1).
+ops::RopeFreqs mla_rope_freqs(const MlaConfig& mla);
+
+// One head's softmax attention: o = softmax(q kᵀ·τ + mask) v, scores and softmax in fp32. mask
+// holds 0 (visible) or −inf (hidden); a row with no visible key gives o = 0.
+void attention_core(const Tensor& q,     // [n_q, d_qk]
+                    const Tensor& k,     // [n_k, d_qk]
+                    const Tensor& v,     // [n_k, d_v]
+                    const Tensor& mask,  // [n_q, n_k]
+                    float tau,
+                    Tensor& o);          // [n_q, d_v]
+
+// The indexer's per-token inputs for the new tokens of a call.
+struct IndexerInputs {
+    Buffer q;  // [n_tok, H_I·d_I] q^I = wq_b c_q, RoPE (rotate-half) on the first d_r of each head
+    Buffer k;  // [n_tok, d_I]     k^I = LayerNorm(wk x; ε 1e-6), RoPE on the first d_r
+    Buffer w;  // [n_tok, H_I]     weights_proj x · H_I^{-1/2} · d_I^{-1/2}
+};
+IndexerInputs indexer_project(const ModelConfig& cfg,
+                              const IndexerWeights& w,
+                              const Tensor& x,                  // [n_tok, d]
+                              const Tensor& c_q,                // [n_tok, r_q] after q_norm
+                              const std::vector<int64_t>& pos); // [n_tok] absolute positions
+
+// Index scores I(t, s) = Σ_j w_t,j · ReLU(q^I_t,j · k^I_s) of n_q queries against n_k keys (the
+// scale is already in w); no mask.
+void indexer_scores(const Tensor& q,  // [n_q, H_I·d_I]
+                    const Tensor& w,  // [n_q, H_I]
+                    const Tensor& k,  // [n_k, d_I]
+                    Tensor& scores);  // [n_q, n_k]
+
+// The DSA mask: query i (at position pos_first + i) keeps the top_k = min(index_topk, visible)
+// highest-scoring keys among keys 0..pos_first + i (ties: the smaller index) → 0; every other key
+// → −inf.
+void indexer_mask(const Tensor& scores,  // [n_q, n_k]
+                  int64_t pos_first,
+                  int64_t index_topk,
+                  Tensor& mask);         // [n_q, n_k]
+
+}  // namespace hymoe::model

@@ -1,0 +1,202 @@
+// The KDA block (spec/model-math.md §3): weights, per-sequence state, and the forward over a packed
+// batch. Projections run over all tokens at once; the conv (with its tails) and the recurrence run
+// per sequence, each continuing that sequence's KdaState. The scans are in kda_chunk.cpp.
+#include "hymoe/model/kda.h"
+
+#include <cmath>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+
+namespace hymoe::model {
+
+namespace {
+
+// Block sizes from the config: d hidden, H heads, K = V head dim, D = H·K, W conv width.
+struct KdaDims {
+    int64_t d, H, K, D, W;
+    explicit KdaDims(const ModelConfig& cfg)
+        : d(cfg.hidden_size),
+          H(cfg.kda.n_head),
+          K(cfg.kda.head_dim),
+          D(H * K),
+          W(cfg.kda.conv_kernel) {}
+};
+
+// An fp32 host view of `p` with `shape` (a reshape of an existing buffer, or a row range of one).
+Tensor view(float* p, Shape shape) { return Tensor{p, DType::f32, Device::cpu, std::move(shape)}; }
+
+// out [n_tok, D] = SiLU(causal_conv(u)) per sequence, each conv continuing its tail [W−1, D].
+void conv_silu(const Tensor& u,     // [n_tok, D]
+               const Buffer& w,     // [D, 1, W]
+               const SeqBatch& batch,
+               const std::vector<KdaState*>& states,
+               Buffer KdaState::*tail,  // the tail of q, k or v in each state
+               const KdaDims& dims,
+               Tensor& out) {  // [n_tok, D]
+    const Tensor w2 = view(w.ptr<float>(), {dims.D, dims.W});
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        if (batch.length(s) == 0)
+            continue;
+        Tensor us = u.rows(batch.offsets[s], batch.length(s));
+        Tensor ys = out.rows(batch.offsets[s], batch.length(s));
+        ops::causal_conv(us, w2, (states[s]->*tail).view(), ys);
+    }
+    ops::silu_inplace(out);
+}
+
+// g [n_tok, H, K] ← log-decay from the decay logits f [n_tok, H, K] (in place), fp32:
+// −e^{A_log_h}·softplus(f + dt_bias), or lb·σ(e^{A_log_h}(f + dt_bias)) with a lower bound lb.
+void decay_gate(const KdaConfig& kc, const KdaWeights& w, const KdaDims& dims, Tensor& g) {
+    const float* a_log = w.a_log.ptr<float>();  // [H]
+    const float* dt_bias = w.dt_bias.ptr<float>();
+    float* gp = g.ptr<float>();
+    const int64_t n_tok = g.dim(0);
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t h = 0; h < dims.H; ++h) {
+            const float a = std::exp(a_log[h]);
+            for (int64_t i = h * dims.K; i < (h + 1) * dims.K; ++i) {
+                float& x = gp[t * dims.D + i];
+                const float z = x + dt_bias[i];
+                x = kc.gate_lower_bound
+                        ? static_cast<float>(*kc.gate_lower_bound) * ops::sigmoid(a * z)
+                        : -a * ops::softplus(z);
+            }
+        }
+    }
+}
+
+// The recurrence of every sequence; o [n_tok, H, V].
+void scan(const KdaDims& dims,
+          const SeqBatch& batch,
+          const std::vector<KdaState*>& states,
+          const float* q,     // [n_tok, H, K]
+          const float* k,     // [n_tok, H, K]
+          const float* v,     // [n_tok, H, V]
+          const float* g,     // [n_tok, H, K]
+          const float* beta,  // [n_tok, H]
+          float* o,           // [n_tok, H, V]
+          KdaMode mode) {
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        const int64_t r = batch.offsets[s];
+        KdaScanParams p;
+        p.n_tok = batch.length(s);
+        p.n_head = static_cast<int>(dims.H);
+        p.d_k = static_cast<int>(dims.K);
+        p.d_v = static_cast<int>(dims.K);
+        p.q = q + r * dims.D;
+        p.k = k + r * dims.D;
+        p.v = v + r * dims.D;
+        p.g = g + r * dims.D;
+        p.beta = beta + r * dims.H;
+        p.S = states[s]->S.ptr<float>();
+        p.o = o + r * dims.D;
+        const bool chunked = mode == KdaMode::chunked || (mode == KdaMode::automatic && p.n_tok > 1);
+        if (chunked)
+            kda_chunked(p);
+        else
+            kda_recurrent(p);
+    }
+}
+
+}  // namespace
+
+TensorList kda_tensors(const ModelConfig& cfg, KdaWeights& w) {
+    const KdaDims n(cfg);
+    return {
+        {"q_proj.weight", {n.D, n.d}, &w.q_proj},
+        {"k_proj.weight", {n.D, n.d}, &w.k_proj},
+        {"v_proj.weight", {n.D, n.d}, &w.v_proj},
+        {"q_conv1d.weight", {n.D, 1, n.W}, &w.q_conv1d},
+        {"k_conv1d.weight", {n.D, 1, n.W}, &w.k_conv1d},
+        {"v_conv1d.weight", {n.D, 1, n.W}, &w.v_conv1d},
+        {"f_a_proj.weight", {n.K, n.d}, &w.f_a_proj},
+        {"f_b_proj.weight", {n.D, n.K}, &w.f_b_proj},
+        {"dt_bias", {n.D}, &w.dt_bias, Init::kda_dt_bias},
+        {"A_log", {1, 1, n.H, 1}, &w.a_log, Init::kda_a_log},
+        {"b_proj.weight", {n.H, n.d}, &w.b_proj},
+        {"g_a_proj.weight", {n.K, n.d}, &w.g_a_proj},
+        {"g_b_proj.weight", {n.D, n.K}, &w.g_b_proj},
+        {"o_norm.weight", {n.K}, &w.o_norm, Init::ones},
+        {"o_proj.weight", {n.d, n.D}, &w.o_proj},
+    };
+}
+
+KdaState make_kda_state(const ModelConfig& cfg) {
+    const KdaDims n(cfg);
+    KdaState st;
+    st.S = Buffer(DType::f32, {n.H, n.K, n.K});
+    st.q_tail = Buffer(DType::f32, {n.W - 1, n.D});
+    st.k_tail = Buffer(DType::f32, {n.W - 1, n.D});
+    st.v_tail = Buffer(DType::f32, {n.W - 1, n.D});
+    return st;
+}
+
+void kda_forward(const ModelConfig& cfg,
+                 const KdaWeights& w,
+                 const Tensor& x,
+                 const SeqBatch& batch,
+                 const std::vector<KdaState*>& states,
+                 Tensor& y,
+                 KdaMode mode) {
+    const KdaDims n(cfg);
+    const int64_t n_tok = x.numel() / n.d;
+    HYMOE_CHECK(x.shape == (Shape{n_tok, n.d}) && y.shape == x.shape && batch.n_tok() == n_tok &&
+                    static_cast<int64_t>(states.size()) == batch.n_seq(),
+                "kda_forward: x ", shape_string(x.shape), " y ", shape_string(y.shape), ", ",
+                batch.n_tok(), " tokens in ", batch.n_seq(), " sequences, ", states.size(),
+                " states");
+    for (const KdaState* st : states)
+        HYMOE_CHECK(st && st->S.view().shape == (Shape{n.H, n.K, n.K}),
+                    "kda_forward: a state not made by make_kda_state for this config");
+
+    // q, k, v: projection → conv → SiLU → l2 per head (q also × K^{-1/2})
+    Buffer proj(DType::f32, {n_tok, n.D});  // [n_tok, D] pre-conv, reused for q, k, v
+    Buffer q(DType::f32, {n_tok, n.D}), k(DType::f32, {n_tok, n.D}), v(DType::f32, {n_tok, n.D});
+    ops::linear(x, w.q_proj.view(), proj.view());
+    conv_silu(proj.view(), w.q_conv1d, batch, states, &KdaState::q_tail, n, q.view());
+    ops::linear(x, w.k_proj.view(), proj.view());
+    conv_silu(proj.view(), w.k_conv1d, batch, states, &KdaState::k_tail, n, k.view());
+    ops::linear(x, w.v_proj.view(), proj.view());
+    conv_silu(proj.view(), w.v_conv1d, batch, states, &KdaState::v_tail, n, v.view());
+    ops::l2_norm_rows(q.ptr<float>(), n_tok * n.H, n.K);
+    ops::l2_norm_rows(k.ptr<float>(), n_tok * n.H, n.K);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
+    for (int64_t i = 0; i < n_tok * n.D; ++i)
+        q.ptr<float>()[i] *= scale;
+
+    // g = decay(f_b f_a x), β = σ(b_proj x)
+    Buffer low(DType::f32, {n_tok, n.K});  // [n_tok, K] low-rank activations (decay, then gate)
+    Buffer g(DType::f32, {n_tok, n.D});
+    ops::linear(x, w.f_a_proj.view(), low.view());
+    ops::linear(low.view(), w.f_b_proj.view(), g.view());
+    decay_gate(cfg.kda, w, n, g.view());
+    Buffer beta(DType::f32, {n_tok, n.H});
+    ops::linear(x, w.b_proj.view(), beta.view());
+    ops::sigmoid_inplace(beta.view());
+
+    Buffer o(DType::f32, {n_tok, n.D});  // [n_tok, H, V]
+    scan(n,
+         batch,
+         states,
+         q.ptr<float>(),
+         k.ptr<float>(),
+         v.ptr<float>(),
+         g.ptr<float>(),
+         beta.ptr<float>(),
+         o.ptr<float>(),
+         mode);
+
+    // y = o_proj(RMSNorm(o_h; o_norm) ⊙ σ(g_b g_a x))
+    Buffer gate(DType::f32, {n_tok, n.D});
+    ops::linear(x, w.g_a_proj.view(), low.view());
+    ops::linear(low.view(), w.g_b_proj.view(), gate.view());
+    ops::sigmoid_inplace(gate.view());
+    Tensor heads = view(o.ptr<float>(), {n_tok * n.H, n.K});
+    ops::rms_norm(heads, w.o_norm.view(), static_cast<float>(cfg.rms_norm_eps), heads);
+    for (int64_t i = 0; i < n_tok * n.D; ++i)
+        o.ptr<float>()[i] *= gate.ptr<float>()[i];
+    ops::linear(o.view(), w.o_proj.view(), y);
+}
+
+}  // namespace hymoe::model

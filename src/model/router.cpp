@@ -1,0 +1,148 @@
+// MoE routing (spec/model-math.md §6), fp32 end to end: router logits, sigmoid/softmax scores,
+// bias-corrected selection with optional group limiting, weight gather, renormalisation, ρ, and
+// Megatron-style capacity dropping. Family differences are modelled only where they change
+// results:
+//   - kimi_linear fills the masked groups' scores with 0.0 (its HF KimiMoEGate), the others
+//     with −inf (DS32 Gate). They differ only when a kept expert's s + b ≤ 0 (b < −s), where
+//     Kimi can pick an expert of a dropped group; Kimi-Linear itself has one group, no mask.
+//   - kimi_linear renormalises with Σw + 1e-20 and only when top_k > 1; DS32 divides by Σw.
+//   - weights_from_biased_scores gathers the weights from s + b (the HF Kimi in-place alias
+//     quirk); DS32 and vLLM gather from s (the default).
+// Renormalisation follows MoeConfig::renormalize for either scoring (HF norm_topk_prob /
+// moe_renormalize; the HF config readers set it).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+#include "hymoe/model/ffn.h"
+
+namespace hymoe::model {
+
+namespace {
+
+// Group-limited selection (n_group > 1): score each group of E/G consecutive experts by the sum
+// of its top-2 biased scores (with a bias) or its best one (without), keep the topk_group best
+// groups (ties → smaller group) and overwrite the others' choice scores with `fill`.
+void mask_groups(const MoeConfig& m, bool has_bias, float fill, float* choice /*[E]*/) {
+    const int64_t n_group = m.n_group;
+    const int64_t per_group = m.n_routed_experts / m.n_group;
+    std::vector<float> group_score(static_cast<size_t>(n_group));  // [G]
+    for (int64_t g = 0; g < n_group; ++g) {
+        const float* s = choice + g * per_group;
+        if (has_bias) {
+            int64_t top2[2];
+            ops::top_k(s, per_group, 2, top2);
+            group_score[static_cast<size_t>(g)] = s[top2[0]] + s[top2[1]];
+        } else {
+            group_score[static_cast<size_t>(g)] = *std::max_element(s, s + per_group);
+        }
+    }
+    std::vector<int64_t> kept_groups(static_cast<size_t>(m.topk_group));  // [topk_group]
+    ops::top_k(group_score.data(), n_group, m.topk_group, kept_groups.data());
+    std::vector<uint8_t> keep(static_cast<size_t>(n_group), 0);  // [G]
+    for (int64_t g : kept_groups)
+        keep[static_cast<size_t>(g)] = 1;
+    for (int64_t g = 0; g < n_group; ++g)
+        if (!keep[static_cast<size_t>(g)])
+            std::fill(choice + g * per_group, choice + (g + 1) * per_group, fill);
+}
+
+// Capacity dropping (Megatron apply_router_token_dropping): C = ceil(n_tok·k/E · CF); an expert
+// over capacity keeps the C assignments with the largest weight (probs; equal weights → the
+// earlier token) or of the earliest tokens (position).
+void drop_over_capacity(const MoeConfig& m, int64_t n_tok, Routing& r) {
+    const int64_t k = m.top_k;
+    const double tokens = static_cast<double>(n_tok) * static_cast<double>(k);
+    const auto capacity = static_cast<int64_t>(
+        std::ceil(tokens / static_cast<double>(m.n_routed_experts) * m.capacity_factor));
+    std::vector<std::vector<int64_t>> slots(static_cast<size_t>(m.n_routed_experts));  // [E][..]
+    for (int64_t a = 0; a < n_tok * k; ++a)  // token-major: each list is in token order
+        slots[static_cast<size_t>(r.idx[static_cast<size_t>(a)])].push_back(a);
+    for (std::vector<int64_t>& list : slots) {
+        if (static_cast<int64_t>(list.size()) <= capacity)
+            continue;
+        if (m.drop_policy == DropPolicy::probs)
+            std::stable_sort(list.begin(), list.end(), [&](int64_t a, int64_t b) {
+                return r.weight[static_cast<size_t>(a)] > r.weight[static_cast<size_t>(b)];
+            });
+        for (size_t j = static_cast<size_t>(capacity); j < list.size(); ++j) {
+            const auto a = static_cast<size_t>(list[j]);
+            r.kept[a] = 0;
+            r.weight[a] = 0.0f;
+            --r.tokens_per_expert[static_cast<size_t>(r.idx[a])];
+            ++r.dropped;
+        }
+    }
+}
+
+}  // namespace
+
+Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_tok, d]*/) {
+    const MoeConfig& m = cfg.moe;
+    const int64_t n_exp = m.n_routed_experts, k = m.top_k, n_tok = x.dim(0);
+    const bool has_bias = m.correction_bias;
+    const bool kimi = cfg.model_type == "kimi_linear";
+    HYMOE_CHECK(x.shape.size() == 2 && x.dim(1) == cfg.hidden_size, "x ", shape_string(x.shape));
+    HYMOE_CHECK(w.gate.view().shape == Shape({n_exp, cfg.hidden_size}),
+                "gate.weight ",
+                shape_string(w.gate.view().shape));
+    HYMOE_CHECK(!has_bias || w.correction_bias.view().shape == Shape({n_exp}),
+                "e_score_correction_bias ",
+                shape_string(w.correction_bias.view().shape));
+    HYMOE_CHECK(m.n_group >= 1 && n_exp % m.n_group == 0 && m.topk_group <= m.n_group &&
+                    k <= m.topk_group * (n_exp / m.n_group) &&
+                    (m.n_group == 1 || !has_bias || n_exp / m.n_group >= 2),
+                "E ", n_exp, ", top_k ", k, ", n_group ", m.n_group, ", topk_group ",
+                m.topk_group);
+
+    Buffer scores(DType::f32, {n_tok, n_exp});  // [n_tok, E] logits, then s
+    ops::linear(x, w.gate.view(), scores.view());
+    if (m.scoring == Scoring::sigmoid)
+        ops::sigmoid_inplace(scores.view());
+    else
+        ops::softmax_rows(scores.ptr<float>(), n_tok, n_exp);
+
+    Routing r;
+    r.idx.resize(static_cast<size_t>(n_tok * k));
+    r.weight.resize(static_cast<size_t>(n_tok * k));
+    r.kept.assign(static_cast<size_t>(n_tok * k), 1);
+    r.tokens_per_expert.assign(static_cast<size_t>(n_exp), 0);
+    const float* bias = has_bias ? w.correction_bias.ptr<float>() : nullptr;  // [E]
+    const float fill = kimi ? 0.0f : -std::numeric_limits<float>::infinity();
+    const float eps = kimi ? 1e-20f : 0.0f;
+    const bool renormalize = m.renormalize && (!kimi || k > 1);
+    const auto rho = static_cast<float>(m.routed_scaling_factor);
+    std::vector<float> biased(static_cast<size_t>(n_exp));  // [E] s' = s + b
+    std::vector<float> choice(static_cast<size_t>(n_exp));  // [E] s' with masked groups
+    for (int64_t t = 0; t < n_tok; ++t) {
+        const float* s = scores.ptr<float>() + t * n_exp;
+        for (int64_t e = 0; e < n_exp; ++e)
+            biased[static_cast<size_t>(e)] = bias ? s[e] + bias[e] : s[e];
+        choice = biased;
+        if (m.n_group > 1)
+            mask_groups(m, has_bias, fill, choice.data());
+        int64_t* idx = r.idx.data() + t * k;
+        float* wt = r.weight.data() + t * k;
+        ops::top_k(choice.data(), n_exp, k, idx);
+        const float* source = m.weights_from_biased_scores ? biased.data() : s;
+        float sum = 0.0f;
+        for (int64_t i = 0; i < k; ++i) {
+            wt[i] = source[idx[i]];
+            sum += wt[i];
+        }
+        for (int64_t i = 0; i < k; ++i) {
+            if (renormalize)
+                wt[i] /= sum + eps;
+            wt[i] *= rho;
+            ++r.tokens_per_expert[static_cast<size_t>(idx[i])];
+        }
+    }
+    if (m.capacity_factor > 0.0)
+        drop_over_capacity(m, n_tok, r);
+    return r;
+}
+
+}  // namespace hymoe::model
