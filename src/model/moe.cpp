@@ -4,7 +4,9 @@
 // adds w_i · out_i over its top-k slots in slot order, in fp32, so the sum never depends on the
 // order the experts ran in). LatentMoE projects x → z = fc1 x before dispatch and the combined
 // y_lat → fc2 y_lat after; the shared experts always run on the full-width x and are added last.
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "hymoe/backend/ops.h"
@@ -37,8 +39,8 @@ Dispatch plan_dispatch(const Routing& r, int64_t n_tok, int64_t top_k) {
 }
 
 // The routed part: acc [n_tok, w] = Σ_i w_i · Expert_idx_i(z) for z [n_tok, w].
-void routed_experts(const MoeConfig& m, const MoeWeights& w, const Routing& r, const Tensor& z,
-                    Tensor& acc) {
+void routed_experts(const MoeConfig& m, const MoeWeights& w, const Routing& r,
+                    const Tensor& z /*[n_tok, w]*/, Tensor& acc /*[n_tok, w]*/) {
     const int64_t n_tok = z.dim(0), width = z.dim(1), k = m.top_k;
     const Dispatch p = plan_dispatch(r, n_tok, k);
     const int64_t n_rows = p.offset.back();

@@ -1,0 +1,207 @@
+// The two evaluations of the KDA recurrence (spec/model-math.md §3) on one sequence, every head,
+// in fp32: the naive token-by-token scan (fla naive_recurrent_kda) and the chunked WY form (fla
+// naive_chunk_kda). Both continue from the state given and leave the state after the last token.
+// Chunked form, per head and chunk of L tokens with state S [K, V] from the previous chunk and
+// Γ_c = Σ_{j≤c} g_j the within-chunk cumulative log-decay [L, K]:
+//   M[c,i] = β_c Σ_κ k_cκ k_iκ e^{Γ_cκ − Γ_iκ} (i < c),   T = (I + M)^{-1} Diag(β),
+//   W = T (K ⊙ e^Γ),  U = T V,  V' = U − W S,
+//   O = (Q ⊙ e^Γ) S + [Aqk]_{j≤c} V',   Aqk[c,j] = Σ_κ q_cκ k_jκ e^{Γ_cκ − Γ_jκ},
+//   S ← e^{Γ_L} ⊙ S + (K ⊙ e^{Γ_L − Γ})ᵀ V'.
+// Since g ≤ 0, every exponent evaluated here (Γ_c − Γ_j with j ≤ c, Γ_c, Γ_L − Γ_c) is ≤ 0: the
+// masked upper triangle, whose exponents are positive and overflow under strong decay, is never
+// computed (its entries are set to zero).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+#include "hymoe/model/kda.h"
+
+namespace hymoe::model {
+
+namespace {
+
+void check_params(const KdaScanParams& p) {
+    HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && p.S != nullptr,
+                "kda scan: T ",
+                p.n_tok,
+                " H ",
+                p.n_head,
+                " K ",
+                p.d_k,
+                " V ",
+                p.d_v);
+    HYMOE_CHECK(p.n_tok == 0 || (p.q && p.k && p.v && p.g && p.beta && p.o),
+                "kda scan: missing input or output array");
+}
+
+// Scratch for one chunk of one head, sized for chunks of up to C tokens (row strides K, V, C).
+struct ChunkScratch {
+    std::vector<float> gam;  // [C, K] Γ
+    std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
+    std::vector<float> kg;   // [C, K] K ⊙ e^Γ
+    std::vector<float> kl;   // [C, K] K ⊙ e^{Γ_L − Γ}
+    std::vector<float> m;    // [C, C] M, strictly lower
+    std::vector<float> aqk;  // [C, C] Aqk, lower with the diagonal
+    std::vector<float> t;    // [C, C] T, lower with the diagonal
+    std::vector<float> w;    // [C, K] W
+    std::vector<float> u;    // [C, V] U, then V'
+    ChunkScratch(int64_t C, int64_t K, int64_t V)
+        : gam(C * K), qg(C * K), kg(C * K), kl(C * K), m(C * C), aqk(C * C), t(C * C), w(C * K),
+          u(C * V) {}
+};
+
+// One head's rows of one chunk: row c of q, k, g at c·ldk, of v, o at c·ldv, β at c·H.
+struct ChunkView {
+    int64_t L, K, V, H, ldk, ldv;
+    const float* q;     // [L, K] (stride ldk)
+    const float* k;     // [L, K] (stride ldk)
+    const float* v;     // [L, V] (stride ldv)
+    const float* g;     // [L, K] (stride ldk)
+    const float* beta;  // [L] (stride H)
+    float* o;           // [L, V] (stride ldv)
+    float* S;           // [K, V] this head's state
+};
+
+// Γ, Q ⊙ e^Γ, K ⊙ e^Γ, K ⊙ e^{Γ_L − Γ}.
+void chunk_decays(const ChunkView& c, ChunkScratch& s) {
+    const int64_t K = c.K;
+    for (int64_t i = 0; i < c.L; ++i)
+        for (int64_t x = 0; x < K; ++x)
+            s.gam[i * K + x] = (i ? s.gam[(i - 1) * K + x] : 0.0f) + c.g[i * c.ldk + x];
+    const float* last = &s.gam[(c.L - 1) * K];
+    for (int64_t i = 0; i < c.L; ++i) {
+        for (int64_t x = 0; x < K; ++x) {
+            const float e = std::exp(s.gam[i * K + x]);
+            s.qg[i * K + x] = c.q[i * c.ldk + x] * e;
+            s.kg[i * K + x] = c.k[i * c.ldk + x] * e;
+            s.kl[i * K + x] = c.k[i * c.ldk + x] * std::exp(last[x] - s.gam[i * K + x]);
+        }
+    }
+}
+
+// M and Aqk on the causal triangle (one exp per (c, j ≤ c, κ)), zero above it.
+void chunk_triangles(const ChunkView& c, int64_t C, ChunkScratch& s) {
+    const int64_t K = c.K;
+    for (int64_t i = 0; i < c.L; ++i) {
+        const float* qi = c.q + i * c.ldk;
+        const float* ki = c.k + i * c.ldk;
+        const float* gi = &s.gam[i * K];
+        for (int64_t j = 0; j <= i; ++j) {
+            const float* kj = c.k + j * c.ldk;
+            const float* gj = &s.gam[j * K];
+            float akk = 0.0f, aqk = 0.0f;
+            for (int64_t x = 0; x < K; ++x) {
+                const float kje = kj[x] * std::exp(gi[x] - gj[x]);
+                akk += ki[x] * kje;
+                aqk += qi[x] * kje;
+            }
+            s.m[i * C + j] = j < i ? c.beta[i * c.H] * akk : 0.0f;
+            s.aqk[i * C + j] = aqk;
+        }
+        std::fill(&s.m[i * C + i + 1], &s.m[i * C + c.L], 0.0f);
+        std::fill(&s.aqk[i * C + i + 1], &s.aqk[i * C + c.L], 0.0f);
+    }
+}
+
+// T = (I + M)^{-1} Diag(β): N = (I + M)^{-1} is unit lower triangular, found row by row by forward
+// substitution N[i, j] = −M[i, j] − Σ_{j<l<i} M[i, l] N[l, j]; then column j is scaled by β_j.
+void chunk_solve(const ChunkView& c, int64_t C, ChunkScratch& s) {
+    for (int64_t i = 0; i < c.L; ++i) {
+        for (int64_t j = 0; j < i; ++j) {
+            float n = -s.m[i * C + j];
+            for (int64_t l = j + 1; l < i; ++l)
+                n -= s.m[i * C + l] * s.t[l * C + j];
+            s.t[i * C + j] = n;
+        }
+        s.t[i * C + i] = 1.0f;
+        std::fill(&s.t[i * C + i + 1], &s.t[i * C + c.L], 0.0f);
+    }
+    for (int64_t i = 0; i < c.L; ++i)
+        for (int64_t j = 0; j <= i; ++j)
+            s.t[i * C + j] *= c.beta[j * c.H];
+}
+
+// One chunk of one head: O for its tokens, and the state carried past it.
+void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
+    const int64_t L = c.L, K = c.K, V = c.V;
+    chunk_decays(c, s);
+    chunk_triangles(c, C, s);
+    chunk_solve(c, C, s);
+    ops::gemm(false, false, L, K, L, 1.0f, s.t.data(), C, s.kg.data(), K, 0.0f, s.w.data(), K);
+    ops::gemm(false, false, L, V, L, 1.0f, s.t.data(), C, c.v, c.ldv, 0.0f, s.u.data(), V);
+    ops::gemm(false, false, L, V, K, -1.0f, s.w.data(), K, c.S, V, 1.0f, s.u.data(), V);  // V'
+    ops::gemm(false, false, L, V, K, 1.0f, s.qg.data(), K, c.S, V, 0.0f, c.o, c.ldv);
+    ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
+    const float* last = &s.gam[(L - 1) * K];
+    for (int64_t x = 0; x < K; ++x) {
+        const float e = std::exp(last[x]);
+        for (int64_t y = 0; y < V; ++y)
+            c.S[x * V + y] *= e;
+    }
+    ops::gemm(true, false, K, V, L, 1.0f, s.kl.data(), K, s.u.data(), V, 1.0f, c.S, V);
+}
+
+}  // namespace
+
+void kda_recurrent(const KdaScanParams& p) {
+    check_params(p);
+    const int64_t H = p.n_head, K = p.d_k, V = p.d_v;
+    std::vector<float> u(V);  // [V] β (v − S'ᵀk)
+    for (int64_t h = 0; h < H; ++h) {
+        float* S = p.S + h * K * V;  // [K, V]
+        for (int64_t t = 0; t < p.n_tok; ++t) {
+            const float* q = p.q + (t * H + h) * K;
+            const float* k = p.k + (t * H + h) * K;
+            const float* g = p.g + (t * H + h) * K;
+            const float* v = p.v + (t * H + h) * V;
+            float* o = p.o + (t * H + h) * V;
+            std::fill(u.begin(), u.end(), 0.0f);
+            for (int64_t x = 0; x < K; ++x) {  // S' = e^g ⊙ S; u = S'ᵀk
+                const float e = std::exp(g[x]);
+                for (int64_t y = 0; y < V; ++y) {
+                    S[x * V + y] *= e;
+                    u[y] += k[x] * S[x * V + y];
+                }
+            }
+            const float beta = p.beta[t * H + h];
+            for (int64_t y = 0; y < V; ++y)
+                u[y] = beta * (v[y] - u[y]);
+            std::fill(o, o + V, 0.0f);
+            for (int64_t x = 0; x < K; ++x) {  // S = S' + k uᵀ; o = Sᵀq
+                for (int64_t y = 0; y < V; ++y) {
+                    S[x * V + y] += k[x] * u[y];
+                    o[y] += q[x] * S[x * V + y];
+                }
+            }
+        }
+    }
+}
+
+void kda_chunked(const KdaScanParams& p, int chunk) {
+    check_params(p);
+    HYMOE_CHECK(chunk > 0, "kda_chunked: chunk ", chunk);
+    const int64_t H = p.n_head, K = p.d_k, V = p.d_v, C = chunk;
+    ChunkScratch scratch(C, K, V);
+    for (int64_t h = 0; h < H; ++h) {
+        for (int64_t t0 = 0; t0 < p.n_tok; t0 += C) {
+            const ChunkView c{std::min(C, p.n_tok - t0),
+                              K,
+                              V,
+                              H,
+                              H * K,
+                              H * V,
+                              p.q + (t0 * H + h) * K,
+                              p.k + (t0 * H + h) * K,
+                              p.v + (t0 * H + h) * V,
+                              p.g + (t0 * H + h) * K,
+                              p.beta + t0 * H + h,
+                              p.o + (t0 * H + h) * V,
+                              p.S + h * K * V};
+            chunk_step(c, C, scratch);
+        }
+    }
+}
+
+}  // namespace hymoe::model
