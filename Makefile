@@ -67,8 +67,7 @@ build/hymoe: $(OUT)/hymoe FORCE
 	@ln -sfn $(CONFIG)/hymoe $@
 
 $(OUT)/libhymoe.a: $(LIB_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
+	@rm -f $@.$$$$ && ar rcs $@.$$$$ $^ && mv $@.$$$$ $@
 
 $(OUT)/hymoe: $(OUT)/src/main.o $(OUT)/libhymoe.a
 	$(CXX) $(SAN_FLAGS) $^ $(LDLIBS) -o $@

@@ -1,6 +1,7 @@
 // HDF5 writer (atomic, serial or collective MPI-IO) and reader; see io/h5.h.
 #include "hymoe/io/h5.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -95,6 +96,21 @@ void H5Writer::text(const std::string& name, const std::string& value) {
     H5Id d = create_dataset(name, type.get(), {});
     if (comm_.rank() == 0 || !parallel_) {
         if (H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()) < 0)
+            HYMOE_FAIL_ONE(Exit::internal, "HDF5: writing ", name, " in ", path_);
+    }
+}
+
+void H5Writer::strings(const std::string& name, const std::vector<std::string>& values) {
+    size_t len = 1;
+    for (const auto& v : values)
+        len = std::max(len, v.size());
+    std::string packed(len * values.size(), '\0');
+    for (size_t i = 0; i < values.size(); ++i)
+        std::copy(values[i].begin(), values[i].end(), packed.begin() + static_cast<long>(i * len));
+    H5Id type = string_type(len);
+    H5Id d = create_dataset(name, type.get(), {static_cast<int64_t>(values.size())});
+    if ((comm_.rank() == 0 || !parallel_) && !values.empty()) {
+        if (H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()) < 0)
             HYMOE_FAIL_ONE(Exit::internal, "HDF5: writing ", name, " in ", path_);
     }
 }
@@ -208,6 +224,22 @@ std::vector<T> read_all(hid_t file, const std::string& path, const std::string& 
 }
 
 }  // namespace
+
+std::vector<std::string> H5Reader::strings(const std::string& name) const {
+    H5Id d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose, path_ + ": " + name);
+    H5Id type(H5Dget_type(d.get()), H5Tclose, "type of " + name);
+    const size_t len = H5Tget_size(type.get());
+    const int64_t n = shape_numel(shape(name));
+    std::string packed(len * static_cast<size_t>(n), '\0');
+    if (n > 0 && H5Dread(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()) < 0)
+        HYMOE_FAIL_ONE(Exit::internal, "HDF5: reading ", name, " in ", path_);
+    std::vector<std::string> out;
+    for (int64_t i = 0; i < n; ++i) {
+        std::string s = packed.substr(static_cast<size_t>(i) * len, len);
+        out.push_back(s.substr(0, s.find('\0')));
+    }
+    return out;
+}
 
 std::vector<float> H5Reader::floats(const std::string& name) const {
     return read_all<float>(file_.get(), path_, name, H5T_NATIVE_FLOAT, shape_numel(shape(name)));

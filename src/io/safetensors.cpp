@@ -12,22 +12,21 @@
 // Multi-byte values are little-endian in the file and on every host we build for.
 #include "hymoe/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -52,15 +51,25 @@ struct StDTypeName {
     size_t size;
 };
 constexpr StDTypeName kStDTypes[] = {
-    {StDType::boolean, "BOOL", 1},   {StDType::u8, "U8", 1},     {StDType::i8, "I8", 1},
-    {StDType::f8_e4m3, "F8_E4M3", 1}, {StDType::f8_e5m2, "F8_E5M2", 1},
-    {StDType::f8_e8m0, "F8_E8M0", 1}, {StDType::i16, "I16", 2},  {StDType::u16, "U16", 2},
-    {StDType::f16, "F16", 2},        {StDType::bf16, "BF16", 2}, {StDType::i32, "I32", 4},
-    {StDType::u32, "U32", 4},        {StDType::f32, "F32", 4},   {StDType::i64, "I64", 8},
-    {StDType::u64, "U64", 8},        {StDType::f64, "F64", 8},
+    {StDType::boolean, "BOOL", 1},
+    {StDType::u8, "U8", 1},
+    {StDType::i8, "I8", 1},
+    {StDType::f8_e4m3, "F8_E4M3", 1},
+    {StDType::f8_e5m2, "F8_E5M2", 1},
+    {StDType::f8_e8m0, "F8_E8M0", 1},
+    {StDType::i16, "I16", 2},
+    {StDType::u16, "U16", 2},
+    {StDType::f16, "F16", 2},
+    {StDType::bf16, "BF16", 2},
+    {StDType::i32, "I32", 4},
+    {StDType::u32, "U32", 4},
+    {StDType::f32, "F32", 4},
+    {StDType::i64, "I64", 8},
+    {StDType::u64, "U64", 8},
+    {StDType::f64, "F64", 8},
 };
 
-// ---- strict JSON ---------------------------------------------------------------------------------
+// ---- strict JSON --------------------------------------------------------------------------------
 
 // The first key that appears twice in one object, and the top-level key it sits under.
 struct DuplicateKey {
@@ -97,9 +106,11 @@ std::string json_message(const json::exception& e) {
     return p == std::string::npos ? m : m.substr(p + 2);
 }
 
-// ---- element conversion --------------------------------------------------------------------------
+// ---- element conversion -------------------------------------------------------------------------
 
-bool is_float_dtype(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+bool is_float_dtype(DType t) {
+    return t == DType::f32 || t == DType::f16 || t == DType::bf16;
+}
 
 // Stored type -> destination type: the same type (BOOL into u8), or a number into a float type.
 bool convertible(StDType s, DType d) {
@@ -117,9 +128,23 @@ T load(const unsigned char* p) {
     return v;
 }
 
+// One stored element as f32 (each a distinct lambda type, so store_floats inlines it).
+constexpr auto load_f32 = [](const unsigned char* p) { return load<float>(p); };
+constexpr auto load_f16 = [](const unsigned char* p) { return f16_to_float(load<uint16_t>(p)); };
+constexpr auto load_bf16 = [](const unsigned char* p) { return bf16_to_float(load<uint16_t>(p)); };
+constexpr auto load_f64 = [](const unsigned char* p) {
+    return static_cast<float>(load<double>(p));
+};
+constexpr auto load_i32 = [](const unsigned char* p) {
+    return static_cast<float>(load<int32_t>(p));
+};
+constexpr auto load_i64 = [](const unsigned char* p) {
+    return static_cast<float>(load<int64_t>(p));
+};
+
 template <typename Load>
-void store_floats(const unsigned char* src, size_t src_size, Load ld, unsigned char* dst, DType d,
-                  size_t n) {
+void store_floats(
+    const unsigned char* src, size_t src_size, Load ld, unsigned char* dst, DType d, size_t n) {
     switch (d) {
         case DType::f32:
             for (size_t i = 0; i < n; ++i) {
@@ -139,7 +164,8 @@ void store_floats(const unsigned char* src, size_t src_size, Load ld, unsigned c
                 std::memcpy(dst + 2 * i, &h, 2);
             }
             return;
-        default: break;
+        default:
+            break;
     }
     HYMOE_CHECK(false, "no float conversion into ", to_string(d));
 }
@@ -152,33 +178,24 @@ void convert(const unsigned char* src, StDType s, unsigned char* dst, DType d, s
     }
     switch (s) {
         case StDType::f32:
-            return store_floats(src, 4, load<float>, dst, d, n);
+            return store_floats(src, 4, load_f32, dst, d, n);
         case StDType::f16:
-            return store_floats(
-                src, 2, [](const unsigned char* p) { return f16_to_float(load<uint16_t>(p)); }, dst,
-                d, n);
+            return store_floats(src, 2, load_f16, dst, d, n);
         case StDType::bf16:
-            return store_floats(
-                src, 2, [](const unsigned char* p) { return bf16_to_float(load<uint16_t>(p)); },
-                dst, d, n);
+            return store_floats(src, 2, load_bf16, dst, d, n);
         case StDType::f64:
-            return store_floats(
-                src, 8, [](const unsigned char* p) { return static_cast<float>(load<double>(p)); },
-                dst, d, n);
+            return store_floats(src, 8, load_f64, dst, d, n);
         case StDType::i32:
-            return store_floats(
-                src, 4, [](const unsigned char* p) { return static_cast<float>(load<int32_t>(p)); },
-                dst, d, n);
+            return store_floats(src, 4, load_i32, dst, d, n);
         case StDType::i64:
-            return store_floats(
-                src, 8, [](const unsigned char* p) { return static_cast<float>(load<int64_t>(p)); },
-                dst, d, n);
-        default: break;
+            return store_floats(src, 8, load_i64, dst, d, n);
+        default:
+            break;
     }
     HYMOE_CHECK(false, "no conversion from ", to_string(s), " to ", to_string(d));
 }
 
-// ---- header fields -------------------------------------------------------------------------------
+// ---- header fields ------------------------------------------------------------------------------
 
 // A JSON integer >= 0 that fits int64, or nothing.
 std::optional<uint64_t> non_negative(const json& v) {
@@ -192,22 +209,39 @@ std::optional<uint64_t> non_negative(const json& v) {
     return std::nullopt;
 }
 
-void check_convertible(const std::string& path, const std::string& name, StDType s,
+void check_convertible(const std::string& path,
+                       const std::string& name,
+                       StDType s,
                        const Tensor& dest) {
     if (!convertible(s, dest.dtype))
-        HYMOE_FAIL_ONE(Exit::bad_input, path, ": tensor '", name, "' is ", to_string(s),
-                       " and cannot be read into a ", to_string(dest.dtype), " destination");
-    HYMOE_CHECK(dest.device == Device::cpu, "safetensors reads into host memory, not ",
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path,
+                       ": tensor '",
+                       name,
+                       "' is ",
+                       to_string(s),
+                       " and cannot be read into a ",
+                       to_string(dest.dtype),
+                       " destination");
+    HYMOE_CHECK(dest.device == Device::cpu,
+                "safetensors reads into host memory, not ",
                 to_string(dest.device));
-    HYMOE_CHECK(dest.data != nullptr || dest.numel() == 0, "reading tensor '", name,
+    HYMOE_CHECK(dest.data != nullptr || dest.numel() == 0,
+                "reading tensor '",
+                name,
                 "' into a null destination");
 }
 
 // Copy part of a stored tensor `src` (type s, shape full) into dest (shape part: full with
 // [begin, begin + part[dim]) along dim). Viewed as [outer, full[dim], inner] -> [outer, part[dim],
 // inner], that is one contiguous run of part[dim] * inner elements per outer index.
-void copy_part(const unsigned char* src, StDType s, const Shape& full, int dim, int64_t begin,
-               const Shape& part, Tensor& dest) {
+void copy_part(const unsigned char* src,
+               StDType s,
+               const Shape& full,
+               int dim,
+               int64_t begin,
+               const Shape& part,
+               Tensor& dest) {
     if (shape_numel(part) == 0)
         return;
     uint64_t outer = 1, inner = 1;
@@ -233,6 +267,14 @@ void copy_part(const unsigned char* src, StDType s, const Shape& full, int dim, 
         convert(src + o * stride * ssize, s, dst + o * run * dsize, dest.dtype, run);
 }
 
+// A JSON array as written in messages: "[4, -1]".
+std::string list_string(const json& a) {
+    std::string s = "[";
+    for (size_t i = 0; i < a.size(); ++i)
+        s += (i ? ", " : "") + a[i].dump();
+    return s + "]";
+}
+
 // Fd closed on scope exit (the mapping outlives it).
 struct Fd {
     int fd;
@@ -244,7 +286,7 @@ struct Fd {
 
 }  // namespace
 
-// ---- dtypes --------------------------------------------------------------------------------------
+// ---- dtypes -------------------------------------------------------------------------------------
 
 const char* to_string(StDType t) {
     for (const StDTypeName& e : kStDTypes)
@@ -269,19 +311,27 @@ std::optional<StDType> st_dtype_from_string(const std::string& s) {
 
 StDType st_dtype_of(DType t) {
     switch (t) {
-        case DType::f32: return StDType::f32;
-        case DType::f16: return StDType::f16;
-        case DType::bf16: return StDType::bf16;
-        case DType::i32: return StDType::i32;
-        case DType::i64: return StDType::i64;
-        case DType::u8: return StDType::u8;
+        case DType::f32:
+            return StDType::f32;
+        case DType::f16:
+            return StDType::f16;
+        case DType::bf16:
+            return StDType::bf16;
+        case DType::i32:
+            return StDType::i32;
+        case DType::i64:
+            return StDType::i64;
+        case DType::u8:
+            return StDType::u8;
     }
     return StDType::u8;
 }
 
-// ---- SafetensorsFile -----------------------------------------------------------------------------
+// ---- SafetensorsFile ----------------------------------------------------------------------------
 
-void SafetensorsFile::Unmap::operator()(void* p) const { ::munmap(p, size); }
+void SafetensorsFile::Unmap::operator()(void* p) const {
+    ::munmap(p, size);
+}
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
@@ -294,7 +344,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         HYMOE_FAIL_ONE(Exit::bad_input, path, ": is not a regular file");
     uint64_t size = static_cast<uint64_t>(st.st_size);
     if (size < 8)
-        HYMOE_FAIL_ONE(Exit::bad_input, path, ": file is ", size,
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path,
+                       ": file is ",
+                       size,
                        " bytes, too short to hold the 8-byte header length (truncated?)");
 
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, f.fd, 0);
@@ -305,12 +358,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 
     uint64_t header_len = load<uint64_t>(bytes);
     if (header_len > kMaxHeaderLen)
-        HYMOE_FAIL_ONE(Exit::bad_input, path, ": header length ", header_len,
-                       " is implausible (the limit is ", kMaxHeaderLen,
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path,
+                       ": header length ",
+                       header_len,
+                       " is implausible (the limit is ",
+                       kMaxHeaderLen,
                        " bytes): not a safetensors file?");
     if (header_len > size - 8)
-        HYMOE_FAIL_ONE(Exit::bad_input, path, ": header length ", header_len,
-                       " runs past the end of the file (", size, " bytes; truncated?)");
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path,
+                       ": header length ",
+                       header_len,
+                       " runs past the end of the file (",
+                       size,
+                       " bytes; truncated?)");
     data_ = bytes + 8 + header_len;
     data_size_ = size - 8 - header_len;
     parse_header(reinterpret_cast<const char*>(bytes + 8), header_len);
@@ -325,34 +387,59 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
         HYMOE_FAIL_ONE(Exit::bad_input, path_, ": header is not valid JSON: ", json_message(e));
     }
     if (!header.is_object())
-        HYMOE_FAIL_ONE(Exit::bad_input, path_, ": header is a JSON ", header.type_name(),
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path_,
+                       ": header is a JSON ",
+                       header.type_name(),
                        ", not an object of tensors");
     if (dup && dup->top.empty())
-        HYMOE_FAIL_ONE(Exit::bad_input, path_, ": tensor '", dup->key,
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path_,
+                       ": tensor '",
+                       dup->key,
                        "' appears more than once in the header");
     if (dup && dup->top == "__metadata__")
-        HYMOE_FAIL_ONE(Exit::bad_input, path_, ": \"__metadata__\" key '", dup->key,
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path_,
+                       ": \"__metadata__\" key '",
+                       dup->key,
                        "' appears more than once");
     if (dup)
-        HYMOE_FAIL_ONE(Exit::bad_input, path_, ": tensor '", dup->top, "': key '", dup->key,
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path_,
+                       ": tensor '",
+                       dup->top,
+                       "': key '",
+                       dup->key,
                        "' appears more than once in its entry");
 
     for (const auto& [name, v] : header.items()) {
         if (name == "__metadata__") {
             if (!v.is_object())
-                HYMOE_FAIL_ONE(Exit::bad_input, path_, ": \"__metadata__\" is a JSON ",
-                               v.type_name(), ", not an object of strings");
+                HYMOE_FAIL_ONE(Exit::bad_input,
+                               path_,
+                               ": \"__metadata__\" is a JSON ",
+                               v.type_name(),
+                               ", not an object of strings");
             for (const auto& [k, s] : v.items()) {
                 if (!s.is_string())
-                    HYMOE_FAIL_ONE(Exit::bad_input, path_, ": \"__metadata__\" entry '", k,
-                                   "' is ", s.dump(), ", not a string");
+                    HYMOE_FAIL_ONE(Exit::bad_input,
+                                   path_,
+                                   ": \"__metadata__\" entry '",
+                                   k,
+                                   "' is ",
+                                   s.dump(),
+                                   ", not a string");
                 metadata_[k] = s.get<std::string>();
             }
             continue;
         }
         const std::string where = path_ + ": tensor '" + name + "'";
         if (!v.is_object())
-            HYMOE_FAIL_ONE(Exit::bad_input, where, ": entry is a JSON ", v.type_name(),
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           where,
+                           ": entry is a JSON ",
+                           v.type_name(),
                            ", not an object {dtype, shape, data_offsets}");
         SafetensorsInfo t;
 
@@ -361,8 +448,8 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
             HYMOE_FAIL_ONE(Exit::bad_input, where, ": \"dtype\" is missing or not a string");
         std::optional<StDType> known = st_dtype_from_string(dt->get<std::string>());
         if (!known)
-            HYMOE_FAIL_ONE(Exit::bad_input, where, ": unknown dtype '", dt->get<std::string>(),
-                           "'");
+            HYMOE_FAIL_ONE(
+                Exit::bad_input, where, ": unknown dtype '", dt->get<std::string>(), "'");
         t.dtype = *known;
 
         auto sh = v.find("shape");
@@ -373,7 +460,10 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
         for (const json& d : *sh) {
             std::optional<uint64_t> n = non_negative(d);
             if (!n)
-                HYMOE_FAIL_ONE(Exit::bad_input, where, ": shape ", sh->dump(),
+                HYMOE_FAIL_ONE(Exit::bad_input,
+                               where,
+                               ": shape ",
+                               list_string(*sh),
                                " has an entry that is not a non-negative integer");
             t.shape.push_back(static_cast<int64_t>(*n));
             overflow = overflow || __builtin_mul_overflow(numel, *n, &numel);
@@ -381,7 +471,7 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
         uint64_t need = 0;
         overflow = overflow || __builtin_mul_overflow(numel, st_dtype_size(t.dtype), &need);
         if (overflow || need > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-            HYMOE_FAIL_ONE(Exit::bad_input, where, ": shape ", sh->dump(), " is too large");
+            HYMOE_FAIL_ONE(Exit::bad_input, where, ": shape ", list_string(*sh), " is too large");
 
         auto off = v.find("data_offsets");
         std::optional<uint64_t> begin, end;
@@ -390,18 +480,32 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
             end = non_negative((*off)[1]);
         }
         if (!begin || !end)
-            HYMOE_FAIL_ONE(Exit::bad_input, where,
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           where,
                            ": \"data_offsets\" is missing or not two non-negative integers");
         std::string offsets = cat("data_offsets [", *begin, ", ", *end, "]");
         if (*end < *begin)
             HYMOE_FAIL_ONE(Exit::bad_input, where, ": ", offsets, " end before they begin");
         if (*end - *begin != need)
-            HYMOE_FAIL_ONE(Exit::bad_input, where, ": ", offsets, " hold ", *end - *begin,
-                           " bytes but ", to_string(t.dtype), " ", shape_string(t.shape),
-                           " needs ", need);
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           where,
+                           ": ",
+                           offsets,
+                           " hold ",
+                           *end - *begin,
+                           " bytes but ",
+                           to_string(t.dtype),
+                           " ",
+                           shape_string(t.shape),
+                           " needs ",
+                           need);
         if (*end > data_size_)
-            HYMOE_FAIL_ONE(Exit::bad_input, where, ": ", offsets,
-                           " run past the end of the data section (", data_size_,
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           where,
+                           ": ",
+                           offsets,
+                           " run past the end of the data section (",
+                           data_size_,
                            " bytes; truncated?)");
         t.begin = *begin;
         t.bytes = need;
@@ -415,16 +519,29 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
     for (const auto& e : tensors_)
         if (e.second.bytes > 0)
             order.push_back(&e);
-    std::sort(order.begin(), order.end(),
-              [](const auto* a, const auto* b) { return a->second.begin < b->second.begin; });
+    std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+        return a->second.begin < b->second.begin;
+    });
     const std::pair<const std::string, SafetensorsInfo>* furthest = nullptr;
     for (const auto* e : order) {
         const SafetensorsInfo& t = e->second;
         if (furthest && t.begin < furthest->second.begin + furthest->second.bytes) {
             const SafetensorsInfo& u = furthest->second;
-            HYMOE_FAIL_ONE(Exit::bad_input, path_, ": tensors '", furthest->first, "' [", u.begin,
-                           ", ", u.begin + u.bytes, "] and '", e->first, "' [", t.begin, ", ",
-                           t.begin + t.bytes, "] overlap");
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           path_,
+                           ": tensors '",
+                           furthest->first,
+                           "' [",
+                           u.begin,
+                           ", ",
+                           u.begin + u.bytes,
+                           "] and '",
+                           e->first,
+                           "' [",
+                           t.begin,
+                           ", ",
+                           t.begin + t.bytes,
+                           "] overlap");
         }
         if (!furthest || t.begin + t.bytes > furthest->second.begin + furthest->second.bytes)
             furthest = e;
@@ -434,19 +551,35 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
 const SafetensorsInfo& SafetensorsFile::info(const std::string& name) const {
     auto it = tensors_.find(name);
     if (it == tensors_.end())
-        HYMOE_FAIL_ONE(Exit::bad_input, path_, ": tensor '", name, "' is missing (",
-                       tensors_.size(), " tensors in the file)");
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path_,
+                       ": tensor '",
+                       name,
+                       "' is missing (",
+                       tensors_.size(),
+                       " tensors in the file)");
     return it->second;
 }
 
-const void* SafetensorsFile::raw(const std::string& name) const { return data_ + info(name).begin; }
+const void* SafetensorsFile::raw(const std::string& name) const {
+    return data_ + info(name).begin;
+}
 
 void SafetensorsFile::read(const std::string& name, Tensor& dest) const {
     const SafetensorsInfo& t = info(name);
     if (dest.shape != t.shape)
-        HYMOE_FAIL_ONE(Exit::bad_input, path_, ": tensor '", name, "' is ", to_string(t.dtype),
-                       " ", shape_string(t.shape), " but the destination is ",
-                       to_string(dest.dtype), " ", shape_string(dest.shape));
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path_,
+                       ": tensor '",
+                       name,
+                       "' is ",
+                       to_string(t.dtype),
+                       " ",
+                       shape_string(t.shape),
+                       " but the destination is ",
+                       to_string(dest.dtype),
+                       " ",
+                       shape_string(dest.shape));
     check_convertible(path_, name, t.dtype, dest);
     Shape whole = t.shape.empty() ? Shape{1} : t.shape;  // a scalar reads as one element
     copy_part(data_ + t.begin, t.dtype, whole, 0, 0, whole, dest);
@@ -456,14 +589,16 @@ void SafetensorsFile::read_rows(const std::string& name, int64_t row_begin, Tens
     read_slice(name, 0, row_begin, dest);
 }
 
-void SafetensorsFile::read_slice(const std::string& name, int dim, int64_t begin,
+void SafetensorsFile::read_slice(const std::string& name,
+                                 int dim,
+                                 int64_t begin,
                                  Tensor& dest) const {
     const SafetensorsInfo& t = info(name);
     const int rank = static_cast<int>(t.shape.size());
     const int d = dim < 0 ? dim + rank : dim;
     bool same_rank = d >= 0 && d < rank && dest.shape.size() == t.shape.size();
-    bool fits = same_rank && begin >= 0 && dest.shape[d] >= 0 &&
-                begin <= t.shape[d] - dest.shape[d];
+    bool fits =
+        same_rank && begin >= 0 && dest.shape[d] >= 0 && begin <= t.shape[d] - dest.shape[d];
     for (int i = 0; fits && i < rank; ++i)
         fits = i == d || dest.shape[i] == t.shape[i];
     if (!fits) {
@@ -471,15 +606,26 @@ void SafetensorsFile::read_slice(const std::string& name, int dim, int64_t begin
         if (same_rank)
             what = d == 0 ? cat("rows [", begin, ", ", begin + dest.shape[0], ") do")
                           : cat("[", begin, ", ", begin + dest.shape[d], ") along dim ", d, " do");
-        HYMOE_FAIL_ONE(Exit::bad_input, path_, ": tensor '", name, "' is ", to_string(t.dtype),
-                       " ", shape_string(t.shape), ": ", what, " not fit a destination ",
-                       to_string(dest.dtype), " ", shape_string(dest.shape));
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path_,
+                       ": tensor '",
+                       name,
+                       "' is ",
+                       to_string(t.dtype),
+                       " ",
+                       shape_string(t.shape),
+                       ": ",
+                       what,
+                       " not fit a destination ",
+                       to_string(dest.dtype),
+                       " ",
+                       shape_string(dest.shape));
     }
     check_convertible(path_, name, t.dtype, dest);
     copy_part(data_ + t.begin, t.dtype, t.shape, d, begin, dest.shape, dest);
 }
 
-// ---- SafetensorsFolder ---------------------------------------------------------------------------
+// ---- SafetensorsFolder --------------------------------------------------------------------------
 
 SafetensorsFolder::SafetensorsFolder(const std::string& dir) : dir_(dir) {
     std::error_code ec;
@@ -512,19 +658,32 @@ SafetensorsFolder::SafetensorsFolder(const std::string& dir) : dir_(dir) {
         if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
             HYMOE_FAIL_ONE(Exit::bad_input, index_, ": has no \"weight_map\" object");
         if (dup && dup->top == "weight_map")
-            HYMOE_FAIL_ONE(Exit::bad_input, index_, ": tensor '", dup->key,
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           index_,
+                           ": tensor '",
+                           dup->key,
                            "' appears more than once in \"weight_map\"");
         if (dup && dup->top.empty())
-            HYMOE_FAIL_ONE(Exit::bad_input, index_, ": key '", dup->key,
-                           "' appears more than once");
+            HYMOE_FAIL_ONE(
+                Exit::bad_input, index_, ": key '", dup->key, "' appears more than once");
         for (const auto& [name, shard] : index["weight_map"].items()) {
             if (!shard.is_string())
-                HYMOE_FAIL_ONE(Exit::bad_input, index_, ": tensor '", name, "' maps to ",
-                               shard.dump(), ", not a shard file name");
+                HYMOE_FAIL_ONE(Exit::bad_input,
+                               index_,
+                               ": tensor '",
+                               name,
+                               "' maps to ",
+                               shard.dump(),
+                               ", not a shard file name");
             std::string file = shard.get<std::string>();
             if (file.empty() || file == "." || file == ".." ||
                 file.find_first_of("/\\") != std::string::npos)
-                HYMOE_FAIL_ONE(Exit::bad_input, index_, ": tensor '", name, "' maps to '", file,
+                HYMOE_FAIL_ONE(Exit::bad_input,
+                               index_,
+                               ": tensor '",
+                               name,
+                               "' maps to '",
+                               file,
                                "', not a file name in the folder");
             shard_of_[name] = file;
         }
@@ -544,20 +703,35 @@ SafetensorsFolder::SafetensorsFolder(const std::string& dir) : dir_(dir) {
 const SafetensorsFile& SafetensorsFolder::file_of(const std::string& name) const {
     auto it = shard_of_.find(name);
     if (it == shard_of_.end())
-        HYMOE_FAIL_ONE(Exit::bad_input, dir_, ": tensor '", name, "' is missing (",
-                       shard_of_.size(), " tensors in the checkpoint)");
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       dir_,
+                       ": tensor '",
+                       name,
+                       "' is missing (",
+                       shard_of_.size(),
+                       " tensors in the checkpoint)");
     std::unique_ptr<SafetensorsFile>& shard = shards_[it->second];
     std::string path = (fs::path(base_) / it->second).string();
     if (!shard) {
         std::error_code ec;
         if (!fs::exists(path, ec))
-            HYMOE_FAIL_ONE(Exit::bad_input, path, ": shard file is missing (", kIndexName,
-                           " puts tensor '", name, "' in it)");
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           path,
+                           ": shard file is missing (",
+                           kIndexName,
+                           " puts tensor '",
+                           name,
+                           "' in it)");
         shard = std::make_unique<SafetensorsFile>(path);
     }
     if (!shard->has(name))
-        HYMOE_FAIL_ONE(Exit::bad_input, path, ": tensor '", name, "' is not in this shard, though ",
-                       kIndexName, " puts it here");
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path,
+                       ": tensor '",
+                       name,
+                       "' is not in this shard, though ",
+                       kIndexName,
+                       " puts it here");
     return *shard;
 }
 
@@ -573,7 +747,9 @@ void SafetensorsFolder::read_rows(const std::string& name, int64_t row_begin, Te
     file_of(name).read_rows(name, row_begin, dest);
 }
 
-void SafetensorsFolder::read_slice(const std::string& name, int dim, int64_t begin,
+void SafetensorsFolder::read_slice(const std::string& name,
+                                   int dim,
+                                   int64_t begin,
                                    Tensor& dest) const {
     file_of(name).read_slice(name, dim, begin, dest);
 }
@@ -583,26 +759,31 @@ void SafetensorsFolder::check_all() const {
         file_of(n);
 }
 
-// ---- writer --------------------------------------------------------------------------------------
+// ---- writer -------------------------------------------------------------------------------------
 
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata, DType store) {
+                       const std::map<std::string, std::string>& metadata,
+                       DType store) {
     HYMOE_CHECK(is_float_dtype(store), "safetensors store dtype ", to_string(store));
     struct Item {
         const std::string* name;
         const Tensor* t;
-        StDType dtype;    // as stored
-        uint64_t begin;   // relative to the data start
+        StDType dtype;   // as stored
+        uint64_t begin;  // relative to the data start
         uint64_t bytes;
     };
     std::vector<Item> items;
     std::set<std::string> seen;
     for (const auto& [name, t] : tensors) {
-        HYMOE_CHECK(seen.insert(name).second && name != "__metadata__", "tensor name '", name,
+        HYMOE_CHECK(seen.insert(name).second && name != "__metadata__",
+                    "tensor name '",
+                    name,
                     "' is reserved or given twice");
         HYMOE_CHECK(t.device == Device::cpu && (t.data || t.numel() == 0),
-                    "tensor '", name, "' is not in host memory");
+                    "tensor '",
+                    name,
+                    "' is not in host memory");
         for (int64_t d : t.shape)
             HYMOE_CHECK(d >= 0, "tensor '", name, "' has shape ", shape_string(t.shape));
         StDType st = st_dtype_of(is_float_dtype(t.dtype) ? store : t.dtype);
@@ -621,8 +802,9 @@ void write_safetensors(const std::string& path,
     std::vector<const Item*> by_name;
     for (const Item& it : items)
         by_name.push_back(&it);
-    std::sort(by_name.begin(), by_name.end(),
-              [](const Item* a, const Item* b) { return *a->name < *b->name; });
+    std::sort(by_name.begin(), by_name.end(), [](const Item* a, const Item* b) {
+        return *a->name < *b->name;
+    });
 
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     if (!metadata.empty())

@@ -1,11 +1,12 @@
 // FFN weights by family (HF names, model-math §6-7) and the one MLP every FFN path runs: dense
 // layers, each routed expert and the shared experts. fp32; the activation between the two
 // products is computed in fp32 (DS32's SwiGLU in fp32, model-math §10).
+#include "hymoe/model/ffn.h"
+
 #include <string>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
-#include "hymoe/model/ffn.h"
 
 namespace hymoe::model {
 
@@ -22,8 +23,13 @@ constexpr MlpNames hf_names{"gate_proj", "up_proj", "down_proj"};
 constexpr MlpNames kimi_expert_names{"w1", "w3", "w2"};  // KimiBlockSparseMLP
 
 // Append the matrices of one MLP of width `inter` on inputs of width `width` (relu2: no gate).
-void add_mlp(TensorList& list, const std::string& prefix, const MlpNames& names, ExpertAct act,
-             int64_t inter, int64_t width, DenseFfnWeights& w) {
+void add_mlp(TensorList& list,
+             const std::string& prefix,
+             const MlpNames& names,
+             ExpertAct act,
+             int64_t inter,
+             int64_t width,
+             DenseFfnWeights& w) {
     if (act == ExpertAct::swiglu)
         list.push_back({prefix + names.gate + ".weight", {inter, width}, &w.gate_proj});
     list.push_back({prefix + names.up + ".weight", {inter, width}, &w.up_proj});
@@ -32,7 +38,9 @@ void add_mlp(TensorList& list, const std::string& prefix, const MlpNames& names,
 
 }  // namespace
 
-TensorList ffn_tensors(const ModelConfig& cfg, const LayerSpec& spec, DenseFfnWeights* dense,
+TensorList ffn_tensors(const ModelConfig& cfg,
+                       const LayerSpec& spec,
+                       DenseFfnWeights* dense,
                        MoeWeights* moe) {
     const int64_t d = cfg.hidden_size;
     TensorList list;
@@ -67,12 +75,15 @@ TensorList ffn_tensors(const ModelConfig& cfg, const LayerSpec& spec, DenseFfnWe
                 width,
                 moe->experts[static_cast<size_t>(e)]);
     if (m.n_shared_experts > 0)
-        add_mlp(list, "shared_experts.", hf_names, m.expert_act, m.shared_intermediate, d,
-                moe->shared);
+        add_mlp(
+            list, "shared_experts.", hf_names, m.expert_act, m.shared_intermediate, d, moe->shared);
     return list;
 }
 
-void dense_ffn_forward(const DenseFfnWeights& w, ExpertAct act, const Tensor& x, Tensor& y) {
+void dense_ffn_forward(const DenseFfnWeights& w,
+                       ExpertAct act,
+                       const Tensor& x /*[n_tok, w]*/,
+                       Tensor& y /*[n_tok, w]*/) {
     const int64_t n = x.dim(0);
     const int64_t inter = w.up_proj.view().dim(0);
     Buffer up(DType::f32, {n, inter});  // [n, I]

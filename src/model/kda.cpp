@@ -24,11 +24,13 @@ struct KdaDims {
 };
 
 // An fp32 host view of `p` with `shape` (a reshape of an existing buffer, or a row range of one).
-Tensor view(float* p, Shape shape) { return Tensor{p, DType::f32, Device::cpu, std::move(shape)}; }
+Tensor view(float* p, Shape shape) {
+    return Tensor{p, DType::f32, Device::cpu, std::move(shape)};
+}
 
 // out [n_tok, D] = SiLU(causal_conv(u)) per sequence, each conv continuing its tail [W−1, D].
-void conv_silu(const Tensor& u,     // [n_tok, D]
-               const Buffer& w,     // [D, 1, W]
+void conv_silu(const Tensor& u,  // [n_tok, D]
+               const Buffer& w,  // [D, 1, W]
                const SeqBatch& batch,
                const std::vector<KdaState*>& states,
                Buffer KdaState::*tail,  // the tail of q, k or v in each state
@@ -91,7 +93,8 @@ void scan(const KdaDims& dims,
         p.beta = beta + r * dims.H;
         p.S = states[s]->S.ptr<float>();
         p.o = o + r * dims.D;
-        const bool chunked = mode == KdaMode::chunked || (mode == KdaMode::automatic && p.n_tok > 1);
+        const bool chunked =
+            mode == KdaMode::chunked || (mode == KdaMode::automatic && p.n_tok > 1);
         if (chunked)
             kda_chunked(p);
         else
@@ -143,8 +146,16 @@ void kda_forward(const ModelConfig& cfg,
     const int64_t n_tok = x.numel() / n.d;
     HYMOE_CHECK(x.shape == (Shape{n_tok, n.d}) && y.shape == x.shape && batch.n_tok() == n_tok &&
                     static_cast<int64_t>(states.size()) == batch.n_seq(),
-                "kda_forward: x ", shape_string(x.shape), " y ", shape_string(y.shape), ", ",
-                batch.n_tok(), " tokens in ", batch.n_seq(), " sequences, ", states.size(),
+                "kda_forward: x ",
+                shape_string(x.shape),
+                " y ",
+                shape_string(y.shape),
+                ", ",
+                batch.n_tok(),
+                " tokens in ",
+                batch.n_seq(),
+                " sequences, ",
+                states.size(),
                 " states");
     for (const KdaState* st : states)
         HYMOE_CHECK(st && st->S.view().shape == (Shape{n.H, n.K, n.K}),

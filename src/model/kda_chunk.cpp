@@ -48,7 +48,14 @@ struct ChunkScratch {
     std::vector<float> w;    // [C, K] W
     std::vector<float> u;    // [C, V] U, then V'
     ChunkScratch(int64_t C, int64_t K, int64_t V)
-        : gam(C * K), qg(C * K), kg(C * K), kl(C * K), m(C * C), aqk(C * C), t(C * C), w(C * K),
+        : gam(C * K),
+          qg(C * K),
+          kg(C * K),
+          kl(C * K),
+          m(C * C),
+          aqk(C * C),
+          t(C * C),
+          w(C * K),
           u(C * V) {}
 };
 

@@ -1,9 +1,14 @@
 // The MoE layer forward (spec/model-math.md §6-7) in Megatron's four phases on one process:
 // route → dispatch (gather each expert's kept tokens, in token order, into one contiguous block
-// per expert) → expert computation (one MLP call per expert on its block) → combine (each token
-// adds w_i · out_i over its top-k slots in slot order, in fp32, so the sum never depends on the
-// order the experts ran in). LatentMoE projects x → z = fc1 x before dispatch and the combined
+// per expert) → expert computation (each expert on its block) → combine (each token adds
+// w_i · out_i over its top-k slots in slot order, in fp32, so the sum never depends on the order
+// the experts ran in). LatentMoE projects x → z = fc1 x before dispatch and the combined
 // y_lat → fc2 y_lat after; the shared experts always run on the full-width x and are added last.
+// Every product here is row-wise (one ops::linear call per token, the GEMV path): BLAS GEMM
+// rounds a row differently depending on its position in the call (OpenBLAS edge kernels), so a
+// batched product would make a token's output depend on which tokens share its expert. Row-wise,
+// a token's output is a function of its own x (and, under capacity, of which assignments were
+// dropped) bit for bit: any token order, batch composition or EP dispatch gives the same bits.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -16,6 +21,27 @@
 namespace hymoe::model {
 
 namespace {
+
+// y.rows(r) = x.rows(r) wᵀ, one row at a time: x [n, in], w [out, in], y [n, out].
+void linear_rows(const Tensor& x /*[n, in]*/,
+                 const Tensor& w /*[out, in]*/,
+                 Tensor& y /*[n, out]*/) {
+    for (int64_t r = 0; r < x.dim(0); ++r) {
+        Tensor y_row = y.rows(r, 1);
+        ops::linear(x.rows(r, 1), w, y_row);
+    }
+}
+
+// One MLP row by row: x [n, w], y [n, w].
+void mlp_rows(const DenseFfnWeights& w,
+              ExpertAct act,
+              const Tensor& x /*[n, w]*/,
+              Tensor& y /*[n, w]*/) {
+    for (int64_t r = 0; r < x.dim(0); ++r) {
+        Tensor y_row = y.rows(r, 1);
+        dense_ffn_forward(w, act, x.rows(r, 1), y_row);
+    }
+}
 
 // Where each kept assignment's row lives in the expert-grouped buffers: expert e owns rows
 // [offset[e], offset[e+1]), its tokens ascending.
@@ -39,8 +65,11 @@ Dispatch plan_dispatch(const Routing& r, int64_t n_tok, int64_t top_k) {
 }
 
 // The routed part: acc [n_tok, w] = Σ_i w_i · Expert_idx_i(z) for z [n_tok, w].
-void routed_experts(const MoeConfig& m, const MoeWeights& w, const Routing& r,
-                    const Tensor& z /*[n_tok, w]*/, Tensor& acc /*[n_tok, w]*/) {
+void routed_experts(const MoeConfig& m,
+                    const MoeWeights& w,
+                    const Routing& r,
+                    const Tensor& z /*[n_tok, w]*/,
+                    Tensor& acc /*[n_tok, w]*/) {
     const int64_t n_tok = z.dim(0), width = z.dim(1), k = m.top_k;
     const Dispatch p = plan_dispatch(r, n_tok, k);
     const int64_t n_rows = p.offset.back();
@@ -57,7 +86,7 @@ void routed_experts(const MoeConfig& m, const MoeWeights& w, const Routing& r,
         if (count == 0)
             continue;
         Tensor out_rows = out.view().rows(begin, count);
-        dense_ffn_forward(w.experts[e], m.expert_act, in.view().rows(begin, count), out_rows);
+        mlp_rows(w.experts[e], m.expert_act, in.view().rows(begin, count), out_rows);
     }
     for (int64_t t = 0; t < n_tok; ++t) {
         float* y = acc.ptr<float>() + t * width;
@@ -76,29 +105,38 @@ void routed_experts(const MoeConfig& m, const MoeWeights& w, const Routing& r,
 
 }  // namespace
 
-void moe_forward(const ModelConfig& cfg, const LayerSpec& spec, const MoeWeights& w,
-                 const Tensor& x /*[n_tok, d]*/, Tensor& y /*[n_tok, d]*/, Routing* routing_out) {
+void moe_forward(const ModelConfig& cfg,
+                 const LayerSpec& spec,
+                 const MoeWeights& w,
+                 const Tensor& x /*[n_tok, d]*/,
+                 Tensor& y /*[n_tok, d]*/,
+                 Routing* routing_out) {
     const MoeConfig& m = cfg.moe;
     const int64_t n_tok = x.dim(0), d = cfg.hidden_size;
     HYMOE_CHECK(spec.ffn == Ffn::moe || spec.ffn == Ffn::latent_moe, "not an MoE layer");
-    HYMOE_CHECK(y.shape == x.shape && y.data != x.data, "x ", shape_string(x.shape), " y ",
+    HYMOE_CHECK(y.shape == x.shape && y.data != x.data,
+                "x ",
+                shape_string(x.shape),
+                " y ",
                 shape_string(y.shape));
     HYMOE_CHECK(static_cast<int64_t>(w.experts.size()) == m.n_routed_experts,
-                w.experts.size(), " experts loaded, config has ", m.n_routed_experts);
+                w.experts.size(),
+                " experts loaded, config has ",
+                m.n_routed_experts);
     Routing r = route(cfg, w, x);
     if (spec.ffn == Ffn::latent_moe) {
         const int64_t ell = m.latent_size;
         Buffer z(DType::f32, {n_tok, ell});      // [n_tok, ℓ] fc1 x
         Buffer y_lat(DType::f32, {n_tok, ell});  // [n_tok, ℓ] combined expert outputs
-        ops::linear(x, w.fc1_latent_proj.view(), z.view());
+        linear_rows(x, w.fc1_latent_proj.view(), z.view());
         routed_experts(m, w, r, z.view(), y_lat.view());
-        ops::linear(y_lat.view(), w.fc2_latent_proj.view(), y);
+        linear_rows(y_lat.view(), w.fc2_latent_proj.view(), y);
     } else {
         routed_experts(m, w, r, x, y);
     }
     if (m.n_shared_experts > 0) {
         Buffer shared(DType::f32, {n_tok, d});  // [n_tok, d]
-        dense_ffn_forward(w.shared, m.expert_act, x, shared.view());
+        mlp_rows(w.shared, m.expert_act, x, shared.view());
         ops::add_inplace(y, shared.view());
     }
     if (routing_out)

@@ -95,11 +95,22 @@ Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_
     HYMOE_CHECK(m.n_group >= 1 && n_exp % m.n_group == 0 && m.topk_group <= m.n_group &&
                     k <= m.topk_group * (n_exp / m.n_group) &&
                     (m.n_group == 1 || !has_bias || n_exp / m.n_group >= 2),
-                "E ", n_exp, ", top_k ", k, ", n_group ", m.n_group, ", topk_group ",
+                "E ",
+                n_exp,
+                ", top_k ",
+                k,
+                ", n_group ",
+                m.n_group,
+                ", topk_group ",
                 m.topk_group);
 
+    // Logits one token at a time (GEMV), so a token's routing never depends on its row position
+    // (see moe.cpp).
     Buffer scores(DType::f32, {n_tok, n_exp});  // [n_tok, E] logits, then s
-    ops::linear(x, w.gate.view(), scores.view());
+    for (int64_t t = 0; t < n_tok; ++t) {
+        Tensor row = scores.view().rows(t, 1);
+        ops::linear(x.rows(t, 1), w.gate.view(), row);
+    }
     if (m.scoring == Scoring::sigmoid)
         ops::sigmoid_inplace(scores.view());
     else

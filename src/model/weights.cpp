@@ -12,9 +12,12 @@ namespace {
 // Fill x [n] by `init`, advancing rng (fla / HF initialisations, see Init).
 void fill(Init init, float std, float* x, size_t n, Philox& rng) {
     switch (init) {
-        case Init::normal: return rng.fill_normal(x, n, 0.0f, std);
-        case Init::ones: return std::fill(x, x + n, 1.0f);
-        case Init::zeros: return;  // Buffer is zero-filled
+        case Init::normal:
+            return rng.fill_normal(x, n, 0.0f, std);
+        case Init::ones:
+            return std::fill(x, x + n, 1.0f);
+        case Init::zeros:
+            return;  // Buffer is zero-filled
         case Init::kda_a_log:
             rng.fill_uniform(x, n, 1.0f, 16.0f);
             for (size_t i = 0; i < n; ++i)
@@ -28,7 +31,8 @@ void fill(Init init, float std, float* x, size_t n, Philox& rng) {
                 x[i] = dt + std::log(-std::expm1(-dt));
             }
             return;
-        case Init::small_bias: return rng.fill_normal(x, n, 0.0f, 0.1f);
+        case Init::small_bias:
+            return rng.fill_normal(x, n, 0.0f, 0.1f);
     }
 }
 
@@ -45,7 +49,8 @@ void init_random(const TensorList& list, Philox& rng) {
     }
 }
 
-void load_named(const TensorList& list, const std::string& prefix,
+void load_named(const TensorList& list,
+                const std::string& prefix,
                 const std::function<void(const std::string& name, Tensor& dest)>& read) {
     for (const TensorSpec& spec : list) {
         *spec.dest = Buffer(DType::f32, spec.shape);

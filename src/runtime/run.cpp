@@ -1,5 +1,5 @@
-// Job dispatch by kind, the log header, and the plan job's output (plan.h5 with /meta and every
-// rank's grid coordinates). The memory and communication plan itself comes with the plan issue.
+// Job dispatch by kind (infer: prompt scoring; plan: plan.h5 with /meta and every rank's grid
+// coordinates — the memory and communication plan comes with the plan issue), and the log header.
 #include "hymoe/runtime/run.h"
 
 #include <filesystem>
@@ -8,6 +8,7 @@
 #include "hymoe/core/log.h"
 #include "hymoe/io/meta.h"
 #include "hymoe/parallel/mpi_env.h"
+#include "hymoe/runtime/score.h"
 
 namespace hymoe::runtime {
 
@@ -54,11 +55,15 @@ void write_plan(const Job& job, const parallel::Grid& grid, const io::RunMeta& m
 
 int run_job(const Job& job, const parallel::Grid& grid) {
     const deck::JobKind kind = job.deck.job.kind;
-    if (kind != deck::JobKind::plan)
+    if (kind == deck::JobKind::lora || kind == deck::JobKind::convert)
         HYMOE_FAIL(Exit::invalid, job.deck.locate("job.kind"), ": ", deck::to_string(kind),
                    " jobs are not available in this build yet (validate the deck with --check)");
+    if (kind == deck::JobKind::infer)
+        check_scoring(job);
     make_output_folder(job.deck.job.output);
     log::to_file(job.deck.job.output + "/log");
+    if (kind == deck::JobKind::infer)
+        return run_scoring(job, grid);
     io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
     write_plan(job, grid, meta);
     return 0;

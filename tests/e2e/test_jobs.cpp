@@ -3,10 +3,14 @@
 // line, the shipped Kimi-Linear and DeepSeek-V3.2 configs, and the command-line errors.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "hymoe/core/sha256.h"
 #include "hymoe/io/h5.h"
+#include "hymoe/model/model.h"
 #include "hymoe/parallel/grid.h"
 #include "run_binary.h"
 
@@ -112,11 +116,73 @@ BOOST_AUTO_TEST_CASE(command_line_errors_exit_2_with_one_line) {
     BOOST_TEST(contains(help.out, "usage:"));
 }
 
-BOOST_AUTO_TEST_CASE(kinds_not_built_yet_refuse_to_run_but_validate) {
+BOOST_AUTO_TEST_CASE(parallel_scoring_is_refused_before_anything_is_written) {
     auto r = run_hymoe("jobs/quickstart/deck.yaml", 4);
     BOOST_TEST(r.code == 2);
-    BOOST_TEST(contains(r.err, "job.kind: infer jobs are not available in this build yet"));
+    BOOST_TEST(contains(r.err, "parallel: prompt scoring runs on one rank in this build"), r.err);
     BOOST_TEST(!fs::exists("jobs/quickstart/out"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(scoring)
+
+// The binary's results.h5 equals the same model run in process (same preset, same seed).
+BOOST_AUTO_TEST_CASE(results_match_an_in_process_forward) {
+    const std::string out = "tests/decks/score/out";
+    fs::remove_all(out);
+    auto r = run_hymoe("tests/decks/score/deck.yaml");
+    BOOST_TEST(r.code == 0, r.err);
+    BOOST_REQUIRE(fs::exists(out + "/results.h5"));
+    hymoe::io::H5Reader h5(out + "/results.h5");
+    std::vector<std::string> ids = h5.strings("/requests/id");
+    BOOST_TEST(ids == (std::vector<std::string>{"q1", "q2", "q3"}), boost::test_tools::per_element());
+    std::vector<int64_t> len = h5.ints("/requests/prompt_len");
+    std::vector<int64_t> offsets = h5.ints("/requests/logprob_offsets");
+    std::vector<float> lp = h5.floats("/requests/prompt_logprobs");
+    std::vector<int64_t> greedy = h5.ints("/requests/greedy_token");
+    BOOST_TEST(len == (std::vector<int64_t>{4, 3, 6}), boost::test_tools::per_element());
+    BOOST_TEST(offsets == (std::vector<int64_t>{0, 3, 5, 10}), boost::test_tools::per_element());
+
+    hymoe::model::Model m = hymoe::model::make_model(hymoe::model::preset_config("tiny"));
+    hymoe::model::init_model_random(m, 99);
+    const std::vector<std::vector<int64_t>> prompts = {{1, 5, 9, 12}, {3, 3, 7}, {200, 17, 42, 99, 128, 5}};
+    const int64_t V = m.cfg.vocab_size;
+    for (size_t s = 0; s < prompts.size(); ++s) {
+        const auto& p = prompts[s];
+        hymoe::model::SequenceState st = hymoe::model::make_sequence_state(m.cfg);
+        hymoe::Buffer logits;
+        hymoe::model::forward(m, p, hymoe::model::single_sequence(static_cast<int64_t>(p.size())),
+                              {&st}, logits);
+        for (size_t t = 0; t + 1 < p.size(); ++t) {
+            const float* row = logits.ptr<float>() + t * V;
+            double mx = *std::max_element(row, row + V), sum = 0;
+            for (int64_t j = 0; j < V; ++j)
+                sum += std::exp(static_cast<double>(row[j]) - mx);
+            double expect = static_cast<double>(row[p[t + 1]]) - mx - std::log(sum);
+            BOOST_TEST(lp[offsets[s] + t] == expect, boost::test_tools::tolerance(1e-4));
+            BOOST_TEST(lp[offsets[s] + t] < 0.0f);
+        }
+        const float* last = logits.ptr<float>() + (p.size() - 1) * V;
+        BOOST_TEST(greedy[s] == std::max_element(last, last + V) - last);
+    }
+    BOOST_TEST(contains(read_text(out + "/log"), "scored 3 requests"));
+    fs::remove_all(out);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_request_line_exits_3_naming_file_and_line) {
+    fs::create_directories("tests/decks/score/tmp");
+    std::ofstream("tests/decks/score/tmp/bad.jsonl") << "{\"id\": \"a\", \"tokens\": [1, 2]}\n"
+                                                      << "{\"id\": \"b\", \"tokens\": [1, -2]}\n";
+    auto fail = run_hymoe("tests/decks/score/deck.yaml --set inference.dataset=tmp/bad.jsonl");
+    BOOST_TEST(fail.code == 3);
+    BOOST_TEST(fail.err == "tests/decks/score/tmp/bad.jsonl:2: \"tokens\" holds -2, not a token id\n");
+    auto skip = run_hymoe("tests/decks/score/deck.yaml --set inference.dataset=tmp/bad.jsonl "
+                          "--set inference.on_bad_request=skip");
+    BOOST_TEST(skip.code == 0, skip.err);
+    BOOST_TEST(contains(skip.out, "scored 1 requests (2 tokens, 1 skipped)"));
+    fs::remove_all("tests/decks/score/tmp");
+    fs::remove_all("tests/decks/score/out");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

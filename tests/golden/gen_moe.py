@@ -2,7 +2,7 @@
 """Golden MoE outputs for tests/unit/model/test_moe.cpp, written from spec/model-math.md §6-7 in
 torch fp32 (independent of the C++ code): writes tests/golden/moe.h5.
 
-Two cases on the same T=24 tokens, d=64, E=8 routed experts, top-2, moe_inter 32, 1 shared
+Two cases, each on its own T=24 tokens, d=64, E=8 routed experts, top-2, moe_inter 32, 1 shared
 expert of width 32, sigmoid scores + e_score_correction_bias (0.1·N(0,1)) for selection only,
 group-limited (n_group 2, topk_group 1; group score = sum of the top-2 biased scores; other
 groups −inf), weights from the unbiased scores, renormalised, × ρ = 2.5:
@@ -78,9 +78,9 @@ def write(f, group, tensors):
         arr = t.numpy()
         if arr.size > 64:
             f.create_dataset(f"{group}/{name}", data=arr, compression="gzip",
-                             compression_opts=9, shuffle=True)
+                             compression_opts=9, shuffle=True, track_times=False)
         else:
-            f.create_dataset(f"{group}/{name}", data=arr)
+            f.create_dataset(f"{group}/{name}", data=arr, track_times=False)
 
 
 def deepseek_case(x):
@@ -136,9 +136,18 @@ def latent_case(x):
 
 def main():
     torch.set_num_threads(1)
-    with h5py.File("tests/golden/moe.h5", "w") as f:
-        f.create_dataset("atol", data=torch.tensor([1e-5]).numpy())  # float32 [1]
+    # No timestamps anywhere (root group, groups, datasets): the file is byte-reproducible.
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_obj_track_times(False)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    fid = h5py.h5f.create(b"tests/golden/moe.h5", h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    with h5py.File(fid) as f:
+        f.create_dataset("atol", data=torch.tensor([1e-5]).numpy(), track_times=False)
         for group, case in (("deepseek", deepseek_case), ("latent", latent_case)):
+            gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+            gcpl.set_obj_track_times(False)
+            h5py.h5g.create(f.id, group.encode(), gcpl=gcpl)
             x = randn(T, D)
             w, idx, wt, y = case(x)
             write(f, group, w)

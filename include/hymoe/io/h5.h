@@ -43,6 +43,8 @@ public:
 
     // A fixed-length UTF-8 string dataset; every rank passes the same value.
     void text(const std::string& name, const std::string& value);
+    // A 1-D array of fixed-length UTF-8 strings (padded to the longest); every rank passes the same.
+    void strings(const std::string& name, const std::vector<std::string>& values);
     // A string attribute on an existing group or dataset ("/" for the file).
     void attr(const std::string& object, const std::string& name, const std::string& value);
     // A whole array every rank holds the same copy of (rank 0 writes it).
@@ -69,6 +71,7 @@ public:
     Shape shape(const std::string& name) const;
     std::vector<float> floats(const std::string& name) const;
     std::vector<int64_t> ints(const std::string& name) const;  // any integer dataset, widened
+    std::vector<std::string> strings(const std::string& name) const;
 
 private:
     std::string path_;

@@ -11,8 +11,8 @@
 // tensor): every tensor has a known dtype, non-negative shape, offsets inside the data section,
 // end - begin == numel * dtype size, no two tensors share a byte, no name appears twice. Reads then
 // copy straight out of a read-only private memory map, touching only the bytes they need (read_rows
-// and read_slice are how a rank takes its TP/EP slice of a full tensor). Files and folders are not
-// thread-safe (a folder opens its shards lazily); give each thread its own.
+// and read_slice are how a rank takes its TP/EP slice of a full tensor). A file's reads may run on
+// several threads at once; a folder's may not (it opens shards lazily).
 #pragma once
 
 #include <cstdint>
@@ -80,7 +80,7 @@ public:
 
     // The whole tensor; dest.shape must equal the stored shape.
     void read(const std::string& name, Tensor& dest) const;
-    // Rows [row_begin, row_begin + dest.shape[0]) along dim 0; the other dims equal the stored ones.
+    // Rows [row_begin, row_begin + dest.shape[0]) along dim 0; every other dim whole.
     void read_rows(const std::string& name, int64_t row_begin, Tensor& dest) const;
     // [begin, begin + dest.shape[dim]) along `dim` (negative counts from the end), every other dim
     // whole: a column slice of a [n_out, n_in] weight is read_slice(name, 1, col0, dest).
@@ -88,13 +88,13 @@ public:
 
 private:
     struct Unmap {
-        size_t size = 0;
+        size_t size;  // bytes mapped (no initializer: the deleter must be default-constructible)
         void operator()(void* p) const;
     };
     void parse_header(const char* text, size_t len);
 
     std::string path_;
-    std::unique_ptr<void, Unmap> map_;  // the whole file
+    std::unique_ptr<void, Unmap> map_;     // the whole file
     const unsigned char* data_ = nullptr;  // data section: map_ + 8 + header length
     uint64_t data_size_ = 0;
     std::map<std::string, SafetensorsInfo> tensors_;

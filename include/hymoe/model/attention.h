@@ -68,7 +68,7 @@ struct AttnCache {
 enum class AttnMode {
     automatic,  // absorbed for a sequence with a single token in the call, expanded otherwise
     expanded,   // MHA form: k_n, v = W_kvb c_kv for every cached token
-    absorbed,   // MQA form over [c_kv | k_r]: q̂_h = W_kvb[h, :d_n]ᵀ q_n, o_h = W_kvb[h, d_n:] ō_h
+    absorbed,  // MQA form over [c_kv | k_r]: q̂_h = W_kvb[h, :d_n]ᵀ q_n, o_h = W_kvb[h, d_n:] ō_h
 };
 
 // Where the time of attention_forward went (added to, so one struct can sum over layers).
@@ -81,12 +81,12 @@ struct AttnStats {
 // caches[s] holds sequence s's pos0[s] earlier tokens and gains its new ones; an empty `caches`
 // means no cache at all (every pos0 must then be 0 and nothing is kept).
 void attention_forward(const ModelConfig& cfg,
-                       const LayerSpec& spec,                 // mixer mla or dsa, gated or not
+                       const LayerSpec& spec,  // mixer mla or dsa, gated or not
                        const MlaWeights& w,
-                       const Tensor& x,                       // [n_tok, d]
-                       const SeqBatch& batch,                 // n_seq sequences over the rows
-                       const std::vector<AttnCache*>& caches, // [n_seq] or empty
-                       Tensor& y,                             // [n_tok, d]
+                       const Tensor& x,                        // [n_tok, d]
+                       const SeqBatch& batch,                  // n_seq sequences over the rows
+                       const std::vector<AttnCache*>& caches,  // [n_seq] or empty
+                       Tensor& y,                              // [n_tok, d]
                        AttnMode mode = AttnMode::automatic,
                        AttnStats* stats = nullptr);
 
@@ -104,7 +104,7 @@ void attention_core(const Tensor& q,     // [n_q, d_qk]
                     const Tensor& v,     // [n_k, d_v]
                     const Tensor& mask,  // [n_q, n_k]
                     float tau,
-                    Tensor& o);          // [n_q, d_v]
+                    Tensor& o);  // [n_q, d_v]
 
 // The indexer's per-token inputs for the new tokens of a call.
 struct IndexerInputs {
@@ -114,9 +114,9 @@ struct IndexerInputs {
 };
 IndexerInputs indexer_project(const ModelConfig& cfg,
                               const IndexerWeights& w,
-                              const Tensor& x,                  // [n_tok, d]
-                              const Tensor& c_q,                // [n_tok, r_q] after q_norm
-                              const std::vector<int64_t>& pos); // [n_tok] absolute positions
+                              const Tensor& x,                   // [n_tok, d]
+                              const Tensor& c_q,                 // [n_tok, r_q] after q_norm
+                              const std::vector<int64_t>& pos);  // [n_tok] absolute positions
 
 // Index scores I(t, s) = Σ_j w_t,j · ReLU(q^I_t,j · k^I_s) of n_q queries against n_k keys (the
 // scale is already in w); no mask.
@@ -131,6 +131,6 @@ void indexer_scores(const Tensor& q,  // [n_q, H_I·d_I]
 void indexer_mask(const Tensor& scores,  // [n_q, n_k]
                   int64_t pos_first,
                   int64_t index_topk,
-                  Tensor& mask);         // [n_q, n_k]
+                  Tensor& mask);  // [n_q, n_k]
 
 }  // namespace hymoe::model

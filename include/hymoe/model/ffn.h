@@ -2,10 +2,11 @@
 // dropping, experts, combine) with shared experts, and LatentMoE (experts in a down-projected
 // latent of width ℓ). CPU reference, fp32 throughout: router logits, scores, weights, expert
 // activations and the combine (model-math §10).
-// Invariants: routing is a pure function of (x, weights, config) per token, except capacity
-// dropping, which looks at every token of the call; the combine adds a token's expert outputs in
-// its top-k slot order, so the output never depends on the order experts are processed in, and a
-// permutation of the tokens permutes the outputs bit for bit (when dropless).
+// Invariants: routing is a pure function of (x_t, weights, config) per token, except capacity
+// dropping, which looks at every token of the call. In the MoE every product is row-wise (one
+// GEMV per token) and the combine adds a token's expert outputs in its top-k slot order, so a
+// dropless MoE output row is a function of its own input row bit for bit: it never depends on
+// the expert processing order, the token order or which tokens share a call (EP dispatch).
 #pragma once
 
 #include <cstdint>
@@ -46,12 +47,17 @@ struct MoeWeights {
 //   latent_moe:        the moe names + fc1_latent_proj.weight, fc2_latent_proj.weight
 // relu2 experts list no gate matrix. `dense` is filled for Ffn::dense layers, `moe` otherwise
 // (the other may be null). Init: normal (std 0.02), the correction bias Init::small_bias.
-TensorList ffn_tensors(const ModelConfig& cfg, const LayerSpec& spec, DenseFfnWeights* dense,
+TensorList ffn_tensors(const ModelConfig& cfg,
+                       const LayerSpec& spec,
+                       DenseFfnWeights* dense,
                        MoeWeights* moe);
 
 // y [n_tok, w] = down(act(x)) for one MLP on x [n_tok, w]:
 //   swiglu: down(SiLU(gate x) ⊙ up x),  relu2: down(ReLU(up x)²).
-void dense_ffn_forward(const DenseFfnWeights& w, ExpertAct act, const Tensor& x, Tensor& y);
+void dense_ffn_forward(const DenseFfnWeights& w,
+                       ExpertAct act,
+                       const Tensor& x /*[n_tok, w]*/,
+                       Tensor& y /*[n_tok, w]*/);
 
 // The router's decision for n_tok tokens. Slot i of a token is its i-th best expert.
 struct Routing {
@@ -73,13 +79,17 @@ struct Routing {
 // Capacity (capacity_factor > 0): C = ceil(n_tok·top_k/E · CF); each expert keeps the C
 // assignments with the largest weight (drop_policy probs; equal weights → earlier token) or of
 // the earliest tokens (position); the rest are dropped.
-Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x);
+Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_tok, d]*/);
 
 // y [n_tok, d] = Σ_i w_i · Expert_idx_i(x) + Shared(x) for x [n_tok, d] (moe), or
 // y = fc2(Σ_i w_i · Expert_idx_i(fc1 x)) + Shared(x) (latent_moe). y must not alias x. Each
-// expert runs once on its kept tokens in token order; the weighted sum is accumulated in fp32 in
-// each token's slot order. routing_out, when given, receives the routing used.
-void moe_forward(const ModelConfig& cfg, const LayerSpec& spec, const MoeWeights& w,
-                 const Tensor& x, Tensor& y, Routing* routing_out = nullptr);
+// expert runs on its kept tokens in token order, one row at a time; the weighted sum is
+// accumulated in fp32 in each token's slot order. routing_out, when given, receives the routing.
+void moe_forward(const ModelConfig& cfg,
+                 const LayerSpec& spec,
+                 const MoeWeights& w,
+                 const Tensor& x /*[n_tok, d]*/,
+                 Tensor& y /*[n_tok, d]*/,
+                 Routing* routing_out = nullptr);
 
 }  // namespace hymoe::model

@@ -59,17 +59,17 @@ KdaState make_kda_state(const ModelConfig& cfg);
 // The recurrence of one sequence, all heads, after the projections, conv, norms and gates. The
 // rows of every per-token array are tokens; heads are contiguous within a row.
 struct KdaScanParams {
-    int64_t n_tok = 0;           // T: tokens of the sequence in this call
-    int n_head = 0;              // H
-    int d_k = 0;                 // K
-    int d_v = 0;                 // V
-    const float* q = nullptr;    // [T, H, K] l2-normalised, scaled by K^{-1/2}
-    const float* k = nullptr;    // [T, H, K] l2-normalised
-    const float* v = nullptr;    // [T, H, V]
-    const float* g = nullptr;    // [T, H, K] log-decay, ≤ 0
-    const float* beta = nullptr; // [T, H]
-    float* S = nullptr;          // [H, K, V] state in (after the previous tokens) and out
-    float* o = nullptr;          // [T, H, V] output
+    int64_t n_tok = 0;            // T: tokens of the sequence in this call
+    int n_head = 0;               // H
+    int d_k = 0;                  // K
+    int d_v = 0;                  // V
+    const float* q = nullptr;     // [T, H, K] l2-normalised, scaled by K^{-1/2}
+    const float* k = nullptr;     // [T, H, K] l2-normalised
+    const float* v = nullptr;     // [T, H, V]
+    const float* g = nullptr;     // [T, H, K] log-decay, ≤ 0
+    const float* beta = nullptr;  // [T, H]
+    float* S = nullptr;           // [H, K, V] state in (after the previous tokens) and out
+    float* o = nullptr;           // [T, H, V] output
 };
 
 // The naive recurrence, token by token (fla naive_recurrent_kda).
@@ -88,10 +88,10 @@ enum class KdaMode {
 // state alone says where the sequence stands).
 void kda_forward(const ModelConfig& cfg,
                  const KdaWeights& w,
-                 const Tensor& x,                      // [n_tok, d]
-                 const SeqBatch& batch,                // n_seq sequences over the n_tok rows
-                 const std::vector<KdaState*>& states, // [n_seq]
-                 Tensor& y,                            // [n_tok, d]
+                 const Tensor& x,                       // [n_tok, d]
+                 const SeqBatch& batch,                 // n_seq sequences over the n_tok rows
+                 const std::vector<KdaState*>& states,  // [n_seq]
+                 Tensor& y,                             // [n_tok, d]
                  KdaMode mode = KdaMode::automatic);
 
 }  // namespace hymoe::model

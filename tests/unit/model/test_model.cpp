@@ -74,7 +74,9 @@ BOOST_DATA_TEST_CASE(packed_batch_equals_each_sequence_alone, data::make(kPreset
     std::vector<int64_t> packed = a;
     packed.insert(packed.end(), b.begin(), b.end());
     packed.insert(packed.end(), c.begin(), c.end());
-    std::vector<SequenceState> st(3, make_sequence_state(m.cfg));
+    std::vector<SequenceState> st;
+    for (int i = 0; i < 3; ++i)
+        st.push_back(make_sequence_state(m.cfg));
     hymoe::Buffer logits;
     forward(m, packed, SeqBatch{{0, 9, 12, 26}, {0, 0, 0}}, {&st[0], &st[1], &st[2]}, logits);
     std::vector<float> together(logits.ptr<float>(), logits.ptr<float>() + logits.view().numel());
@@ -97,8 +99,8 @@ BOOST_AUTO_TEST_CASE(last_token_logits_match_the_full_rows) {
     const int64_t V = m.cfg.vocab_size;
     BOOST_TEST(last.view().shape == hymoe::Shape({1, V}));
     std::vector<float> tail(all.end() - V, all.end());
-    BOOST_TEST(max_abs_diff(tail, std::vector<float>(last.ptr<float>(), last.ptr<float>() + V)) ==
-               0.0f);
+    BOOST_TEST(max_abs_diff(tail, std::vector<float>(last.ptr<float>(), last.ptr<float>() + V)) <=
+               1e-5f);  // GEMV vs GEMM summation order
 }
 
 BOOST_AUTO_TEST_CASE(random_init_is_seeded_and_keyed_by_name) {

@@ -1,0 +1,58 @@
+// JSONL request reader (see io/requests.h).
+#include "hymoe/io/requests.h"
+
+#include <nlohmann/json.hpp>
+
+#include "hymoe/core/error.h"
+
+namespace hymoe::io {
+
+RequestReader::RequestReader(const std::string& path) : path_(path), in_(path) {
+    if (!in_)
+        HYMOE_FAIL(Exit::bad_input, path, ": cannot open the request file");
+}
+
+bool RequestReader::next(Request& r) {
+    std::string text;
+    do {
+        if (!std::getline(in_, text))
+            return false;
+        ++line_;
+    } while (text.find_first_not_of(" \t\r") == std::string::npos);  // blank lines are skipped
+    r = Request{};
+    r.line = line_;
+    auto bad = [&](const std::string& what) {
+        HYMOE_FAIL(Exit::bad_input, path_, ":", line_, ": ", what);
+    };
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        bad("not a JSON object");
+    if (!j.contains("tokens") || !j["tokens"].is_array() || j["tokens"].empty())
+        bad("\"tokens\" must be a non-empty list of token ids");
+    for (const auto& t : j["tokens"]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0)
+            bad("\"tokens\" holds " + t.dump() + ", not a token id");
+        r.tokens.push_back(t.get<int64_t>());
+    }
+    if (j.contains("id")) {
+        const auto& id = j["id"];
+        if (!id.is_string() && !id.is_number_integer())
+            bad("\"id\" must be a string or an integer");
+        r.id = id.is_string() ? id.get<std::string>() : id.dump();
+    } else {
+        r.id = "line-" + std::to_string(line_);
+    }
+    if (j.contains("max_new_tokens")) {
+        if (!j["max_new_tokens"].is_number_integer() || j["max_new_tokens"].get<int64_t>() < 0)
+            bad("\"max_new_tokens\" must be a non-negative integer");
+        r.max_new_tokens = j["max_new_tokens"].get<int>();
+    }
+    if (j.contains("adapter")) {
+        if (!j["adapter"].is_string())
+            bad("\"adapter\" must be a string");
+        r.adapter = j["adapter"].get<std::string>();
+    }
+    return true;
+}
+
+}  // namespace hymoe::io

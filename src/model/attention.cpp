@@ -1,0 +1,486 @@
+// MLA / DSA / gated attention forward on the CPU (spec/model-math.md §4-5; DeepSeek-V3.2
+// inference/model.py `MLA.forward`, both branches). One call: project the new tokens of every
+// sequence at once (queries, latent, rope key, indexer inputs), append the latent, rope key and
+// indexer key to each sequence's cache, then attend per sequence over its whole cache in blocks of
+// queries, then gate and project out. Query i of a sequence (position p = pos0 + i) sees keys
+// 0..p; a block of queries is given only the keys its last query can see, so scratch stays
+// [block, n_k].
+#include "hymoe/model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+#include "hymoe/core/timer.h"
+
+namespace hymoe::model {
+
+namespace {
+
+constexpr int64_t query_block = 256;  // queries per block of scores
+
+// A view of host fp32 memory (read-only where the pointer is const: the view type is not).
+Tensor view_of(const float* p, Shape shape) {
+    return Tensor{const_cast<float*>(p), DType::f32, Device::cpu, std::move(shape)};
+}
+
+struct MlaDims {
+    int64_t d, n_head, d_n, d_r, d_v, r_q, r_kv;
+    int64_t d_qk() const { return d_n + d_r; }    // per-head query width
+    int64_t d_kvb() const { return d_n + d_v; }   // per-head rows of kv_b_proj
+    int64_t d_lat() const { return r_kv + d_r; }  // cached latent entry [c_kv | k_r]
+};
+
+MlaDims mla_dims(const ModelConfig& cfg) {
+    const MlaConfig& m = cfg.mla;
+    return {cfg.hidden_size,
+            m.n_head,
+            m.qk_nope_head_dim,
+            m.qk_rope_head_dim,
+            m.v_head_dim,
+            m.q_lora_rank,
+            m.kv_lora_rank};
+}
+
+// HF DeepSeek yarn_get_mscale.
+double yarn_get_mscale(double factor, double mscale) {
+    return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+// The new tokens' projections, all sequences at once.
+struct Projected {
+    Buffer c_q;   // [n_tok, r_q]          after q_a_layernorm (r_q > 0)
+    Buffer q;     // [n_tok, H·(d_n+d_r)]  per head [q_n | q_r], q_r rotated
+    Buffer c_kv;  // [n_tok, r_kv]         after kv_a_layernorm
+    Buffer k_r;   // [n_tok, d_r]          rotated
+};
+
+Projected project(const ModelConfig& cfg,
+                  const MlaWeights& w,
+                  const Tensor& x,                    // [n_tok, d]
+                  const std::vector<int64_t>& pos) {  // [n_tok]
+    const MlaDims m = mla_dims(cfg);
+    const int64_t n_tok = x.dim(0);
+    const float eps = static_cast<float>(cfg.mla.norm_eps);
+    Projected p;
+    p.q = Buffer(DType::f32, {n_tok, m.n_head * m.d_qk()});
+    if (m.r_q > 0) {
+        p.c_q = Buffer(DType::f32, {n_tok, m.r_q});
+        ops::linear(x, w.q_a_proj.view(), p.c_q.view());
+        ops::rms_norm(p.c_q.view(), w.q_a_layernorm.view(), eps, p.c_q.view());
+        ops::linear(p.c_q.view(), w.q_b_proj.view(), p.q.view());
+    } else {
+        ops::linear(x, w.q_proj.view(), p.q.view());
+    }
+    Buffer kv(DType::f32, {n_tok, m.d_lat()});
+    ops::linear(x, w.kv_a_proj_with_mqa.view(), kv.view());
+    p.c_kv = Buffer(DType::f32, {n_tok, m.r_kv});
+    p.k_r = Buffer(DType::f32, {n_tok, m.d_r});
+    for (int64_t t = 0; t < n_tok; ++t) {
+        const float* row = kv.ptr<float>() + t * m.d_lat();
+        std::copy(row, row + m.r_kv, p.c_kv.ptr<float>() + t * m.r_kv);
+        std::copy(row + m.r_kv, row + m.d_lat(), p.k_r.ptr<float>() + t * m.d_r);
+    }
+    ops::rms_norm(p.c_kv.view(), w.kv_a_layernorm.view(), eps, p.c_kv.view());
+    if (!cfg.mla.nope) {
+        const ops::RopeFreqs freqs = mla_rope_freqs(cfg.mla);
+        ops::rope(p.q.ptr<float>() + m.d_n,
+                  n_tok,
+                  m.n_head,
+                  m.n_head * m.d_qk(),
+                  m.d_qk(),
+                  pos.data(),
+                  freqs,
+                  true);
+        ops::rope(p.k_r.ptr<float>(), n_tok, 1, m.d_r, m.d_r, pos.data(), freqs, true);
+    }
+    return p;
+}
+
+// rows [row0, row0 + count) of a [n_tok, width] buffer appended to a cache array
+void append_rows(std::vector<float>& dst, const Buffer& src, int64_t row0, int64_t count) {
+    const int64_t width = src.view().dim(1);
+    const float* p = src.ptr<float>() + row0 * width;
+    dst.insert(dst.end(), p, p + count * width);
+}
+
+// Causal mask of the queries at positions pos_first .. pos_first + n_q − 1 over n_k keys.
+void causal_mask(int64_t pos_first, Tensor& mask) {  // [n_q, n_k]
+    const int64_t n_q = mask.dim(0), n_k = mask.dim(1);
+    float* mp = mask.ptr<float>();
+    for (int64_t i = 0; i < n_q; ++i)
+        for (int64_t u = 0; u < n_k; ++u)
+            mp[i * n_k + u] = u <= pos_first + i ? 0.0f : -std::numeric_limits<float>::infinity();
+}
+
+// One sequence's work in a call: its rows of the call's tensors and its cache (already holding
+// the new tokens).
+struct SeqWork {
+    const float* q = nullptr;  // [n_q, H·(d_n+d_r)] the sequence's query rows
+    float* o = nullptr;        // [n_q, H·d_v] its rows of the attention output
+    int64_t n_q = 0;           // new tokens
+    int64_t pos0 = 0;          // position of the first
+    const AttnCache* cache = nullptr;
+    const float* q_idx = nullptr;  // [n_q, H_I·d_I] indexer queries (dsa), else null
+    const float* w_idx = nullptr;  // [n_q, H_I] indexer head weights (dsa)
+};
+
+// The mask of the query block [i0, i0 + n_b) over its n_kb = pos0 + i0 + n_b visible keys.
+void block_mask(const ModelConfig& cfg,
+                const SeqWork& s,
+                int64_t i0,
+                Tensor& mask,  // [n_b, n_kb]
+                double& indexer_seconds) {
+    const int64_t n_b = mask.dim(0), n_kb = mask.dim(1);
+    if (s.q_idx == nullptr) {
+        causal_mask(s.pos0 + i0, mask);
+        return;
+    }
+    ScopedTimer timer(indexer_seconds);
+    const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
+    Buffer scores(DType::f32, {n_b, n_kb});
+    indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
+                   view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
+                   view_of(s.cache->k_idx.data(), {n_kb, d_i}),
+                   scores.view());
+    indexer_mask(scores.view(), s.pos0 + i0, cfg.indexer.top_k, mask);
+}
+
+// MHA form: k_h = [k_n,h | k_r], v_h up-projected from every cached c_kv.
+void attend_expanded(const ModelConfig& cfg,
+                     const MlaWeights& w,
+                     const SeqWork& s,
+                     double& indexer_seconds) {
+    const MlaDims m = mla_dims(cfg);
+    const int64_t n_k = s.cache->n, n_head = m.n_head;
+    const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
+    Buffer kvb(DType::f32, {n_k, n_head * m.d_kvb()});
+    ops::linear(view_of(s.cache->c_kv.data(), {n_k, m.r_kv}), w.kv_b_proj.view(), kvb.view());
+    std::vector<Buffer> k(n_head), v(n_head);  // per head [n_k, d_n+d_r], [n_k, d_v]
+    for (int64_t h = 0; h < n_head; ++h) {
+        k[h] = Buffer(DType::f32, {n_k, m.d_qk()});
+        v[h] = Buffer(DType::f32, {n_k, m.d_v});
+        for (int64_t u = 0; u < n_k; ++u) {
+            const float* kv_u = kvb.ptr<float>() + (u * n_head + h) * m.d_kvb();
+            float* k_u = k[h].ptr<float>() + u * m.d_qk();
+            std::copy(kv_u, kv_u + m.d_n, k_u);
+            std::copy(s.cache->k_r.data() + u * m.d_r,
+                      s.cache->k_r.data() + (u + 1) * m.d_r,
+                      k_u + m.d_n);
+            std::copy(kv_u + m.d_n, kv_u + m.d_kvb(), v[h].ptr<float>() + u * m.d_v);
+        }
+    }
+    const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
+    for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
+        const int64_t n_b = std::min(query_block, s.n_q - i0), n_kb = s.pos0 + i0 + n_b;
+        Buffer mask(DType::f32, {n_b, n_kb}), q_h(DType::f32, {n_b, m.d_qk()});
+        Buffer o_h(DType::f32, {n_b, m.d_v});
+        block_mask(cfg, s, i0, mask.view(), indexer_seconds);
+        for (int64_t h = 0; h < n_head; ++h) {
+            for (int64_t i = 0; i < n_b; ++i) {
+                const float* q_i = s.q + (i0 + i) * ld_q + h * m.d_qk();
+                std::copy(q_i, q_i + m.d_qk(), q_h.ptr<float>() + i * m.d_qk());
+            }
+            attention_core(q_h.view(),
+                           k[h].view().rows(0, n_kb),
+                           v[h].view().rows(0, n_kb),
+                           mask.view(),
+                           tau,
+                           o_h.view());
+            for (int64_t i = 0; i < n_b; ++i) {
+                const float* o_i = o_h.ptr<float>() + i * m.d_v;
+                std::copy(o_i, o_i + m.d_v, s.o + (i0 + i) * ld_o + h * m.d_v);
+            }
+        }
+    }
+}
+
+// MQA form over the latent [c_kv | k_r]: q̂_h = [W_kvb[h, :d_n]ᵀ q_n,h | q_r,h],
+// ō_h = softmax(q̂_h [c_kv | k_r]ᵀ τ) c_kv, o_h = W_kvb[h, d_n:] ō_h.
+void attend_absorbed(const ModelConfig& cfg,
+                     const MlaWeights& w,
+                     const SeqWork& s,
+                     double& indexer_seconds) {
+    const MlaDims m = mla_dims(cfg);
+    const int64_t n_k = s.cache->n, n_head = m.n_head;
+    const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
+    Buffer lat(DType::f32, {n_k, m.d_lat()});
+    for (int64_t u = 0; u < n_k; ++u) {
+        float* l_u = lat.ptr<float>() + u * m.d_lat();
+        std::copy(s.cache->c_kv.data() + u * m.r_kv, s.cache->c_kv.data() + (u + 1) * m.r_kv, l_u);
+        std::copy(
+            s.cache->k_r.data() + u * m.d_r, s.cache->k_r.data() + (u + 1) * m.d_r, l_u + m.r_kv);
+    }
+    const Tensor c_kv = view_of(s.cache->c_kv.data(), {n_k, m.r_kv});
+    const float* w_kvb = w.kv_b_proj.ptr<float>();  // [H, d_n + d_v, r_kv]
+    const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
+    for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
+        const int64_t n_b = std::min(query_block, s.n_q - i0), n_kb = s.pos0 + i0 + n_b;
+        Buffer mask(DType::f32, {n_b, n_kb}), q_hat(DType::f32, {n_b, m.d_lat()});
+        Buffer o_bar(DType::f32, {n_b, m.r_kv});
+        block_mask(cfg, s, i0, mask.view(), indexer_seconds);
+        for (int64_t h = 0; h < n_head; ++h) {
+            const float* q_h = s.q + i0 * ld_q + h * m.d_qk();
+            const float* w_h = w_kvb + h * m.d_kvb() * m.r_kv;
+            // q̂ [n_b, r_kv] = q_n [n_b, d_n] · W_kvb[h, :d_n] [d_n, r_kv]
+            ops::gemm(false,
+                      false,
+                      n_b,
+                      m.r_kv,
+                      m.d_n,
+                      1.0f,
+                      q_h,
+                      ld_q,
+                      w_h,
+                      m.r_kv,
+                      0.0f,
+                      q_hat.ptr<float>(),
+                      m.d_lat());
+            for (int64_t i = 0; i < n_b; ++i)
+                std::copy(q_h + i * ld_q + m.d_n,
+                          q_h + i * ld_q + m.d_qk(),
+                          q_hat.ptr<float>() + i * m.d_lat() + m.r_kv);
+            attention_core(q_hat.view(),
+                           lat.view().rows(0, n_kb),
+                           c_kv.rows(0, n_kb),
+                           mask.view(),
+                           tau,
+                           o_bar.view());
+            // o_h [n_b, d_v] = ō [n_b, r_kv] · W_kvb[h, d_n:]ᵀ
+            ops::gemm(false,
+                      true,
+                      n_b,
+                      m.d_v,
+                      m.r_kv,
+                      1.0f,
+                      o_bar.ptr<float>(),
+                      m.r_kv,
+                      w_h + m.d_n * m.r_kv,
+                      m.r_kv,
+                      0.0f,
+                      s.o + i0 * ld_o + h * m.d_v,
+                      ld_o);
+        }
+    }
+}
+
+void check_call(const ModelConfig& cfg,
+                const LayerSpec& spec,
+                const Tensor& x,
+                const SeqBatch& batch,
+                const std::vector<AttnCache*>& caches,
+                const Tensor& y) {
+    const MlaDims m = mla_dims(cfg);
+    HYMOE_CHECK(spec.mixer == Mixer::mla || spec.mixer == Mixer::dsa,
+                "attention_forward on a ",
+                to_string(spec.mixer),
+                " layer");
+    HYMOE_CHECK(
+        x.shape.size() == 2 && x.dim(0) == batch.n_tok() && x.dim(1) == m.d && y.shape == x.shape,
+        "attention_forward: x ",
+        shape_string(x.shape),
+        " y ",
+        shape_string(y.shape),
+        " for ",
+        batch.n_tok(),
+        " tokens of width ",
+        m.d);
+    HYMOE_CHECK(caches.empty() || static_cast<int64_t>(caches.size()) == batch.n_seq(),
+                "attention_forward: ",
+                caches.size(),
+                " caches for ",
+                batch.n_seq(),
+                " sequences");
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        HYMOE_CHECK(caches.empty() || caches[s] != nullptr, "attention_forward: no cache for ", s);
+        const int64_t held = caches.empty() ? 0 : caches[s]->n;
+        HYMOE_CHECK(batch.pos0[s] == held,
+                    "attention_forward: sequence ",
+                    s,
+                    " starts at ",
+                    batch.pos0[s],
+                    " but its cache holds ",
+                    held,
+                    " tokens");
+    }
+    if (spec.mixer == Mixer::dsa)
+        HYMOE_CHECK(m.r_q > 0 && cfg.indexer.top_k > 0,
+                    "attention_forward: DSA needs a query ",
+                    "latent (q_lora_rank ",
+                    m.r_q,
+                    ") and top-k > 0 (",
+                    cfg.indexer.top_k,
+                    ")");
+}
+
+}  // namespace
+
+TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights& w) {
+    const MlaDims m = mla_dims(cfg);
+    const int64_t q_rows = m.n_head * m.d_qk();
+    TensorList list;
+    if (m.r_q > 0) {
+        list.push_back({"q_a_proj.weight", {m.r_q, m.d}, &w.q_a_proj});
+        list.push_back({"q_a_layernorm.weight", {m.r_q}, &w.q_a_layernorm, Init::ones});
+        list.push_back({"q_b_proj.weight", {q_rows, m.r_q}, &w.q_b_proj});
+    } else {
+        list.push_back({"q_proj.weight", {q_rows, m.d}, &w.q_proj});
+    }
+    list.push_back({"kv_a_proj_with_mqa.weight", {m.d_lat(), m.d}, &w.kv_a_proj_with_mqa});
+    list.push_back({"kv_a_layernorm.weight", {m.r_kv}, &w.kv_a_layernorm, Init::ones});
+    list.push_back({"kv_b_proj.weight", {m.n_head * m.d_kvb(), m.r_kv}, &w.kv_b_proj});
+    list.push_back({"o_proj.weight", {m.d, m.n_head * m.d_v}, &w.o_proj});
+    if (spec.gated)
+        list.push_back({"g_proj.weight", {m.n_head * m.d_v, m.d}, &w.g_proj});
+    if (spec.mixer == Mixer::dsa) {
+        const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
+        IndexerWeights& iw = w.indexer;
+        list.push_back({"indexer.wq_b.weight", {h_i * d_i, m.r_q}, &iw.wq_b});
+        list.push_back({"indexer.wk.weight", {d_i, m.d}, &iw.wk});
+        list.push_back({"indexer.k_norm.weight", {d_i}, &iw.k_norm_weight, Init::ones});
+        list.push_back({"indexer.k_norm.bias", {d_i}, &iw.k_norm_bias, Init::zeros});
+        list.push_back({"indexer.weights_proj.weight", {h_i, m.d}, &iw.weights_proj});
+    }
+    return list;
+}
+
+ops::RopeFreqs mla_rope_freqs(const MlaConfig& mla) {
+    if (mla.rope_scaling != RopeScaling::yarn)
+        return ops::rope_freqs(mla.qk_rope_head_dim, mla.rope_theta);
+    const double mscale = yarn_get_mscale(mla.yarn_factor, mla.yarn_mscale) /
+                          yarn_get_mscale(mla.yarn_factor, mla.yarn_mscale_all_dim);
+    return ops::rope_freqs_yarn(mla.qk_rope_head_dim,
+                                mla.rope_theta,
+                                mla.yarn_factor,
+                                mla.yarn_original_max_position,
+                                mla.yarn_beta_fast,
+                                mla.yarn_beta_slow,
+                                mscale);
+}
+
+void attention_core(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float tau, Tensor& o) {
+    const int64_t n_q = q.dim(0), n_k = k.dim(0), d_qk = q.dim(1), d_v = v.dim(1);
+    HYMOE_CHECK(k.dim(1) == d_qk && v.dim(0) == n_k && mask.dim(0) == n_q && mask.dim(1) == n_k &&
+                    o.dim(0) == n_q && o.dim(1) == d_v,
+                "attention_core: q ",
+                shape_string(q.shape),
+                " k ",
+                shape_string(k.shape),
+                " v ",
+                shape_string(v.shape),
+                " mask ",
+                shape_string(mask.shape),
+                " o ",
+                shape_string(o.shape));
+    std::vector<float> p(static_cast<size_t>(n_q * n_k));
+    ops::gemm(false,
+              true,
+              n_q,
+              n_k,
+              d_qk,
+              tau,
+              q.ptr<float>(),
+              d_qk,
+              k.ptr<float>(),
+              d_qk,
+              0.0f,
+              p.data(),
+              n_k);
+    const float* mp = mask.ptr<float>();
+    for (int64_t i = 0; i < n_q * n_k; ++i)
+        p[i] += mp[i];
+    ops::softmax_rows(p.data(), n_q, n_k);
+    ops::gemm(false,
+              false,
+              n_q,
+              d_v,
+              n_k,
+              1.0f,
+              p.data(),
+              n_k,
+              v.ptr<float>(),
+              d_v,
+              0.0f,
+              o.ptr<float>(),
+              d_v);
+}
+
+void attention_forward(const ModelConfig& cfg,
+                       const LayerSpec& spec,
+                       const MlaWeights& w,
+                       const Tensor& x,
+                       const SeqBatch& batch,
+                       const std::vector<AttnCache*>& caches,
+                       Tensor& y,
+                       AttnMode mode,
+                       AttnStats* stats) {
+    const double start = wall_seconds();
+    double indexer_seconds = 0;
+    check_call(cfg, spec, x, batch, caches, y);
+    const MlaDims m = mla_dims(cfg);
+    const int64_t n_tok = x.dim(0), n_seq = batch.n_seq();
+    std::vector<int64_t> pos(static_cast<size_t>(n_tok));
+    for (int64_t s = 0; s < n_seq; ++s)
+        for (int64_t t = batch.offsets[s]; t < batch.offsets[s + 1]; ++t)
+            pos[t] = batch.pos0[s] + (t - batch.offsets[s]);
+
+    const Projected p = project(cfg, w, x, pos);
+    const bool dsa = spec.mixer == Mixer::dsa;
+    IndexerInputs idx;
+    if (dsa) {
+        ScopedTimer timer(indexer_seconds);
+        idx = indexer_project(cfg, w.indexer, x, p.c_q.view(), pos);
+    }
+
+    std::vector<AttnCache> scratch(caches.empty() ? n_seq : 0);  // no caches: this call only
+    Buffer o(DType::f32, {n_tok, m.n_head * m.d_v});
+    for (int64_t s = 0; s < n_seq; ++s) {
+        AttnCache& cache = caches.empty() ? scratch[s] : *caches[s];
+        const int64_t row0 = batch.offsets[s], n_q = batch.length(s);
+        append_rows(cache.c_kv, p.c_kv, row0, n_q);
+        append_rows(cache.k_r, p.k_r, row0, n_q);
+        if (dsa)
+            append_rows(cache.k_idx, idx.k, row0, n_q);
+        cache.n += n_q;
+        if (n_q == 0)
+            continue;
+        SeqWork work;
+        work.q = p.q.ptr<float>() + row0 * m.n_head * m.d_qk();
+        work.o = o.ptr<float>() + row0 * m.n_head * m.d_v;
+        work.n_q = n_q;
+        work.pos0 = batch.pos0[s];
+        work.cache = &cache;
+        if (dsa) {
+            work.q_idx = idx.q.ptr<float>() + row0 * cfg.indexer.n_head * cfg.indexer.head_dim;
+            work.w_idx = idx.w.ptr<float>() + row0 * cfg.indexer.n_head;
+        }
+        const bool absorbed =
+            mode == AttnMode::absorbed || (mode == AttnMode::automatic && n_q == 1);
+        if (absorbed)
+            attend_absorbed(cfg, w, work, indexer_seconds);
+        else
+            attend_expanded(cfg, w, work, indexer_seconds);
+    }
+
+    if (spec.gated) {  // u = o ⊙ σ(W_g x), σ in fp32
+        Buffer g(DType::f32, {n_tok, m.n_head * m.d_v});
+        ops::linear(x, w.g_proj.view(), g.view());
+        ops::sigmoid_inplace(g.view());
+        float* op = o.ptr<float>();
+        const float* gp = g.ptr<float>();
+        for (int64_t i = 0; i < n_tok * m.n_head * m.d_v; ++i)
+            op[i] *= gp[i];
+    }
+    ops::linear(o.view(), w.o_proj.view(), y);
+    if (stats != nullptr) {
+        stats->indexer_seconds += indexer_seconds;
+        stats->attention_seconds += wall_seconds() - start - indexer_seconds;
+    }
+}
+
+}  // namespace hymoe::model
