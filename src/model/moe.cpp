@@ -4,11 +4,10 @@
 // w_i · out_i over its top-k slots in slot order, in fp32, so the sum never depends on the order
 // the experts ran in). LatentMoE projects x → z = fc1 x before dispatch and the combined
 // y_lat → fc2 y_lat after; the shared experts always run on the full-width x and are added last.
-// Every product here is row-wise (one ops::linear call per token, the GEMV path): BLAS GEMM
-// rounds a row differently depending on its position in the call (OpenBLAS edge kernels), so a
-// batched product would make a token's output depend on which tokens share its expert. Row-wise,
-// a token's output is a function of its own x (and, under capacity, of which assignments were
-// dropped) bit for bit: any token order, batch composition or EP dispatch gives the same bits.
+// The router runs one token at a time (router.cpp), so a token's expert choice is a function of
+// its own x bit for bit, whatever shares its batch; the expert, latent and shared products are
+// batched GEMMs over each expert's gathered rows (BLAS may round a row differently with its
+// position in a call, so outputs agree across batchings to ~1e-6, not bit for bit).
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -21,27 +20,6 @@
 namespace hymoe::model {
 
 namespace {
-
-// y.rows(r) = x.rows(r) wᵀ, one row at a time: x [n, in], w [out, in], y [n, out].
-void linear_rows(const Tensor& x /*[n, in]*/,
-                 const Tensor& w /*[out, in]*/,
-                 Tensor& y /*[n, out]*/) {
-    for (int64_t r = 0; r < x.dim(0); ++r) {
-        Tensor y_row = y.rows(r, 1);
-        ops::linear(x.rows(r, 1), w, y_row);
-    }
-}
-
-// One MLP row by row: x [n, w], y [n, w].
-void mlp_rows(const DenseFfnWeights& w,
-              ExpertAct act,
-              const Tensor& x /*[n, w]*/,
-              Tensor& y /*[n, w]*/) {
-    for (int64_t r = 0; r < x.dim(0); ++r) {
-        Tensor y_row = y.rows(r, 1);
-        dense_ffn_forward(w, act, x.rows(r, 1), y_row);
-    }
-}
 
 // Where each kept assignment's row lives in the expert-grouped buffers: expert e owns rows
 // [offset[e], offset[e+1]), its tokens ascending.
@@ -86,7 +64,7 @@ void routed_experts(const MoeConfig& m,
         if (count == 0)
             continue;
         Tensor out_rows = out.view().rows(begin, count);
-        mlp_rows(w.experts[e], m.expert_act, in.view().rows(begin, count), out_rows);
+        dense_ffn_forward(w.experts[e], m.expert_act, in.view().rows(begin, count), out_rows);
     }
     for (int64_t t = 0; t < n_tok; ++t) {
         float* y = acc.ptr<float>() + t * width;
@@ -128,15 +106,15 @@ void moe_forward(const ModelConfig& cfg,
         const int64_t ell = m.latent_size;
         Buffer z(DType::f32, {n_tok, ell});      // [n_tok, ℓ] fc1 x
         Buffer y_lat(DType::f32, {n_tok, ell});  // [n_tok, ℓ] combined expert outputs
-        linear_rows(x, w.fc1_latent_proj.view(), z.view());
+        ops::linear(x, w.fc1_latent_proj.view(), z.view());
         routed_experts(m, w, r, z.view(), y_lat.view());
-        linear_rows(y_lat.view(), w.fc2_latent_proj.view(), y);
+        ops::linear(y_lat.view(), w.fc2_latent_proj.view(), y);
     } else {
         routed_experts(m, w, r, x, y);
     }
     if (m.n_shared_experts > 0) {
         Buffer shared(DType::f32, {n_tok, d});  // [n_tok, d]
-        mlp_rows(w.shared, m.expert_act, x, shared.view());
+        dense_ffn_forward(w.shared, m.expert_act, x, shared.view());
         ops::add_inplace(y, shared.view());
     }
     if (routing_out)

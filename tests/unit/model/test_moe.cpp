@@ -425,7 +425,7 @@ BOOST_AUTO_TEST_CASE(latent_moe_equals_plain_loops) {
     }
 }
 
-BOOST_AUTO_TEST_CASE(token_permutation_permutes_outputs_bit_for_bit) {
+BOOST_AUTO_TEST_CASE(token_permutation_permutes_routing_exactly_and_outputs) {
     for (const LayerSpec& spec : {moe_layer, latent_layer}) {
         const ModelConfig cfg = tiny_moe();
         const MoeWeights w = random_moe(cfg, spec, 31);
@@ -445,21 +445,26 @@ BOOST_AUTO_TEST_CASE(token_permutation_permutes_outputs_bit_for_bit) {
         Routing r, rp;
         moe_forward(cfg, spec, w, x.view(), y.view(), &r);
         moe_forward(cfg, spec, w, xp.view(), yp.view(), &rp);
-        int64_t rows_differ = 0;
+        float max_diff = 0;
         for (int64_t t = 0; t < n_tok; ++t) {
-            const size_t bytes = static_cast<size_t>(d) * sizeof(float);
-            rows_differ +=
-                std::memcmp(yp.ptr<float>() + t * d, y.ptr<float>() + perm[t] * d, bytes) != 0;
+            for (int64_t c = 0; c < d; ++c)
+                max_diff = std::max(max_diff, std::abs(yp.ptr<float>()[t * d + c] -
+                                                       y.ptr<float>()[perm[t] * d + c]));
             for (int64_t i = 0; i < k; ++i) {
                 BOOST_TEST(rp.idx[t * k + i] == r.idx[perm[t] * k + i]);
                 BOOST_TEST(rp.weight[t * k + i] == r.weight[perm[t] * k + i]);
             }
         }
-        BOOST_TEST(rows_differ == 0, to_string(spec.ffn));
-        // Batch composition does not matter either: a token alone gives the same bits.
+        BOOST_TEST(max_diff <= 1e-5f, to_string(spec.ffn));
+        // Batch composition does not matter either: a token alone gives the same routing and,
+        // to rounding, the same output.
         Buffer y1(DType::f32, {1, d});  // [1, d]
-        moe_forward(cfg, spec, w, x.view().rows(5, 1), y1.view());
-        BOOST_TEST(std::memcmp(y1.ptr<float>(), y.ptr<float>() + 5 * d, d * sizeof(float)) == 0);
+        Routing r1;
+        moe_forward(cfg, spec, w, x.view().rows(5, 1), y1.view(), &r1);
+        for (int64_t i = 0; i < k; ++i)
+            BOOST_TEST(r1.idx[i] == r.idx[5 * k + i]);
+        for (int64_t c = 0; c < d; ++c)
+            BOOST_TEST(std::abs(y1.ptr<float>()[c] - y.ptr<float>()[5 * d + c]) <= 1e-5f);
     }
 }
 
