@@ -21,6 +21,16 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc);
 
+// Running totals over every ops::gemm call of the process, always on (one clock read on each side
+// of the BLAS call): flops += 2·m·n·k, seconds += the call's wall time. Benchmarks read the
+// difference around the code they measure. Process-global and not thread-safe: gemm calls from
+// several threads at once would race on it (the model calls gemm from one thread).
+struct GemmCounter {
+    double flops = 0;
+    double seconds = 0;
+};
+GemmCounter& gemm_counter();
+
 // ---- normalisation -------------------------------------------------------------------------------
 
 // y = w ⊙ x · (mean(x²) + eps)^{-1/2} per row; w [dim]. y may alias x.

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "hymoe/core/error.h"
+#include "hymoe/core/timer.h"
 
 namespace hymoe::ops {
 
@@ -23,22 +24,31 @@ void check_f32(const Tensor& t, const char* op) {
 
 }  // namespace
 
+GemmCounter& gemm_counter() {
+    static GemmCounter counter;
+    return counter;
+}
+
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc) {
     if (m == 0 || n == 0)
         return;
+    const double t0 = wall_seconds();
     if (m == 1 && !trans_a) {  // one row: gemv, which OpenBLAS does not pick by itself
         // c[0, :] = alpha · op(B)ᵀ a + beta · c  (B [k, n] or Bᵀ [n, k])
         cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans,
                     static_cast<int>(trans_b ? n : k), static_cast<int>(trans_b ? k : n), alpha,
                     b, static_cast<int>(ldb), a, 1, beta, c, 1);
-        return;
+    } else {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                    static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+                    static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-                beta, c, static_cast<int>(ldc));
+    GemmCounter& counter = gemm_counter();
+    counter.seconds += wall_seconds() - t0;
+    counter.flops += 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
 }
 
 void linear(const Tensor& x, const Tensor& w, Tensor& y, float beta) {
