@@ -21,10 +21,16 @@ int run(int argc, char** argv) {
     runtime::CommandLine cli = runtime::parse_command_line(argc, argv);
     if (cli.help || cli.version) {
         if (parallel::world_rank() == 0)
-            std::printf("%s\n", cli.help ? runtime::usage().c_str()
-                                         : cat("hymoe ", build::git_sha, " (", build::backend,
-                                               ", ", build::compiler, ")")
-                                               .c_str());
+            std::printf("%s\n",
+                        cli.help ? runtime::usage().c_str()
+                                 : cat("hymoe ",
+                                       build::git_sha,
+                                       " (",
+                                       build::backend,
+                                       ", ",
+                                       build::compiler,
+                                       ")")
+                                       .c_str());
         return 0;
     }
     runtime::Job job = runtime::load_job(cli, parallel::world_size());

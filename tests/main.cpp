@@ -1,9 +1,9 @@
 // The Boost.Test main shared by every suite. It prints, as the very last line, "N passed, N failed,
 // N skipped" (Boost's own closing lines go to stderr and are not what CI reads). Built with
 // -DTEST_WITH_MPI for the mpi suite: MPI_Init/Finalize wrap the framework, every rank runs every
-// test, a test fails if it failed on any rank (MPI_Allreduce MAX), only rank 0 prints, and all ranks
-// return the same exit code. Tests assert on shared verdicts (tests/testing.h: all_ranks) so that a
-// failure on one rank never leaves the others waiting in a collective.
+// test, a test fails if it failed on any rank (MPI_Allreduce MAX), only rank 0 prints, and all
+// ranks return the same exit code. Tests assert on shared verdicts (tests/testing.h: all_ranks) so
+// that a failure on one rank never leaves the others waiting in a collective.
 #define BOOST_TEST_MODULE hymoe
 #define BOOST_TEST_NO_MAIN
 #define BOOST_TEST_DYN_LINK
@@ -27,7 +27,8 @@ namespace utf = boost::unit_test;
 enum Outcome { passed = 0, skipped = 1, failed = 2 };
 
 struct Outcomes {
-    std::vector<int> status;  // [n_test_case] Outcome, in test-tree order (same order on every rank)
+    std::vector<int>
+        status;  // [n_test_case] Outcome, in test-tree order (same order on every rank)
     std::vector<std::string> names;
     bool collected = false;
 };
@@ -71,7 +72,10 @@ int main(int argc, char** argv) {
     static char no_report[] = "--report_level=no";  // Boost's report is per rank: ours replaces it
     args.push_back(no_report);
     static char no_log[] = "--log_level=nothing";
-    if (rank != 0)
+    bool log_level_given = false;
+    for (int i = 1; i < argc; ++i)
+        log_level_given = log_level_given || std::string(argv[i]).rfind("--log_level", 0) == 0;
+    if (rank != 0 && !log_level_given)
         args.push_back(no_log);  // one readable log: rank 0's (failures are still named below)
 #endif
     args.push_back(nullptr);

@@ -2,10 +2,10 @@
 // agrees on, so that no rank stops early and leaves the others in a collective), and paths.
 #pragma once
 
+#include <string>
+
 #include <boost/test/unit_test.hpp>
 #include <mpi.h>
-
-#include <string>
 
 namespace hymoe::testing {
 

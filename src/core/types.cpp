@@ -5,17 +5,25 @@ namespace hymoe {
 
 const char* to_string(DType t) {
     switch (t) {
-        case DType::f32: return "f32";
-        case DType::f16: return "f16";
-        case DType::bf16: return "bf16";
-        case DType::i32: return "i32";
-        case DType::i64: return "i64";
-        case DType::u8: return "u8";
+        case DType::f32:
+            return "f32";
+        case DType::f16:
+            return "f16";
+        case DType::bf16:
+            return "bf16";
+        case DType::i32:
+            return "i32";
+        case DType::i64:
+            return "i64";
+        case DType::u8:
+            return "u8";
     }
     return "?";
 }
 
-const char* to_string(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+const char* to_string(Device d) {
+    return d == Device::cpu ? "cpu" : "cuda";
+}
 
 float f16_to_float(uint16_t h) {
     uint32_t sign = uint32_t{h & 0x8000u} << 16;

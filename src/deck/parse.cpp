@@ -1,13 +1,13 @@
 // The deck schema: every section, key, default and allowed range (README "Deck reference" lists
 // the same), the cross-key rules that need no model or MPI, and --set overrides.
-#include <yaml-cpp/yaml.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <yaml-cpp/yaml.h>
 
 #include "hymoe/core/error.h"
 #include "hymoe/deck/deck.h"
@@ -92,7 +92,8 @@ void read_parallel(Section s, ParallelSection& p) {
 void read_finetune(Section s, FinetuneSection& f) {
     f.present = true;
     f.method = s.choice("method", std::string("lora"), {"lora"});
-    f.base_dtype = parse_dtype(s.choice("base_dtype", std::string("bf16"), {"bf16", "fp16", "fp32"}));
+    f.base_dtype =
+        parse_dtype(s.choice("base_dtype", std::string("bf16"), {"bf16", "fp16", "fp32"}));
     {
         Section l = s.section("lora");
         f.lora.rank = static_cast<int>(l.integer("rank", 16, 1, 65536));
@@ -102,15 +103,17 @@ void read_finetune(Section s, FinetuneSection& f) {
         if (f.lora.target_modules.empty())
             f.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
         f.lora.rslora = l.flag("rslora", false);
-        f.lora.per_expert = l.choice("expert_adapters", std::string("shared"),
-                                     {"shared", "per_expert"}) == "per_expert";
+        f.lora.per_expert =
+            l.choice("expert_adapters", std::string("shared"), {"shared", "per_expert"}) ==
+            "per_expert";
         l.finish();
     }
     {
         Section o = s.section("optimizer");
         OptimizerSection& opt = f.optimizer;
         opt.lr = o.number("lr", 1e-4, 0.0, 10.0);
-        opt.scheduler = o.choice("scheduler", std::string("cosine"), {"cosine", "linear", "constant"});
+        opt.scheduler =
+            o.choice("scheduler", std::string("cosine"), {"cosine", "linear", "constant"});
         opt.warmup_steps = static_cast<int>(o.integer("warmup_steps", 0, 0, kBig));
         opt.min_lr_ratio = o.number("min_lr_ratio", 0.1, 0.0, 1.0);
         opt.weight_decay = o.number("weight_decay", 0.0, 0.0, 10.0);
@@ -127,8 +130,10 @@ void read_finetune(Section s, FinetuneSection& f) {
         f.domain_ratio = d.number("domain_ratio", f.general_data.empty() ? 1.0 : 0.8, 0.0, 1.0);
         f.general_ratio = d.number("general_ratio", 1.0 - f.domain_ratio, 0.0, 1.0);
         if (std::abs(f.domain_ratio + f.general_ratio - 1.0) > 1e-9)
-            d.fail("general_ratio", cat("domain_ratio + general_ratio = ",
-                                        f.domain_ratio + f.general_ratio, " (they must sum to 1)"));
+            d.fail("general_ratio",
+                   cat("domain_ratio + general_ratio = ",
+                       f.domain_ratio + f.general_ratio,
+                       " (they must sum to 1)"));
         if (f.general_ratio > 0 && f.general_data.empty())
             d.fail("general_ratio", "is above 0 but finetune.data.general is not given");
         d.finish();
@@ -181,8 +186,8 @@ void read_inference(Section s, InferenceSection& in) {
         in.max_seqs = static_cast<int>(b.integer("max_seqs", 64, 1, 1 << 24));
         in.prefill_chunk = static_cast<int>(b.integer("prefill_chunk", 2048, 1, 1 << 30));
         if (in.prefill_chunk > in.max_tokens)
-            b.fail("prefill_chunk", cat(in.prefill_chunk, " is larger than batch.max_tokens = ",
-                                        in.max_tokens));
+            b.fail("prefill_chunk",
+                   cat(in.prefill_chunk, " is larger than batch.max_tokens = ", in.max_tokens));
         b.finish();
     }
     {
@@ -231,7 +236,8 @@ void apply_override(YAML::Node root, const std::string& arg, ParseContext& ctx) 
     try {
         value = YAML::Load(arg.substr(eq + 1));
     } catch (const YAML::Exception& e) {
-        HYMOE_FAIL(Exit::invalid, "--set ", arg, ": ", path, ": the value is not YAML (", e.msg, ")");
+        HYMOE_FAIL(
+            Exit::invalid, "--set ", arg, ": ", path, ": the value is not YAML (", e.msg, ")");
     }
     YAML::Node node = root;
     for (size_t i = 0; i + 1 < keys.size(); ++i) {
@@ -240,8 +246,8 @@ void apply_override(YAML::Node root, const std::string& arg, ParseContext& ctx) 
         if (!node[keys[i]] || node[keys[i]].IsNull())
             node[keys[i]] = YAML::Node(YAML::NodeType::Map);
         if (!node[keys[i]].IsMap())
-            HYMOE_FAIL(Exit::invalid, "--set ", arg, ": ", path, ": '", keys[i],
-                       "' is not a section");
+            HYMOE_FAIL(
+                Exit::invalid, "--set ", arg, ": ", path, ": '", keys[i], "' is not a section");
         YAML::Node next = node[keys[i]];
         node.reset(next);
     }
@@ -290,14 +296,28 @@ Deck parse_deck(const std::string& text,
     try {
         root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
-        HYMOE_FAIL(Exit::invalid, path, ":", e.mark.line + 1, ":", e.mark.column + 1,
-                   ": (yaml): not valid YAML: ", e.msg, tab_hint(text, e.mark.line));
+        HYMOE_FAIL(Exit::invalid,
+                   path,
+                   ":",
+                   e.mark.line + 1,
+                   ":",
+                   e.mark.column + 1,
+                   ": (yaml): not valid YAML: ",
+                   e.msg,
+                   tab_hint(text, e.mark.line));
     }
     if (!root.IsDefined() || root.IsNull())
-        HYMOE_FAIL(Exit::invalid, path, ":1:1: (deck): the deck is empty (it needs at least job: ",
+        HYMOE_FAIL(Exit::invalid,
+                   path,
+                   ":1:1: (deck): the deck is empty (it needs at least job: ",
                    "{kind: ...} and model:)");
     if (!root.IsMap())
-        HYMOE_FAIL(Exit::invalid, path, ":", root.Mark().line + 1, ":", root.Mark().column + 1,
+        HYMOE_FAIL(Exit::invalid,
+                   path,
+                   ":",
+                   root.Mark().line + 1,
+                   ":",
+                   root.Mark().column + 1,
                    ": (deck): expected a map of sections (job, model, parallel, ...)");
     for (const auto& o : overrides)
         apply_override(root, o, ctx);
@@ -310,8 +330,10 @@ Deck parse_deck(const std::string& text,
     JobKind kind = deck.job.kind;
     if (top.has("finetune")) {
         if (kind == JobKind::infer || kind == JobKind::convert)
-            top.fail("finetune", cat("not allowed when job.kind is ", to_string(kind),
-                                     " (finetune belongs to kind: lora)"));
+            top.fail("finetune",
+                     cat("not allowed when job.kind is ",
+                         to_string(kind),
+                         " (finetune belongs to kind: lora)"));
         read_finetune(top.section("finetune"), deck.finetune);
     } else if (kind == JobKind::lora) {
         top.fail("finetune", "required for a lora job (method, lora, optimizer, data, steps)");
@@ -355,19 +377,26 @@ std::string Deck::locate(const std::string& key_path) const {
 
 const char* to_string(JobKind kind) {
     switch (kind) {
-        case JobKind::infer: return "infer";
-        case JobKind::lora: return "lora";
-        case JobKind::convert: return "convert";
-        case JobKind::plan: return "plan";
+        case JobKind::infer:
+            return "infer";
+        case JobKind::lora:
+            return "lora";
+        case JobKind::convert:
+            return "convert";
+        case JobKind::plan:
+            return "plan";
     }
     return "?";
 }
 
 const char* to_string(DeviceChoice device) {
     switch (device) {
-        case DeviceChoice::automatic: return "auto";
-        case DeviceChoice::cpu: return "cpu";
-        case DeviceChoice::cuda: return "cuda";
+        case DeviceChoice::automatic:
+            return "auto";
+        case DeviceChoice::cpu:
+            return "cpu";
+        case DeviceChoice::cuda:
+            return "cuda";
     }
     return "?";
 }

@@ -23,11 +23,16 @@ std::string join(const std::vector<std::string>& items) {
 
 const char* type_name(const YAML::Node& n) {
     switch (n.Type()) {
-        case YAML::NodeType::Map: return "a map";
-        case YAML::NodeType::Sequence: return "a list";
-        case YAML::NodeType::Null: return "no value";
-        case YAML::NodeType::Scalar: return "a scalar";
-        case YAML::NodeType::Undefined: return "nothing";
+        case YAML::NodeType::Map:
+            return "a map";
+        case YAML::NodeType::Sequence:
+            return "a list";
+        case YAML::NodeType::Null:
+            return "no value";
+        case YAML::NodeType::Scalar:
+            return "a scalar";
+        case YAML::NodeType::Undefined:
+            return "nothing";
     }
     return "?";
 }
@@ -59,13 +64,14 @@ std::string ParseContext::where(const YAML::Mark& mark, const std::string& path)
     return cat(file, ":", mark.line + 1, ":", mark.column + 1);
 }
 
-void ParseContext::fail(const YAML::Mark& mark, const std::string& path,
+void ParseContext::fail(const YAML::Mark& mark,
+                        const std::string& path,
                         const std::string& what) const {
     HYMOE_FAIL(Exit::invalid, where(mark, path), ": ", path, ": ", what);
 }
 
-Section::Section(ParseContext& ctx, YAML::Node node, YAML::Node resolved, std::string path,
-                 YAML::Mark mark)
+Section::Section(
+    ParseContext& ctx, YAML::Node node, YAML::Node resolved, std::string path, YAML::Mark mark)
     : ctx_(ctx), node_(node), resolved_(resolved), path_(std::move(path)), mark_(mark) {
     if (!node_.IsDefined() || node_.IsNull())
         return;
@@ -77,7 +83,8 @@ Section::Section(ParseContext& ctx, YAML::Node node, YAML::Node resolved, std::s
         std::string key = it->first.Scalar();
         auto [prev, inserted] = key_marks_.emplace(key, it->first.Mark());
         if (!inserted)
-            ctx_.fail(it->first.Mark(), key_path(key),
+            ctx_.fail(it->first.Mark(),
+                      key_path(key),
                       cat("duplicate key (first given on line ", prev->second.line + 1, ")"));
         values_.emplace(key, it->second);
     }
@@ -127,7 +134,9 @@ const YAML::Node& Section::scalar(const std::string& key, const char* expected) 
     return v;
 }
 
-int64_t Section::integer(const std::string& key, std::optional<int64_t> def, int64_t lo,
+int64_t Section::integer(const std::string& key,
+                         std::optional<int64_t> def,
+                         int64_t lo,
                          int64_t hi) {
     const YAML::Node* v = find(key);
     int64_t x = 0;
@@ -158,11 +167,22 @@ double Section::number(const std::string& key, std::optional<double> def, double
         const std::string& s = scalar(key, "a number").Scalar();
         std::istringstream in(s);
         if (!(in >> x) || !in.eof() || !std::isfinite(x))
-            fail(key, cat("'", s, "' is not a number in [", format_number(lo), ", ",
-                          format_number(hi), "]"));
+            fail(key,
+                 cat("'",
+                     s,
+                     "' is not a number in [",
+                     format_number(lo),
+                     ", ",
+                     format_number(hi),
+                     "]"));
         if (x < lo || x > hi)
-            fail(key, cat(s, " is out of range (allowed: ", format_number(lo), " to ",
-                          format_number(hi), ")"));
+            fail(key,
+                 cat(s,
+                     " is out of range (allowed: ",
+                     format_number(lo),
+                     " to ",
+                     format_number(hi),
+                     ")"));
     }
     resolved_[key] = format_number(x);
     return x;
@@ -194,7 +214,8 @@ bool Section::flag(const std::string& key, bool def) {
     return x;
 }
 
-std::string Section::choice(const std::string& key, std::optional<std::string> def,
+std::string Section::choice(const std::string& key,
+                            std::optional<std::string> def,
                             const std::vector<std::string>& allowed) {
     const YAML::Node* v = find(key);
     std::string x;
@@ -287,16 +308,24 @@ std::vector<std::string> Section::list(const std::string& key,
     std::vector<std::string> out;
     if (v) {
         if (!v->IsSequence())
-            fail(key, cat("expected a list, got ", type_name(*v), " (allowed items: ",
-                          join(allowed), ")"));
+            fail(key,
+                 cat("expected a list, got ",
+                     type_name(*v),
+                     " (allowed items: ",
+                     join(allowed),
+                     ")"));
         for (const auto& item : *v) {
             bool ok = item.IsScalar();
             for (size_t i = 0; ok && i < allowed.size() && allowed[i] != item.Scalar(); ++i)
                 ok = i + 1 < allowed.size();
             if (!ok)
-                ctx_.fail(item.Mark(), key_path(key),
-                          cat("'", item.IsScalar() ? item.Scalar() : type_name(item),
-                              "' is not allowed (allowed: ", join(allowed), ")"));
+                ctx_.fail(item.Mark(),
+                          key_path(key),
+                          cat("'",
+                              item.IsScalar() ? item.Scalar() : type_name(item),
+                              "' is not allowed (allowed: ",
+                              join(allowed),
+                              ")"));
             out.push_back(item.Scalar());
         }
     }
@@ -345,7 +374,8 @@ void Section::finish() const {
         return;
     for (auto it = node_.begin(); it != node_.end(); ++it)  // file order: the first unknown key
         if (!read_.count(it->first.Scalar()))
-            ctx_.fail(it->first.Mark(), key_path(it->first.Scalar()),
+            ctx_.fail(it->first.Mark(),
+                      key_path(it->first.Scalar()),
                       cat("unknown key (allowed: ", join(allowed_), ")"));
 }
 

@@ -3,14 +3,14 @@
 // written once, in parse.cpp. finish() rejects any key the section did not read.
 #pragma once
 
-#include <yaml-cpp/yaml.h>
-
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <yaml-cpp/yaml.h>
 
 #include "hymoe/deck/deck.h"
 
@@ -23,7 +23,8 @@ struct ParseContext {
     std::map<std::string, Source>* sources = nullptr;
 
     // The one error line: "<file>:L:C: key.path: what" or "--set k=v: key.path: what".
-    [[noreturn]] void fail(const YAML::Mark& mark, const std::string& path,
+    [[noreturn]] void fail(const YAML::Mark& mark,
+                           const std::string& path,
                            const std::string& what) const;
     std::string where(const YAML::Mark& mark, const std::string& path) const;
 };
@@ -32,8 +33,8 @@ enum class PathKind { file, dir, file_or_dir };
 
 class Section {
 public:
-    Section(ParseContext& ctx, YAML::Node node, YAML::Node resolved, std::string path,
-            YAML::Mark mark);
+    Section(
+        ParseContext& ctx, YAML::Node node, YAML::Node resolved, std::string path, YAML::Mark mark);
 
     bool has(const std::string& key) const;
     // Readers: std::nullopt as default means the key is required.
@@ -42,7 +43,8 @@ public:
     // An integer in [lo, hi] or the word "auto" (the default), returned as 0.
     int64_t integer_or_auto(const std::string& key, int64_t lo, int64_t hi);
     bool flag(const std::string& key, bool def);
-    std::string choice(const std::string& key, std::optional<std::string> def,
+    std::string choice(const std::string& key,
+                       std::optional<std::string> def,
                        const std::vector<std::string>& allowed);
     std::string text(const std::string& key, std::optional<std::string> def);
     // A path relative to the deck folder; checked to exist as `kind` when must_exist.

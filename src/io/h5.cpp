@@ -31,18 +31,25 @@ H5Id link_props() {
     return p;
 }
 
-std::vector<hsize_t> dims_of(const Shape& shape) { return {shape.begin(), shape.end()}; }
+std::vector<hsize_t> dims_of(const Shape& shape) {
+    return {shape.begin(), shape.end()};
+}
 
 }  // namespace
 
 hid_t h5_type(DType t) {
     switch (t) {
-        case DType::f32: return H5T_NATIVE_FLOAT;
-        case DType::i32: return H5T_NATIVE_INT32;
-        case DType::i64: return H5T_NATIVE_INT64;
-        case DType::u8: return H5T_NATIVE_UINT8;
+        case DType::f32:
+            return H5T_NATIVE_FLOAT;
+        case DType::i32:
+            return H5T_NATIVE_INT32;
+        case DType::i64:
+            return H5T_NATIVE_INT64;
+        case DType::u8:
+            return H5T_NATIVE_UINT8;
         case DType::bf16:
-        case DType::f16: return H5T_NATIVE_UINT16;  // raw bits; the dataset's attrs name the dtype
+        case DType::f16:
+            return H5T_NATIVE_UINT16;  // raw bits; the dataset's attrs name the dtype
     }
     return H5T_NATIVE_UINT8;
 }
@@ -57,7 +64,9 @@ H5Id::~H5Id() {
         close_(id_);
 }
 
-H5Id::H5Id(H5Id&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+H5Id::H5Id(H5Id&& o) noexcept : id_(o.id_), close_(o.close_) {
+    o.id_ = -1;
+}
 
 H5Id& H5Id::operator=(H5Id&& o) noexcept {
     if (this != &o) {
@@ -75,7 +84,8 @@ H5Writer::H5Writer(const std::string& path, const comm::Comm& comm)
     H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "file access properties");
     if (parallel_)
         H5Pset_fapl_mpio(fapl.get(), comm::mpi_handle(comm), MPI_INFO_NULL);
-    file_ = H5Id(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
+    file_ = H5Id(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                 H5Fclose,
                  "creating " + partial_);
 }
 
@@ -83,12 +93,20 @@ H5Writer::~H5Writer() = default;
 
 H5Id H5Writer::create_dataset(const std::string& name, hid_t type, const Shape& shape) {
     std::vector<hsize_t> dims = dims_of(shape);
-    H5Id space(shape.empty() ? H5Screate(H5S_SCALAR)
-                             : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-               H5Sclose, "dataspace for " + name);
-    return H5Id(H5Dcreate2(file_.get(), name.c_str(), type, space.get(), link_props().get(),
-                           H5P_DEFAULT, H5P_DEFAULT),
-                H5Dclose, "creating " + name + " in " + path_);
+    H5Id space(shape.empty()
+                   ? H5Screate(H5S_SCALAR)
+                   : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+               H5Sclose,
+               "dataspace for " + name);
+    return H5Id(H5Dcreate2(file_.get(),
+                           name.c_str(),
+                           type,
+                           space.get(),
+                           link_props().get(),
+                           H5P_DEFAULT,
+                           H5P_DEFAULT),
+                H5Dclose,
+                "creating " + name + " in " + path_);
 }
 
 void H5Writer::text(const std::string& name, const std::string& value) {
@@ -118,9 +136,16 @@ void H5Writer::strings(const std::string& name, const std::vector<std::string>& 
 void H5Writer::attr(const std::string& object, const std::string& name, const std::string& value) {
     H5Id type = string_type(value.size());
     H5Id space(H5Screate(H5S_SCALAR), H5Sclose, "scalar dataspace");
-    H5Id a(H5Acreate_by_name(file_.get(), object.c_str(), name.c_str(), type.get(), space.get(),
-                             H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-           H5Aclose, "creating attribute " + object + "@" + name);
+    H5Id a(H5Acreate_by_name(file_.get(),
+                             object.c_str(),
+                             name.c_str(),
+                             type.get(),
+                             space.get(),
+                             H5P_DEFAULT,
+                             H5P_DEFAULT,
+                             H5P_DEFAULT),
+           H5Aclose,
+           "creating attribute " + object + "@" + name);
     if (H5Awrite(a.get(), type.get(), value.data()) < 0)
         HYMOE_FAIL_ONE(Exit::internal, "HDF5: writing attribute ", object, "@", name);
 }
@@ -133,20 +158,28 @@ void H5Writer::array(const std::string& name, const Tensor& t) {
     }
 }
 
-void H5Writer::rows(const std::string& name, const Tensor& local, int64_t row_offset,
+void H5Writer::rows(const std::string& name,
+                    const Tensor& local,
+                    int64_t row_offset,
                     int64_t total_rows) {
     Shape shape = local.shape;
-    HYMOE_CHECK(!shape.empty() && row_offset + shape[0] <= total_rows, "rows ", row_offset, "+",
-                shape_string(shape), " of ", total_rows);
+    HYMOE_CHECK(!shape.empty() && row_offset + shape[0] <= total_rows,
+                "rows ",
+                row_offset,
+                "+",
+                shape_string(shape),
+                " of ",
+                total_rows);
     shape[0] = total_rows;
     H5Id d = create_dataset(name, h5_type(local.dtype), shape);
     H5Id file_space(H5Dget_space(d.get()), H5Sclose, "dataspace of " + name);
     std::vector<hsize_t> start(shape.size(), 0), count = dims_of(local.shape);
     start[0] = static_cast<hsize_t>(row_offset);
-    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
-                        nullptr);
+    H5Sselect_hyperslab(
+        file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
     H5Id mem_space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
-                   H5Sclose, "memory dataspace");
+                   H5Sclose,
+                   "memory dataspace");
     if (local.numel() == 0) {
         H5Sselect_none(file_space.get());
         H5Sselect_none(mem_space.get());
@@ -154,7 +187,11 @@ void H5Writer::rows(const std::string& name, const Tensor& local, int64_t row_of
     H5Id xfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "transfer properties");
     if (parallel_)
         H5Pset_dxpl_mpio(xfer.get(), H5FD_MPIO_COLLECTIVE);
-    if (H5Dwrite(d.get(), h5_type(local.dtype), mem_space.get(), file_space.get(), xfer.get(),
+    if (H5Dwrite(d.get(),
+                 h5_type(local.dtype),
+                 mem_space.get(),
+                 file_space.get(),
+                 xfer.get(),
                  local.data) < 0)
         HYMOE_FAIL_ONE(Exit::internal, "HDF5: writing rows of ", name, " in ", path_);
 }
@@ -169,7 +206,8 @@ void H5Writer::commit() {
         std::error_code ec;
         std::filesystem::rename(partial_, path_, ec);
         if (ec)
-            HYMOE_FAIL_ONE(Exit::internal, "renaming ", partial_, " to ", path_, ": ", ec.message());
+            HYMOE_FAIL_ONE(
+                Exit::internal, "renaming ", partial_, " to ", path_, ": ", ec.message());
     }
     if (parallel_)
         comm::barrier(comm_);
@@ -194,7 +232,8 @@ std::string H5Reader::text(const std::string& name) const {
 
 std::string H5Reader::attr(const std::string& object, const std::string& name) const {
     H5Id a(H5Aopen_by_name(file_.get(), object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
-           H5Aclose, path_ + ": attribute " + object + "@" + name);
+           H5Aclose,
+           path_ + ": attribute " + object + "@" + name);
     H5Id type(H5Aget_type(a.get()), H5Tclose, "attribute type");
     std::string s(H5Tget_size(type.get()), '\0');
     if (H5Aread(a.get(), type.get(), s.data()) < 0)
@@ -214,8 +253,8 @@ Shape H5Reader::shape(const std::string& name) const {
 namespace {
 
 template <typename T>
-std::vector<T> read_all(hid_t file, const std::string& path, const std::string& name, hid_t type,
-                        int64_t n) {
+std::vector<T> read_all(
+    hid_t file, const std::string& path, const std::string& name, hid_t type, int64_t n) {
     std::vector<T> v(static_cast<size_t>(n));
     H5Id d(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, path + ": " + name);
     if (H5Dread(d.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)

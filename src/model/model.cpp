@@ -11,7 +11,9 @@ namespace hymoe::model {
 namespace {
 
 // Prefix of a layer's mixer and FFN weights in the HF checkpoints of each family.
-std::string layer_prefix(int i) { return "model.layers." + std::to_string(i) + "."; }
+std::string layer_prefix(int i) {
+    return "model.layers." + std::to_string(i) + ".";
+}
 
 std::string ffn_prefix(const ModelConfig& cfg, int i) {
     const bool kimi_moe = cfg.model_type == "kimi_linear" && cfg.layers[i].ffn != Ffn::dense;
@@ -51,7 +53,8 @@ TensorList model_tensors(Model& m) {
             append(list, attention_tensors(cfg, spec, lw.attn), p + "self_attn.");
         list.push_back({p + "post_attention_layernorm.weight", {d}, &lw.ffn_norm, Init::ones});
         const bool dense = spec.ffn == Ffn::dense;
-        append(list, ffn_tensors(cfg, spec, dense ? &lw.dense : nullptr, dense ? nullptr : &lw.moe),
+        append(list,
+               ffn_tensors(cfg, spec, dense ? &lw.dense : nullptr, dense ? nullptr : &lw.moe),
                ffn_prefix(cfg, i));
     }
     list.push_back({"model.norm.weight", {d}, &m.final_norm, Init::ones});
@@ -99,16 +102,32 @@ void forward(const Model& m,
     const int64_t n = batch.n_tok(), d = cfg.hidden_size, V = cfg.vocab_size;
     HYMOE_CHECK(static_cast<int64_t>(tokens.size()) == n &&
                     static_cast<int64_t>(states.size()) == batch.n_seq(),
-                "forward: ", tokens.size(), " tokens / ", states.size(), " states for a batch of ",
-                n, " tokens / ", batch.n_seq(), " sequences");
+                "forward: ",
+                tokens.size(),
+                " tokens / ",
+                states.size(),
+                " states for a batch of ",
+                n,
+                " tokens / ",
+                batch.n_seq(),
+                " sequences");
     for (int64_t s = 0; s < batch.n_seq(); ++s)
-        HYMOE_CHECK(states[s]->n_tokens == batch.pos0[s], "forward: sequence ", s, " state holds ",
-                    states[s]->n_tokens, " tokens but the batch continues at ", batch.pos0[s]);
+        HYMOE_CHECK(states[s]->n_tokens == batch.pos0[s],
+                    "forward: sequence ",
+                    s,
+                    " state holds ",
+                    states[s]->n_tokens,
+                    " tokens but the batch continues at ",
+                    batch.pos0[s]);
 
     Buffer h(DType::f32, {n, d});  // [n_tok, d] the residual stream
     for (int64_t t = 0; t < n; ++t) {
-        HYMOE_CHECK(tokens[t] >= 0 && tokens[t] < V, "forward: token id ", tokens[t],
-                    " outside the vocabulary [0, ", V, ")");
+        HYMOE_CHECK(tokens[t] >= 0 && tokens[t] < V,
+                    "forward: token id ",
+                    tokens[t],
+                    " outside the vocabulary [0, ",
+                    V,
+                    ")");
         std::copy_n(m.embed.ptr<float>() + tokens[t] * d, d, h.ptr<float>() + t * d);
     }
     Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});
@@ -117,8 +136,8 @@ void forward(const Model& m,
     for (size_t i = 0; i < cfg.layers.size(); ++i) {
         const LayerSpec& spec = cfg.layers[i];
         const LayerWeights& lw = m.layers[i];
-        ops::rms_norm(h.view(), lw.attn_norm.view(), static_cast<float>(cfg.rms_norm_eps),
-                      xn.view());
+        ops::rms_norm(
+            h.view(), lw.attn_norm.view(), static_cast<float>(cfg.rms_norm_eps), xn.view());
         if (spec.mixer == Mixer::kda) {
             for (size_t s = 0; s < states.size(); ++s)
                 kda_states[s] = &states[s]->kda[i];
@@ -126,12 +145,12 @@ void forward(const Model& m,
         } else {
             for (size_t s = 0; s < states.size(); ++s)
                 caches[s] = &states[s]->attn[i];
-            attention_forward(cfg, spec, lw.attn, xn.view(), batch, caches, y.view(),
-                              options.attn_mode);
+            attention_forward(
+                cfg, spec, lw.attn, xn.view(), batch, caches, y.view(), options.attn_mode);
         }
         ops::add_inplace(h.view(), y.view());
-        ops::rms_norm(h.view(), lw.ffn_norm.view(), static_cast<float>(cfg.rms_norm_eps),
-                      xn.view());
+        ops::rms_norm(
+            h.view(), lw.ffn_norm.view(), static_cast<float>(cfg.rms_norm_eps), xn.view());
         if (spec.ffn == Ffn::dense)
             dense_ffn_forward(lw.dense, ExpertAct::swiglu, xn.view(), y.view());
         else
@@ -147,8 +166,8 @@ void forward(const Model& m,
     if (options.logits == Logits::last) {
         rows = Buffer(DType::f32, {batch.n_seq(), d});
         for (int64_t s = 0; s < batch.n_seq(); ++s)
-            std::copy_n(h.ptr<float>() + (batch.offsets[s + 1] - 1) * d, d,
-                        rows.ptr<float>() + s * d);
+            std::copy_n(
+                h.ptr<float>() + (batch.offsets[s + 1] - 1) * d, d, rows.ptr<float>() + s * d);
         hv = &rows.view();
     }
     Buffer normed(DType::f32, hv->shape);

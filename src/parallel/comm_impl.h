@@ -2,9 +2,9 @@
 // CUDA builds, the NCCL communicator made from it. Also HYMOE_MPI_CHECK.
 #pragma once
 
-#include <mpi.h>
-
 #include <string>
+
+#include <mpi.h>
 
 #include "hymoe/core/error.h"
 #include "hymoe/parallel/comm.h"
@@ -33,10 +33,14 @@ std::string mpi_error_string(int code);
 }  // namespace hymoe::comm
 
 // An MPI call that returns an error code becomes a hymoe::Error naming the call and its context.
-#define HYMOE_MPI_CHECK(call, ...)                                                              \
-    do {                                                                                        \
-        int hymoe_mpi_rc_ = (call);                                                             \
-        if (hymoe_mpi_rc_ != MPI_SUCCESS)                                                       \
-            HYMOE_FAIL_ONE(::hymoe::Exit::internal, #call, " failed (",                         \
-                           ::hymoe::comm::mpi_error_string(hymoe_mpi_rc_), "): ", __VA_ARGS__); \
+#define HYMOE_MPI_CHECK(call, ...)                                         \
+    do {                                                                   \
+        int hymoe_mpi_rc_ = (call);                                        \
+        if (hymoe_mpi_rc_ != MPI_SUCCESS)                                  \
+            HYMOE_FAIL_ONE(::hymoe::Exit::internal,                        \
+                           #call,                                          \
+                           " failed (",                                    \
+                           ::hymoe::comm::mpi_error_string(hymoe_mpi_rc_), \
+                           "): ",                                          \
+                           __VA_ARGS__);                                   \
     } while (0)

@@ -17,35 +17,44 @@ namespace hymoe::comm {
 namespace {
 
 #ifdef HYMOE_CUDA
-#define HYMOE_ON_DEVICE(t, call)   \
+#define HYMOE_ON_DEVICE(t, call)      \
     if ((t).device == Device::cuda) { \
-        call;                      \
-        return;                    \
+        call;                         \
+        return;                       \
     }
 #else
-#define HYMOE_ON_DEVICE(t, call)                                                               \
-    if ((t).device == Device::cuda)                                                            \
-        HYMOE_FAIL_ONE(Exit::internal, "a device tensor reached comm:: in a build without CUDA " \
-                                       "(rebuild with make CUDA=1)");
+#define HYMOE_ON_DEVICE(t, call)                                                 \
+    if ((t).device == Device::cuda)                                              \
+        HYMOE_FAIL_ONE(Exit::internal,                                           \
+                       "a device tensor reached comm:: in a build without CUDA " \
+                       "(rebuild with make CUDA=1)");
 #endif
 
 MPI_Datatype mpi_type(DType t) {
     switch (t) {
-        case DType::f32: return MPI_FLOAT;
-        case DType::i32: return MPI_INT32_T;
-        case DType::i64: return MPI_INT64_T;
-        case DType::u8: return MPI_UINT8_T;
+        case DType::f32:
+            return MPI_FLOAT;
+        case DType::i32:
+            return MPI_INT32_T;
+        case DType::i64:
+            return MPI_INT64_T;
+        case DType::u8:
+            return MPI_UINT8_T;
         case DType::bf16:
-        case DType::f16: return MPI_UINT16_T;
+        case DType::f16:
+            return MPI_UINT16_T;
     }
     return MPI_BYTE;
 }
 
 MPI_Op mpi_op(ReduceOp op) {
     switch (op) {
-        case ReduceOp::sum: return MPI_SUM;
-        case ReduceOp::max: return MPI_MAX;
-        case ReduceOp::min: return MPI_MIN;
+        case ReduceOp::sum:
+            return MPI_SUM;
+        case ReduceOp::max:
+            return MPI_MAX;
+        case ReduceOp::min:
+            return MPI_MIN;
     }
     return MPI_SUM;
 }
@@ -55,7 +64,9 @@ int count_of(const Tensor& t, const char* what) {
     return static_cast<int>(t.numel());
 }
 
-bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+bool is_half(DType t) {
+    return t == DType::bf16 || t == DType::f16;
+}
 
 // Half-precision tensor <-> fp32 buffer.
 Buffer widen(const Tensor& t) {
@@ -74,8 +85,13 @@ void narrow(const Tensor& f, Tensor& t) {
 }
 
 void check_same(const Tensor& a, const Tensor& b, const char* what) {
-    HYMOE_CHECK(a.dtype == b.dtype && a.device == b.device, what, ": tensors differ in dtype (",
-                to_string(a.dtype), ", ", to_string(b.dtype), ") or device");
+    HYMOE_CHECK(a.dtype == b.dtype && a.device == b.device,
+                what,
+                ": tensors differ in dtype (",
+                to_string(a.dtype),
+                ", ",
+                to_string(b.dtype),
+                ") or device");
 }
 
 }  // namespace
@@ -103,15 +119,23 @@ Comm::Impl::~Impl() {
         MPI_Comm_free(&mpi);
 }
 
-int Comm::rank() const { return impl().rank; }
-int Comm::size() const { return impl().size; }
-const std::string& Comm::name() const { return impl().name; }
+int Comm::rank() const {
+    return impl().rank;
+}
+int Comm::size() const {
+    return impl().size;
+}
+const std::string& Comm::name() const {
+    return impl().name;
+}
 Comm::Impl& Comm::impl() const {
     HYMOE_CHECK(impl_ != nullptr, "use of a communicator that was never made");
     return *impl_;
 }
 
-MPI_Comm mpi_handle(const Comm& c) { return c.impl().mpi; }
+MPI_Comm mpi_handle(const Comm& c) {
+    return c.impl().mpi;
+}
 
 void all_reduce(Tensor& x, const Comm& c, ReduceOp op) {
     HYMOE_ON_DEVICE(x, nccl::all_reduce(x, c, op));
@@ -121,33 +145,57 @@ void all_reduce(Tensor& x, const Comm& c, ReduceOp op) {
         narrow(f.view(), x);
         return;
     }
-    HYMOE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data, count_of(x, "all_reduce"), mpi_type(x.dtype),
-                                  mpi_op(op), c.impl().mpi),
-                    "all_reduce of ", shape_string(x.shape), " over ", c.name());
+    HYMOE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE,
+                                  x.data,
+                                  count_of(x, "all_reduce"),
+                                  mpi_type(x.dtype),
+                                  mpi_op(op),
+                                  c.impl().mpi),
+                    "all_reduce of ",
+                    shape_string(x.shape),
+                    " over ",
+                    c.name());
 }
 
 void broadcast(Tensor& x, int root, const Comm& c) {
     HYMOE_ON_DEVICE(x, nccl::broadcast(x, root, c));
     HYMOE_MPI_CHECK(
         MPI_Bcast(x.data, count_of(x, "broadcast"), mpi_type(x.dtype), root, c.impl().mpi),
-        "broadcast of ", shape_string(x.shape), " over ", c.name());
+        "broadcast of ",
+        shape_string(x.shape),
+        " over ",
+        c.name());
 }
 
 void all_gather(const Tensor& in, Tensor& out, const Comm& c) {
     check_same(in, out, "all_gather");
-    HYMOE_CHECK(out.numel() == in.numel() * c.size(), "all_gather: out ", shape_string(out.shape),
-                " must hold ", c.size(), " x in ", shape_string(in.shape));
+    HYMOE_CHECK(out.numel() == in.numel() * c.size(),
+                "all_gather: out ",
+                shape_string(out.shape),
+                " must hold ",
+                c.size(),
+                " x in ",
+                shape_string(in.shape));
     HYMOE_ON_DEVICE(in, nccl::all_gather(in, out, c));
     int n = count_of(in, "all_gather");
-    HYMOE_MPI_CHECK(MPI_Allgather(in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype),
-                                  c.impl().mpi),
-                    "all_gather of ", shape_string(in.shape), " over ", c.name());
+    HYMOE_MPI_CHECK(
+        MPI_Allgather(
+            in.data, n, mpi_type(in.dtype), out.data, n, mpi_type(in.dtype), c.impl().mpi),
+        "all_gather of ",
+        shape_string(in.shape),
+        " over ",
+        c.name());
 }
 
 void reduce_scatter(const Tensor& in, Tensor& out, const Comm& c, ReduceOp op) {
     check_same(in, out, "reduce_scatter");
-    HYMOE_CHECK(in.numel() == out.numel() * c.size(), "reduce_scatter: in ", shape_string(in.shape),
-                " must hold ", c.size(), " x out ", shape_string(out.shape));
+    HYMOE_CHECK(in.numel() == out.numel() * c.size(),
+                "reduce_scatter: in ",
+                shape_string(in.shape),
+                " must hold ",
+                c.size(),
+                " x out ",
+                shape_string(out.shape));
     HYMOE_ON_DEVICE(in, nccl::reduce_scatter(in, out, c, op));
     if (is_half(in.dtype)) {
         Buffer fin = widen(in);
@@ -156,23 +204,45 @@ void reduce_scatter(const Tensor& in, Tensor& out, const Comm& c, ReduceOp op) {
         narrow(fout.view(), out);
         return;
     }
-    HYMOE_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, count_of(out, "reduce_scatter"),
-                                             mpi_type(in.dtype), mpi_op(op), c.impl().mpi),
-                    "reduce_scatter of ", shape_string(in.shape), " over ", c.name());
+    HYMOE_MPI_CHECK(MPI_Reduce_scatter_block(in.data,
+                                             out.data,
+                                             count_of(out, "reduce_scatter"),
+                                             mpi_type(in.dtype),
+                                             mpi_op(op),
+                                             c.impl().mpi),
+                    "reduce_scatter of ",
+                    shape_string(in.shape),
+                    " over ",
+                    c.name());
 }
 
 void send(const Tensor& x, int dest, const Comm& c, int tag) {
     HYMOE_ON_DEVICE(x, nccl::send(x, dest, c));
     HYMOE_MPI_CHECK(
         MPI_Send(x.data, count_of(x, "send"), mpi_type(x.dtype), dest, tag, c.impl().mpi),
-        "send of ", shape_string(x.shape), " to rank ", dest, " of ", c.name());
+        "send of ",
+        shape_string(x.shape),
+        " to rank ",
+        dest,
+        " of ",
+        c.name());
 }
 
 void recv(Tensor& x, int src, const Comm& c, int tag) {
     HYMOE_ON_DEVICE(x, nccl::recv(x, src, c));
-    HYMOE_MPI_CHECK(MPI_Recv(x.data, count_of(x, "recv"), mpi_type(x.dtype), src, tag, c.impl().mpi,
+    HYMOE_MPI_CHECK(MPI_Recv(x.data,
+                             count_of(x, "recv"),
+                             mpi_type(x.dtype),
+                             src,
+                             tag,
+                             c.impl().mpi,
                              MPI_STATUS_IGNORE),
-                    "recv of ", shape_string(x.shape), " from rank ", src, " of ", c.name());
+                    "recv of ",
+                    shape_string(x.shape),
+                    " from rank ",
+                    src,
+                    " of ",
+                    c.name());
 }
 
 void barrier(const Comm& c) {
@@ -180,19 +250,26 @@ void barrier(const Comm& c) {
 }
 
 std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send_rows, const Comm& c) {
-    HYMOE_CHECK(static_cast<int>(send_rows.size()) == c.size(), "exchange_counts: ",
-                send_rows.size(), " send counts for ", c.size(), " ranks");
+    HYMOE_CHECK(static_cast<int>(send_rows.size()) == c.size(),
+                "exchange_counts: ",
+                send_rows.size(),
+                " send counts for ",
+                c.size(),
+                " ranks");
     std::vector<int64_t> recv_rows(send_rows.size(), 0);
-    HYMOE_MPI_CHECK(MPI_Alltoall(send_rows.data(), 1, MPI_INT64_T, recv_rows.data(), 1,
-                                 MPI_INT64_T, c.impl().mpi),
-                    "all-to-all count exchange over ", c.name());
+    HYMOE_MPI_CHECK(
+        MPI_Alltoall(
+            send_rows.data(), 1, MPI_INT64_T, recv_rows.data(), 1, MPI_INT64_T, c.impl().mpi),
+        "all-to-all count exchange over ",
+        c.name());
     return recv_rows;
 }
 
 namespace {
 
 // Rows of a count vector as MPI int counts and displacements.
-void counts_and_offsets(const std::vector<int64_t>& rows, std::vector<int>& count,
+void counts_and_offsets(const std::vector<int64_t>& rows,
+                        std::vector<int>& count,
                         std::vector<int>& offset) {
     int64_t at = 0;
     for (int64_t r : rows) {
@@ -220,18 +297,32 @@ void all_to_all_v(const Tensor& in,
     check_same(in, out, "all_to_all_v");
     HYMOE_CHECK(!in.shape.empty() && in.shape.size() == out.shape.size() &&
                     std::equal(in.shape.begin() + 1, in.shape.end(), out.shape.begin() + 1),
-                "all_to_all_v: in ", shape_string(in.shape), " and out ", shape_string(out.shape),
+                "all_to_all_v: in ",
+                shape_string(in.shape),
+                " and out ",
+                shape_string(out.shape),
                 " must differ only in rows");
     HYMOE_CHECK(static_cast<int>(send_rows.size()) == c.size() &&
                     static_cast<int>(recv_rows.size()) == c.size(),
-                "all_to_all_v: counts for ", send_rows.size(), "/", recv_rows.size(), " ranks, comm has ",
+                "all_to_all_v: counts for ",
+                send_rows.size(),
+                "/",
+                recv_rows.size(),
+                " ranks, comm has ",
                 c.size());
     HYMOE_CHECK(sum(send_rows) == in.shape[0] && sum(recv_rows) == out.shape[0],
-                "all_to_all_v: counts add to ", sum(send_rows), " sent / ", sum(recv_rows),
-                " received rows; tensors have ", in.shape[0], " / ", out.shape[0]);
+                "all_to_all_v: counts add to ",
+                sum(send_rows),
+                " sent / ",
+                sum(recv_rows),
+                " received rows; tensors have ",
+                in.shape[0],
+                " / ",
+                out.shape[0]);
     HYMOE_ON_DEVICE(in, nccl::all_to_all_v(in, send_rows, out, recv_rows, c));
     size_t row_bytes =
-        dtype_size(in.dtype) * static_cast<size_t>(shape_numel(Shape(in.shape.begin() + 1, in.shape.end())));
+        dtype_size(in.dtype) *
+        static_cast<size_t>(shape_numel(Shape(in.shape.begin() + 1, in.shape.end())));
     HYMOE_CHECK(row_bytes <= INT_MAX, "all_to_all_v: a row of ", row_bytes, " bytes");
     std::vector<int> sc, sd, rc, rd;
     counts_and_offsets(send_rows, sc, sd);
@@ -239,8 +330,8 @@ void all_to_all_v(const Tensor& in,
     MPI_Datatype row;
     MPI_Type_contiguous(static_cast<int>(row_bytes), MPI_BYTE, &row);
     MPI_Type_commit(&row);
-    int rc_mpi = MPI_Alltoallv(in.data, sc.data(), sd.data(), row, out.data, rc.data(), rd.data(),
-                               row, c.impl().mpi);
+    int rc_mpi = MPI_Alltoallv(
+        in.data, sc.data(), sd.data(), row, out.data, rc.data(), rd.data(), row, c.impl().mpi);
     MPI_Type_free(&row);
     HYMOE_MPI_CHECK(rc_mpi, "all_to_all_v of ", shape_string(in.shape), " over ", c.name());
 }

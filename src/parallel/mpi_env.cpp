@@ -1,9 +1,9 @@
 // MPI start-up and shut-down, world-level helpers, and the communicators of the rank grid.
 #include "hymoe/parallel/mpi_env.h"
 
-#include <mpi.h>
-
 #include <vector>
+
+#include <mpi.h>
 
 #include "comm_impl.h"
 #include "hymoe/parallel/comms.h"
@@ -16,7 +16,9 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 
-MpiEnv::~MpiEnv() { MPI_Finalize(); }
+MpiEnv::~MpiEnv() {
+    MPI_Finalize();
+}
 
 int world_rank() {
     int r = 0;
@@ -60,16 +62,24 @@ std::string mpi_version() {
     return s.substr(0, s.find_first_of(",\n"));
 }
 
-const comm::Comm& Comms::of(Group g) const { return const_cast<Comms&>(*this).of(g); }
+const comm::Comm& Comms::of(Group g) const {
+    return const_cast<Comms&>(*this).of(g);
+}
 
 comm::Comm& Comms::of(Group g) {
     switch (g) {
-        case Group::tp: return tp;
-        case Group::dp: return dp;
-        case Group::pp: return pp;
-        case Group::ep: return ep;
-        case Group::etp: return etp;
-        case Group::edp: return edp;
+        case Group::tp:
+            return tp;
+        case Group::dp:
+            return dp;
+        case Group::pp:
+            return pp;
+        case Group::ep:
+            return ep;
+        case Group::etp:
+            return etp;
+        case Group::edp:
+            return edp;
     }
     return world;
 }
@@ -85,9 +95,13 @@ Grid make_grid(const Layout& layout) {
     for (Group kind : kGroups) {
         // colour = which group, key = position inside it: members come out in grid.h's order
         MPI_Comm sub;
-        HYMOE_MPI_CHECK(MPI_Comm_split(world, group_index(layout, kind, g.rank),
-                                       group_position(layout, kind, g.rank), &sub),
-                        "splitting the ", to_string(kind), " communicator");
+        HYMOE_MPI_CHECK(MPI_Comm_split(world,
+                                       group_index(layout, kind, g.rank),
+                                       group_position(layout, kind, g.rank),
+                                       &sub),
+                        "splitting the ",
+                        to_string(kind),
+                        " communicator");
         g.comms.of(kind) = comm::Comm(std::make_shared<comm::Comm::Impl>(sub, to_string(kind)));
     }
     g.comms.pp_prev = g.me.pp > 0 ? g.me.pp - 1 : -1;

@@ -12,8 +12,11 @@ void reduce_scatter(const Tensor& in, Tensor& out, const Comm& c, ReduceOp op);
 void send(const Tensor& x, int dest, const Comm& c);
 void recv(Tensor& x, int src, const Comm& c);
 // Rows to and from every rank with grouped ncclSend/ncclRecv; counts already exchanged.
-void all_to_all_v(const Tensor& in, const std::vector<int64_t>& send_rows, Tensor& out,
-                  const std::vector<int64_t>& recv_rows, const Comm& c);
+void all_to_all_v(const Tensor& in,
+                  const std::vector<int64_t>& send_rows,
+                  Tensor& out,
+                  const std::vector<int64_t>& recv_rows,
+                  const Comm& c);
 void destroy(Comm::Impl& impl);
 
 }  // namespace hymoe::comm::nccl

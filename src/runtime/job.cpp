@@ -33,8 +33,13 @@ CommandLine parse_command_line(int argc, char** argv) {
         } else if (cli.deck_path.empty()) {
             cli.deck_path = a;
         } else {
-            HYMOE_FAIL(Exit::invalid, "more than one deck given ('", cli.deck_path, "' and '", a,
-                       "'); ", usage());
+            HYMOE_FAIL(Exit::invalid,
+                       "more than one deck given ('",
+                       cli.deck_path,
+                       "' and '",
+                       a,
+                       "'); ",
+                       usage());
         }
     }
     if (cli.deck_path.empty() && !cli.help && !cli.version)
@@ -73,10 +78,23 @@ model::ModelConfig load_model(const deck::Deck& deck) {
 }
 
 // "parallel.tp: 3 does not divide <what> = 8"
-[[noreturn]] void not_divisible(const deck::Deck& deck, const char* key, int size,
-                                const char* what, int64_t n, const char* why) {
-    HYMOE_FAIL(Exit::invalid, deck.locate(key), ": ", size, " does not divide ", what, " = ", n,
-               " (", why, ")");
+[[noreturn]] void not_divisible(const deck::Deck& deck,
+                                const char* key,
+                                int size,
+                                const char* what,
+                                int64_t n,
+                                const char* why) {
+    HYMOE_FAIL(Exit::invalid,
+               deck.locate(key),
+               ": ",
+               size,
+               " does not divide ",
+               what,
+               " = ",
+               n,
+               " (",
+               why,
+               ")");
 }
 
 }  // namespace
@@ -99,41 +117,77 @@ void check_model_layout(const model::ModelConfig& m,
     using model::Mixer;
     const int n_layer = static_cast<int>(m.layers.size());
     if (l.pp > n_layer)
-        HYMOE_FAIL(Exit::invalid, deck.locate("parallel.pp"), ": ", l.pp,
-                   " pipeline stages for a model of ", n_layer,
+        HYMOE_FAIL(Exit::invalid,
+                   deck.locate("parallel.pp"),
+                   ": ",
+                   l.pp,
+                   " pipeline stages for a model of ",
+                   n_layer,
                    " layers (every stage needs at least one layer)");
     if (!m.stage_boundaries.empty() && l.pp != static_cast<int>(m.stage_boundaries.size()) + 1)
-        HYMOE_FAIL(Exit::invalid, deck.locate("parallel.pp"), ": ", l.pp,
-                   " stages, but the model's layer_pattern marks ", m.stage_boundaries.size() + 1,
+        HYMOE_FAIL(Exit::invalid,
+                   deck.locate("parallel.pp"),
+                   ": ",
+                   l.pp,
+                   " stages, but the model's layer_pattern marks ",
+                   m.stage_boundaries.size() + 1,
                    " stages with '|'");
     const bool any_attention = count_layers(m, Mixer::mla) + count_layers(m, Mixer::dsa) > 0;
     if (any_attention && m.mla.n_head % l.tp != 0)
-        not_divisible(deck, "parallel.tp", l.tp, "the attention heads", m.mla.n_head,
+        not_divisible(deck,
+                      "parallel.tp",
+                      l.tp,
+                      "the attention heads",
+                      m.mla.n_head,
                       "tp splits the MLA/DSA heads");
     if (count_layers(m, Mixer::kda) > 0 && m.kda.n_head % l.tp != 0)
-        not_divisible(deck, "parallel.tp", l.tp, "the KDA heads", m.kda.n_head,
-                      "tp splits the KDA heads");
+        not_divisible(
+            deck, "parallel.tp", l.tp, "the KDA heads", m.kda.n_head, "tp splits the KDA heads");
     if (count_layers(m, Mixer::dsa) > 0 && m.indexer.n_head % l.tp != 0)
-        not_divisible(deck, "parallel.tp", l.tp, "the indexer heads", m.indexer.n_head,
+        not_divisible(deck,
+                      "parallel.tp",
+                      l.tp,
+                      "the indexer heads",
+                      m.indexer.n_head,
                       "tp splits the lightning-indexer heads");
     if (m.vocab_size % l.tp != 0)
-        not_divisible(deck, "parallel.tp", l.tp, "the vocabulary", m.vocab_size,
+        not_divisible(deck,
+                      "parallel.tp",
+                      l.tp,
+                      "the vocabulary",
+                      m.vocab_size,
                       "the embedding and LM head are split over tp");
     if (count_layers(m, Ffn::dense) > 0 && m.intermediate_size % l.tp != 0)
-        not_divisible(deck, "parallel.tp", l.tp, "the dense FFN width", m.intermediate_size,
+        not_divisible(deck,
+                      "parallel.tp",
+                      l.tp,
+                      "the dense FFN width",
+                      m.intermediate_size,
                       "tp splits the dense SwiGLU");
     const bool any_moe = count_layers(m, Ffn::moe) + count_layers(m, Ffn::latent_moe) > 0;
     if (!any_moe)
         return;
     if (m.moe.n_routed_experts % l.ep != 0)
-        not_divisible(deck, "parallel.ep", l.ep, "the routed experts", m.moe.n_routed_experts,
+        not_divisible(deck,
+                      "parallel.ep",
+                      l.ep,
+                      "the routed experts",
+                      m.moe.n_routed_experts,
                       "every ep rank hosts the same number of experts");
     if (m.moe.moe_intermediate % l.etp != 0)
-        not_divisible(deck, "parallel.etp", l.etp, "the expert width", m.moe.moe_intermediate,
+        not_divisible(deck,
+                      "parallel.etp",
+                      l.etp,
+                      "the expert width",
+                      m.moe.moe_intermediate,
                       "etp splits each expert");
     if (m.moe.shared_intermediate % l.tp != 0)
-        not_divisible(deck, "parallel.tp", l.tp, "the shared-expert width",
-                      m.moe.shared_intermediate, "shared experts are split over tp");
+        not_divisible(deck,
+                      "parallel.tp",
+                      l.tp,
+                      "the shared-expert width",
+                      m.moe.shared_intermediate,
+                      "shared experts are split over tp");
 }
 
 }  // namespace hymoe::runtime

@@ -15,8 +15,15 @@ namespace hymoe::runtime {
 namespace fs = std::filesystem;
 
 void log_job_header(const Job& job) {
-    log::info(cat("hymoe: job '", job.deck.job.name, "' (", deck::to_string(job.deck.job.kind),
-                  ") from ", job.deck.path, " on ", job.layout.world(), " ranks"));
+    log::info(cat("hymoe: job '",
+                  job.deck.job.name,
+                  "' (",
+                  deck::to_string(job.deck.job.kind),
+                  ") from ",
+                  job.deck.path,
+                  " on ",
+                  job.layout.world(),
+                  " ranks"));
     log::info("resolved deck:\n" + job.deck.resolved_yaml);
     log::info(parallel::grid_table(job.layout));
     log::info("model: " + model::describe(job.model));
@@ -34,7 +41,10 @@ void make_output_folder(const std::string& dir) {
             problem = ec.message();
     }
     if (!parallel::all_ranks(problem.empty()))
-        HYMOE_FAIL(Exit::invalid, "job.output: cannot create '", dir, "'",
+        HYMOE_FAIL(Exit::invalid,
+                   "job.output: cannot create '",
+                   dir,
+                   "'",
                    problem.empty() ? "" : " (" + problem + ")");
 }
 
@@ -56,7 +66,10 @@ void write_plan(const Job& job, const parallel::Grid& grid, const io::RunMeta& m
 int run_job(const Job& job, const parallel::Grid& grid) {
     const deck::JobKind kind = job.deck.job.kind;
     if (kind == deck::JobKind::lora || kind == deck::JobKind::convert)
-        HYMOE_FAIL(Exit::invalid, job.deck.locate("job.kind"), ": ", deck::to_string(kind),
+        HYMOE_FAIL(Exit::invalid,
+                   job.deck.locate("job.kind"),
+                   ": ",
+                   deck::to_string(kind),
                    " jobs are not available in this build yet (validate the deck with --check)");
     if (kind == deck::JobKind::infer)
         check_scoring(job);

@@ -24,9 +24,8 @@ model::Model build_model(const Job& job) {
         return m;
     }
     io::SafetensorsFolder folder(job.deck.model.weights);
-    model::load_model_weights(m, [&](const std::string& name, Tensor& dest) {
-        folder.read(name, dest);
-    });
+    model::load_model_weights(
+        m, [&](const std::string& name, Tensor& dest) { folder.read(name, dest); });
     return m;
 }
 
@@ -104,10 +103,12 @@ void write_results(const Job& job, const parallel::Grid& grid, Scores& s) {
 
 void check_scoring(const Job& job) {
     if (job.layout.world() != 1)
-        HYMOE_FAIL(Exit::invalid, job.deck.locate("parallel"),
+        HYMOE_FAIL(Exit::invalid,
+                   job.deck.locate("parallel"),
                    ": prompt scoring runs on one rank in this build (tp = dp = pp = 1)");
     if (!job.deck.inference.prompt_logprobs)
-        HYMOE_FAIL(Exit::invalid, job.deck.locate("inference.prompt_logprobs"),
+        HYMOE_FAIL(Exit::invalid,
+                   job.deck.locate("inference.prompt_logprobs"),
                    ": generation is not available in this build yet; set it to true to score "
                    "the prompts");
 }
@@ -120,8 +121,11 @@ int run_scoring(const Job& job, const parallel::Grid& grid) {
         ScopedTimer timer(t_load);
         m = build_model(job);
     }
-    log::info(cat("model ready in ", t_load, " s (",
-                  job.deck.model.init_random ? "random init" : job.deck.model.weights, ")"));
+    log::info(cat("model ready in ",
+                  t_load,
+                  " s (",
+                  job.deck.model.init_random ? "random init" : job.deck.model.weights,
+                  ")"));
     io::RequestReader reader(inf.dataset);
     Scores scores;
     std::vector<io::Request> pending;
@@ -148,8 +152,15 @@ int run_scoring(const Job& job, const parallel::Grid& grid) {
         const int64_t n = static_cast<int64_t>(r.tokens.size());
         for (int64_t t : r.tokens)
             if (t >= job.model.vocab_size)
-                HYMOE_FAIL(Exit::bad_input, inf.dataset, ":", r.line, ": token id ", t,
-                           " is outside the vocabulary (", job.model.vocab_size, " tokens)");
+                HYMOE_FAIL(Exit::bad_input,
+                           inf.dataset,
+                           ":",
+                           r.line,
+                           ": token id ",
+                           t,
+                           " is outside the vocabulary (",
+                           job.model.vocab_size,
+                           " tokens)");
         if (pending_tokens + n > inf.max_tokens || static_cast<int>(pending.size()) >= inf.max_seqs)
             flush();
         pending_tokens += n;
@@ -158,9 +169,19 @@ int run_scoring(const Job& job, const parallel::Grid& grid) {
     }
     flush();
     write_results(job, grid, scores);
-    log::info(cat("scored ", scores.id.size(), " requests (", scored_tokens, " tokens, ", skipped,
-                  " skipped) in ", t_score, " s: ", scored_tokens / std::max(t_score, 1e-9),
-                  " tokens/s; wrote ", job.deck.job.output, "/results.h5"));
+    log::info(cat("scored ",
+                  scores.id.size(),
+                  " requests (",
+                  scored_tokens,
+                  " tokens, ",
+                  skipped,
+                  " skipped) in ",
+                  t_score,
+                  " s: ",
+                  scored_tokens / std::max(t_score, 1e-9),
+                  " tokens/s; wrote ",
+                  job.deck.job.output,
+                  "/results.h5"));
     return 0;
 }
 

@@ -24,7 +24,12 @@ std::string shape_string(const Shape& shape) {
 
 Tensor Tensor::rows(int64_t begin, int64_t count) const {
     HYMOE_CHECK(!shape.empty() && begin >= 0 && count >= 0 && begin + count <= shape[0],
-                "rows [", begin, ", ", begin + count, ") of ", shape_string(shape));
+                "rows [",
+                begin,
+                ", ",
+                begin + count,
+                ") of ",
+                shape_string(shape));
     Tensor t = *this;
     t.shape[0] = count;
     size_t row_bytes = shape[0] ? bytes() / static_cast<size_t>(shape[0]) : 0;
@@ -32,7 +37,9 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
     return t;
 }
 
-void Buffer::Free::operator()(void* p) const { std::free(p); }
+void Buffer::Free::operator()(void* p) const {
+    std::free(p);
+}
 
 Buffer::Buffer(DType dtype, Shape shape) {
     view_.dtype = dtype;

@@ -2,12 +2,12 @@
 // run (a memcpy of the same size on each rank). Reports, asserts nothing. Run under mpirun.
 //   all_reduce bus bandwidth = bytes · 2(n−1)/n / time   (NCCL-tests convention)
 //   all_to_all_v bandwidth   = bytes sent per rank / time
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
+
+#include <mpi.h>
 
 #include "hymoe/core/timer.h"
 #include "hymoe/parallel/comms.h"
@@ -61,9 +61,11 @@ int main(int argc, char** argv) {
     if (grid.rank == 0) {
         std::printf("comm bench, %d ranks, 64 MiB per rank (best of 5)\n", n);
         std::printf("  memcpy (read+write)       %7.2f GB/s   (reference)\n", copy_bw / 1e9);
-        std::printf("  all_reduce f32 bus bw     %7.2f GB/s   %.2f of memcpy\n", bus_bw / 1e9,
+        std::printf("  all_reduce f32 bus bw     %7.2f GB/s   %.2f of memcpy\n",
+                    bus_bw / 1e9,
                     bus_bw / copy_bw);
-        std::printf("  all_to_all_v per rank     %7.2f GB/s   %.2f of memcpy\n", a2a_bw / 1e9,
+        std::printf("  all_to_all_v per rank     %7.2f GB/s   %.2f of memcpy\n",
+                    a2a_bw / 1e9,
                     a2a_bw / copy_bw);
     }
     return 0;

@@ -1,12 +1,11 @@
 // Child-process runner for the e2e tier (see run_binary.h).
 #include "run_binary.h"
 
-#include <sys/wait.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/wait.h>
 
 namespace hymoe::testing {
 

@@ -2,12 +2,12 @@
 // one line on stderr, equal to the line the deck's "# expect:" header gives (DECK stands for the
 // deck's path), and nothing written next to the deck. Headers "# np: N" run it under mpirun and
 // "# args: ..." add command-line arguments.
-#include <boost/test/data/test_case.hpp>
-#include <boost/test/unit_test.hpp>
-
 #include <algorithm>
 #include <filesystem>
 #include <set>
+
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include "run_binary.h"
 
@@ -56,7 +56,9 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
 
 BOOST_AUTO_TEST_SUITE(bad_decks_suite)
 
-BOOST_AUTO_TEST_CASE(there_are_at_least_30) { BOOST_TEST(bad_decks().size() >= 30u); }
+BOOST_AUTO_TEST_CASE(there_are_at_least_30) {
+    BOOST_TEST(bad_decks().size() >= 30u);
+}
 
 BOOST_DATA_TEST_CASE(exits_2_with_one_line_and_writes_nothing, data::make(bad_decks()), deck) {
     std::string text = hymoe::testing::read_text(deck);

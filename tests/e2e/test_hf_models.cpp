@@ -3,15 +3,14 @@
 // back equal to the built-in preset, the binary loads the folder and scores prompts, and its
 // results equal an in-process forward over the same weights. A tensor missing from the shards
 // exits 3 naming it.
-#include <boost/test/data/test_case.hpp>
-#include <boost/test/unit_test.hpp>
-
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
 
 #include "hymoe/io/h5.h"
 #include "hymoe/io/safetensors.h"
@@ -28,19 +27,22 @@ const std::vector<std::vector<int64_t>> kPrompts = {{1, 5, 9, 12, 40}, {3, 3, 7}
 
 // A sharded HF folder: config.json, two shards split at layer 2, model.safetensors.index.json.
 // `drop` names a tensor left out of the shards (but kept in the index).
-void write_folder(const std::string& dir, const std::string& family, model::Model& m,
+void write_folder(const std::string& dir,
+                  const std::string& family,
+                  model::Model& m,
                   const std::string& drop = "") {
     fs::remove_all(dir);
     fs::create_directories(dir);
     fs::copy_file("tests/models/" + family + "/config.json", dir + "/config.json");
     std::vector<std::pair<std::string, Tensor>> shard[2];
-    nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                            {"weight_map", nlohmann::json::object()}};
     for (const model::TensorSpec& t : model::model_tensors(m)) {
         const bool late = t.name.rfind("model.layers.2.", 0) == 0 ||
                           t.name.rfind("model.layers.3.", 0) == 0 ||
                           t.name.rfind("model.layers.", 0) != 0;
-        const std::string file = late ? "model-00002-of-00002.safetensors"
-                                      : "model-00001-of-00002.safetensors";
+        const std::string file =
+            late ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
         index["weight_map"][t.name] = file;
         if (t.name != drop)
             shard[late ? 1 : 0].emplace_back(t.name, t.dest->view());
@@ -80,7 +82,8 @@ BOOST_DATA_TEST_CASE(folder_loads_and_scores_like_in_process, data::make(kFamili
     // The reference reads the same bf16 shards.
     model::Model m = model::make_model(model::load_model_config(dir + "/config.json"));
     io::SafetensorsFolder folder(dir);
-    model::load_model_weights(m, [&](const std::string& name, Tensor& dest) { folder.read(name, dest); });
+    model::load_model_weights(
+        m, [&](const std::string& name, Tensor& dest) { folder.read(name, dest); });
     io::H5Reader h5(dir + "/out/results.h5");
     std::vector<float> lp = h5.floats("/requests/prompt_logprobs");
     std::vector<int64_t> offsets = h5.ints("/requests/logprob_offsets");

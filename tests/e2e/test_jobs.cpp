@@ -1,12 +1,12 @@
 // The built binary on good decks: the quickstart's --check at 4 ranks, a plan job that writes
 // out/log and out/plan.h5 (/meta, grid coordinates written collectively), --set on the command
 // line, the shipped Kimi-Linear and DeepSeek-V3.2 configs, and the command-line errors.
-#include <boost/test/unit_test.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+
+#include <boost/test/unit_test.hpp>
 
 #include "hymoe/core/sha256.h"
 #include "hymoe/io/h5.h"
@@ -39,7 +39,7 @@ BOOST_AUTO_TEST_CASE(quickstart_check_at_4_ranks_writes_nothing) {
     BOOST_TEST(contains(r.out, "grid: world 4 = tp 2 x dp 2 x pp 1"));
     BOOST_TEST(contains(r.out, "  ep         2      2  0 1"));  // ep folds over tp first
     BOOST_TEST(contains(r.out, "  edp        2      2  0 2"));
-    BOOST_TEST(contains(r.out, "max_new_tokens: 16"));        // the resolved deck is echoed
+    BOOST_TEST(contains(r.out, "max_new_tokens: 16"));  // the resolved deck is echoed
     BOOST_TEST(!fs::exists("jobs/quickstart/out"));
 }
 
@@ -70,12 +70,13 @@ BOOST_AUTO_TEST_CASE(plan_job_writes_log_and_plan_h5) {
 
 BOOST_AUTO_TEST_CASE(set_on_the_command_line_changes_the_layout) {
     fs::remove_all(kPlanOut);
-    auto r = run_hymoe(kPlanDeck + " --set parallel.dp=1 --set parallel.tp=2 --set parallel.ep=1",
-                       2);
+    auto r =
+        run_hymoe(kPlanDeck + " --set parallel.dp=1 --set parallel.tp=2 --set parallel.ep=1", 2);
     BOOST_TEST(r.code == 0, r.err);
     hymoe::io::H5Reader h5(kPlanOut + "/plan.h5");
     BOOST_TEST(contains(h5.text("/meta/deck_resolved"), "tp: 2"));
-    BOOST_TEST(h5.ints("/meta/grid_tp_dp_pp_ep_etp_edp") == std::vector<int64_t>({2, 1, 1, 1, 1, 2}));
+    BOOST_TEST(h5.ints("/meta/grid_tp_dp_pp_ep_etp_edp") ==
+               std::vector<int64_t>({2, 1, 1, 1, 1, 2}));
     fs::remove_all(kPlanOut);
 }
 
@@ -136,7 +137,8 @@ BOOST_AUTO_TEST_CASE(results_match_an_in_process_forward) {
     BOOST_REQUIRE(fs::exists(out + "/results.h5"));
     hymoe::io::H5Reader h5(out + "/results.h5");
     std::vector<std::string> ids = h5.strings("/requests/id");
-    BOOST_TEST(ids == (std::vector<std::string>{"q1", "q2", "q3"}), boost::test_tools::per_element());
+    BOOST_TEST(ids == (std::vector<std::string>{"q1", "q2", "q3"}),
+               boost::test_tools::per_element());
     std::vector<int64_t> len = h5.ints("/requests/prompt_len");
     std::vector<int64_t> offsets = h5.ints("/requests/logprob_offsets");
     std::vector<float> lp = h5.floats("/requests/prompt_logprobs");
@@ -146,14 +148,15 @@ BOOST_AUTO_TEST_CASE(results_match_an_in_process_forward) {
 
     hymoe::model::Model m = hymoe::model::make_model(hymoe::model::preset_config("tiny"));
     hymoe::model::init_model_random(m, 99);
-    const std::vector<std::vector<int64_t>> prompts = {{1, 5, 9, 12}, {3, 3, 7}, {200, 17, 42, 99, 128, 5}};
+    const std::vector<std::vector<int64_t>> prompts = {
+        {1, 5, 9, 12}, {3, 3, 7}, {200, 17, 42, 99, 128, 5}};
     const int64_t V = m.cfg.vocab_size;
     for (size_t s = 0; s < prompts.size(); ++s) {
         const auto& p = prompts[s];
         hymoe::model::SequenceState st = hymoe::model::make_sequence_state(m.cfg);
         hymoe::Buffer logits;
-        hymoe::model::forward(m, p, hymoe::model::single_sequence(static_cast<int64_t>(p.size())),
-                              {&st}, logits);
+        hymoe::model::forward(
+            m, p, hymoe::model::single_sequence(static_cast<int64_t>(p.size())), {&st}, logits);
         for (size_t t = 0; t + 1 < p.size(); ++t) {
             const float* row = logits.ptr<float>() + t * V;
             double mx = *std::max_element(row, row + V), sum = 0;
@@ -173,12 +176,14 @@ BOOST_AUTO_TEST_CASE(results_match_an_in_process_forward) {
 BOOST_AUTO_TEST_CASE(a_bad_request_line_exits_3_naming_file_and_line) {
     fs::create_directories("tests/decks/score/tmp");
     std::ofstream("tests/decks/score/tmp/bad.jsonl") << "{\"id\": \"a\", \"tokens\": [1, 2]}\n"
-                                                      << "{\"id\": \"b\", \"tokens\": [1, -2]}\n";
+                                                     << "{\"id\": \"b\", \"tokens\": [1, -2]}\n";
     auto fail = run_hymoe("tests/decks/score/deck.yaml --set inference.dataset=tmp/bad.jsonl");
     BOOST_TEST(fail.code == 3);
-    BOOST_TEST(fail.err == "tests/decks/score/tmp/bad.jsonl:2: \"tokens\" holds -2, not a token id\n");
-    auto skip = run_hymoe("tests/decks/score/deck.yaml --set inference.dataset=tmp/bad.jsonl "
-                          "--set inference.on_bad_request=skip");
+    BOOST_TEST(fail.err ==
+               "tests/decks/score/tmp/bad.jsonl:2: \"tokens\" holds -2, not a token id\n");
+    auto skip = run_hymoe(
+        "tests/decks/score/deck.yaml --set inference.dataset=tmp/bad.jsonl "
+        "--set inference.on_bad_request=skip");
     BOOST_TEST(skip.code == 0, skip.err);
     BOOST_TEST(contains(skip.out, "scored 1 requests (2 tokens, 1 skipped)"));
     fs::remove_all("tests/decks/score/tmp");

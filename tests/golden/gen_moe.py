@@ -15,11 +15,15 @@ Each group holds x [T, d], y [T, d], idx [T, 2] (int64, best first) and weight [
 is the tolerance the C++ test applies.
 Inputs and weights are rounded to the bf16 grid (exact in fp32) so that shuffle + gzip keeps the
 file small; every computation is fp32. Selection margins are asserted (≥ 1e-4) so that ulp-level
-differences between torch and the C++ BLAS cannot flip a choice.
+differences between torch and the C++ BLAS cannot flip a choice. The routing and expert math
+live in reference.py (route, swiglu_mlp, relu2_mlp, combine).
 Run from the repository root: /usr/bin/python3 tests/golden/gen_moe.py
 """
 import h5py
 import torch
+
+import reference
+from reference import combine, relu2_mlp, swiglu_mlp
 
 T, D, E, TOP_K, INTER, SHARED = 24, 64, 8, 2, 32, 32
 N_GROUP, TOPK_GROUP, RHO, LATENT = 2, 1, 2.5, 32
@@ -29,48 +33,14 @@ gen = torch.Generator().manual_seed(20261202)
 
 
 def randn(*shape, std=1.0):
-    x = torch.randn(*shape, generator=gen, dtype=torch.float32) * std
-    return x.to(torch.bfloat16).to(torch.float32)
+    return reference.bf16_randn(gen, *shape, std=std)
 
 
 def route(x, gate_w, bias):
-    """Returns idx [T, k] (best first) and weights [T, k] (model-math §6, DS32 Gate)."""
-    s = torch.sigmoid(x @ gate_w.t())                        # [T, E]
-    sb = s + bias                                             # selection only
-    groups = sb.view(T, N_GROUP, E // N_GROUP)
-    top2 = groups.topk(2, dim=-1)[0]                          # [T, G, 2]
-    group_score = top2.sum(dim=-1)                            # [T, G]
-    gs_sorted = group_score.sort(dim=-1, descending=True)[0]
-    assert (gs_sorted[:, TOPK_GROUP - 1] - gs_sorted[:, TOPK_GROUP] >= MARGIN).all()
-    keep = group_score.topk(TOPK_GROUP, dim=-1)[1]            # [T, topk_group]
-    mask = torch.ones(T, N_GROUP, dtype=torch.bool).scatter_(1, keep, False)
-    choice = groups.masked_fill(mask.unsqueeze(-1), float("-inf")).reshape(T, E)
-    c_sorted = choice.sort(dim=-1, descending=True)[0]
-    assert (c_sorted[:, TOP_K - 1] - c_sorted[:, TOP_K] >= MARGIN).all()
-    for t in range(T):  # within-top-k order: no near ties either (best first)
-        assert (c_sorted[t, :TOP_K - 1] - c_sorted[t, 1:TOP_K] >= MARGIN).all()
-    idx = choice.topk(TOP_K, dim=-1)[1]                       # [T, k] best first
-    w = s.gather(1, idx)                                      # unbiased scores
-    w = w / w.sum(dim=-1, keepdim=True)
-    return idx, w * RHO
-
-
-def swiglu_mlp(x, gate, up, down):
-    return (torch.nn.functional.silu(x @ gate.t()) * (x @ up.t())) @ down.t()
-
-
-def relu2_mlp(x, up, down):
-    return torch.relu(x @ up.t()).square() @ down.t()
-
-
-def combine(idx, w, expert_out):
-    """y_t = Σ_i w_i · Expert_idx_i(z_t) in slot order; expert_out(e, rows) -> outputs."""
-    y = None
-    for i in range(TOP_K):
-        out = torch.stack([expert_out(int(idx[t, i]), t) for t in range(T)])
-        term = w[:, i:i + 1] * out
-        y = term if y is None else y + term
-    return y
+    """idx [T, k] (best first) and weights [T, k] (model-math §6, DS32 Gate), margins asserted."""
+    idx, w, margin = reference.route(x, gate_w, bias, TOP_K, N_GROUP, TOPK_GROUP, RHO)
+    assert margin >= MARGIN, f"routing near-tie: margin {margin:.3g}"
+    return idx, w
 
 
 def write(f, group, tensors):

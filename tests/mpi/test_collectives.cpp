@@ -1,9 +1,9 @@
 // comm:: collectives over MPI on host tensors: values checked exactly on every rank, at any world
 // size; MPI errors come back as hymoe::Error naming the operation.
-#include <boost/test/unit_test.hpp>
-
 #include <string>
 #include <vector>
+
+#include <boost/test/unit_test.hpp>
 
 #include "../testing.h"
 #include "hymoe/core/error.h"
@@ -47,7 +47,8 @@ BOOST_AUTO_TEST_CASE(all_reduce_sum_max_in_f32_i64_bf16) {
     ok = ok && i.ptr<int64_t>()[0] == int64_t{1} << (40 + std::min(n - 1, 7)) &&
          i.ptr<int64_t>()[1] == n - 1;
     ok = ok && hymoe::bf16_to_float(h.ptr<uint16_t>()[0]) == static_cast<float>(n);
-    ok = ok && hymoe::bf16_to_float(h.ptr<uint16_t>()[1]) == 0.125f * static_cast<float>(n * (n - 1));
+    ok = ok &&
+         hymoe::bf16_to_float(h.ptr<uint16_t>()[1]) == 0.125f * static_cast<float>(n * (n - 1));
     BOOST_TEST(all_ranks(ok));
 }
 

@@ -1,8 +1,8 @@
 // The MPI communicators of the grid at every layout the world size allows: each communicator's
 // size, the rank's position in it, and its members (gathered over it) equal the pure grid math.
-#include <boost/test/unit_test.hpp>
-
 #include <vector>
+
+#include <boost/test/unit_test.hpp>
 
 #include "../testing.h"
 #include "hymoe/parallel/comms.h"

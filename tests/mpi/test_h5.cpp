@@ -1,8 +1,8 @@
 // Parallel HDF5: a collective write through MPI-IO (each rank its rows) plus /meta, committed
 // atomically (nothing under the real name before commit), then read back serially.
-#include <boost/test/unit_test.hpp>
-
 #include <filesystem>
+
+#include <boost/test/unit_test.hpp>
 
 #include "../testing.h"
 #include "hymoe/core/sha256.h"

@@ -16,10 +16,10 @@ namespace hymoe {
 enum class Exit : int {
     ok = 0,
     internal = 1,
-    invalid = 2,      // invalid deck, config or layout
-    bad_input = 3,    // bad input data (datasets, safetensors, images)
-    checkpoint = 4,   // corrupt or incompatible checkpoint
-    stopped = 75,     // stopped by signal or wall-time after a checkpoint; rerun resumes
+    invalid = 2,     // invalid deck, config or layout
+    bad_input = 3,   // bad input data (datasets, safetensors, images)
+    checkpoint = 4,  // corrupt or incompatible checkpoint
+    stopped = 75,    // stopped by signal or wall-time after a checkpoint; rerun resumes
 };
 
 enum class Scope { collective, one_rank };
@@ -27,7 +27,10 @@ enum class Scope { collective, one_rank };
 class Error : public std::runtime_error {
 public:
     Error(Exit code, Scope scope, std::string message, const char* file, int line)
-        : std::runtime_error(std::move(message)), code_(code), scope_(scope), file_(file),
+        : std::runtime_error(std::move(message)),
+          code_(code),
+          scope_(scope),
+          file_(file),
           line_(line) {}
     Exit code() const { return code_; }
     Scope scope() const { return scope_; }
@@ -54,13 +57,15 @@ std::string cat(const Args&... args) {
 // Raise an error. HYMOE_FAIL is collective (all ranks see it: deck, config, layout);
 // HYMOE_FAIL_ONE is raised by one rank only (I/O on its slice, internal invariants).
 #define HYMOE_FAIL(code, ...) \
-    throw ::hymoe::Error(code, ::hymoe::Scope::collective, ::hymoe::cat(__VA_ARGS__), __FILE__, __LINE__)
+    throw ::hymoe::Error(     \
+        code, ::hymoe::Scope::collective, ::hymoe::cat(__VA_ARGS__), __FILE__, __LINE__)
 #define HYMOE_FAIL_ONE(code, ...) \
-    throw ::hymoe::Error(code, ::hymoe::Scope::one_rank, ::hymoe::cat(__VA_ARGS__), __FILE__, __LINE__)
+    throw ::hymoe::Error(         \
+        code, ::hymoe::Scope::one_rank, ::hymoe::cat(__VA_ARGS__), __FILE__, __LINE__)
 
 // Always-on internal check (never compiled out, no side effects hidden in assert).
-#define HYMOE_CHECK(cond, ...)                                                               \
-    do {                                                                                     \
-        if (!(cond))                                                                         \
+#define HYMOE_CHECK(cond, ...)                                                                 \
+    do {                                                                                       \
+        if (!(cond))                                                                           \
             HYMOE_FAIL_ONE(::hymoe::Exit::internal, "check failed: " #cond ": ", __VA_ARGS__); \
     } while (0)

@@ -8,7 +8,7 @@
 
 namespace hymoe::log {
 
-void init(int rank);                    // rank in MPI_COMM_WORLD; restarts the clock
+void init(int rank);  // rank in MPI_COMM_WORLD; restarts the clock
 // Rank 0: append to path too, starting with every line logged before (throws if it cannot open).
 void to_file(const std::string& path);
 void info(const std::string& message);

@@ -13,12 +13,18 @@ enum class Device { cpu, cuda };
 
 constexpr size_t dtype_size(DType t) {
     switch (t) {
-        case DType::f32: return 4;
-        case DType::f16: return 2;
-        case DType::bf16: return 2;
-        case DType::i32: return 4;
-        case DType::i64: return 8;
-        case DType::u8: return 1;
+        case DType::f32:
+            return 4;
+        case DType::f16:
+            return 2;
+        case DType::bf16:
+            return 2;
+        case DType::i32:
+            return 4;
+        case DType::i64:
+            return 8;
+        case DType::u8:
+            return 1;
     }
     return 0;
 }
@@ -37,7 +43,9 @@ inline float bits_float(uint32_t u) {
     return x;
 }
 
-inline float bf16_to_float(uint16_t h) { return bits_float(uint32_t{h} << 16); }
+inline float bf16_to_float(uint16_t h) {
+    return bits_float(uint32_t{h} << 16);
+}
 inline uint16_t float_to_bf16(float x) {
     uint32_t u = float_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)  // NaN: keep it a (quiet) NaN

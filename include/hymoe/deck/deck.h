@@ -27,10 +27,10 @@ struct JobSection {
 };
 
 struct ModelSection {
-    std::string preset;   // built-in config name, or
-    std::string config;   // resolved path of an HF/hymoe config.json
-    std::string weights;  // resolved path of a safetensors folder or hymoe checkpoint, or
-    bool init_random = false;  // init: random (seeded by job.seed)
+    std::string preset;         // built-in config name, or
+    std::string config;         // resolved path of an HF/hymoe config.json
+    std::string weights;        // resolved path of a safetensors folder or hymoe checkpoint, or
+    bool init_random = false;   // init: random (seeded by job.seed)
     DType dtype = DType::bf16;  // weight storage; the CPU computes in fp32
 };
 
@@ -78,17 +78,17 @@ struct FinetuneSection {
 
 struct InferenceSection {
     bool present = false;
-    std::string dataset;                         // resolved path: JSONL requests or HDF5 tokens
+    std::string dataset;                          // resolved path: JSONL requests or HDF5 tokens
     std::map<std::string, std::string> adapters;  // name -> resolved adapter folder
     int max_new_tokens = 64;
-    bool prompt_logprobs = false;          // teacher-forced log-probability of every prompt token
-    std::string on_bad_request = "fail";   // fail | skip
+    bool prompt_logprobs = false;         // teacher-forced log-probability of every prompt token
+    std::string on_bad_request = "fail";  // fail | skip
     double temperature = 0, top_p = 1;
     int top_k = 0;  // 0 = no top-k filter
     int max_tokens = 8192, max_seqs = 64, prefill_chunk = 2048;
     int page_tokens = 64;
-    int64_t pages = 0;                // 0 = auto: what memory allows
-    std::string offload = "none";     // none | host | file
+    int64_t pages = 0;             // 0 = auto: what memory allows
+    std::string offload = "none";  // none | host | file
 };
 
 struct ProfileSection {
@@ -112,9 +112,9 @@ struct Source {
 };
 
 struct Deck {
-    std::string path;   // the deck file as given on the command line
-    std::string dir;    // its folder: relative paths resolve against it
-    std::string text;   // the bytes read
+    std::string path;           // the deck file as given on the command line
+    std::string dir;            // its folder: relative paths resolve against it
+    std::string text;           // the bytes read
     std::string resolved_yaml;  // the resolved deck, defaults filled in
     JobSection job;
     ModelSection model;

@@ -4,11 +4,11 @@
 // and a small reader for tests and resumes. Groups in dataset names are created as needed.
 #pragma once
 
-#include <hdf5.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <hdf5.h>
 
 #include "hymoe/parallel/comm.h"
 #include "hymoe/tensor/tensor.h"
@@ -43,7 +43,8 @@ public:
 
     // A fixed-length UTF-8 string dataset; every rank passes the same value.
     void text(const std::string& name, const std::string& value);
-    // A 1-D array of fixed-length UTF-8 strings (padded to the longest); every rank passes the same.
+    // A 1-D array of fixed-length UTF-8 strings (padded to the longest); every rank passes the
+    // same.
     void strings(const std::string& name, const std::vector<std::string>& values);
     // A string attribute on an existing group or dataset ("/" for the file).
     void attr(const std::string& object, const std::string& name, const std::string& value);

@@ -20,6 +20,8 @@ struct SeqBatch {
 };
 
 // One sequence of n tokens starting at position pos0.
-inline SeqBatch single_sequence(int64_t n, int64_t pos0 = 0) { return SeqBatch{{0, n}, {pos0}}; }
+inline SeqBatch single_sequence(int64_t n, int64_t pos0 = 0) {
+    return SeqBatch{{0, n}, {pos0}};
+}
 
 }  // namespace hymoe::model

@@ -19,20 +19,20 @@
 namespace hymoe::model {
 
 struct LayerWeights {
-    Buffer attn_norm;  // [d] input_layernorm.weight
-    Buffer ffn_norm;   // [d] post_attention_layernorm.weight
-    KdaWeights kda;    // Mixer::kda layers
-    MlaWeights attn;   // Mixer::mla and Mixer::dsa layers
+    Buffer attn_norm;       // [d] input_layernorm.weight
+    Buffer ffn_norm;        // [d] post_attention_layernorm.weight
+    KdaWeights kda;         // Mixer::kda layers
+    MlaWeights attn;        // Mixer::mla and Mixer::dsa layers
     DenseFfnWeights dense;  // Ffn::dense layers
     MoeWeights moe;         // Ffn::moe and Ffn::latent_moe layers
 };
 
 struct Model {
     ModelConfig cfg;
-    Buffer embed;       // [V, d] model.embed_tokens.weight
+    Buffer embed;                      // [V, d] model.embed_tokens.weight
     std::vector<LayerWeights> layers;  // [n_layer]
-    Buffer final_norm;  // [d] model.norm.weight
-    Buffer lm_head;     // [V, d] lm_head.weight (empty when tied: embed is used)
+    Buffer final_norm;                 // [d] model.norm.weight
+    Buffer lm_head;                    // [V, d] lm_head.weight (empty when tied: embed is used)
     const Buffer& head() const { return cfg.tie_word_embeddings ? embed : lm_head; }
 };
 

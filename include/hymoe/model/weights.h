@@ -37,7 +37,8 @@ using TensorList = std::vector<TensorSpec>;
 // in list order, so the same seed gives the same weights on every rank and layout.
 void init_random(const TensorList& list, Philox& rng);
 // Allocate every tensor and fill it with read(name, shape, dest) (safetensors, golden files).
-void load_named(const TensorList& list, const std::string& prefix,
+void load_named(const TensorList& list,
+                const std::string& prefix,
                 const std::function<void(const std::string& name, Tensor& dest)>& read);
 
 }  // namespace hymoe::model

@@ -27,7 +27,7 @@ struct Layout {
 
 // One rank's coordinate in every dimension.
 struct Coords {
-    int tp = 0, dp = 0, pp = 0;   // dense grid
+    int tp = 0, dp = 0, pp = 0;    // dense grid
     int etp = 0, ep = 0, edp = 0;  // expert grid (same pp)
 };
 

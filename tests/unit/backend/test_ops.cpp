@@ -1,10 +1,10 @@
 // CPU ops against hand-computed values and naive loops: GEMM (every transpose, the one-row GEMV
 // path), RMSNorm, LayerNorm, l2norm, softmax with masked entries, softplus, RoPE in both pair
 // layouts, YaRN, top-k ties, and the causal conv continuing across calls through its tail.
-#include <boost/test/unit_test.hpp>
-
 #include <cmath>
 #include <vector>
+
+#include <boost/test/unit_test.hpp>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/rng.h"
@@ -51,8 +51,19 @@ BOOST_AUTO_TEST_CASE(gemm_every_transpose_and_gemv_match_loops) {
                                                         : b.ptr<float>()[p * n + j]);
                         expect[i * n + j] = static_cast<float>(2 * s) + 0.5f * expect[i * n + j];
                     }
-                ops::gemm(ta, tb, rows, n, k, 2.0f, a.ptr<float>(), ta ? rows : k, b.ptr<float>(),
-                          tb ? k : n, 0.5f, c.ptr<float>(), n);
+                ops::gemm(ta,
+                          tb,
+                          rows,
+                          n,
+                          k,
+                          2.0f,
+                          a.ptr<float>(),
+                          ta ? rows : k,
+                          b.ptr<float>(),
+                          tb ? k : n,
+                          0.5f,
+                          c.ptr<float>(),
+                          n);
                 for (int64_t i = 0; i < rows * n; ++i)
                     BOOST_TEST(c.ptr<float>()[i] == expect[i], boost::test_tools::tolerance(1e-5f));
             }
@@ -80,7 +91,8 @@ BOOST_AUTO_TEST_CASE(norms_by_hand) {
     Buffer b = filled({4}, {0, 0, 0, 1});
     ops::layer_norm(x.view(), w.view(), b.view(), 0.0f, y.view());  // mean 2.5, var 1.25
     BOOST_TEST(y.ptr<float>()[0] == -1.5f / std::sqrt(1.25f), boost::test_tools::tolerance(1e-6f));
-    BOOST_TEST(y.ptr<float>()[3] == 0.75f / std::sqrt(1.25f) + 1, boost::test_tools::tolerance(1e-6f));
+    BOOST_TEST(y.ptr<float>()[3] == 0.75f / std::sqrt(1.25f) + 1,
+               boost::test_tools::tolerance(1e-6f));
     std::vector<float> v = {3, 4};
     ops::l2_norm_rows(v.data(), 1, 2, 0.0f);
     BOOST_TEST(v == (std::vector<float>{0.6f, 0.8f}), boost::test_tools::per_element());
@@ -120,8 +132,11 @@ BOOST_AUTO_TEST_CASE(yarn_keeps_high_frequencies_and_divides_low_ones) {
     ops::RopeFreqs plain = ops::rope_freqs(64, 1e4);
     ops::RopeFreqs yarn = ops::rope_freqs_yarn(64, 1e4, 40, 4096, 32, 1);
     const double pi = std::acos(-1.0);
-    auto dim = [&](double rot) { return 64 * std::log(4096 / (rot * 2 * pi)) / (2 * std::log(1e4)); };
-    const int low = static_cast<int>(std::floor(dim(32))), high = static_cast<int>(std::ceil(dim(1)));
+    auto dim = [&](double rot) {
+        return 64 * std::log(4096 / (rot * 2 * pi)) / (2 * std::log(1e4));
+    };
+    const int low = static_cast<int>(std::floor(dim(32))),
+              high = static_cast<int>(std::ceil(dim(1)));
     BOOST_TEST(low == 10);
     BOOST_TEST(high == 23);
     BOOST_TEST(yarn.theta[low] == plain.theta[low]);
@@ -161,7 +176,8 @@ BOOST_AUTO_TEST_CASE(causal_conv_by_hand_and_across_chunks) {
         at += len;
     }
     for (int64_t i = 0; i < 21; ++i)
-        BOOST_TEST(y_part.ptr<float>()[i] == y_all.ptr<float>()[i], boost::test_tools::tolerance(1e-6f));
+        BOOST_TEST(y_part.ptr<float>()[i] == y_all.ptr<float>()[i],
+                   boost::test_tools::tolerance(1e-6f));
     for (int64_t i = 0; i < 9; ++i)
         BOOST_TEST(t_part.ptr<float>()[i] == t_all.ptr<float>()[i]);
 }

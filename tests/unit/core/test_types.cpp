@@ -1,8 +1,8 @@
 // bf16 and fp16 conversions: exact values, rounding to nearest even, NaN, infinities, subnormals.
-#include <boost/test/unit_test.hpp>
-
 #include <cmath>
 #include <limits>
+
+#include <boost/test/unit_test.hpp>
 
 #include "hymoe/core/types.h"
 
@@ -31,8 +31,8 @@ BOOST_AUTO_TEST_CASE(f16_round_trip_and_limits) {
     BOOST_TEST(float_to_f16(65520.0f) == 0x7c00);  // rounds up to inf
     BOOST_TEST(f16_to_float(0x0001) == std::ldexp(1.0f, -24));
     BOOST_TEST(float_to_f16(std::ldexp(1.0f, -24)) == 0x0001);
-    BOOST_TEST(float_to_f16(std::ldexp(1.0f, -25)) == 0x0000);  // tie to even (0)
-    BOOST_TEST(float_to_f16(std::ldexp(3.0f, -25)) == 0x0002);  // 1.5 ulp → 2
+    BOOST_TEST(float_to_f16(std::ldexp(1.0f, -25)) == 0x0000);         // tie to even (0)
+    BOOST_TEST(float_to_f16(std::ldexp(3.0f, -25)) == 0x0002);         // 1.5 ulp → 2
     BOOST_TEST(float_to_f16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie to even
     BOOST_TEST(std::isnan(f16_to_float(float_to_f16(NAN))));
     for (uint32_t h = 0; h < 0x7c00; ++h)  // every finite positive half survives a round trip

@@ -1,11 +1,11 @@
 // Deck parsing in process: defaults, resolved deck round trip, --set, and the exact error line
 // (file:line:col: key.path: ...) for representative mistakes. The binary-level malformed-deck
 // suite (exit code, nothing written) is tests/e2e/test_bad_decks.cpp.
-#include <boost/test/unit_test.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include <boost/test/unit_test.hpp>
 
 #include "hymoe/core/error.h"
 #include "hymoe/deck/deck.h"
@@ -36,7 +36,8 @@ const std::string kInfer =
     "  dataset: data/prompts.jsonl\n";
 
 // The message of the error parse_deck throws (and that it is Exit::invalid).
-std::string error_of(const std::string& text, const std::string& path,
+std::string error_of(const std::string& text,
+                     const std::string& path,
                      const std::vector<std::string>& sets = {}) {
     try {
         parse_deck(text, path, sets);
@@ -87,8 +88,8 @@ BOOST_AUTO_TEST_CASE(set_overrides_and_names_itself_in_errors) {
     BOOST_TEST(d.inference.top_k == 5);
     BOOST_TEST(error_of(kInfer, f.deck_path(), {"parallel.tp=0"}) ==
                "--set parallel.tp=0: parallel.tp: 0 is out of range (allowed: 1 to 1048576)");
-    BOOST_TEST(error_of(kInfer, f.deck_path(), {"parallel.tpp=2"}).find(
-                   "--set parallel.tpp=2: parallel.tpp: unknown key") == 0);
+    BOOST_TEST(error_of(kInfer, f.deck_path(), {"parallel.tpp=2"})
+                   .find("--set parallel.tpp=2: parallel.tpp: unknown key") == 0);
     BOOST_TEST(error_of(kInfer, f.deck_path(), {"novalue"}) ==
                "--set novalue: expected key.path=value");
 }
@@ -102,8 +103,9 @@ BOOST_AUTO_TEST_CASE(error_lines_name_file_line_column_and_key) {
                p + ":6:7: parallel.tp: 'two' is not an integer (allowed: 1 to 1048576)");
     BOOST_TEST(error_of(kInfer + "parallel:\n  tp: 2\n  tp: 4\n", p) ==
                p + ":7:3: parallel.tp: duplicate key (first given on line 6)");
-    BOOST_TEST(error_of(kInfer + "finetune: {steps: 3}\n", p) ==
-               p + ":5:11: finetune: not allowed when job.kind is infer (finetune belongs to kind: lora)");
+    BOOST_TEST(
+        error_of(kInfer + "finetune: {steps: 3}\n", p) ==
+        p + ":5:11: finetune: not allowed when job.kind is infer (finetune belongs to kind: lora)");
     BOOST_TEST(error_of("job: {kind: train}\n", p) ==
                p + ":1:13: job.kind: 'train' is not allowed (allowed: infer, lora, convert, plan)");
     BOOST_TEST(error_of("", p) == p + ":1:1: (deck): the deck is empty (it needs at least job: " +

@@ -1,13 +1,13 @@
 // The whole model on one rank, for the tiny presets of all three families: full-prompt prefill ==
 // prefill in chunks == token-by-token decode (≤ 1e-4 on the logits), a packed batch == each
 // sequence alone, and seeded init reproducible and keyed by tensor name.
-#include <boost/test/data/test_case.hpp>
-#include <boost/test/unit_test.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include "hymoe/model/model.h"
 
@@ -24,7 +24,8 @@ std::vector<int64_t> prompt(int64_t n, int64_t vocab, int64_t salt) {
 }
 
 // Logits of every token of one sequence fed in pieces of the given lengths.
-std::vector<float> run_pieces(const Model& m, const std::vector<int64_t>& tokens,
+std::vector<float> run_pieces(const Model& m,
+                              const std::vector<int64_t>& tokens,
                               const std::vector<int64_t>& pieces) {
     SequenceState st = make_sequence_state(m.cfg);
     std::vector<float> out;

@@ -448,8 +448,9 @@ BOOST_AUTO_TEST_CASE(token_permutation_permutes_routing_exactly_and_outputs) {
         float max_diff = 0;
         for (int64_t t = 0; t < n_tok; ++t) {
             for (int64_t c = 0; c < d; ++c)
-                max_diff = std::max(max_diff, std::abs(yp.ptr<float>()[t * d + c] -
-                                                       y.ptr<float>()[perm[t] * d + c]));
+                max_diff = std::max(
+                    max_diff,
+                    std::abs(yp.ptr<float>()[t * d + c] - y.ptr<float>()[perm[t] * d + c]));
             for (int64_t i = 0; i < k; ++i) {
                 BOOST_TEST(rp.idx[t * k + i] == r.idx[perm[t] * k + i]);
                 BOOST_TEST(rp.weight[t * k + i] == r.weight[perm[t] * k + i]);

@@ -1,11 +1,11 @@
 // Grid arithmetic without MPI: coordinates and group membership for 30+ layouts up to 64 ranks,
 // checked against an independent enumeration of both grids and against hand-written groups.
-#include <boost/test/unit_test.hpp>
-
 #include <algorithm>
 #include <array>
 #include <set>
 #include <vector>
+
+#include <boost/test/unit_test.hpp>
 
 #include "hymoe/parallel/grid.h"
 
@@ -49,12 +49,18 @@ std::vector<Coords> enumerate(const Layout& l) {
 
 int coord(const Coords& c, Group g) {
     switch (g) {
-        case Group::tp: return c.tp;
-        case Group::dp: return c.dp;
-        case Group::pp: return c.pp;
-        case Group::ep: return c.ep;
-        case Group::etp: return c.etp;
-        case Group::edp: return c.edp;
+        case Group::tp:
+            return c.tp;
+        case Group::dp:
+            return c.dp;
+        case Group::pp:
+            return c.pp;
+        case Group::ep:
+            return c.ep;
+        case Group::etp:
+            return c.etp;
+        case Group::edp:
+            return c.edp;
     }
     return -1;
 }
@@ -65,10 +71,11 @@ bool same_group(const Coords& a, const Coords& b, Group g) {
     std::array<Group, 3> dims = {Group::tp, Group::dp, Group::pp};
     std::array<Group, 4> edims = {Group::etp, Group::ep, Group::edp, Group::pp};
     if (dense)
-        return std::all_of(dims.begin(), dims.end(),
-                           [&](Group d) { return d == g || coord(a, d) == coord(b, d); });
-    return std::all_of(edims.begin(), edims.end(),
-                       [&](Group d) { return d == g || coord(a, d) == coord(b, d); });
+        return std::all_of(dims.begin(), dims.end(), [&](Group d) {
+            return d == g || coord(a, d) == coord(b, d);
+        });
+    return std::all_of(
+        edims.begin(), edims.end(), [&](Group d) { return d == g || coord(a, d) == coord(b, d); });
 }
 
 }  // namespace
@@ -82,8 +89,8 @@ BOOST_AUTO_TEST_CASE(at_least_25_layouts_match_the_enumeration) {
         std::vector<Coords> expect = enumerate(l);
         for (int r = 0; r < l.world(); ++r) {
             Coords c = hymoe::parallel::coords_of(l, r);
-            BOOST_TEST_INFO("layout tp" << l.tp << " dp" << l.dp << " pp" << l.pp << " ep"
-                                        << l.ep << " etp" << l.etp << " rank " << r);
+            BOOST_TEST_INFO("layout tp" << l.tp << " dp" << l.dp << " pp" << l.pp << " ep" << l.ep
+                                        << " etp" << l.etp << " rank " << r);
             BOOST_TEST((c.tp == expect[r].tp && c.dp == expect[r].dp && c.pp == expect[r].pp));
             BOOST_TEST((c.etp == expect[r].etp && c.ep == expect[r].ep && c.edp == expect[r].edp));
             BOOST_TEST(hymoe::parallel::rank_of_dense(l, c.tp, c.dp, c.pp) == r);

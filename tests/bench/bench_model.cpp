@@ -1,0 +1,404 @@
+// make bench: the CPU speed of the model, as ratios of references measured in the same run.
+// Reports, asserts nothing; one process, no MPI. The references: the BLAS peak (sgemm 2048³
+// through ops::gemm, best of 4) and the DRAM read bandwidth (XOR over a 1 GiB buffer, best of 5).
+// The figures, on the `mid` preset with random weights (seed 1234):
+//   prefill  one packed batch of 4 × 512 tokens, Logits::last: tokens/s, the GEMM rate
+//            (ops::gemm_counter flops / seconds) as a fraction of the BLAS peak, GEMM share of wall
+//   decode   32 steps of 4 sequences after that prefill: tokens/s, and weight bytes/s as a fraction
+//            of the read bandwidth, counting per step the active params less the embedding table
+//            (a lower bound: 4 tokens touch the union of their experts; the uniform-routing
+//            expectation of that union is printed beside it)
+//   KDA      kda_chunked (chunk 64) vs kda_recurrent on one 2048-token sequence, H 8, K = V 128
+//   DSA      attention_forward of layer 3 (gated DSA) on one 2048-token sequence: the indexer's
+//            share of its time (AttnStats)
+// Thread passes: `bench_model 1 2` runs the reference, prefill and decode figures at 1 then 2
+// OpenBLAS threads (KDA and DSA at the first count only); no argument = OMP_NUM_THREADS as set.
+// Sizes can be lowered with HYMOE_BENCH_SEQS / HYMOE_BENCH_LEN (printed with the figures).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <sys/resource.h>
+#include <thread>
+#include <vector>
+
+#include <cblas.h>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/rng.h"
+#include "hymoe/core/timer.h"
+#include "hymoe/model/config.h"
+#include "hymoe/model/model.h"
+
+namespace {
+
+using hymoe::Buffer;
+using hymoe::DType;
+using hymoe::Philox;
+using hymoe::wall_seconds;
+namespace model = hymoe::model;
+namespace ops = hymoe::ops;
+
+constexpr uint64_t seed = 1234;
+
+// What a piece of code cost: wall time, the GEMM counter's growth, and the process's CPU time and
+// minor page faults (getrusage) over it.
+struct Span {
+    double wall = 0, gemm_flops = 0, gemm_seconds = 0, user = 0, sys = 0, faults = 0;
+    double gemm_gflops() const { return gemm_flops / gemm_seconds / 1e9; }
+};
+
+class Probe {
+public:
+    Probe() : start_(now()) {}
+    Span stop() const {
+        Span end = now();
+        return {end.wall - start_.wall,
+                end.gemm_flops - start_.gemm_flops,
+                end.gemm_seconds - start_.gemm_seconds,
+                end.user - start_.user,
+                end.sys - start_.sys,
+                end.faults - start_.faults};
+    }
+
+private:
+    static Span now() {
+        rusage ru{};
+        getrusage(RUSAGE_SELF, &ru);
+        auto secs = [](const timeval& t) {
+            return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+        };
+        return {wall_seconds(),
+                ops::gemm_counter().flops,
+                ops::gemm_counter().seconds,
+                secs(ru.ru_utime),
+                secs(ru.ru_stime),
+                static_cast<double>(ru.ru_minflt)};
+    }
+    Span start_;
+};
+
+int64_t env_int(const char* name, int64_t fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? std::atoll(v) : fallback;
+}
+
+// ---- references -------------------------------------------------------------------------------
+
+// Best GFLOP/s of sgemm 2048³ through ops::gemm, after one warm-up call.
+double blas_peak_gflops() {
+    const int64_t n = 2048;
+    Buffer a(DType::f32, {n, n}), b(DType::f32, {n, n}), c(DType::f32, {n, n});
+    Philox rng(seed, 1, 0);
+    rng.fill_normal(a.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
+    rng.fill_normal(b.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+        const double t0 = wall_seconds();
+        ops::gemm(false,
+                  false,
+                  n,
+                  n,
+                  n,
+                  1.0f,
+                  a.ptr<float>(),
+                  n,
+                  b.ptr<float>(),
+                  n,
+                  0.0f,
+                  c.ptr<float>(),
+                  n);
+        if (rep > 0)
+            best = std::min(best, wall_seconds() - t0);
+    }
+    return 2.0 * static_cast<double>(n * n * n) / best / 1e9;
+}
+
+// Best GB/s of reading `words` uint64 with `n_threads` threads (XOR, which the compiler
+// vectorises), each thread over its own contiguous part.
+double read_gbps(const uint64_t* data, int64_t words, int n_threads) {
+    std::vector<uint64_t> sink(static_cast<size_t>(n_threads));
+    auto part = [&](int i) {
+        const int64_t begin = words * i / n_threads, end = words * (i + 1) / n_threads;
+        uint64_t x = 0;
+        for (int64_t w = begin; w < end; ++w)
+            x ^= data[w];
+        sink[static_cast<size_t>(i)] = x;
+    };
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+        const double t0 = wall_seconds();
+        std::vector<std::thread> pool;
+        for (int i = 1; i < n_threads; ++i)
+            pool.emplace_back(part, i);
+        part(0);
+        for (std::thread& t : pool)
+            t.join();
+        best = std::min(best, wall_seconds() - t0);
+    }
+    uint64_t all = 0;
+    for (uint64_t x : sink)
+        all ^= x;
+    if (all == 42)  // keeps the reads alive
+        std::printf(" ");
+    return static_cast<double>(words) * 8 / best / 1e9;
+}
+
+// ---- model figures ------------------------------------------------------------------------------
+
+std::vector<model::SequenceState*> pointers(std::vector<model::SequenceState>& states) {
+    std::vector<model::SequenceState*> ptrs;
+    for (model::SequenceState& s : states)
+        ptrs.push_back(&s);
+    return ptrs;
+}
+
+// One packed batch of n_seq new sequences of len random tokens; states are made here.
+Span prefill(const model::Model& m,
+             int64_t n_seq,
+             int64_t len,
+             std::vector<model::SequenceState>& states) {
+    const model::ModelConfig& cfg = m.cfg;
+    model::SeqBatch batch;
+    for (int64_t s = 0; s <= n_seq; ++s)
+        batch.offsets.push_back(s * len);
+    batch.pos0.assign(static_cast<size_t>(n_seq), 0);
+    std::vector<int64_t> tokens(static_cast<size_t>(n_seq * len));
+    Philox rng(seed, 2, 0);
+    for (int64_t& t : tokens)
+        t = 3 + static_cast<int64_t>(rng.next_u32() % static_cast<uint32_t>(cfg.vocab_size - 3));
+    states.clear();
+    for (int64_t s = 0; s < n_seq; ++s)
+        states.push_back(model::make_sequence_state(cfg));
+    Buffer logits;
+    Probe probe;
+    model::forward(m, tokens, batch, pointers(states), logits, {model::Logits::last});
+    return probe.stop();
+}
+
+// Greedy step-decode of every sequence, `steps` steps.
+Span decode(const model::Model& m, int64_t steps, std::vector<model::SequenceState>& states) {
+    const int64_t n_seq = static_cast<int64_t>(states.size()), V = m.cfg.vocab_size;
+    std::vector<int64_t> tokens(static_cast<size_t>(n_seq), 3);
+    Buffer logits;
+    Probe probe;
+    for (int64_t step = 0; step < steps; ++step) {
+        model::SeqBatch batch;
+        for (int64_t s = 0; s <= n_seq; ++s)
+            batch.offsets.push_back(s);
+        for (const model::SequenceState& s : states)
+            batch.pos0.push_back(s.n_tokens);
+        model::forward(m, tokens, batch, pointers(states), logits, {model::Logits::last});
+        for (int64_t s = 0; s < n_seq; ++s) {
+            const float* row = logits.ptr<float>() + s * V;
+            tokens[static_cast<size_t>(s)] = std::max_element(row, row + V) - row;
+        }
+    }
+    return probe.stop();
+}
+
+// kda_chunked (first) and kda_recurrent (second) on one sequence of T tokens from a zero state,
+// with inputs shaped as kda_forward makes them: q, k unit rows (q scaled by K^{-1/2}),
+// g = −u² ∈ (−1, 0], β ∈ [0, 1).
+std::pair<Span, Span> kda_scans(int64_t T, int H, int K, int V) {
+    const auto n_k = static_cast<size_t>(T * H * K), n_v = static_cast<size_t>(T * H * V);
+    std::vector<float> q(n_k), k(n_k), g(n_k), v(n_v), beta(static_cast<size_t>(T * H));
+    std::vector<float> o(n_v), S(static_cast<size_t>(H * K * V));
+    Philox rng(seed, 3, 0);
+    rng.fill_normal(q.data(), n_k, 0.0f, 1.0f);
+    rng.fill_normal(k.data(), n_k, 0.0f, 1.0f);
+    rng.fill_normal(v.data(), n_v, 0.0f, 1.0f);
+    rng.fill_uniform(g.data(), n_k, 0.0f, 1.0f);
+    rng.fill_uniform(beta.data(), beta.size(), 0.0f, 1.0f);
+    for (float& x : g)
+        x = -x * x;
+    const auto width = static_cast<size_t>(K);
+    for (size_t r = 0; r < n_k; r += width) {
+        float sq = 0, sk = 0;
+        for (size_t i = r; i < r + width; ++i) {
+            sq += q[i] * q[i];
+            sk += k[i] * k[i];
+        }
+        for (size_t i = r; i < r + width; ++i) {
+            q[i] /= std::sqrt(sq * static_cast<float>(K));
+            k[i] /= std::sqrt(sk);
+        }
+    }
+    model::KdaScanParams p;
+    p.n_tok = T;
+    p.n_head = H;
+    p.d_k = K;
+    p.d_v = V;
+    p.q = q.data();
+    p.k = k.data();
+    p.v = v.data();
+    p.g = g.data();
+    p.beta = beta.data();
+    p.S = S.data();
+    p.o = o.data();
+    Probe chunked;
+    model::kda_chunked(p);
+    const Span c = chunked.stop();
+    std::fill(S.begin(), S.end(), 0.0f);
+    Probe recurrent;
+    model::kda_recurrent(p);
+    return {c, recurrent.stop()};
+}
+
+// attention_forward of layer `layer` on one new sequence of T random rows.
+model::AttnStats dsa_layer(const model::Model& m, int layer, int64_t T, Span& span) {
+    const int64_t d = m.cfg.hidden_size;
+    Buffer x(DType::f32, {T, d}), y(DType::f32, {T, d});
+    Philox rng(seed, 4, 0);
+    rng.fill_normal(x.ptr<float>(), static_cast<size_t>(T * d), 0.0f, 1.0f);
+    model::AttnCache cache;
+    model::AttnStats stats;
+    Probe probe;
+    model::attention_forward(m.cfg,
+                             m.cfg.layers[static_cast<size_t>(layer)],
+                             m.layers[static_cast<size_t>(layer)].attn,
+                             x.view(),
+                             model::single_sequence(T),
+                             {&cache},
+                             y.view(),
+                             model::AttnMode::automatic,
+                             &stats);
+    span = probe.stop();
+    return stats;
+}
+
+// ---- report -------------------------------------------------------------------------------------
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0) {
+    char s[200];
+    std::snprintf(s, sizeof s, f, a, b, c);
+    return s;
+}
+
+void row(const std::string& what, double value, const char* unit, const std::string& note) {
+    std::printf("  %-30s %9.1f %-8s %s\n", what.c_str(), value, unit, note.c_str());
+}
+
+// CPU time over wall (≈ threads when nothing else competes for the cores), system time and
+// minor page faults: where a Span lost time outside its own computation.
+std::string os_note(const Span& s) {
+    return fmt("cpu/wall %.2f, sys %.2f s, %.0fk page faults",
+               (s.user + s.sys) / s.wall,
+               s.sys,
+               s.faults / 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int> passes;
+    for (int i = 1; i < argc; ++i)
+        passes.push_back(std::max(1, std::atoi(argv[i])));
+    if (passes.empty())
+        passes.push_back(openblas_get_num_threads());
+    const int64_t n_seq = env_int("HYMOE_BENCH_SEQS", 4), len = env_int("HYMOE_BENCH_LEN", 512);
+    const int64_t steps = 32, scan_len = 2048;
+    const auto n_seq_d = static_cast<double>(n_seq);
+
+    const model::ModelConfig cfg = model::preset_config("mid");
+    const model::ParamCount params = model::count_params(cfg);
+    Probe init;
+    model::Model m = model::make_model(cfg);
+    model::init_model_random(m, seed);
+    std::printf("model bench: mid preset, %.0fM params (%.0fM active), random init %.1f s\n",
+                static_cast<double>(params.total) / 1e6,
+                static_cast<double>(params.active) / 1e6,
+                init.stop().wall);
+
+    // Weights one decode step streams: the active params less the input embedding (a token reads
+    // one row of it); with n_seq tokens the routed part grows to the union of their experts,
+    // E·(1 − (1 − k/E)^n_seq) per MoE layer under uniform routing.
+    const double step_params =
+        static_cast<double>(params.active - cfg.vocab_size * cfg.hidden_size);
+    double n_moe = 0;
+    for (const model::LayerSpec& spec : cfg.layers)
+        n_moe += spec.ffn == model::Ffn::moe ? 1 : 0;
+    const auto E = static_cast<double>(cfg.moe.n_routed_experts);
+    const auto top_k = static_cast<double>(cfg.moe.top_k);
+    const double expert = 3.0 * static_cast<double>(cfg.hidden_size * cfg.moe.moe_intermediate);
+    const double union_experts = E * (1 - std::pow(1 - top_k / E, n_seq_d));
+    const double union_params = step_params + n_moe * (union_experts - top_k) * expert;
+
+    const int64_t bw_words = (int64_t{1} << 30) / 8;
+    Buffer bw_buf(DType::u8, {bw_words * 8});  // zero-filled: every page touched
+    std::vector<model::SequenceState> states;
+    for (size_t pass = 0; pass < passes.size(); ++pass) {
+        const int threads = passes[pass];
+        openblas_set_num_threads(threads);
+        double peak = blas_peak_gflops();
+        const double bw = read_gbps(bw_buf.ptr<uint64_t>(), bw_words, threads) * 1e9;  // B/s
+        const Span pf = prefill(m, n_seq, len, states);
+        peak = std::max(peak, blas_peak_gflops());  // before and after: the host is shared
+        std::printf("\n%d thread(s) (OpenBLAS %d)\n", threads, openblas_get_num_threads());
+        row("BLAS peak, sgemm 2048^3", peak, "GFLOP/s", "(reference; best before/after prefill)");
+        row("DRAM read, 1 GiB", bw / 1e9, "GB/s", "(reference)");
+
+        row(fmt("prefill %.0f x %.0f tok", n_seq_d, static_cast<double>(len)),
+            n_seq_d * static_cast<double>(len) / pf.wall,
+            "tok/s",
+            fmt("%.2f s wall; ", pf.wall) + os_note(pf));
+        row("  model GEMM rate",
+            pf.gemm_gflops(),
+            "GFLOP/s",
+            fmt("%.2f of BLAS peak (goal 0.60)", pf.gemm_gflops() / peak));
+        row("  GEMM share of wall",
+            100 * pf.gemm_seconds / pf.wall,
+            "%",
+            fmt("%.2f TFLOP in GEMMs", pf.gemm_flops / 1e12));
+
+        const Span dec = decode(m, steps, states);
+        const double bytes_per_s = step_params * 4 * static_cast<double>(steps) / dec.wall;
+        row(fmt("decode %.0f x %.0f steps", n_seq_d, static_cast<double>(steps)),
+            n_seq_d * static_cast<double>(steps) / dec.wall,
+            "tok/s",
+            fmt("%.1f ms/step, GEMM %.0f%% of wall; ",
+                1e3 * dec.wall / static_cast<double>(steps),
+                100 * dec.gemm_seconds / dec.wall) +
+                os_note(dec));
+        row("  weight B/s, active params",
+            bytes_per_s / 1e9,
+            "GB/s",
+            fmt("%.2f of DRAM read (%.0f MB/step)", bytes_per_s / bw, step_params * 4e-6));
+        row("  weight B/s, expert union",
+            bytes_per_s * union_params / step_params / 1e9,
+            "GB/s",
+            fmt("%.2f of DRAM read (%.0f MB/step, est.)",
+                bytes_per_s * union_params / step_params / bw,
+                union_params * 4e-6));
+
+        if (pass > 0)
+            continue;
+        const auto [chunked, recurrent] =
+            kda_scans(scan_len, cfg.kda.n_head, cfg.kda.head_dim, cfg.kda.head_dim);
+        const auto scan_tok = static_cast<double>(scan_len);
+        row("KDA chunked (64), 2048 tok",
+            scan_tok / chunked.wall,
+            "tok/s",
+            fmt("%.2f x recurrent; GEMM %.0f%% of wall at %.1f GFLOP/s",
+                recurrent.wall / chunked.wall,
+                100 * chunked.gemm_seconds / chunked.wall,
+                chunked.gemm_gflops()));
+        row("KDA recurrent, 2048 tok", scan_tok / recurrent.wall, "tok/s", "");
+        int dsa = 0;
+        while (cfg.layers[static_cast<size_t>(dsa)].mixer != model::Mixer::dsa)
+            ++dsa;
+        Span attn;
+        const model::AttnStats st = dsa_layer(m, dsa, scan_len, attn);
+        const double total = st.indexer_seconds + st.attention_seconds;
+        row(fmt("DSA layer %.0f, 2048 tok", dsa),
+            scan_tok / total,
+            "tok/s",
+            fmt("indexer %.0f%% of its time; GEMM %.0f%% of wall at %.1f GFLOP/s",
+                100 * st.indexer_seconds / total,
+                100 * attn.gemm_seconds / attn.wall,
+                attn.gemm_gflops()));
+    }
+    return 0;
+}
