@@ -22,6 +22,7 @@ namespace {
 
 const std::string kPlanDeck = "tests/decks/plan/deck.yaml";
 const std::string kPlanOut = "tests/decks/plan/out";
+const std::string kFourRanks = "--set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2";
 
 bool contains(const std::string& s, const std::string& part) {
     return s.find(part) != std::string::npos;
@@ -33,7 +34,7 @@ BOOST_AUTO_TEST_SUITE(jobs)
 
 BOOST_AUTO_TEST_CASE(quickstart_check_at_4_ranks_writes_nothing) {
     fs::remove_all("jobs/quickstart/out");
-    auto r = run_hymoe("jobs/quickstart/deck.yaml --check", 4);
+    auto r = run_hymoe("jobs/quickstart/deck.yaml --check " + kFourRanks, 4);
     BOOST_TEST(r.code == 0, r.err);
     BOOST_TEST(contains(r.out, "check passed"));
     BOOST_TEST(contains(r.out, "grid: world 4 = tp 2 x dp 2 x pp 1"));
@@ -117,8 +118,18 @@ BOOST_AUTO_TEST_CASE(command_line_errors_exit_2_with_one_line) {
     BOOST_TEST(contains(help.out, "usage:"));
 }
 
+BOOST_AUTO_TEST_CASE(quickstart_runs_and_writes_results) {
+    fs::remove_all("jobs/quickstart/out");
+    auto r = run_hymoe("jobs/quickstart/deck.yaml", 1);
+    BOOST_TEST(r.code == 0, r.err);
+    hymoe::io::H5Reader h5("jobs/quickstart/out/results.h5");
+    BOOST_TEST(h5.strings("/requests/id").size() == 3u);
+    BOOST_TEST(contains(read_text("jobs/quickstart/out/log"), "scored 3 requests"));
+    fs::remove_all("jobs/quickstart/out");
+}
+
 BOOST_AUTO_TEST_CASE(parallel_scoring_is_refused_before_anything_is_written) {
-    auto r = run_hymoe("jobs/quickstart/deck.yaml", 4);
+    auto r = run_hymoe("jobs/quickstart/deck.yaml " + kFourRanks, 4);
     BOOST_TEST(r.code == 2);
     BOOST_TEST(contains(r.err, "parallel: prompt scoring runs on one rank in this build"), r.err);
     BOOST_TEST(!fs::exists("jobs/quickstart/out"));
