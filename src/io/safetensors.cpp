@@ -1,5 +1,6 @@
-// HF safetensors reader (memory-mapped, header validated completely at open), checkpoint folder
-// (index + lazily opened shards) and atomic writer; see io/safetensors.h for the format.
+// HF safetensors dtypes and the reader (SafetensorsFile: memory-mapped, header validated
+// completely at open); see io/safetensors.h for the format. Also defines the helpers shared with
+// safetensors_folder.cpp and safetensors_write.cpp (safetensors_detail.h).
 //
 // Validation order at open: the file opens and is a regular file of at least 8 bytes; the header
 // length is plausible (<= 100 MB, the limit of HF's reader) and inside the file; the header is JSON
@@ -15,14 +16,10 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <string_view>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -31,19 +28,22 @@
 #include <nlohmann/json.hpp>
 
 #include "hymoe/core/error.h"
+#include "safetensors_detail.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
 
 namespace hymoe::io {
 
-namespace fs = std::filesystem;
+using detail::convert;
+using detail::convertible;
+using detail::DuplicateKey;
+using detail::json_message;
+using detail::parse_strict;
 using nlohmann::json;
 
 namespace {
 
 constexpr uint64_t kMaxHeaderLen = 100'000'000;  // HF safetensors' MAX_HEADER_SIZE
-const char* const kIndexName = "model.safetensors.index.json";
-const char* const kSingleName = "model.safetensors";
 
 struct StDTypeName {
     StDType dtype;
@@ -69,57 +69,7 @@ constexpr StDTypeName kStDTypes[] = {
     {StDType::f64, "F64", 8},
 };
 
-// ---- strict JSON --------------------------------------------------------------------------------
-
-// The first key that appears twice in one object, and the top-level key it sits under.
-struct DuplicateKey {
-    std::string key;
-    std::string top;  // the enclosing top-level key ("" when the duplicate is itself top-level)
-};
-
-// Parse `text` like json::parse (throwing json::parse_error), recording the first duplicate key in
-// *dup: nlohmann keeps the last value of a duplicated key silently.
-json parse_strict(std::string_view text, std::optional<DuplicateKey>& dup) {
-    std::vector<std::set<std::string>> open;  // keys seen so far in each enclosing object
-    std::string top;
-    json::parser_callback_t watch = [&](int depth, json::parse_event_t event, json& parsed) {
-        if (event == json::parse_event_t::object_start) {
-            open.emplace_back();
-        } else if (event == json::parse_event_t::object_end) {
-            open.pop_back();
-        } else if (event == json::parse_event_t::key) {
-            const std::string& k = parsed.get_ref<const std::string&>();
-            if (depth == 1)
-                top = k;
-            if (!open.empty() && !open.back().insert(k).second && !dup)
-                dup = DuplicateKey{k, depth == 1 ? "" : top};
-        }
-        return true;
-    };
-    return json::parse(text.begin(), text.end(), watch);
-}
-
-// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
-std::string json_message(const json::exception& e) {
-    std::string m = e.what();
-    size_t p = m.find("] ");
-    return p == std::string::npos ? m : m.substr(p + 2);
-}
-
-// ---- element conversion -------------------------------------------------------------------------
-
-bool is_float_dtype(DType t) {
-    return t == DType::f32 || t == DType::f16 || t == DType::bf16;
-}
-
-// Stored type -> destination type: the same type (BOOL into u8), or a number into a float type.
-bool convertible(StDType s, DType d) {
-    if (st_dtype_of(d) == s || (s == StDType::boolean && d == DType::u8))
-        return true;
-    bool numeric = s == StDType::f32 || s == StDType::f16 || s == StDType::bf16 ||
-                   s == StDType::f64 || s == StDType::i32 || s == StDType::i64;
-    return numeric && is_float_dtype(d);
-}
+// ---- element loads (convert's inner loops) ------------------------------------------------------
 
 template <typename T>
 T load(const unsigned char* p) {
@@ -168,31 +118,6 @@ void store_floats(
             break;
     }
     HYMOE_CHECK(false, "no float conversion into ", to_string(d));
-}
-
-// n elements of stored type s at src -> n elements of type d at dst (convertible(s, d) holds).
-void convert(const unsigned char* src, StDType s, unsigned char* dst, DType d, size_t n) {
-    if (st_dtype_of(d) == s || (s == StDType::boolean && d == DType::u8)) {
-        std::memcpy(dst, src, n * dtype_size(d));
-        return;
-    }
-    switch (s) {
-        case StDType::f32:
-            return store_floats(src, 4, load_f32, dst, d, n);
-        case StDType::f16:
-            return store_floats(src, 2, load_f16, dst, d, n);
-        case StDType::bf16:
-            return store_floats(src, 2, load_bf16, dst, d, n);
-        case StDType::f64:
-            return store_floats(src, 8, load_f64, dst, d, n);
-        case StDType::i32:
-            return store_floats(src, 4, load_i32, dst, d, n);
-        case StDType::i64:
-            return store_floats(src, 8, load_i64, dst, d, n);
-        default:
-            break;
-    }
-    HYMOE_CHECK(false, "no conversion from ", to_string(s), " to ", to_string(d));
 }
 
 // ---- header fields ------------------------------------------------------------------------------
@@ -326,6 +251,76 @@ StDType st_dtype_of(DType t) {
     }
     return StDType::u8;
 }
+
+namespace detail {
+
+// ---- strict JSON --------------------------------------------------------------------------------
+
+json parse_strict(std::string_view text, std::optional<DuplicateKey>& dup) {
+    std::vector<std::set<std::string>> open;  // keys seen so far in each enclosing object
+    std::string top;
+    json::parser_callback_t watch = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::object_start) {
+            open.emplace_back();
+        } else if (event == json::parse_event_t::object_end) {
+            open.pop_back();
+        } else if (event == json::parse_event_t::key) {
+            const std::string& k = parsed.get_ref<const std::string&>();
+            if (depth == 1)
+                top = k;
+            if (!open.empty() && !open.back().insert(k).second && !dup)
+                dup = DuplicateKey{k, depth == 1 ? "" : top};
+        }
+        return true;
+    };
+    return json::parse(text.begin(), text.end(), watch);
+}
+
+std::string json_message(const json::exception& e) {
+    std::string m = e.what();
+    size_t p = m.find("] ");
+    return p == std::string::npos ? m : m.substr(p + 2);
+}
+
+// ---- element conversion -------------------------------------------------------------------------
+
+bool is_float_dtype(DType t) {
+    return t == DType::f32 || t == DType::f16 || t == DType::bf16;
+}
+
+bool convertible(StDType s, DType d) {
+    if (st_dtype_of(d) == s || (s == StDType::boolean && d == DType::u8))
+        return true;
+    bool numeric = s == StDType::f32 || s == StDType::f16 || s == StDType::bf16 ||
+                   s == StDType::f64 || s == StDType::i32 || s == StDType::i64;
+    return numeric && is_float_dtype(d);
+}
+
+void convert(const unsigned char* src, StDType s, unsigned char* dst, DType d, size_t n) {
+    if (st_dtype_of(d) == s || (s == StDType::boolean && d == DType::u8)) {
+        std::memcpy(dst, src, n * dtype_size(d));
+        return;
+    }
+    switch (s) {
+        case StDType::f32:
+            return store_floats(src, 4, load_f32, dst, d, n);
+        case StDType::f16:
+            return store_floats(src, 2, load_f16, dst, d, n);
+        case StDType::bf16:
+            return store_floats(src, 2, load_bf16, dst, d, n);
+        case StDType::f64:
+            return store_floats(src, 8, load_f64, dst, d, n);
+        case StDType::i32:
+            return store_floats(src, 4, load_i32, dst, d, n);
+        case StDType::i64:
+            return store_floats(src, 8, load_i64, dst, d, n);
+        default:
+            break;
+    }
+    HYMOE_CHECK(false, "no conversion from ", to_string(s), " to ", to_string(d));
+}
+
+}  // namespace detail
 
 // ---- SafetensorsFile ----------------------------------------------------------------------------
 
@@ -623,238 +618,6 @@ void SafetensorsFile::read_slice(const std::string& name,
     }
     check_convertible(path_, name, t.dtype, dest);
     copy_part(data_ + t.begin, t.dtype, t.shape, d, begin, dest.shape, dest);
-}
-
-// ---- SafetensorsFolder --------------------------------------------------------------------------
-
-SafetensorsFolder::SafetensorsFolder(const std::string& dir) : dir_(dir) {
-    std::error_code ec;
-    if (fs::is_regular_file(dir, ec)) {  // one .safetensors file
-        fs::path p(dir);
-        base_ = p.parent_path().string();
-        std::string file = p.filename().string();
-        auto f = std::make_unique<SafetensorsFile>(dir);
-        for (const std::string& n : f->names())
-            shard_of_[n] = file;
-        shards_[file] = std::move(f);
-    } else if (!fs::is_directory(dir, ec)) {
-        HYMOE_FAIL_ONE(Exit::bad_input, dir, ": no such folder or .safetensors file");
-    } else if (fs::exists(fs::path(dir) / kIndexName, ec)) {
-        base_ = dir;
-        index_ = (fs::path(dir) / kIndexName).string();
-        std::ifstream in(index_, std::ios::binary);
-        std::stringstream text;
-        if (in.is_open())
-            text << in.rdbuf();
-        if (!in.is_open())
-            HYMOE_FAIL_ONE(Exit::bad_input, index_, ": cannot open (", std::strerror(errno), ")");
-        json index;
-        std::optional<DuplicateKey> dup;
-        try {
-            index = parse_strict(text.str(), dup);
-        } catch (const json::exception& e) {
-            HYMOE_FAIL_ONE(Exit::bad_input, index_, ": not valid JSON: ", json_message(e));
-        }
-        if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-            HYMOE_FAIL_ONE(Exit::bad_input, index_, ": has no \"weight_map\" object");
-        if (dup && dup->top == "weight_map")
-            HYMOE_FAIL_ONE(Exit::bad_input,
-                           index_,
-                           ": tensor '",
-                           dup->key,
-                           "' appears more than once in \"weight_map\"");
-        if (dup && dup->top.empty())
-            HYMOE_FAIL_ONE(
-                Exit::bad_input, index_, ": key '", dup->key, "' appears more than once");
-        for (const auto& [name, shard] : index["weight_map"].items()) {
-            if (!shard.is_string())
-                HYMOE_FAIL_ONE(Exit::bad_input,
-                               index_,
-                               ": tensor '",
-                               name,
-                               "' maps to ",
-                               shard.dump(),
-                               ", not a shard file name");
-            std::string file = shard.get<std::string>();
-            if (file.empty() || file == "." || file == ".." ||
-                file.find_first_of("/\\") != std::string::npos)
-                HYMOE_FAIL_ONE(Exit::bad_input,
-                               index_,
-                               ": tensor '",
-                               name,
-                               "' maps to '",
-                               file,
-                               "', not a file name in the folder");
-            shard_of_[name] = file;
-        }
-    } else if (fs::exists(fs::path(dir) / kSingleName, ec)) {
-        base_ = dir;
-        auto f = std::make_unique<SafetensorsFile>((fs::path(dir) / kSingleName).string());
-        for (const std::string& n : f->names())
-            shard_of_[n] = kSingleName;
-        shards_[kSingleName] = std::move(f);
-    } else {
-        HYMOE_FAIL_ONE(Exit::bad_input, dir, ": holds neither ", kIndexName, " nor ", kSingleName);
-    }
-    for (const auto& e : shard_of_)
-        names_.push_back(e.first);
-}
-
-const SafetensorsFile& SafetensorsFolder::file_of(const std::string& name) const {
-    auto it = shard_of_.find(name);
-    if (it == shard_of_.end())
-        HYMOE_FAIL_ONE(Exit::bad_input,
-                       dir_,
-                       ": tensor '",
-                       name,
-                       "' is missing (",
-                       shard_of_.size(),
-                       " tensors in the checkpoint)");
-    std::unique_ptr<SafetensorsFile>& shard = shards_[it->second];
-    std::string path = (fs::path(base_) / it->second).string();
-    if (!shard) {
-        std::error_code ec;
-        if (!fs::exists(path, ec))
-            HYMOE_FAIL_ONE(Exit::bad_input,
-                           path,
-                           ": shard file is missing (",
-                           kIndexName,
-                           " puts tensor '",
-                           name,
-                           "' in it)");
-        shard = std::make_unique<SafetensorsFile>(path);
-    }
-    if (!shard->has(name))
-        HYMOE_FAIL_ONE(Exit::bad_input,
-                       path,
-                       ": tensor '",
-                       name,
-                       "' is not in this shard, though ",
-                       kIndexName,
-                       " puts it here");
-    return *shard;
-}
-
-const SafetensorsInfo& SafetensorsFolder::info(const std::string& name) const {
-    return file_of(name).info(name);
-}
-
-void SafetensorsFolder::read(const std::string& name, Tensor& dest) const {
-    file_of(name).read(name, dest);
-}
-
-void SafetensorsFolder::read_rows(const std::string& name, int64_t row_begin, Tensor& dest) const {
-    file_of(name).read_rows(name, row_begin, dest);
-}
-
-void SafetensorsFolder::read_slice(const std::string& name,
-                                   int dim,
-                                   int64_t begin,
-                                   Tensor& dest) const {
-    file_of(name).read_slice(name, dim, begin, dest);
-}
-
-void SafetensorsFolder::check_all() const {
-    for (const std::string& n : names_)
-        file_of(n);
-}
-
-// ---- writer -------------------------------------------------------------------------------------
-
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata,
-                       DType store) {
-    HYMOE_CHECK(is_float_dtype(store), "safetensors store dtype ", to_string(store));
-    struct Item {
-        const std::string* name;
-        const Tensor* t;
-        StDType dtype;   // as stored
-        uint64_t begin;  // relative to the data start
-        uint64_t bytes;
-    };
-    std::vector<Item> items;
-    std::set<std::string> seen;
-    for (const auto& [name, t] : tensors) {
-        HYMOE_CHECK(seen.insert(name).second && name != "__metadata__",
-                    "tensor name '",
-                    name,
-                    "' is reserved or given twice");
-        HYMOE_CHECK(t.device == Device::cpu && (t.data || t.numel() == 0),
-                    "tensor '",
-                    name,
-                    "' is not in host memory");
-        for (int64_t d : t.shape)
-            HYMOE_CHECK(d >= 0, "tensor '", name, "' has shape ", shape_string(t.shape));
-        StDType st = st_dtype_of(is_float_dtype(t.dtype) ? store : t.dtype);
-        items.push_back({&name, &t, st, 0, static_cast<uint64_t>(t.numel()) * st_dtype_size(st)});
-    }
-    // Data layout: largest element first, then by name, so each tensor is aligned to its element.
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-        size_t sa = st_dtype_size(a.dtype), sb = st_dtype_size(b.dtype);
-        return sa != sb ? sa > sb : *a.name < *b.name;
-    });
-    uint64_t offset = 0;
-    for (Item& it : items) {
-        it.begin = offset;
-        offset += it.bytes;
-    }
-    std::vector<const Item*> by_name;
-    for (const Item& it : items)
-        by_name.push_back(&it);
-    std::sort(by_name.begin(), by_name.end(), [](const Item* a, const Item* b) {
-        return *a->name < *b->name;
-    });
-
-    nlohmann::ordered_json header = nlohmann::ordered_json::object();
-    if (!metadata.empty())
-        header["__metadata__"] = metadata;
-    for (const Item* it : by_name) {
-        nlohmann::ordered_json e;
-        e["dtype"] = to_string(it->dtype);
-        e["shape"] = it->t->shape;
-        e["data_offsets"] = {it->begin, it->begin + it->bytes};
-        header[*it->name] = std::move(e);
-    }
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');  // HF pads so the data starts 8-byte aligned
-
-    const std::string partial = path + ".partial";
-    std::FILE* f = std::fopen(partial.c_str(), "wb");
-    if (!f)
-        HYMOE_FAIL_ONE(Exit::internal, "cannot create ", partial, ": ", std::strerror(errno));
-    uint64_t len = text.size();
-    bool ok = std::fwrite(&len, 8, 1, f) == 1 && std::fwrite(text.data(), 1, len, f) == len;
-    std::vector<unsigned char> chunk;
-    for (const Item& it : items) {
-        const Tensor& t = *it.t;
-        const unsigned char* src = static_cast<const unsigned char*>(t.data);
-        if (!ok || it.bytes == 0)
-            continue;
-        if (st_dtype_of(t.dtype) == it.dtype) {
-            ok = std::fwrite(src, 1, it.bytes, f) == it.bytes;
-            continue;
-        }
-        const size_t per_chunk = size_t{1} << 16;  // elements converted at a time
-        chunk.resize(per_chunk * st_dtype_size(it.dtype));
-        for (size_t i = 0, n = static_cast<size_t>(t.numel()); ok && i < n; i += per_chunk) {
-            size_t m = std::min(per_chunk, n - i);
-            convert(src + i * dtype_size(t.dtype), st_dtype_of(t.dtype), chunk.data(), store, m);
-            ok = std::fwrite(chunk.data(), st_dtype_size(it.dtype), m, f) == m;
-        }
-    }
-    ok = std::fflush(f) == 0 && ok;
-    ok = ::fsync(::fileno(f)) == 0 && ok;
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) {
-        std::string why = std::strerror(errno);
-        std::remove(partial.c_str());
-        HYMOE_FAIL_ONE(Exit::internal, "writing ", partial, " failed: ", why);
-    }
-    std::error_code ec;
-    fs::rename(partial, path, ec);
-    if (ec)
-        HYMOE_FAIL_ONE(Exit::internal, "renaming ", partial, " to ", path, ": ", ec.message());
 }
 
 }  // namespace hymoe::io
