@@ -1,8 +1,9 @@
 // hymoe: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]...
 // MPI → command line → deck, model config and layout (validated before anything is allocated)
-// → communicators → the job. Errors seen by every rank (deck, config, layout) print once on rank
-// 0 and every rank exits with the error's code; an error only one rank saw prints "[rank r] ..."
-// and aborts the world (LAMMPS Error::all / Error::one).
+// → communicators → the job (--check: print the plan of runtime/plan.h and stop). Errors seen by
+// every rank (deck, config, layout) print once on rank 0 and every rank exits with the error's
+// code; an error only one rank saw prints "[rank r] ..." and aborts the world (LAMMPS Error::all /
+// Error::one).
 #include <cstdio>
 #include <exception>
 
@@ -12,6 +13,7 @@
 #include "hymoe/parallel/comms.h"
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/job.h"
+#include "hymoe/runtime/plan.h"
 #include "hymoe/runtime/run.h"
 
 namespace {
@@ -37,6 +39,7 @@ int run(int argc, char** argv) {
     parallel::Grid grid = parallel::make_grid(job.layout);
     runtime::log_job_header(job);
     if (cli.check) {
+        log::info(runtime::job_plan_report(runtime::plan_job(job)));
         log::info("check passed: the deck, the model config and the layout are valid");
         return 0;
     }

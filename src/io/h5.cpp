@@ -152,7 +152,7 @@ void H5Writer::attr(const std::string& object, const std::string& name, const st
 
 void H5Writer::array(const std::string& name, const Tensor& t) {
     H5Id d = create_dataset(name, h5_type(t.dtype), t.shape);
-    if (comm_.rank() == 0 || !parallel_) {
+    if ((comm_.rank() == 0 || !parallel_) && t.numel() > 0) {
         if (H5Dwrite(d.get(), h5_type(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data) < 0)
             HYMOE_FAIL_ONE(Exit::internal, "HDF5: writing ", name, " in ", path_);
     }
@@ -194,6 +194,76 @@ void H5Writer::rows(const std::string& name,
                  xfer.get(),
                  local.data) < 0)
         HYMOE_FAIL_ONE(Exit::internal, "HDF5: writing rows of ", name, " in ", path_);
+}
+
+namespace {
+
+// The rows of an extendible dataset: created [0, ...] with unlimited axis 0 and chunks of about
+// 64 KiB, then extended by each append.
+H5Id open_or_create_extendible(hid_t file, const std::string& name, hid_t type, Shape rest) {
+    if (H5Lexists(file, name.c_str(), H5P_DEFAULT) > 0)
+        return H5Id(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "opening " + name);
+    std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{1};
+    hsize_t row = H5Tget_size(type);
+    for (int64_t d : rest) {
+        dims.push_back(static_cast<hsize_t>(d)), maxdims.push_back(static_cast<hsize_t>(d));
+        chunk.push_back(static_cast<hsize_t>(std::max<int64_t>(d, 1)));
+        row *= static_cast<hsize_t>(std::max<int64_t>(d, 1));
+    }
+    chunk[0] = std::max<hsize_t>(1, (hsize_t{1} << 16) / row);
+    H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxdims.data()),
+               H5Sclose,
+               "dataspace for " + name);
+    H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "dataset properties");
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    return H5Id(
+        H5Dcreate2(
+            file, name.c_str(), type, space.get(), link_props().get(), dcpl.get(), H5P_DEFAULT),
+        H5Dclose,
+        "creating " + name);
+}
+
+// Extend d by n rows and write buf into them.
+void append_rows(hid_t d, const std::string& name, hid_t type, int64_t n, const void* buf) {
+    H5Id space(H5Dget_space(d), H5Sclose, "dataspace of " + name);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    std::vector<hsize_t> dims(static_cast<size_t>(rank)), start(dims.size(), 0);
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    if (n == 0)
+        return;
+    start[0] = dims[0];
+    std::vector<hsize_t> count = dims;
+    count[0] = static_cast<hsize_t>(n);
+    dims[0] += count[0];
+    if (H5Dset_extent(d, dims.data()) < 0)
+        HYMOE_FAIL_ONE(Exit::internal, "HDF5: extending ", name);
+    H5Id file_space(H5Dget_space(d), H5Sclose, "dataspace of " + name);
+    H5Sselect_hyperslab(
+        file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    H5Id mem(H5Screate_simple(rank, count.data(), nullptr), H5Sclose, "memory dataspace");
+    if (H5Dwrite(d, type, mem.get(), file_space.get(), H5P_DEFAULT, buf) < 0)
+        HYMOE_FAIL_ONE(Exit::internal, "HDF5: appending to ", name);
+}
+
+}  // namespace
+
+void H5Writer::append(const std::string& name, const Tensor& local) {
+    HYMOE_CHECK(!parallel_ && !local.shape.empty(), "append ", name, ": serial, rows [n, ...]");
+    Shape rest(local.shape.begin() + 1, local.shape.end());
+    H5Id d = open_or_create_extendible(file_.get(), name, h5_type(local.dtype), rest);
+    append_rows(d.get(), name, h5_type(local.dtype), local.shape[0], local.data);
+}
+
+void H5Writer::append_strings(const std::string& name, const std::vector<std::string>& values) {
+    HYMOE_CHECK(!parallel_, "append_strings ", name, ": serial writers only");
+    H5Id type(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    H5Id d = open_or_create_extendible(file_.get(), name, type.get(), {});
+    std::vector<const char*> ptrs;
+    for (const std::string& v : values)
+        ptrs.push_back(v.c_str());
+    append_rows(d.get(), name, type.get(), static_cast<int64_t>(values.size()), ptrs.data());
 }
 
 void H5Writer::commit() {
@@ -257,7 +327,7 @@ std::vector<T> read_all(
     hid_t file, const std::string& path, const std::string& name, hid_t type, int64_t n) {
     std::vector<T> v(static_cast<size_t>(n));
     H5Id d(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, path + ": " + name);
-    if (H5Dread(d.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    if (n > 0 && H5Dread(d.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
         HYMOE_FAIL_ONE(Exit::internal, "HDF5: reading ", name, " in ", path);
     return v;
 }
@@ -269,6 +339,21 @@ std::vector<std::string> H5Reader::strings(const std::string& name) const {
     H5Id type(H5Dget_type(d.get()), H5Tclose, "type of " + name);
     const size_t len = H5Tget_size(type.get());
     const int64_t n = shape_numel(shape(name));
+    if (H5Tis_variable_str(type.get()) > 0) {
+        std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
+        H5Id mem(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
+        H5Tset_size(mem.get(), H5T_VARIABLE);
+        H5Tset_cset(mem.get(), H5T_CSET_UTF8);
+        if (n > 0 && H5Dread(d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0)
+            HYMOE_FAIL_ONE(Exit::internal, "HDF5: reading ", name, " in ", path_);
+        std::vector<std::string> out;
+        for (char* p : ptrs)
+            out.emplace_back(p ? p : "");
+        H5Id space(H5Dget_space(d.get()), H5Sclose, "dataspace of " + name);
+        if (n > 0)
+            H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, ptrs.data());
+        return out;
+    }
     std::string packed(len * static_cast<size_t>(n), '\0');
     if (n > 0 && H5Dread(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()) < 0)
         HYMOE_FAIL_ONE(Exit::internal, "HDF5: reading ", name, " in ", path_);

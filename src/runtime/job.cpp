@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "hymoe/core/error.h"
 #include "hymoe/parallel/mpi_env.h"
@@ -77,24 +78,9 @@ model::ModelConfig load_model(const deck::Deck& deck) {
     return model::parse_model_config(read_on_rank0(deck.model.config), deck.model.config);
 }
 
-// "parallel.tp: 3 does not divide <what> = 8"
-[[noreturn]] void not_divisible(const deck::Deck& deck,
-                                const char* key,
-                                int size,
-                                const char* what,
-                                int64_t n,
-                                const char* why) {
-    HYMOE_FAIL(Exit::invalid,
-               deck.locate(key),
-               ": ",
-               size,
-               " does not divide ",
-               what,
-               " = ",
-               n,
-               " (",
-               why,
-               ")");
+// "3 does not divide <what> = 8 (why)"
+std::string not_divisible(int size, const char* what, int64_t n, const char* why) {
+    return cat(size, " does not divide ", what, " = ", n, " (", why, ")");
 }
 
 }  // namespace
@@ -110,84 +96,88 @@ Job load_job(const CommandLine& cli, int world_size) {
     return job;
 }
 
-void check_model_layout(const model::ModelConfig& m,
-                        const parallel::Layout& l,
-                        const deck::Deck& deck) {
+std::optional<LayoutProblem> model_layout_problem(const model::ModelConfig& m,
+                                                  const parallel::Layout& l) {
     using model::Ffn;
     using model::Mixer;
     const int n_layer = static_cast<int>(m.layers.size());
     if (l.pp > n_layer)
-        HYMOE_FAIL(Exit::invalid,
-                   deck.locate("parallel.pp"),
-                   ": ",
-                   l.pp,
-                   " pipeline stages for a model of ",
-                   n_layer,
-                   " layers (every stage needs at least one layer)");
+        return LayoutProblem{"parallel.pp",
+                             "pp exceeds the layers",
+                             cat(l.pp,
+                                 " pipeline stages for a model of ",
+                                 n_layer,
+                                 " layers (every stage needs at least one layer)")};
     if (!m.stage_boundaries.empty() && l.pp != static_cast<int>(m.stage_boundaries.size()) + 1)
-        HYMOE_FAIL(Exit::invalid,
-                   deck.locate("parallel.pp"),
-                   ": ",
-                   l.pp,
-                   " stages, but the model's layer_pattern marks ",
-                   m.stage_boundaries.size() + 1,
-                   " stages with '|'");
+        return LayoutProblem{"parallel.pp",
+                             "pp differs from the '|' stages",
+                             cat(l.pp,
+                                 " stages, but the model's layer_pattern marks ",
+                                 m.stage_boundaries.size() + 1,
+                                 " stages with '|'")};
     const bool any_attention = count_layers(m, Mixer::mla) + count_layers(m, Mixer::dsa) > 0;
     if (any_attention && m.mla.n_head % l.tp != 0)
-        not_divisible(deck,
-                      "parallel.tp",
-                      l.tp,
-                      "the attention heads",
-                      m.mla.n_head,
-                      "tp splits the MLA/DSA heads");
+        return LayoutProblem{
+            "parallel.tp",
+            "tp does not divide the attention heads",
+            not_divisible(
+                l.tp, "the attention heads", m.mla.n_head, "tp splits the MLA/DSA heads")};
     if (count_layers(m, Mixer::kda) > 0 && m.kda.n_head % l.tp != 0)
-        not_divisible(
-            deck, "parallel.tp", l.tp, "the KDA heads", m.kda.n_head, "tp splits the KDA heads");
+        return LayoutProblem{
+            "parallel.tp",
+            "tp does not divide the KDA heads",
+            not_divisible(l.tp, "the KDA heads", m.kda.n_head, "tp splits the KDA heads")};
     if (count_layers(m, Mixer::dsa) > 0 && m.indexer.n_head % l.tp != 0)
-        not_divisible(deck,
-                      "parallel.tp",
-                      l.tp,
-                      "the indexer heads",
-                      m.indexer.n_head,
-                      "tp splits the lightning-indexer heads");
+        return LayoutProblem{"parallel.tp",
+                             "tp does not divide the indexer heads",
+                             not_divisible(l.tp,
+                                           "the indexer heads",
+                                           m.indexer.n_head,
+                                           "tp splits the lightning-indexer heads")};
     if (m.vocab_size % l.tp != 0)
-        not_divisible(deck,
-                      "parallel.tp",
-                      l.tp,
-                      "the vocabulary",
-                      m.vocab_size,
-                      "the embedding and LM head are split over tp");
+        return LayoutProblem{"parallel.tp",
+                             "tp does not divide the vocabulary",
+                             not_divisible(l.tp,
+                                           "the vocabulary",
+                                           m.vocab_size,
+                                           "the embedding and LM head are split over tp")};
     if (count_layers(m, Ffn::dense) > 0 && m.intermediate_size % l.tp != 0)
-        not_divisible(deck,
-                      "parallel.tp",
-                      l.tp,
-                      "the dense FFN width",
-                      m.intermediate_size,
-                      "tp splits the dense SwiGLU");
+        return LayoutProblem{
+            "parallel.tp",
+            "tp does not divide the dense FFN width",
+            not_divisible(
+                l.tp, "the dense FFN width", m.intermediate_size, "tp splits the dense SwiGLU")};
     const bool any_moe = count_layers(m, Ffn::moe) + count_layers(m, Ffn::latent_moe) > 0;
     if (!any_moe)
-        return;
+        return std::nullopt;
     if (m.moe.n_routed_experts % l.ep != 0)
-        not_divisible(deck,
-                      "parallel.ep",
-                      l.ep,
-                      "the routed experts",
-                      m.moe.n_routed_experts,
-                      "every ep rank hosts the same number of experts");
+        return LayoutProblem{"parallel.ep",
+                             "ep does not divide the routed experts",
+                             not_divisible(l.ep,
+                                           "the routed experts",
+                                           m.moe.n_routed_experts,
+                                           "every ep rank hosts the same number of experts")};
     if (m.moe.moe_intermediate % l.etp != 0)
-        not_divisible(deck,
-                      "parallel.etp",
-                      l.etp,
-                      "the expert width",
-                      m.moe.moe_intermediate,
-                      "etp splits each expert");
+        return LayoutProblem{
+            "parallel.etp",
+            "etp does not divide the expert width",
+            not_divisible(
+                l.etp, "the expert width", m.moe.moe_intermediate, "etp splits each expert")};
     if (m.moe.shared_intermediate % l.tp != 0)
-        not_divisible(deck,
-                      "parallel.tp",
-                      l.tp,
-                      "the shared-expert width",
-                      m.moe.shared_intermediate,
-                      "shared experts are split over tp");
+        return LayoutProblem{"parallel.tp",
+                             "tp does not divide the shared-expert width",
+                             not_divisible(l.tp,
+                                           "the shared-expert width",
+                                           m.moe.shared_intermediate,
+                                           "shared experts are split over tp")};
+    return std::nullopt;
+}
+
+void check_model_layout(const model::ModelConfig& m,
+                        const parallel::Layout& l,
+                        const deck::Deck& deck) {
+    if (std::optional<LayoutProblem> p = model_layout_problem(m, l))
+        HYMOE_FAIL(Exit::invalid, deck.locate(p->key), ": ", p->what);
 }
 
 }  // namespace hymoe::runtime

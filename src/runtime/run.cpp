@@ -1,5 +1,6 @@
-// Job dispatch by kind (infer: prompt scoring; plan: plan.h5 with /meta and every rank's grid
-// coordinates — the memory and communication plan comes with the plan issue), and the log header.
+// Job dispatch by kind (infer: the inference engine; plan: the memory and communication plan of
+// runtime/plan.h in the log and in plan.h5, with /meta and every rank's grid coordinates), and the
+// log header.
 #include "hymoe/runtime/run.h"
 
 #include <filesystem>
@@ -8,7 +9,8 @@
 #include "hymoe/core/log.h"
 #include "hymoe/io/meta.h"
 #include "hymoe/parallel/mpi_env.h"
-#include "hymoe/runtime/score.h"
+#include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/plan.h"
 
 namespace hymoe::runtime {
 
@@ -49,8 +51,11 @@ void make_output_folder(const std::string& dir) {
 }
 
 void write_plan(const Job& job, const parallel::Grid& grid, const io::RunMeta& meta) {
+    const JobPlan jp = plan_job(job);  // every rank computes the same plan
+    log::info(job_plan_report(jp));
     io::H5Writer file(job.deck.job.output + "/plan.h5", grid.comms.world);
     io::write_meta(file, meta);
+    write_job_plan(file, jp);
     Buffer coords(DType::i32, {1, 6});  // this rank's row of /grid/coords [world, 6]
     const parallel::Coords& c = grid.me;
     int32_t* row = coords.ptr<int32_t>();
@@ -72,11 +77,11 @@ int run_job(const Job& job, const parallel::Grid& grid) {
                    deck::to_string(kind),
                    " jobs are not available in this build yet (validate the deck with --check)");
     if (kind == deck::JobKind::infer)
-        check_scoring(job);
+        check_infer(job);
     make_output_folder(job.deck.job.output);
     log::to_file(job.deck.job.output + "/log");
     if (kind == deck::JobKind::infer)
-        return run_scoring(job, grid);
+        return run_infer(job, grid);
     io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
     write_plan(job, grid, meta);
     return 0;

@@ -1,24 +1,29 @@
 // make bench: the CPU speed of the model, as ratios of references measured in the same run.
-// Reports, asserts nothing; one process, no MPI. The references: the BLAS peak (sgemm 2048³
-// through ops::gemm, best of 4) and the DRAM read bandwidth (XOR over a 1 GiB buffer, best of 5).
-// The figures, on the `mid` preset with random weights (seed 1234):
-//   prefill  one packed batch of 4 × 512 tokens, Logits::last: tokens/s, the GEMM rate
+// Reports, asserts nothing; one process, no MPI. References (sampled before, between and after
+// the model runs, best kept, as the host may be shared): the BLAS peak (sgemm 2048³ through
+// ops::gemm, best of 4) and the DRAM read bandwidth (XOR over a 1 GiB buffer, best of 5). Figures,
+// on the `mid` preset with random weights (seed 1234):
+//   prefill  one packed batch of 4 × 512 new tokens, Logits::last: tokens/s, the GEMM rate
 //            (ops::gemm_counter flops / seconds) as a fraction of the BLAS peak, GEMM share of wall
-//   decode   32 steps of 4 sequences after that prefill: tokens/s, and weight bytes/s as a fraction
-//            of the read bandwidth, counting per step the active params less the embedding table
-//            (a lower bound: 4 tokens touch the union of their experts; the uniform-routing
-//            expectation of that union is printed beside it)
+//   decode   32 greedy steps of those 4 sequences: tokens/s, and weight bytes/s as a fraction of
+//            the read bandwidth, counting per step the active params less the embedding table (a
+//            lower bound: 4 tokens touch the union of their experts, whose uniform-routing
+//            expectation is printed beside it)
 //   KDA      kda_chunked (chunk 64) vs kda_recurrent on one 2048-token sequence, H 8, K = V 128
-//   DSA      attention_forward of layer 3 (gated DSA) on one 2048-token sequence: the indexer's
+//   DSA      attention_forward of the first DSA layer on one 2048-token sequence: the indexer's
 //            share of its time (AttnStats)
-// Thread passes: `bench_model 1 2` runs the reference, prefill and decode figures at 1 then 2
-// OpenBLAS threads (KDA and DSA at the first count only); no argument = OMP_NUM_THREADS as set.
-// Sizes can be lowered with HYMOE_BENCH_SEQS / HYMOE_BENCH_LEN (printed with the figures).
+// Each piece also prints CPU time / wall (< threads: another process had the cores), system time
+// and minor page faults (getrusage), and the OpenBLAS kernel set in use.
+// Thread passes: `bench_model 1 2` runs the references, prefill and decode at 1, then 2 OpenBLAS
+// threads (KDA and DSA at the first count only); a later pass is skipped when the first prefill
+// got under 0.9 of its cores. No argument: one pass at OMP_NUM_THREADS. HYMOE_BENCH_SEQS and
+// HYMOE_BENCH_LEN lower the prefill size (printed with the figures).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <sys/resource.h>
 #include <thread>
@@ -80,6 +85,17 @@ private:
     Span start_;
 };
 
+// Whether /proc/cpuinfo lists avx512f: OpenBLAS's AVX2 kernels (Haswell, Zen) then leave about
+// 1.7x of sgemm speed unused (OPENBLAS_CORETYPE in the environment overrides its detection).
+bool cpu_has_avx512() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("flags", 0) == 0)
+            return line.find(" avx512f") != std::string::npos;
+    return false;
+}
+
 int64_t env_int(const char* name, int64_t fallback) {
     const char* v = std::getenv(name);
     return v != nullptr && *v != '\0' ? std::atoll(v) : fallback;
@@ -88,33 +104,42 @@ int64_t env_int(const char* name, int64_t fallback) {
 // ---- references -------------------------------------------------------------------------------
 
 // Best GFLOP/s of sgemm 2048³ through ops::gemm, after one warm-up call.
-double blas_peak_gflops() {
-    const int64_t n = 2048;
-    Buffer a(DType::f32, {n, n}), b(DType::f32, {n, n}), c(DType::f32, {n, n});
-    Philox rng(seed, 1, 0);
-    rng.fill_normal(a.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
-    rng.fill_normal(b.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
-    double best = 1e30;
-    for (int rep = 0; rep < 5; ++rep) {
-        const double t0 = wall_seconds();
-        ops::gemm(false,
-                  false,
-                  n,
-                  n,
-                  n,
-                  1.0f,
-                  a.ptr<float>(),
-                  n,
-                  b.ptr<float>(),
-                  n,
-                  0.0f,
-                  c.ptr<float>(),
-                  n);
-        if (rep > 0)
-            best = std::min(best, wall_seconds() - t0);
+class BlasPeak {
+public:
+    BlasPeak() : a_(DType::f32, {n, n}), b_(DType::f32, {n, n}), c_(DType::f32, {n, n}) {
+        Philox rng(seed, 1, 0);
+        rng.fill_normal(a_.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
+        rng.fill_normal(b_.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
     }
-    return 2.0 * static_cast<double>(n * n * n) / best / 1e9;
-}
+    double gflops() {
+        double best = 1e30;
+        for (int rep = 0; rep < 5; ++rep) {
+            const double t0 = wall_seconds();
+            ops::gemm(false,
+                      false,
+                      n,
+                      n,
+                      n,
+                      1.0f,
+                      a_.ptr<float>(),
+                      n,
+                      b_.ptr<float>(),
+                      n,
+                      0.0f,
+                      c_.ptr<float>(),
+                      n);
+            if (rep > 0)
+                best = std::min(best, wall_seconds() - t0);
+        }
+        return 2.0 * static_cast<double>(n * n * n) / best / 1e9;
+    }
+
+private:
+    static constexpr int64_t n = 2048;
+    Buffer a_, b_, c_;
+};
+
+volatile uint64_t read_sink = 0;  // keeps the bandwidth reads alive
 
 // Best GB/s of reading `words` uint64 with `n_threads` threads (XOR, which the compiler
 // vectorises), each thread over its own contiguous part.
@@ -138,11 +163,8 @@ double read_gbps(const uint64_t* data, int64_t words, int n_threads) {
             t.join();
         best = std::min(best, wall_seconds() - t0);
     }
-    uint64_t all = 0;
     for (uint64_t x : sink)
-        all ^= x;
-    if (all == 42)  // keeps the reads alive
-        std::printf(" ");
+        read_sink = read_sink ^ x;
     return static_cast<double>(words) * 8 / best / 1e9;
 }
 
@@ -311,6 +333,15 @@ int main(int argc, char** argv) {
                 static_cast<double>(params.total) / 1e6,
                 static_cast<double>(params.active) / 1e6,
                 init.stop().wall);
+    const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+    const std::string core = openblas_get_corename();
+    std::printf("OpenBLAS kernels: %s (OPENBLAS_CORETYPE %s), CPU %s AVX-512%s\n",
+                core.c_str(),
+                coretype != nullptr ? coretype : "unset",
+                cpu_has_avx512() ? "with" : "without",
+                cpu_has_avx512() && (core == "Haswell" || core == "Zen")
+                    ? ": AVX2 kernels, sgemm ~1.7x below the AVX-512 ones"
+                    : "");
 
     // Weights one decode step streams: the active params less the input embedding (a token reads
     // one row of it); with n_seq tokens the routed part grows to the union of their experts,
@@ -328,17 +359,31 @@ int main(int argc, char** argv) {
 
     const int64_t bw_words = (int64_t{1} << 30) / 8;
     Buffer bw_buf(DType::u8, {bw_words * 8});  // zero-filled: every page touched
+    BlasPeak blas;
     std::vector<model::SequenceState> states;
+    double first_cpu_wall = 0;  // (user + sys) / wall of the first pass's prefill
     for (size_t pass = 0; pass < passes.size(); ++pass) {
         const int threads = passes[pass];
+        if (pass > 0 && first_cpu_wall < 0.9 * passes[0]) {  // 2 threads would share a busy core
+            std::printf(
+                "\n%d thread(s): skipped, the host is busy (cpu/wall %.2f in the first "
+                "prefill)\n",
+                threads,
+                first_cpu_wall);
+            continue;
+        }
         openblas_set_num_threads(threads);
-        double peak = blas_peak_gflops();
-        const double bw = read_gbps(bw_buf.ptr<uint64_t>(), bw_words, threads) * 1e9;  // B/s
+        // References sampled around the model runs, best kept: the host may be shared.
+        double peak = blas.gflops();
+        double bw = read_gbps(bw_buf.ptr<uint64_t>(), bw_words, threads) * 1e9;  // B/s
         const Span pf = prefill(m, n_seq, len, states);
-        peak = std::max(peak, blas_peak_gflops());  // before and after: the host is shared
+        peak = std::max(peak, blas.gflops());
+        const Span dec = decode(m, steps, states);
+        peak = std::max(peak, blas.gflops());
+        bw = std::max(bw, read_gbps(bw_buf.ptr<uint64_t>(), bw_words, threads) * 1e9);
         std::printf("\n%d thread(s) (OpenBLAS %d)\n", threads, openblas_get_num_threads());
-        row("BLAS peak, sgemm 2048^3", peak, "GFLOP/s", "(reference; best before/after prefill)");
-        row("DRAM read, 1 GiB", bw / 1e9, "GB/s", "(reference)");
+        row("BLAS peak, sgemm 2048^3", peak, "GFLOP/s", "(reference, best of 3 samples)");
+        row("DRAM read, 1 GiB", bw / 1e9, "GB/s", "(reference, best of 2 samples)");
 
         row(fmt("prefill %.0f x %.0f tok", n_seq_d, static_cast<double>(len)),
             n_seq_d * static_cast<double>(len) / pf.wall,
@@ -353,7 +398,6 @@ int main(int argc, char** argv) {
             "%",
             fmt("%.2f TFLOP in GEMMs", pf.gemm_flops / 1e12));
 
-        const Span dec = decode(m, steps, states);
         const double bytes_per_s = step_params * 4 * static_cast<double>(steps) / dec.wall;
         row(fmt("decode %.0f x %.0f steps", n_seq_d, static_cast<double>(steps)),
             n_seq_d * static_cast<double>(steps) / dec.wall,
@@ -375,6 +419,7 @@ int main(int argc, char** argv) {
 
         if (pass > 0)
             continue;
+        first_cpu_wall = (pf.user + pf.sys) / pf.wall;
         const auto [chunked, recurrent] =
             kda_scans(scan_len, cfg.kda.n_head, cfg.kda.head_dim, cfg.kda.head_dim);
         const auto scan_tok = static_cast<double>(scan_len);

@@ -123,15 +123,18 @@ BOOST_AUTO_TEST_CASE(quickstart_runs_and_writes_results) {
     auto r = run_hymoe("jobs/quickstart/deck.yaml", 1);
     BOOST_TEST(r.code == 0, r.err);
     hymoe::io::H5Reader h5("jobs/quickstart/out/results.h5");
-    BOOST_TEST(h5.strings("/requests/id").size() == 3u);
-    BOOST_TEST(contains(read_text("jobs/quickstart/out/log"), "scored 3 requests"));
+    BOOST_TEST(h5.strings("/requests/id").size() == 320u);
+    BOOST_TEST(contains(read_text("jobs/quickstart/out/log"), "done: 320 requests"));
     fs::remove_all("jobs/quickstart/out");
 }
 
 BOOST_AUTO_TEST_CASE(parallel_scoring_is_refused_before_anything_is_written) {
     auto r = run_hymoe("jobs/quickstart/deck.yaml " + kFourRanks, 4);
     BOOST_TEST(r.code == 2);
-    BOOST_TEST(contains(r.err, "parallel: prompt scoring runs on one rank in this build"), r.err);
+    BOOST_TEST(contains(r.err,
+                        "parallel: inference (generation and prompt scoring) runs on one rank in "
+                        "this build"),
+               r.err);
     BOOST_TEST(!fs::exists("jobs/quickstart/out"));
 }
 

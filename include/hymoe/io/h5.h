@@ -52,6 +52,12 @@ public:
     void array(const std::string& name, const Tensor& t);
     // Collective: dataset [total_rows, ...]; each rank writes its rows at row_offset.
     void rows(const std::string& name, const Tensor& local, int64_t row_offset, int64_t total_rows);
+    // Streaming (serial writers only): append rows along axis 0 of an extendible, chunked
+    // dataset, created by the first call with the rows' trailing shape. An empty append still
+    // creates the dataset. local [n, ...]
+    void append(const std::string& name, const Tensor& local);
+    // The same for a 1-D dataset of variable-length UTF-8 strings.
+    void append_strings(const std::string& name, const std::vector<std::string>& values);
     // Close, then rank 0 renames the .partial file to the real path (after every rank closed).
     void commit();
 
@@ -72,6 +78,7 @@ public:
     Shape shape(const std::string& name) const;
     std::vector<float> floats(const std::string& name) const;
     std::vector<int64_t> ints(const std::string& name) const;  // any integer dataset, widened
+    // Fixed-length or variable-length string datasets.
     std::vector<std::string> strings(const std::string& name) const;
 
 private:

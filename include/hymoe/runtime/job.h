@@ -3,6 +3,7 @@
 // model. Every failure here is collective (all ranks see the same bytes) and exits 2.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,21 @@ struct Job {
 // Collective over the world.
 Job load_job(const CommandLine& cli, int world_size);
 
+// The first rule of check_model_layout that a layout breaks, without throwing (the plan's layout
+// search asks it of thousands of layouts): the deck key, the rule in a few words (the same for
+// every layout that breaks it, for the search's summary) and the sentence with the numbers.
+struct LayoutProblem {
+    std::string key;   // "parallel.tp"
+    std::string rule;  // "tp does not divide the KDA heads"
+    std::string what;  // "3 does not divide the KDA heads = 32 (tp splits the KDA heads)"
+};
+std::optional<LayoutProblem> model_layout_problem(const model::ModelConfig& model,
+                                                  const parallel::Layout& layout);
+
 // Every rule that ties the layout to the model (heads, KDA heads, indexer heads, vocab, FFN
 // widths against tp; experts against ep; expert width against etp; layers and '|' stages
-// against pp). One Exit::invalid sentence naming the deck key and the numbers.
+// against pp). One Exit::invalid sentence naming the deck key and the numbers:
+// "<deck.locate(key)>: <what>" of model_layout_problem.
 void check_model_layout(const model::ModelConfig& model,
                         const parallel::Layout& layout,
                         const deck::Deck& deck);

@@ -1,0 +1,92 @@
+// The continuous-batching inference engine on one rank. Requests come from a pull source (the
+// JSONL reader streams them; nothing holds the whole dataset) and leave through a sink as they
+// finish. Every step builds one packed forward (model/batch.h):
+//   1. one decode row per running sequence that has finished its prompt,
+//   2. the next prefill chunk of each sequence still in its prompt,
+//   3. new requests, admitted in file order while the running set is under batch.max_seqs and
+//      the step's rows stay within batch.max_tokens,
+// then samples the next token of every sequence whose row was its last prompt token or a decode
+// row. A prefill chunk is always min(prefill_chunk, tokens left) long, and a sequence whose chunk
+// does not fit this step waits for the next: chunk boundaries depend on the request alone, never
+// on what else is running. Sampling draws from Philox(seed, request index, token index) (see
+// runtime/sampler.h), so a request's output does not depend on batch composition either.
+// A sequence finishes with "stop" when it samples eos (the eos token is kept as its last output
+// token) and "length" at max_new_tokens (the request's, else the deck's; 0 = prompt only).
+// Not here: paged KV cache, offload, preemption, several ranks (attention caches grow per
+// sequence; the running set is bounded by max_seqs).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hymoe/io/requests.h"
+#include "hymoe/model/model.h"
+#include "hymoe/parallel/comms.h"
+#include "hymoe/runtime/job.h"
+#include "hymoe/runtime/sampler.h"
+
+namespace hymoe::runtime {
+
+enum class Finish : int32_t { stop = 0, length = 1 };
+const char* to_string(Finish f);
+
+struct EngineOptions {
+    int max_seqs = 64, max_tokens = 8192, prefill_chunk = 2048;
+    int max_new_tokens = 64;  // for requests that do not give their own
+    SamplingParams sampling;
+    uint64_t seed = 0;
+    int64_t eos_id = -1;           // −1: no stop token
+    bool prompt_logprobs = false;  // teacher-forced logprob of every prompt token after the first
+    double progress_every_s = 5;   // ≤ 0: no progress lines
+};
+
+// A request with its index in the file (0-based over request lines, bad ones included).
+struct Pending {
+    int64_t index = 0;
+    io::Request req;
+};
+
+struct Finished {
+    int64_t index = 0;
+    io::Request req;                     // id, line, adapter, prompt tokens
+    std::vector<int64_t> tokens;         // [n_out] generated tokens
+    std::vector<float> logprobs;         // [n_out] their log-probabilities (raw log_softmax)
+    std::vector<float> prompt_logprobs;  // [prompt_len − 1] when asked; token t+1 given 0..t
+    int64_t greedy_token = -1;           // argmax after the whole prompt
+    float greedy_logprob = 0;
+    Finish finish = Finish::length;
+};
+
+struct EngineStats {
+    int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
+    int64_t rows = 0, seqs = 0;  // Σ over steps of the forward's tokens and sequences
+    double seconds = 0;
+};
+
+// Pull the next request; false when there are no more.
+using RequestSource = std::function<bool(Pending&)>;
+using FinishedSink = std::function<void(Finished&&)>;
+
+// Runs every request of source to completion; sink sees each one as it finishes (in finishing
+// order). progress(stats, running) is called every options.progress_every_s seconds.
+EngineStats run_engine(
+    const model::Model& m,
+    const EngineOptions& options,
+    const RequestSource& source,
+    const FinishedSink& sink,
+    const std::function<void(const EngineStats&, int64_t running)>& progress = {});
+
+// ---- the infer job (src/runtime/engine_job.cpp) -----------------------------------------------
+
+// The model of the job: model.init: random (seeded by job.seed) or model.weights (safetensors).
+model::Model build_model(const Job& job);
+// What this build can run (one rank); call before anything is written.
+void check_infer(const Job& job);
+// Streams inference.dataset through the engine into out/results.h5 (runtime/results.h), resuming
+// an interrupted run of the same deck; logs progress and a three-line summary. Returns the exit
+// code.
+int run_infer(const Job& job, const parallel::Grid& grid);
+
+}  // namespace hymoe::runtime

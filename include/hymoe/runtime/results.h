@@ -1,0 +1,76 @@
+// results.h5 of an infer job, streamed and resumable (one rank).
+//
+// On-disk state while the job runs: out/results.parts/, a journal of finished requests.
+//   - Finished requests are buffered and written as one segment, seg-NNNNNN.h5, every
+//     `flush_every` requests (the infer job: 4 × max_seqs, within 8..4096) or `flush_seconds`
+//     seconds, whichever comes first. Each segment is a
+//     complete HDF5 file written as seg-NNNNNN.h5.partial and renamed (io::H5Writer), so a
+//     kill -9 loses at most the buffered requests and never leaves a torn segment under the real
+//     name; a leftover *.partial is deleted on the next start.
+//   - A segment holds its requests sorted by index: /deck_sha256 (of the resolved deck, so a
+//     --set that changes the results also starts afresh), /index /line /prompt_len
+//     /n_out /greedy_token [n] i64, /finish [n] i32, /greedy_logprob [n] f32, /id /adapter [n]
+//     strings, /tokens /logprobs [Σ n_out], /prompt_logprobs [Σ (prompt_len − 1)] when asked.
+// Resume: when results.parts/ exists and its segments carry this deck's sha256, their requests
+// are done: the reader skips them (their line numbers must match, or the dataset changed and the
+// job stops with Exit::bad_input), unfinished ones run again. A journal of another deck is
+// removed. Requests are computed the same way whatever the batch (runtime/engine.h), so the
+// final file equals an uninterrupted run's.
+// At the end, finish() merges the segments into results.h5 in file order (written as
+// results.h5.partial and renamed), then removes results.parts/. Memory: one 8-byte location per
+// request index plus a few cached segments; results.h5 is appended in chunks.
+//
+// results.h5 (README "Outputs"), N = requests read without error, in file order:
+//   /requests/id [N] str, /requests/index [N] (0-based request line, bad lines included),
+//   /requests/line [N] (1-based line in the file), /requests/prompt_len [N],
+//   /requests/output_offsets [N+1], /requests/output_tokens [Σ], /requests/output_logprobs [Σ],
+//   /requests/finish_reason [N] str ("stop" | "length"), /requests/adapter [N] str ("" = base),
+//   /requests/done [N] u8 (all 1 in a finished file);
+//   with inference.prompt_logprobs also /requests/logprob_offsets [N+1],
+//   /requests/prompt_logprobs [Σ (prompt_len − 1)] (token t+1 given 0..t),
+//   /requests/greedy_token [N], /requests/greedy_logprob [N] (after the whole prompt); and /meta.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hymoe/io/meta.h"
+#include "hymoe/parallel/comm.h"
+#include "hymoe/runtime/engine.h"
+
+namespace hymoe::runtime {
+
+struct DoneRequest {
+    int64_t index, line;
+};
+
+class ResultsJournal {
+public:
+    // Opens (resume) or starts out_dir/results.parts/ for the deck with this sha256.
+    ResultsJournal(const std::string& out_dir,
+                   const std::string& deck_sha256,
+                   bool prompt_logprobs,
+                   const comm::Comm& comm,
+                   int flush_every = 256,
+                   double flush_seconds = 10);
+    // Requests finished by an earlier run, sorted by index.
+    const std::vector<DoneRequest>& done() const { return done_; }
+    void add(Finished&& f);  // buffered; writes a segment when due
+    void flush();            // write the buffer as one segment now
+    // Flush, merge every segment into out_dir/results.h5 with meta, remove the journal.
+    // Returns the number of requests in the file.
+    int64_t finish(const io::RunMeta& meta);
+
+private:
+    std::string dir_, parts_, sha_;
+    bool prompt_logprobs_;
+    const comm::Comm& comm_;
+    int flush_every_;
+    double flush_seconds_, last_flush_;
+    int next_segment_ = 0;
+    std::vector<DoneRequest> done_;
+    std::vector<Finished> buffer_;
+};
+
+}  // namespace hymoe::runtime

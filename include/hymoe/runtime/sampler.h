@@ -1,0 +1,44 @@
+// Token sampling for generation: greedy (temperature 0), temperature, top-k and top-p over one row
+// of logits. A draw is a pure function of (logits, params, u) where u is the one uniform the caller
+// takes from Philox(job.seed, stream = request index in the file, subkey = generated-token index),
+// so a request's tokens never depend on which other requests share its batch.
+// Rules, fixed so every backend and batch agrees:
+//   - greedy: argmax; ties go to the smallest token id.
+//   - otherwise candidates are ordered by (logit descending, id ascending); top_k > 0 keeps the
+//     first k; the kept logits are divided by the temperature and soft-maxed (in double); top_p < 1
+//     keeps the shortest prefix whose probability reaches top_p (at least one token); the kept
+//     probabilities are renormalised and the token is the first whose cumulative sum exceeds u.
+//   - the recorded logprob of a chosen token is the model's: log_softmax of the raw logits
+//     (temperature 1, no filter), as vLLM and HF report it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace hymoe::runtime {
+
+struct SamplingParams {
+    double temperature = 0;  // 0 = greedy
+    int top_k = 0;           // 0 = no top-k filter
+    double top_p = 1;        // 1 = no nucleus filter
+};
+
+struct Candidate {
+    int64_t token;
+    double prob;  // renormalised over the kept candidates
+};
+
+// The kept candidates in draw order (see the rules above); for greedy, the argmax with prob 1.
+// logits [V]
+std::vector<Candidate> sampler_candidates(const float* logits, int64_t V, const SamplingParams& p);
+
+// The token for uniform u in [0, 1). logits [V]
+int64_t sample_token(const float* logits, int64_t V, const SamplingParams& p, float u);
+
+// log_softmax(logits)[token], in double. logits [V]
+double token_logprob(const float* logits, int64_t V, int64_t token);
+
+// argmax with ties to the smallest id. logits [V]
+int64_t argmax_token(const float* logits, int64_t V);
+
+}  // namespace hymoe::runtime

@@ -1,0 +1,217 @@
+// The infer job on one rank: the model, the request stream (bad lines skipped or fatal per
+// inference.on_bad_request; requests finished by an interrupted run skipped), the engine, the
+// results journal, progress lines and the closing summary.
+#include <algorithm>
+#include <cstdio>
+
+#include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
+#include "hymoe/core/sha256.h"
+#include "hymoe/core/timer.h"
+#include "hymoe/io/requests.h"
+#include "hymoe/io/safetensors.h"
+#include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/results.h"
+
+namespace hymoe::runtime {
+
+model::Model build_model(const Job& job) {
+    model::Model m = model::make_model(job.model);
+    if (job.deck.model.init_random) {
+        model::init_model_random(m, job.deck.job.seed);
+        return m;
+    }
+    io::SafetensorsFolder folder(job.deck.model.weights);
+    model::load_model_weights(
+        m, [&](const std::string& name, Tensor& dest) { folder.read(name, dest); });
+    return m;
+}
+
+void check_infer(const Job& job) {
+    if (job.layout.world() != 1)
+        HYMOE_FAIL(Exit::invalid,
+                   job.deck.locate("parallel"),
+                   ": inference (generation and prompt scoring) runs on one rank in this build "
+                   "(tp = dp = pp = 1)");
+}
+
+namespace {
+
+std::string fixed(double x, int digits = 1) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+    return buf;
+}
+
+// The JSONL requests as a RequestSource: counts request lines (index), applies on_bad_request,
+// and skips the requests a journal already holds (their lines must match).
+struct Stream {
+    const Job& job;
+    const std::vector<DoneRequest>& done;
+    io::RequestReader reader;
+    int64_t index = -1, read = 0, skipped = 0, resumed = 0;
+    size_t next_done = 0;
+
+    Stream(const Job& j, const std::vector<DoneRequest>& d)
+        : job(j), done(d), reader(j.deck.inference.dataset) {}
+
+    void bad(const Error& e) {
+        if (job.deck.inference.on_bad_request == "fail")
+            throw e;
+        log::warn(cat(e.what(), " (skipped)"));
+        ++skipped;
+    }
+    std::string check(const io::Request& r) const {  // "" if the request can run
+        for (int64_t t : r.tokens)
+            if (t >= job.model.vocab_size)
+                return cat("token id ",
+                           t,
+                           " is outside the vocabulary (",
+                           job.model.vocab_size,
+                           " tokens)");
+        if (!r.adapter.empty())
+            return "adapter '" + r.adapter + "': LoRA adapters are not available in this build yet";
+        return "";
+    }
+    bool next(Pending& p) {
+        for (io::Request r;;) {
+            try {
+                if (!reader.next(r))
+                    break;
+            } catch (const Error& e) {
+                ++index;
+                bad(e);
+                continue;
+            }
+            ++index;
+            if (std::string why = check(r); !why.empty()) {
+                try {
+                    HYMOE_FAIL(Exit::bad_input, job.deck.inference.dataset, ":", r.line, ": ", why);
+                } catch (const Error& e) {
+                    bad(e);
+                }
+                continue;
+            }
+            if (next_done < done.size() && done[next_done].index == index) {
+                if (done[next_done++].line != r.line)
+                    break;  // reported below: the dataset changed
+                ++resumed;
+                continue;
+            }
+            ++read;
+            p = Pending{index, std::move(r)};
+            return true;
+        }
+        if (next_done < done.size())
+            HYMOE_FAIL(Exit::bad_input,
+                       job.deck.inference.dataset,
+                       " changed since the interrupted run (request ",
+                       done[next_done].index,
+                       " of ",
+                       job.deck.job.output,
+                       "/results.parts is not where it was); remove that folder to start afresh");
+        return false;
+    }
+};
+
+}  // namespace
+
+int run_infer(const Job& job, const parallel::Grid& grid) {
+    const deck::InferenceSection& inf = job.deck.inference;
+    const double t0 = wall_seconds();
+    model::Model m = build_model(job);
+    log::info(cat("model ready in ",
+                  fixed(wall_seconds() - t0, 2),
+                  " s (",
+                  job.deck.model.init_random ? "random init" : job.deck.model.weights,
+                  ")"));
+    // a journal segment every 4 batches' worth of finished requests (or 10 s)
+    ResultsJournal journal(job.deck.job.output,
+                           sha256_hex(job.deck.resolved_yaml),
+                           inf.prompt_logprobs,
+                           grid.comms.world,
+                           std::clamp(4 * inf.max_seqs, 8, 4096));
+    Stream stream(job, journal.done());
+    EngineOptions o;
+    o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;
+    o.max_new_tokens = inf.max_new_tokens;
+    o.sampling = {inf.temperature, inf.top_k, inf.top_p};
+    o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
+    o.prompt_logprobs = inf.prompt_logprobs;
+    int64_t n_stop = 0, n_length = 0;
+    auto sink = [&](Finished&& f) {
+        ++(f.finish == Finish::stop ? n_stop : n_length);
+        journal.add(std::move(f));
+    };
+    auto progress = [&](const EngineStats& s, int64_t running) {
+        log::info(cat("progress: ",
+                      s.requests + stream.resumed,
+                      " requests done / ",
+                      stream.read + stream.resumed,
+                      " read, ",
+                      fixed(s.prompt_tokens / s.seconds),
+                      " prompt tokens/s, ",
+                      fixed(s.generated_tokens / s.seconds),
+                      " generated tokens/s, ",
+                      running,
+                      " running"));
+    };
+    const EngineStats s = run_engine(
+        m, o, [&](Pending& p) { return stream.next(p); }, sink, progress);
+    const int64_t n =
+        journal.finish({&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
+    const double secs = std::max(s.seconds, 1e-9);
+    if (inf.prompt_logprobs)
+        log::info(cat("scored ",
+                      n,
+                      " requests (",
+                      s.prompt_tokens,
+                      " tokens, ",
+                      stream.skipped,
+                      " skipped) in ",
+                      fixed(s.seconds, 3),
+                      " s: ",
+                      fixed(s.prompt_tokens / secs),
+                      " tokens/s"));
+    log::info(cat("done: ",
+                  n,
+                  " requests (",
+                  s.requests,
+                  " run, ",
+                  stream.resumed,
+                  " resumed, ",
+                  stream.skipped,
+                  " skipped); finished by stop ",
+                  n_stop,
+                  ", by length ",
+                  n_length));
+    log::info(cat("tokens: ",
+                  s.prompt_tokens,
+                  " prompt (",
+                  fixed(s.prompt_tokens / secs),
+                  "/s), ",
+                  s.generated_tokens,
+                  " generated (",
+                  fixed(s.generated_tokens / secs),
+                  "/s) in ",
+                  fixed(s.seconds, 2),
+                  " s"));
+    const double steps = static_cast<double>(std::max<int64_t>(s.steps, 1));
+    log::info(cat("batching: ",
+                  s.steps,
+                  " steps of ",
+                  fixed(static_cast<double>(s.seqs) / steps),
+                  " sequences and ",
+                  fixed(static_cast<double>(s.rows) / steps),
+                  " tokens on average (max_seqs ",
+                  o.max_seqs,
+                  ", max_tokens ",
+                  o.max_tokens,
+                  ", prefill_chunk ",
+                  o.prefill_chunk,
+                  ")"));
+    log::info(cat("outputs: ", job.deck.job.output, "/results.h5, ", job.deck.job.output, "/log"));
+    return 0;
+}
+
+}  // namespace hymoe::runtime

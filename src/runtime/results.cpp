@@ -1,0 +1,242 @@
+// The results journal and the final results.h5 (see runtime/results.h for the on-disk state).
+#include "hymoe/runtime/results.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <list>
+#include <map>
+
+#include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
+#include "hymoe/core/timer.h"
+#include "hymoe/io/h5.h"
+
+namespace hymoe::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+template <typename T>
+Tensor view_of(const std::vector<T>& v, DType dtype) {
+    return Tensor{const_cast<T*>(v.data()), dtype, Device::cpu, {static_cast<int64_t>(v.size())}};
+}
+
+std::string segment_name(int n) {
+    std::string s = std::to_string(n);
+    return "seg-" + std::string(s.size() < 6 ? 6 - s.size() : 0, '0') + s + ".h5";
+}
+
+// Segment files of parts in number order (the .partial leftovers of a killed run removed).
+std::vector<std::pair<int, std::string>> list_segments(const std::string& parts) {
+    std::vector<std::pair<int, std::string>> segs;
+    for (const auto& e : fs::directory_iterator(parts)) {
+        const std::string name = e.path().filename().string();
+        if (name.ends_with(".partial")) {
+            fs::remove(e.path());
+        } else if (name.starts_with("seg-") && name.ends_with(".h5")) {
+            segs.emplace_back(std::stoi(name.substr(4, name.size() - 7)), e.path().string());
+        }
+    }
+    std::sort(segs.begin(), segs.end());
+    return segs;
+}
+
+// One segment read back whole (a few hundred requests).
+struct Segment {
+    std::vector<int64_t> index, line, prompt_len, n_out, greedy_token, finish;
+    std::vector<int64_t> tokens, out_begin, plp_begin;  // out_begin, plp_begin: [n + 1] prefixes
+    std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
+    std::vector<std::string> id, adapter;
+};
+
+Segment read_segment(const std::string& path, bool prompt_logprobs) {
+    io::H5Reader r(path);
+    Segment s;
+    s.index = r.ints("/index"), s.line = r.ints("/line"), s.prompt_len = r.ints("/prompt_len");
+    s.n_out = r.ints("/n_out"), s.finish = r.ints("/finish"), s.tokens = r.ints("/tokens");
+    s.greedy_token = r.ints("/greedy_token"), s.greedy_logprob = r.floats("/greedy_logprob");
+    s.logprobs = r.floats("/logprobs"), s.id = r.strings("/id"), s.adapter = r.strings("/adapter");
+    if (prompt_logprobs)
+        s.prompt_logprobs = r.floats("/prompt_logprobs");
+    s.out_begin.assign(1, 0), s.plp_begin.assign(1, 0);
+    for (size_t i = 0; i < s.index.size(); ++i) {
+        s.out_begin.push_back(s.out_begin.back() + s.n_out[i]);
+        s.plp_begin.push_back(s.plp_begin.back() +
+                              (prompt_logprobs ? std::max<int64_t>(s.prompt_len[i] - 1, 0) : 0));
+    }
+    return s;
+}
+
+// The final file's columns for a run of requests, appended every few thousand requests.
+struct Columns {
+    std::vector<std::string> id, finish, adapter;
+    std::vector<int64_t> index, line, prompt_len, out_end, tokens, plp_end, greedy_token;
+    std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
+    std::vector<uint8_t> done;
+    int64_t n_tokens = 0, n_plp = 0;  // running ends of the flat arrays
+
+    void add(const Segment& s, size_t i) {
+        id.push_back(s.id[i]), adapter.push_back(s.adapter[i]);
+        finish.push_back(to_string(static_cast<Finish>(s.finish[i])));
+        index.push_back(s.index[i]), line.push_back(s.line[i]);
+        prompt_len.push_back(s.prompt_len[i]), done.push_back(1);
+        tokens.insert(
+            tokens.end(), s.tokens.data() + s.out_begin[i], s.tokens.data() + s.out_begin[i + 1]);
+        logprobs.insert(logprobs.end(),
+                        s.logprobs.data() + s.out_begin[i],
+                        s.logprobs.data() + s.out_begin[i + 1]);
+        out_end.push_back(n_tokens += s.n_out[i]);
+        prompt_logprobs.insert(prompt_logprobs.end(),
+                               s.prompt_logprobs.data() + s.plp_begin[i],
+                               s.prompt_logprobs.data() + s.plp_begin[i + 1]);
+        plp_end.push_back(n_plp += s.plp_begin[i + 1] - s.plp_begin[i]);
+        greedy_token.push_back(s.greedy_token[i]), greedy_logprob.push_back(s.greedy_logprob[i]);
+    }
+    void write(io::H5Writer& w, bool with_plp) {
+        w.append_strings("/requests/id", id);
+        w.append("/requests/index", view_of(index, DType::i64));
+        w.append("/requests/line", view_of(line, DType::i64));
+        w.append("/requests/prompt_len", view_of(prompt_len, DType::i64));
+        w.append("/requests/output_offsets", view_of(out_end, DType::i64));
+        w.append("/requests/output_tokens", view_of(tokens, DType::i64));
+        w.append("/requests/output_logprobs", view_of(logprobs, DType::f32));
+        w.append_strings("/requests/finish_reason", finish);
+        w.append_strings("/requests/adapter", adapter);
+        w.append("/requests/done", view_of(done, DType::u8));
+        if (with_plp) {
+            w.append("/requests/logprob_offsets", view_of(plp_end, DType::i64));
+            w.append("/requests/prompt_logprobs", view_of(prompt_logprobs, DType::f32));
+            w.append("/requests/greedy_token", view_of(greedy_token, DType::i64));
+            w.append("/requests/greedy_logprob", view_of(greedy_logprob, DType::f32));
+        }
+        const int64_t ends[2] = {n_tokens, n_plp};
+        *this = Columns{};
+        n_tokens = ends[0], n_plp = ends[1];
+    }
+};
+
+}  // namespace
+
+ResultsJournal::ResultsJournal(const std::string& out_dir,
+                               const std::string& deck_sha256,
+                               bool prompt_logprobs,
+                               const comm::Comm& comm,
+                               int flush_every,
+                               double flush_seconds)
+    : dir_(out_dir),
+      parts_(out_dir + "/results.parts"),
+      sha_(deck_sha256),
+      prompt_logprobs_(prompt_logprobs),
+      comm_(comm),
+      flush_every_(flush_every),
+      flush_seconds_(flush_seconds),
+      last_flush_(wall_seconds()) {
+    if (fs::exists(parts_)) {
+        for (const auto& [n, path] : list_segments(parts_)) {
+            io::H5Reader r(path);
+            if (r.text("/deck_sha256") != sha_) {
+                log::warn(cat(parts_, " holds results of another deck: starting afresh"));
+                done_.clear();
+                fs::remove_all(parts_);
+                break;
+            }
+            std::vector<int64_t> index = r.ints("/index"), line = r.ints("/line");
+            for (size_t i = 0; i < index.size(); ++i)
+                done_.push_back({index[i], line[i]});
+            next_segment_ = n + 1;
+        }
+    }
+    fs::create_directories(parts_);
+    std::sort(done_.begin(), done_.end(), [](auto& a, auto& b) { return a.index < b.index; });
+    if (!done_.empty())
+        log::info(cat("resuming: ", done_.size(), " requests already finished in ", parts_));
+}
+
+void ResultsJournal::add(Finished&& f) {
+    buffer_.push_back(std::move(f));
+    if (static_cast<int>(buffer_.size()) >= flush_every_ ||
+        wall_seconds() - last_flush_ >= flush_seconds_)
+        flush();
+}
+
+void ResultsJournal::flush() {
+    last_flush_ = wall_seconds();
+    if (buffer_.empty())
+        return;
+    std::sort(buffer_.begin(), buffer_.end(), [](auto& a, auto& b) { return a.index < b.index; });
+    std::vector<int64_t> index, line, prompt_len, n_out, greedy_token, tokens;
+    std::vector<int32_t> finish;
+    std::vector<float> logprobs, plp, greedy_logprob;
+    std::vector<std::string> id, adapter;
+    for (const Finished& f : buffer_) {
+        index.push_back(f.index), line.push_back(f.req.line), id.push_back(f.req.id);
+        prompt_len.push_back(static_cast<int64_t>(f.req.tokens.size()));
+        n_out.push_back(static_cast<int64_t>(f.tokens.size()));
+        finish.push_back(static_cast<int32_t>(f.finish)), adapter.push_back(f.req.adapter);
+        tokens.insert(tokens.end(), f.tokens.begin(), f.tokens.end());
+        logprobs.insert(logprobs.end(), f.logprobs.begin(), f.logprobs.end());
+        plp.insert(plp.end(), f.prompt_logprobs.begin(), f.prompt_logprobs.end());
+        greedy_token.push_back(f.greedy_token), greedy_logprob.push_back(f.greedy_logprob);
+    }
+    io::H5Writer w(parts_ + "/" + segment_name(next_segment_++), comm_);
+    w.text("/deck_sha256", sha_);
+    w.array("/index", view_of(index, DType::i64));
+    w.array("/line", view_of(line, DType::i64));
+    w.array("/prompt_len", view_of(prompt_len, DType::i64));
+    w.array("/n_out", view_of(n_out, DType::i64));
+    w.array("/finish", view_of(finish, DType::i32));
+    w.array("/tokens", view_of(tokens, DType::i64));
+    w.array("/logprobs", view_of(logprobs, DType::f32));
+    w.array("/greedy_token", view_of(greedy_token, DType::i64));
+    w.array("/greedy_logprob", view_of(greedy_logprob, DType::f32));
+    w.strings("/id", id);
+    w.strings("/adapter", adapter);
+    if (prompt_logprobs_)
+        w.array("/prompt_logprobs", view_of(plp, DType::f32));
+    w.commit();
+    buffer_.clear();
+}
+
+int64_t ResultsJournal::finish(const io::RunMeta& meta) {
+    flush();
+    const auto segs = list_segments(parts_);
+    std::vector<uint64_t> where;  // [max index + 1]: (segment << 32 | row) + 1; 0 = absent
+    for (size_t k = 0; k < segs.size(); ++k) {
+        std::vector<int64_t> index = io::H5Reader(segs[k].second).ints("/index");
+        for (size_t row = 0; row < index.size(); ++row) {
+            if (index[row] >= static_cast<int64_t>(where.size()))
+                where.resize(static_cast<size_t>(index[row]) + 1, 0);
+            where[index[row]] = (uint64_t{k} << 32 | row) + 1;
+        }
+    }
+    io::H5Writer w(dir_ + "/results.h5", comm_);
+    io::write_meta(w, meta);
+    Columns cols;
+    cols.out_end.push_back(0), cols.plp_end.push_back(0);  // offsets [N + 1] start at 0
+    std::map<size_t, Segment> cache;                       // a few segments, least recent evicted
+    std::list<size_t> recent;
+    int64_t n = 0;
+    for (uint64_t loc : where) {
+        if (loc-- == 0)
+            continue;
+        const size_t k = loc >> 32, row = loc & 0xffffffffu;
+        if (!cache.count(k)) {
+            if (cache.size() >= 8) {
+                cache.erase(recent.front());
+                recent.pop_front();
+            }
+            cache[k] = read_segment(segs[k].second, prompt_logprobs_);
+            recent.push_back(k);
+        }
+        cols.add(cache[k], row);
+        if (++n % 4096 == 0)
+            cols.write(w, prompt_logprobs_);
+    }
+    cols.write(w, prompt_logprobs_);
+    w.commit();
+    fs::remove_all(parts_);
+    return n;
+}
+
+}  // namespace hymoe::runtime

@@ -1,0 +1,287 @@
+// Generation (runtime/engine.h) in process and through the binary: a mixed-length batch yields
+// exactly the tokens of running each request alone (greedy and sampled); chunked prefill equals
+// unchunked; results are identical across max_seqs 1, 4, 32; eos stops a sequence; and the
+// binary's results.h5 survives kill -9 (the rerun equals an uninterrupted run) and is read back
+// by h5py.
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include "hymoe/core/rng.h"
+#include "hymoe/io/h5.h"
+#include "hymoe/model/model.h"
+#include "hymoe/runtime/engine.h"
+#include "run_binary.h"
+
+namespace fs = std::filesystem;
+namespace data = boost::unit_test::data;
+using namespace hymoe;
+using runtime::EngineOptions;
+using runtime::Finished;
+using runtime::Pending;
+
+namespace {
+
+const model::Model& tiny() {
+    static model::Model m = [] {
+        model::Model x = model::make_model(model::preset_config("tiny"));
+        model::init_model_random(x, 7);
+        return x;
+    }();
+    return m;
+}
+
+// 24 requests of 1..40 tokens (ids 3..255), some with their own max_new_tokens (0, 1 or 5).
+std::vector<Pending> requests() {
+    std::vector<Pending> reqs;
+    Philox rng(11, 0, 0);
+    for (int i = 0; i < 24; ++i) {
+        Pending p;
+        p.index = i;
+        p.req.id = "r" + std::to_string(i);
+        p.req.line = i + 1;
+        const int64_t len = 1 + rng.next_u32() % 40;
+        for (int64_t t = 0; t < len; ++t)
+            p.req.tokens.push_back(3 + rng.next_u32() % 253);
+        const int own[] = {-1, -1, -1, 0, 1, 5};
+        p.req.max_new_tokens = own[i % 6];
+        reqs.push_back(p);
+    }
+    return reqs;
+}
+
+std::vector<Finished> run(const EngineOptions& o, const std::vector<Pending>& reqs) {
+    size_t next = 0;
+    std::vector<Finished> out;
+    runtime::run_engine(
+        tiny(),
+        o,
+        [&](Pending& p) {
+            if (next == reqs.size())
+                return false;
+            p = reqs[next++];
+            return true;
+        },
+        [&](Finished&& f) { out.push_back(std::move(f)); });
+    std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.index < b.index; });
+    return out;
+}
+
+EngineOptions options(double temperature, int max_seqs, int prefill_chunk) {
+    EngineOptions o;
+    o.max_seqs = max_seqs, o.max_tokens = 256, o.prefill_chunk = prefill_chunk;
+    o.max_new_tokens = 12, o.seed = 3, o.progress_every_s = 0;
+    o.sampling = {temperature, temperature > 0 ? 40 : 0, temperature > 0 ? 0.9 : 1.0};
+    return o;
+}
+
+// Same tokens and finish reasons; logprobs within tol. Tokens must match exactly; logprobs differ
+// by up to ~5e-7 between batchings because OpenBLAS (0.3.21, Haswell kernels) rounds a row of
+// sgemm differently with the call's M (M = 1 goes to sgemv; M 1-3, 4-11, 12+ give different bits
+// for the same row), so the logits of a sequence depend on how many rows share its forward.
+constexpr float kBlasTol = 1e-5f;
+void check_same(const std::vector<Finished>& a, const std::vector<Finished>& b, float tol) {
+    BOOST_REQUIRE_EQUAL(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        BOOST_TEST_CONTEXT("request " << a[i].index) {
+            BOOST_TEST(a[i].index == b[i].index);
+            BOOST_TEST(a[i].tokens == b[i].tokens, boost::test_tools::per_element());
+            BOOST_TEST((a[i].finish == b[i].finish));
+            BOOST_REQUIRE_EQUAL(a[i].logprobs.size(), b[i].logprobs.size());
+            BOOST_REQUIRE_EQUAL(a[i].prompt_logprobs.size(), b[i].prompt_logprobs.size());
+            for (size_t k = 0; k < a[i].logprobs.size(); ++k)
+                BOOST_TEST(std::abs(a[i].logprobs[k] - b[i].logprobs[k]) <= tol);
+            for (size_t k = 0; k < a[i].prompt_logprobs.size(); ++k)
+                BOOST_TEST(std::abs(a[i].prompt_logprobs[k] - b[i].prompt_logprobs[k]) <= tol);
+        }
+    }
+}
+
+const std::vector<double> kTemperatures = {0.0, 0.8};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(infer)
+
+BOOST_DATA_TEST_CASE(a_mixed_batch_yields_the_tokens_of_each_request_alone,
+                     data::make(kTemperatures),
+                     T) {
+    const std::vector<Pending> reqs = requests();
+    std::vector<Finished> batched = run(options(T, 32, 16), reqs), alone;
+    for (const Pending& p : reqs)
+        alone.push_back(run(options(T, 1, 16), {p})[0]);
+    check_same(batched, alone, kBlasTol);
+    int generated = 0;
+    for (const Finished& f : batched) {
+        const int64_t max_new = f.req.max_new_tokens >= 0 ? f.req.max_new_tokens : 12;
+        BOOST_TEST(static_cast<int64_t>(f.tokens.size()) == max_new);
+        generated += static_cast<int>(f.tokens.size());
+    }
+    BOOST_TEST(generated > 100);
+}
+
+BOOST_DATA_TEST_CASE(chunked_prefill_equals_unchunked, data::make(kTemperatures), T) {
+    EngineOptions chunked = options(T, 4, 3), whole = options(T, 4, 64);
+    chunked.prompt_logprobs = whole.prompt_logprobs = true;
+    const std::vector<Pending> reqs = requests();
+    std::vector<Finished> a = run(chunked, reqs), b = run(whole, reqs);
+    check_same(a, b, 2e-5f);
+    for (const Finished& f : a)
+        BOOST_TEST(f.prompt_logprobs.size() == f.req.tokens.size() - 1);
+}
+
+BOOST_DATA_TEST_CASE(results_are_identical_across_max_seqs, data::make(kTemperatures), T) {
+    const std::vector<Pending> reqs = requests();
+    std::vector<Finished> one = run(options(T, 1, 16), reqs);
+    check_same(run(options(T, 4, 16), reqs), one, kBlasTol);
+    check_same(run(options(T, 32, 16), reqs), one, kBlasTol);
+}
+
+BOOST_AUTO_TEST_CASE(eos_stops_a_sequence_and_is_its_last_token) {
+    const std::vector<Pending> reqs = requests();
+    EngineOptions o = options(0, 8, 16);
+    std::vector<Finished> free_run = run(o, reqs);
+    o.eos_id = free_run[0].tokens[2];  // request 0 samples it as its third token
+    std::vector<Finished> stopped = run(o, reqs);
+    BOOST_TEST((stopped[0].finish == runtime::Finish::stop));
+    BOOST_TEST(stopped[0].tokens ==
+                   std::vector<int64_t>(free_run[0].tokens.begin(), free_run[0].tokens.begin() + 3),
+               boost::test_tools::per_element());
+    for (const Finished& f : stopped) {  // every output ends at its first eos, if any
+        auto eos = std::find(f.tokens.begin(), f.tokens.end(), o.eos_id);
+        BOOST_TEST((eos == f.tokens.end() || eos + 1 == f.tokens.end()));
+        BOOST_TEST((f.finish == runtime::Finish::stop) == (eos != f.tokens.end()));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(steps_respect_max_seqs_and_max_tokens_and_report_progress) {
+    EngineOptions o = options(0, 5, 8);
+    o.max_tokens = 12, o.progress_every_s = 1e-9;  // a progress call after every step
+    size_t next = 0;
+    const std::vector<Pending> reqs = requests();
+    int64_t calls = 0, last_done = 0, zero_new = 0;
+    runtime::EngineStats s = runtime::run_engine(
+        tiny(),
+        o,
+        [&](Pending& p) { return next < reqs.size() ? (p = reqs[next++], true) : false; },
+        [&](Finished&& f) { zero_new += f.tokens.empty(); },
+        [&](const runtime::EngineStats& st, int64_t running) {
+            ++calls;
+            BOOST_TEST(running <= 5);
+            BOOST_TEST(st.requests >= last_done);
+            BOOST_TEST(st.rows <= st.steps * 12);  // every step within max_tokens
+            last_done = st.requests;
+        });
+    BOOST_TEST(calls == s.steps);
+    BOOST_TEST(s.requests == 24);
+    BOOST_TEST(zero_new == 4);  // the requests with max_new_tokens 0: prompt only
+    BOOST_TEST(s.seqs <= s.steps * 5);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+const std::string kDeck = "tests/decks/infer/deck.yaml";
+const std::string kDir = "tests/decks/infer/";
+
+// Every /requests dataset of a results.h5 but the logprobs, as text, for whole-file comparison.
+std::map<std::string, std::string> requests_of(const std::string& path) {
+    io::H5Reader h5(path);
+    std::map<std::string, std::string> out;
+    for (const char* name : {"id", "finish_reason", "adapter"}) {
+        std::string s;
+        for (const std::string& v : h5.strings(std::string("/requests/") + name))
+            s += v + "\n";
+        out[name] = s;
+    }
+    for (const char* name :
+         {"index", "line", "prompt_len", "output_offsets", "output_tokens", "done"}) {
+        std::string s;
+        for (int64_t v : h5.ints(std::string("/requests/") + name))
+            s += std::to_string(v) + " ";
+        out[name] = s;
+    }
+    return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(infer_job)
+
+BOOST_AUTO_TEST_CASE(kill_9_mid_job_then_rerun_equals_an_uninterrupted_run) {
+    fs::remove_all(kDir + "out"), fs::remove_all(kDir + "ref");
+    auto ref = testing::run_hymoe(kDeck + " --set job.output=ref");
+    BOOST_REQUIRE_MESSAGE(ref.code == 0, ref.err);
+
+    const char* bin = std::getenv("HYMOE_BIN");
+    const std::string exe = bin ? bin : "build/hymoe", pidfile = kDir + "pid";
+    std::system((exe + " " + kDeck + " >/dev/null 2>&1 & echo $! >" + pidfile).c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const pid_t pid = std::stoi(testing::read_text(pidfile));
+    const std::string first_segment = kDir + "out/results.parts/seg-000000.h5";
+    for (int i = 0; i < 2000 && !fs::exists(first_segment); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::kill(pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    fs::remove(pidfile);
+    BOOST_REQUIRE(fs::exists(first_segment));
+    BOOST_REQUIRE_MESSAGE(!fs::exists(kDir + "out/results.h5"), "the job ended before the kill");
+
+    auto rerun = testing::run_hymoe(kDeck);
+    BOOST_REQUIRE_MESSAGE(rerun.code == 0, rerun.err);
+    BOOST_TEST(rerun.out.find("resuming: ") != std::string::npos, rerun.out);
+    BOOST_TEST(rerun.out.find("done: 320 requests") != std::string::npos, rerun.out);
+    BOOST_TEST(rerun.out.find(" 0 resumed") == std::string::npos);
+    BOOST_TEST(!fs::exists(kDir + "out/results.parts"));
+    auto a = requests_of(kDir + "out/results.h5"), b = requests_of(kDir + "ref/results.h5");
+    for (const auto& [name, text] : b)
+        BOOST_TEST(a[name] == text, name);
+    // logprobs: the resumed requests ran in other batches (kBlasTol above)
+    std::vector<float> lp =
+        io::H5Reader(kDir + "out/results.h5").floats("/requests/output_logprobs");
+    std::vector<float> lp_ref =
+        io::H5Reader(kDir + "ref/results.h5").floats("/requests/output_logprobs");
+    BOOST_REQUIRE_EQUAL(lp.size(), lp_ref.size());
+    for (size_t i = 0; i < lp.size(); ++i)
+        BOOST_TEST(std::abs(lp[i] - lp_ref[i]) <= kBlasTol);
+    fs::remove_all(kDir + "out"), fs::remove_all(kDir + "ref");
+}
+
+BOOST_AUTO_TEST_CASE(h5py_reads_the_results_schema) {
+    fs::remove_all(kDir + "out");
+    auto r = testing::run_hymoe(kDeck + " --set inference.prompt_logprobs=true");
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    const std::string script =
+        "import h5py, sys\n"
+        "f = h5py.File(sys.argv[1], 'r'); q = f['requests']; n = len(q['id'])\n"
+        "assert n == 320 and q['done'][:].all()\n"
+        "for k in ['index', 'line', 'prompt_len', 'finish_reason', 'adapter', 'greedy_token',\n"
+        "          'greedy_logprob']:\n"
+        "    assert q[k].shape == (n,), k\n"
+        "o = q['output_offsets'][:]; assert o.shape == (n + 1,) and o[0] == 0\n"
+        "assert o[-1] == len(q['output_tokens']) == len(q['output_logprobs'])\n"
+        "p = q['logprob_offsets'][:]; assert p[-1] == len(q['prompt_logprobs'])\n"
+        "assert (p[1:] - p[:-1] == q['prompt_len'][:] - 1).all()\n"
+        "assert set(q['finish_reason'].asstr()[:]) <= {'stop', 'length'}\n"
+        "assert q['id'].asstr()[0] == 'qs-0000' and (q['output_logprobs'][:] < 0).all()\n"
+        "assert f['meta/deck_sha256'][()]\n"
+        "print('schema ok', n)\n";
+    std::ofstream(kDir + "check.py") << script;
+    const int rc = std::system(("/usr/bin/python3 " + kDir + "check.py " + kDir +
+                                "out/results.h5 >" + kDir + "check.txt 2>&1")
+                                   .c_str());
+    BOOST_TEST(rc == 0, testing::read_text(kDir + "check.txt"));
+    fs::remove(kDir + "check.py"), fs::remove(kDir + "check.txt");
+    fs::remove_all(kDir + "out");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
