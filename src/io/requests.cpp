@@ -43,9 +43,10 @@ bool RequestReader::next(Request& r) {
         r.id = "line-" + std::to_string(line_);
     }
     if (j.contains("max_new_tokens")) {
-        if (!j["max_new_tokens"].is_number_integer() || j["max_new_tokens"].get<int64_t>() < 0)
-            bad("\"max_new_tokens\" must be a non-negative integer");
-        r.max_new_tokens = j["max_new_tokens"].get<int>();
+        const auto& m = j["max_new_tokens"];
+        if (!m.is_number_integer() || m.get<int64_t>() < 0 || m.get<int64_t>() > (1 << 24))
+            bad("\"max_new_tokens\" must be an integer from 0 to 16777216");
+        r.max_new_tokens = static_cast<int>(m.get<int64_t>());
     }
     if (j.contains("adapter")) {
         if (!j["adapter"].is_string())

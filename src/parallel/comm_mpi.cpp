@@ -273,7 +273,10 @@ void counts_and_offsets(const std::vector<int64_t>& rows,
                         std::vector<int>& offset) {
     int64_t at = 0;
     for (int64_t r : rows) {
-        HYMOE_CHECK(at + r <= INT_MAX, "all_to_all_v: more rows than one MPI call takes");
+        HYMOE_CHECK(r >= 0 && at + r <= INT_MAX,
+                    "all_to_all_v: a count of ",
+                    r,
+                    " rows (counts must be >= 0 and add up to less than 2^31)");
         count.push_back(static_cast<int>(r));
         offset.push_back(static_cast<int>(at));
         at += r;

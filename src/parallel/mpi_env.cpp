@@ -1,6 +1,8 @@
 // MPI start-up and shut-down, world-level helpers, and the communicators of the rank grid.
 #include "hymoe/parallel/mpi_env.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include <mpi.h>
@@ -12,7 +14,11 @@ namespace hymoe::parallel {
 
 MpiEnv::MpiEnv(int* argc, char*** argv) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS ||
+        provided < MPI_THREAD_FUNNELED) {
+        std::fprintf(stderr, "hymoe: MPI could not start with MPI_THREAD_FUNNELED support\n");
+        std::exit(1);
+    }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 
@@ -37,14 +43,21 @@ void abort_world(int code) {
     std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
-std::string broadcast_bytes(const std::string& bytes) {
+std::string broadcast_bytes(const std::string& bytes, int root) {
     long long n = static_cast<long long>(bytes.size());
-    HYMOE_MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD), "deck size broadcast");
-    std::string out = world_rank() == 0 ? bytes : std::string(static_cast<size_t>(n), '\0');
+    HYMOE_MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, root, MPI_COMM_WORLD), "size broadcast");
+    std::string out = world_rank() == root ? bytes : std::string(static_cast<size_t>(n), '\0');
     HYMOE_CHECK(n <= INT32_MAX, "broadcast of ", n, " bytes");
-    HYMOE_MPI_CHECK(MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD),
-                    "deck bytes broadcast");
+    HYMOE_MPI_CHECK(MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, root, MPI_COMM_WORLD),
+                    "bytes broadcast");
     return out;
+}
+
+int first_failed_rank(bool failed) {
+    int r = failed ? world_rank() : world_size();
+    HYMOE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &r, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+                    "agreement on the first failed rank");
+    return r;
 }
 
 bool all_ranks(bool ok) {

@@ -83,11 +83,31 @@ std::string not_divisible(int size, const char* what, int64_t n, const char* why
     return cat(size, " does not divide ", what, " = ", n, " (", why, ")");
 }
 
+// Every rank parses the same bytes, but each checks the deck's paths on its own file system view
+// (node-local disks, NFS lag): ranks agree on the outcome, so a failure on some ranks becomes the
+// same collective error everywhere instead of leaving the others waiting in the next collective.
+deck::Deck parse_deck_agreed(const CommandLine& cli) {
+    const std::string text = read_on_rank0(cli.deck_path);
+    deck::Deck deck;
+    std::string failure;  // "<exit code> <message>" on a rank that failed
+    try {
+        deck = deck::parse_deck(text, cli.deck_path, cli.sets);
+    } catch (const Error& e) {
+        failure = cat(static_cast<int>(e.code()), " ", e.what());
+    }
+    const int first = parallel::first_failed_rank(!failure.empty());
+    if (first == parallel::world_size())
+        return deck;
+    failure = parallel::broadcast_bytes(failure, first);
+    const size_t space = failure.find(' ');
+    HYMOE_FAIL(static_cast<Exit>(std::stoi(failure.substr(0, space))), failure.substr(space + 1));
+}
+
 }  // namespace
 
 Job load_job(const CommandLine& cli, int world_size) {
     Job job;
-    job.deck = deck::parse_deck(read_on_rank0(cli.deck_path), cli.deck_path, cli.sets);
+    job.deck = parse_deck_agreed(cli);
     const deck::ParallelSection& p = job.deck.parallel;
     job.layout = parallel::Layout{p.tp, p.dp, p.pp, p.ep, p.etp};
     parallel::check_layout(job.layout, world_size, job.deck);

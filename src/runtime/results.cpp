@@ -2,6 +2,7 @@
 #include "hymoe/runtime/results.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <list>
 #include <map>
@@ -35,7 +36,13 @@ std::vector<std::pair<int, std::string>> list_segments(const std::string& parts)
         if (name.ends_with(".partial")) {
             fs::remove(e.path());
         } else if (name.starts_with("seg-") && name.ends_with(".h5")) {
-            segs.emplace_back(std::stoi(name.substr(4, name.size() - 7)), e.path().string());
+            int n = -1;
+            const char* digits = name.c_str() + 4;
+            auto [end, ec] = std::from_chars(digits, name.c_str() + name.size() - 3, n);
+            if (ec == std::errc() && end == name.c_str() + name.size() - 3 && n >= 0)
+                segs.emplace_back(n, e.path().string());
+            else
+                log::warn("ignoring " + e.path().string() + " (not a results segment)");
         }
     }
     std::sort(segs.begin(), segs.end());
@@ -214,7 +221,7 @@ int64_t ResultsJournal::finish(const io::RunMeta& meta) {
     io::write_meta(w, meta);
     Columns cols;
     cols.out_end.push_back(0), cols.plp_end.push_back(0);  // offsets [N + 1] start at 0
-    std::map<size_t, Segment> cache;                       // a few segments, least recent evicted
+    std::map<size_t, Segment> cache;                       // a few segments, oldest read evicted
     std::list<size_t> recent;
     int64_t n = 0;
     for (uint64_t loc : where) {

@@ -11,7 +11,8 @@ namespace hymoe {
 int64_t shape_numel(const Shape& shape) {
     int64_t n = 1;
     for (int64_t d : shape)
-        n *= d;
+        HYMOE_CHECK(
+            d >= 0 && !__builtin_mul_overflow(n, d, &n), "invalid shape ", shape_string(shape));
     return n;
 }
 

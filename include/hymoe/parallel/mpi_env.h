@@ -18,8 +18,10 @@ int world_rank();
 int world_size();
 // Ends every rank of the world with this exit code (for errors only one rank saw).
 [[noreturn]] void abort_world(int code);
-// Rank 0's bytes on every rank.
-std::string broadcast_bytes(const std::string& bytes);
+// The root rank's bytes on every rank.
+std::string broadcast_bytes(const std::string& bytes, int root = 0);
+// The lowest rank where failed is true (world size when none); collective.
+int first_failed_rank(bool failed);
 // True on every rank iff ok on every rank.
 bool all_ranks(bool ok);
 // The MPI library version line.

@@ -2,11 +2,12 @@
 // sgemv) for the matrix products. Shapes are checked here, once per call.
 #include "hymoe/backend/ops.h"
 
-#include <cblas.h>
-
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numeric>
+
+#include <cblas.h>
 
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
@@ -15,11 +16,18 @@ namespace hymoe::ops {
 
 namespace {
 
-int64_t rows_of(const Tensor& t) { return t.numel() / std::max<int64_t>(t.dim(-1), 1); }
+int64_t rows_of(const Tensor& t) {
+    return t.numel() / std::max<int64_t>(t.dim(-1), 1);
+}
 
 void check_f32(const Tensor& t, const char* op) {
-    HYMOE_CHECK(t.dtype == DType::f32 && t.device == Device::cpu, op, ": expected an fp32 host ",
-                "tensor, got ", to_string(t.dtype), " on ", to_string(t.device));
+    HYMOE_CHECK(t.dtype == DType::f32 && t.device == Device::cpu,
+                op,
+                ": expected an fp32 host ",
+                "tensor, got ",
+                to_string(t.dtype),
+                " on ",
+                to_string(t.device));
 }
 
 }  // namespace
@@ -29,22 +37,59 @@ GemmCounter& gemm_counter() {
     return counter;
 }
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+void gemm(bool trans_a,
+          bool trans_b,
+          int64_t m,
+          int64_t n,
+          int64_t k,
+          float alpha,
+          const float* a,
+          int64_t lda,
+          const float* b,
+          int64_t ldb,
+          float beta,
+          float* c,
           int64_t ldc) {
     if (m == 0 || n == 0)
         return;
+    HYMOE_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT_MAX,
+                "gemm: ",
+                m,
+                "x",
+                n,
+                "x",
+                k,
+                " exceeds the 32-bit BLAS interface");
     const double t0 = wall_seconds();
     if (m == 1 && !trans_a) {  // one row: gemv, which OpenBLAS does not pick by itself
         // c[0, :] = alpha · op(B)ᵀ a + beta · c  (B [k, n] or Bᵀ [n, k])
-        cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans,
-                    static_cast<int>(trans_b ? n : k), static_cast<int>(trans_b ? k : n), alpha,
-                    b, static_cast<int>(ldb), a, 1, beta, c, 1);
+        cblas_sgemv(CblasRowMajor,
+                    trans_b ? CblasNoTrans : CblasTrans,
+                    static_cast<int>(trans_b ? n : k),
+                    static_cast<int>(trans_b ? k : n),
+                    alpha,
+                    b,
+                    static_cast<int>(ldb),
+                    a,
+                    1,
+                    beta,
+                    c,
+                    1);
     } else {
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                    static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-                    static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+        cblas_sgemm(CblasRowMajor,
+                    trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans,
+                    static_cast<int>(m),
+                    static_cast<int>(n),
+                    static_cast<int>(k),
+                    alpha,
+                    a,
+                    static_cast<int>(lda),
+                    b,
+                    static_cast<int>(ldb),
+                    beta,
+                    c,
+                    static_cast<int>(ldc));
     }
     GemmCounter& counter = gemm_counter();
     counter.seconds += wall_seconds() - t0;
@@ -57,17 +102,37 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, float beta) {
     check_f32(y, "linear");
     HYMOE_CHECK(w.shape.size() == 2 && x.dim(-1) == w.dim(1) && y.dim(-1) == w.dim(0) &&
                     rows_of(x) == rows_of(y),
-                "linear: x ", shape_string(x.shape), " w ", shape_string(w.shape), " y ",
+                "linear: x ",
+                shape_string(x.shape),
+                " w ",
+                shape_string(w.shape),
+                " y ",
                 shape_string(y.shape));
     const int64_t n = rows_of(x), in = w.dim(1), out = w.dim(0);
-    gemm(false, true, n, out, in, 1.0f, x.ptr<float>(), in, w.ptr<float>(), in, beta,
-         y.ptr<float>(), out);
+    gemm(false,
+         true,
+         n,
+         out,
+         in,
+         1.0f,
+         x.ptr<float>(),
+         in,
+         w.ptr<float>(),
+         in,
+         beta,
+         y.ptr<float>(),
+         out);
 }
 
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
     const int64_t dim = x.dim(-1), rows = rows_of(x);
-    HYMOE_CHECK(w.numel() == dim && y.numel() == x.numel(), "rms_norm: x ", shape_string(x.shape),
-                " w ", shape_string(w.shape), " y ", shape_string(y.shape));
+    HYMOE_CHECK(w.numel() == dim && y.numel() == x.numel(),
+                "rms_norm: x ",
+                shape_string(x.shape),
+                " w ",
+                shape_string(w.shape),
+                " y ",
+                shape_string(y.shape));
     const float* wp = w.ptr<float>();
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x.ptr<float>() + r * dim;
@@ -75,7 +140,8 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
         double ss = 0;
         for (int64_t i = 0; i < dim; ++i)
             ss += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+        const float scale =
+            1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dim)) + eps);
         for (int64_t i = 0; i < dim; ++i)
             yr[i] = wp[i] * (xr[i] * scale);
     }
@@ -83,8 +149,13 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
 
 void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y) {
     const int64_t dim = x.dim(-1), rows = rows_of(x);
-    HYMOE_CHECK(w.numel() == dim && b.numel() == dim && y.numel() == x.numel(), "layer_norm: x ",
-                shape_string(x.shape), " w ", shape_string(w.shape), " b ", shape_string(b.shape));
+    HYMOE_CHECK(w.numel() == dim && b.numel() == dim && y.numel() == x.numel(),
+                "layer_norm: x ",
+                shape_string(x.shape),
+                " w ",
+                shape_string(w.shape),
+                " b ",
+                shape_string(b.shape));
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x.ptr<float>() + r * dim;
         float* yr = y.ptr<float>() + r * dim;
@@ -114,9 +185,15 @@ void l2_norm_rows(float* x, int64_t rows, int64_t dim, float eps) {
     }
 }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float silu(float x) { return x * sigmoid(x); }
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
+float silu(float x) {
+    return x * sigmoid(x);
+}
+float softplus(float x) {
+    return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
 void silu_inplace(Tensor& x) {
     float* p = x.ptr<float>();
@@ -131,8 +208,11 @@ void sigmoid_inplace(Tensor& x) {
 }
 
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
-    HYMOE_CHECK(gate.numel() == up.numel() && y.numel() == up.numel(), "swiglu: gate ",
-                shape_string(gate.shape), " up ", shape_string(up.shape));
+    HYMOE_CHECK(gate.numel() == up.numel() && y.numel() == up.numel(),
+                "swiglu: gate ",
+                shape_string(gate.shape),
+                " up ",
+                shape_string(up.shape));
     const float* g = gate.ptr<float>();
     const float* u = up.ptr<float>();
     float* out = y.ptr<float>();
@@ -141,8 +221,8 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
 }
 
 void add_inplace(Tensor& x, const Tensor& y) {
-    HYMOE_CHECK(x.numel() == y.numel(), "add: ", shape_string(x.shape), " + ",
-                shape_string(y.shape));
+    HYMOE_CHECK(
+        x.numel() == y.numel(), "add: ", shape_string(x.shape), " + ", shape_string(y.shape));
     float* a = x.ptr<float>();
     const float* b = y.ptr<float>();
     for (int64_t i = 0; i < x.numel(); ++i)
@@ -180,8 +260,13 @@ RopeFreqs rope_freqs(int rot_dim, double base) {
 // YaRN (DeepSeek-V3 inference/model.py precompute_freqs_cis): dims whose wavelength fits the
 // original context keep θ, long-wavelength dims are divided by `factor`, with a linear ramp
 // between the correction range [low, high] found from beta_fast/beta_slow rotations.
-RopeFreqs rope_freqs_yarn(int rot_dim, double base, double factor, int64_t original_max_pos,
-                          double beta_fast, double beta_slow, double mscale) {
+RopeFreqs rope_freqs_yarn(int rot_dim,
+                          double base,
+                          double factor,
+                          int64_t original_max_pos,
+                          double beta_fast,
+                          double beta_slow,
+                          double mscale) {
     RopeFreqs f = rope_freqs(rot_dim, base);
     auto correction_dim = [&](double rotations) {
         return rot_dim * std::log(static_cast<double>(original_max_pos) / (rotations * 2 * M_PI)) /
@@ -201,8 +286,14 @@ RopeFreqs rope_freqs_yarn(int rot_dim, double base, double factor, int64_t origi
     return f;
 }
 
-void rope(float* x, int64_t n_tok, int64_t n_head, int64_t token_stride, int64_t head_stride,
-          const int64_t* pos, const RopeFreqs& freqs, bool interleaved) {
+void rope(float* x,
+          int64_t n_tok,
+          int64_t n_head,
+          int64_t token_stride,
+          int64_t head_stride,
+          const int64_t* pos,
+          const RopeFreqs& freqs,
+          bool interleaved) {
     const int64_t half = static_cast<int64_t>(freqs.theta.size());
     for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t i = 0; i < half; ++i) {
@@ -234,7 +325,11 @@ void top_k(const float* x, int64_t n, int64_t k, int64_t* idx) {
 void causal_conv(const Tensor& u, const Tensor& w, Tensor& tail, Tensor& y) {
     const int64_t T = u.dim(0), C = u.dim(1), W = w.dim(1);
     HYMOE_CHECK(w.dim(0) == C && tail.numel() == (W - 1) * C && y.numel() == T * C,
-                "causal_conv: u ", shape_string(u.shape), " w ", shape_string(w.shape), " tail ",
+                "causal_conv: u ",
+                shape_string(u.shape),
+                " w ",
+                shape_string(w.shape),
+                " tail ",
                 shape_string(tail.shape));
     const float* up = u.ptr<float>();
     const float* wp = w.ptr<float>();
