@@ -93,8 +93,11 @@ struct Stream {
                 continue;
             }
             if (next_done < done.size() && done[next_done].index == index) {
-                if (done[next_done++].line != r.line)
+                const DoneRequest& d = done[next_done];
+                if (d.line != r.line || d.id != r.id ||
+                    d.prompt_len != static_cast<int64_t>(r.tokens.size()))
                     break;  // reported below: the dataset changed
+                ++next_done;
                 ++resumed;
                 continue;
             }

@@ -148,9 +148,11 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
                 fs::remove_all(parts_);
                 break;
             }
-            std::vector<int64_t> index = r.ints("/index"), line = r.ints("/line");
+            std::vector<int64_t> index = r.ints("/index"), line = r.ints("/line"),
+                                 prompt_len = r.ints("/prompt_len");
+            std::vector<std::string> id = r.strings("/id");
             for (size_t i = 0; i < index.size(); ++i)
-                done_.push_back({index[i], line[i]});
+                done_.push_back({index[i], line[i], prompt_len[i], id[i]});
             next_segment_ = n + 1;
         }
     }

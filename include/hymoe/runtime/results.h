@@ -42,7 +42,8 @@
 namespace hymoe::runtime {
 
 struct DoneRequest {
-    int64_t index, line;
+    int64_t index, line, prompt_len;
+    std::string id;  // with line and prompt_len: how a resume recognises the same request
 };
 
 class ResultsJournal {
