@@ -11,14 +11,25 @@
 
 namespace hymoe::ops {
 
-// ---- matrix products (BLAS) ----------------------------------------------------------------------
+// ---- matrix products (BLAS)
+// ----------------------------------------------------------------------
 
 // y [n, out] = x [n, in] · w [out, in]ᵀ   (beta = 1: y += ...)
 void linear(const Tensor& x, const Tensor& w, Tensor& y, float beta = 0.0f);
 // C [m, n] = alpha · op(A) · op(B) + beta · C, row-major, op = transpose when trans_*; lda, ldb,
 // ldc are row strides. The one BLAS entry point every other product goes through.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+void gemm(bool trans_a,
+          bool trans_b,
+          int64_t m,
+          int64_t n,
+          int64_t k,
+          float alpha,
+          const float* a,
+          int64_t lda,
+          const float* b,
+          int64_t ldb,
+          float beta,
+          float* c,
           int64_t ldc);
 
 // Running totals over every ops::gemm call of the process, always on (one clock read on each side
@@ -31,7 +42,8 @@ struct GemmCounter {
 };
 GemmCounter& gemm_counter();
 
-// ---- normalisation -------------------------------------------------------------------------------
+// ---- normalisation
+// -------------------------------------------------------------------------------
 
 // y = w ⊙ x · (mean(x²) + eps)^{-1/2} per row; w [dim]. y may alias x.
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y);
@@ -40,7 +52,8 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Te
 // x ← x · (Σx² + eps)^{-1/2} over each row of `dim` floats (fla l2norm: eps inside the sum).
 void l2_norm_rows(float* x, int64_t rows, int64_t dim, float eps = 1e-6f);
 
-// ---- elementwise ---------------------------------------------------------------------------------
+// ---- elementwise
+// ---------------------------------------------------------------------------------
 
 float sigmoid(float x);
 float silu(float x);      // x σ(x)
@@ -55,7 +68,8 @@ void add_inplace(Tensor& x, const Tensor& y);
 // softmax over each row of n floats, in place; −inf entries get probability 0.
 void softmax_rows(float* x, int64_t rows, int64_t n);
 
-// ---- positions -----------------------------------------------------------------------------------
+// ---- positions
+// -----------------------------------------------------------------------------------
 
 // RoPE frequencies θ_i, i < rot_dim/2 (θ_i = base^{−2i/rot_dim}), optionally YaRN-corrected
 // (spec §4: θ'_i = θ_i/factor·(1−smooth) + θ_i·smooth over the correction range).
@@ -64,22 +78,35 @@ struct RopeFreqs {
     float mscale = 1.0f;       // cos/sin multiplier (YaRN attention scaling; 1 without YaRN)
 };
 RopeFreqs rope_freqs(int rot_dim, double base);
-RopeFreqs rope_freqs_yarn(int rot_dim, double base, double factor, int64_t original_max_pos,
-                          double beta_fast, double beta_slow, double mscale = 1.0);
+RopeFreqs rope_freqs_yarn(int rot_dim,
+                          double base,
+                          double factor,
+                          int64_t original_max_pos,
+                          double beta_fast,
+                          double beta_slow,
+                          double mscale = 1.0);
 
 // Rotate `rot_dim` dims of every head vector, token t at position pos[t]. x points at the first
 // rotated element of head 0 of token 0; heads are head_stride floats apart, tokens token_stride.
 // interleaved: pairs (x_2i, x_2i+1) (DeepSeek MLA); otherwise rotate-half pairs (x_i, x_i+d/2)
 // (DeepSeek indexer, HF default).
-void rope(float* x, int64_t n_tok, int64_t n_head, int64_t token_stride, int64_t head_stride,
-          const int64_t* pos, const RopeFreqs& freqs, bool interleaved);
+void rope(float* x,
+          int64_t n_tok,
+          int64_t n_head,
+          int64_t token_stride,
+          int64_t head_stride,
+          const int64_t* pos,
+          const RopeFreqs& freqs,
+          bool interleaved);
 
-// ---- selection -----------------------------------------------------------------------------------
+// ---- selection
+// -----------------------------------------------------------------------------------
 
 // The indices of the k largest of x[0..n), best first; ties go to the smaller index. k ≤ n.
 void top_k(const float* x, int64_t n, int64_t k, int64_t* idx);
 
-// ---- causal depthwise conv -----------------------------------------------------------------------
+// ---- causal depthwise conv
+// -----------------------------------------------------------------------
 
 // Causal depthwise conv over time for one sequence, with a tail of the previous W−1 inputs:
 //   y_t[c] = Σ_{i<W} w[c, i] · u_{t−W+1+i}[c],  u_{<0} from tail (zeros for a new sequence).
