@@ -8,11 +8,13 @@
 #include <mpi.h>
 
 #include "comm_impl.h"
+#include "hymoe/core/allocator.h"
 #include "hymoe/parallel/comms.h"
 
 namespace hymoe::parallel {
 
 MpiEnv::MpiEnv(int* argc, char*** argv) {
+    reuse_freed_memory();  // before MPI and the model allocate (core/allocator.h)
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS ||
         provided < MPI_THREAD_FUNNELED) {

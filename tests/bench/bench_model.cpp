@@ -33,6 +33,7 @@
 #include <cblas.h>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/core/allocator.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/core/timer.h"
@@ -314,6 +315,7 @@ std::string os_note(const Span& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    hymoe::reuse_freed_memory();  // as the hymoe binary does (core/allocator.h)
     std::vector<int> passes;
     for (int i = 1; i < argc; ++i)
         passes.push_back(std::max(1, std::atoi(argv[i])));
