@@ -5,6 +5,7 @@
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
+#include "hymoe/core/timer.h"
 
 namespace hymoe::model {
 
@@ -120,37 +121,54 @@ void forward(const Model& m,
                     " tokens but the batch continues at ",
                     batch.pos0[s]);
 
+    ForwardStats scratch;  // where timings go when the caller asked for none
+    ForwardStats& stats = options.stats ? *options.stats : scratch;
+    stats.mixer_seconds.resize(cfg.layers.size());
+    stats.ffn_seconds.resize(cfg.layers.size());
+    const float eps = static_cast<float>(cfg.rms_norm_eps);
     Buffer h(DType::f32, {n, d});  // [n_tok, d] the residual stream
-    for (int64_t t = 0; t < n; ++t) {
-        HYMOE_CHECK(tokens[t] >= 0 && tokens[t] < V,
-                    "forward: token id ",
-                    tokens[t],
-                    " outside the vocabulary [0, ",
-                    V,
-                    ")");
-        std::copy_n(m.embed.ptr<float>() + tokens[t] * d, d, h.ptr<float>() + t * d);
+    {
+        ScopedTimer timer(stats.head_seconds);
+        for (int64_t t = 0; t < n; ++t) {
+            HYMOE_CHECK(tokens[t] >= 0 && tokens[t] < V,
+                        "forward: token id ",
+                        tokens[t],
+                        " outside the vocabulary [0, ",
+                        V,
+                        ")");
+            std::copy_n(m.embed.ptr<float>() + tokens[t] * d, d, h.ptr<float>() + t * d);
+        }
     }
-    Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});
+    Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});  // [n_tok, d] normed input, block out
     std::vector<KdaState*> kda_states(states.size());
     std::vector<AttnCache*> caches(states.size());
     for (size_t i = 0; i < cfg.layers.size(); ++i) {
         const LayerSpec& spec = cfg.layers[i];
         const LayerWeights& lw = m.layers[i];
-        ops::rms_norm(
-            h.view(), lw.attn_norm.view(), static_cast<float>(cfg.rms_norm_eps), xn.view());
-        if (spec.mixer == Mixer::kda) {
-            for (size_t s = 0; s < states.size(); ++s)
-                kda_states[s] = &states[s]->kda[i];
-            kda_forward(cfg, lw.kda, xn.view(), batch, kda_states, y.view(), options.kda_mode);
-        } else {
-            for (size_t s = 0; s < states.size(); ++s)
-                caches[s] = &states[s]->attn[i];
-            attention_forward(
-                cfg, spec, lw.attn, xn.view(), batch, caches, y.view(), options.attn_mode);
+        {
+            ScopedTimer timer(stats.mixer_seconds[i]);
+            ops::rms_norm(h.view(), lw.attn_norm.view(), eps, xn.view());
+            if (spec.mixer == Mixer::kda) {
+                for (size_t s = 0; s < states.size(); ++s)
+                    kda_states[s] = &states[s]->kda[i];
+                kda_forward(cfg, lw.kda, xn.view(), batch, kda_states, y.view(), options.kda_mode);
+            } else {
+                for (size_t s = 0; s < states.size(); ++s)
+                    caches[s] = &states[s]->attn[i];
+                attention_forward(cfg,
+                                  spec,
+                                  lw.attn,
+                                  xn.view(),
+                                  batch,
+                                  caches,
+                                  y.view(),
+                                  options.attn_mode,
+                                  &stats.attn);
+            }
+            ops::add_inplace(h.view(), y.view());
         }
-        ops::add_inplace(h.view(), y.view());
-        ops::rms_norm(
-            h.view(), lw.ffn_norm.view(), static_cast<float>(cfg.rms_norm_eps), xn.view());
+        ScopedTimer timer(stats.ffn_seconds[i]);
+        ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
         if (spec.ffn == Ffn::dense)
             dense_ffn_forward(lw.dense, ExpertAct::swiglu, xn.view(), y.view());
         else
@@ -161,6 +179,7 @@ void forward(const Model& m,
         states[s]->n_tokens += batch.length(s);
 
     // Final norm and head, on every row or only the last row of each sequence.
+    ScopedTimer timer(stats.head_seconds);
     Buffer rows;
     const Tensor* hv = &h.view();
     if (options.logits == Logits::last) {
@@ -171,7 +190,7 @@ void forward(const Model& m,
         hv = &rows.view();
     }
     Buffer normed(DType::f32, hv->shape);
-    ops::rms_norm(*hv, m.final_norm.view(), static_cast<float>(cfg.rms_norm_eps), normed.view());
+    ops::rms_norm(*hv, m.final_norm.view(), eps, normed.view());
     logits = Buffer(DType::f32, {hv->dim(0), V});
     ops::linear(normed.view(), m.head().view(), logits.view());
 }

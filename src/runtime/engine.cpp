@@ -37,8 +37,13 @@ struct Row {
 void take_token(Seq& s, const float* logits, int64_t V, const EngineOptions& o) {
     const auto k = static_cast<uint32_t>(s.out.tokens.size());
     float u = 0;
-    if (o.sampling.temperature > 0)
-        u = Philox(o.seed, static_cast<uint32_t>(s.out.index), k).uniform();
+    if (o.sampling.temperature > 0) {
+        // stream = the request index's low 32 bits; its high bits (files past 2^32 lines) are
+        // folded into the key so no two requests share a stream
+        const auto index = static_cast<uint64_t>(s.out.index);
+        const uint64_t key = o.seed ^ ((index >> 32) * 0x9E3779B97F4A7C15ull);
+        u = Philox(key, static_cast<uint32_t>(index), k).uniform();
+    }
     const int64_t tok = sample_token(logits, V, o.sampling, u);
     s.out.tokens.push_back(tok);
     s.out.logprobs.push_back(static_cast<float>(token_logprob(logits, V, tok)));

@@ -181,7 +181,8 @@ std::vector<model::SequenceState*> pointers(std::vector<model::SequenceState>& s
 Span prefill(const model::Model& m,
              int64_t n_seq,
              int64_t len,
-             std::vector<model::SequenceState>& states) {
+             std::vector<model::SequenceState>& states,
+             model::ForwardStats& stats) {
     const model::ModelConfig& cfg = m.cfg;
     model::SeqBatch batch;
     for (int64_t s = 0; s <= n_seq; ++s)
@@ -196,7 +197,11 @@ Span prefill(const model::Model& m,
         states.push_back(model::make_sequence_state(cfg));
     Buffer logits;
     Probe probe;
-    model::forward(m, tokens, batch, pointers(states), logits, {model::Logits::last});
+    stats = model::ForwardStats{};
+    model::ForwardOptions options;
+    options.logits = model::Logits::last;
+    options.stats = &stats;
+    model::forward(m, tokens, batch, pointers(states), logits, options);
     return probe.stop();
 }
 
@@ -293,9 +298,9 @@ model::AttnStats dsa_layer(const model::Model& m, int layer, int64_t T, Span& sp
 
 // ---- report -------------------------------------------------------------------------------------
 
-std::string fmt(const char* f, double a, double b = 0, double c = 0) {
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
     char s[200];
-    std::snprintf(s, sizeof s, f, a, b, c);
+    std::snprintf(s, sizeof s, f, a, b, c, d);
     return s;
 }
 
@@ -377,7 +382,8 @@ int main(int argc, char** argv) {
         // References sampled around the model runs, best kept: the host may be shared.
         double peak = blas.gflops();
         double bw = read_gbps(bw_buf.ptr<uint8_t>(), bw_bytes, threads) * 1e9;  // B/s
-        const Span pf = prefill(m, n_seq, len, states);
+        model::ForwardStats phases;
+        const Span pf = prefill(m, n_seq, len, states, phases);
         peak = std::max(peak, blas.gflops());
         const Span dec = decode(m, steps, states);
         peak = std::max(peak, blas.gflops());
@@ -398,6 +404,19 @@ int main(int argc, char** argv) {
             100 * pf.gemm_seconds / pf.wall,
             "%",
             fmt("%.2f TFLOP in GEMMs", pf.gemm_flops / 1e12));
+        double kda_s = 0, attn_s = 0, ffn_s = 0;
+        for (size_t i = 0; i < cfg.layers.size(); ++i) {
+            (cfg.layers[i].mixer == model::Mixer::kda ? kda_s : attn_s) += phases.mixer_seconds[i];
+            ffn_s += phases.ffn_seconds[i];
+        }
+        row("  wall by phase, KDA layers",
+            100 * kda_s / pf.wall,
+            "%",
+            fmt("attention layers %.0f%% (indexer %.0f%%), FFN/MoE %.0f%%, embed+head %.0f%%",
+                100 * attn_s / pf.wall,
+                100 * phases.attn.indexer_seconds / pf.wall,
+                100 * ffn_s / pf.wall,
+                100 * phases.head_seconds / pf.wall));
 
         const double bytes_per_s = step_params * 4 * static_cast<double>(steps) / dec.wall;
         row(fmt("decode %.0f x %.0f steps", n_seq_d, static_cast<double>(steps)),

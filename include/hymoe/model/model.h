@@ -58,10 +58,19 @@ SequenceState make_sequence_state(const ModelConfig& cfg);
 
 enum class Logits { all, last };  // every token's row, or only each sequence's last
 
+// Wall seconds per layer, summed over the forward calls that were given it (profiles, benches).
+struct ForwardStats {
+    std::vector<double> mixer_seconds;  // [n_layer] KDA or MLA/DSA, including its projections
+    std::vector<double> ffn_seconds;    // [n_layer] dense FFN or MoE
+    AttnStats attn;                     // MLA/DSA layers: indexer vs the rest
+    double head_seconds = 0;            // embedding, final norm and LM head
+};
+
 struct ForwardOptions {
     Logits logits = Logits::all;
     KdaMode kda_mode = KdaMode::automatic;
     AttnMode attn_mode = AttnMode::automatic;
+    ForwardStats* stats = nullptr;  // filled when given
 };
 
 // tokens [n_tok] packed as batch; states [n_seq] advance by each sequence's length (batch.pos0
