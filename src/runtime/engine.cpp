@@ -136,12 +136,10 @@ EngineStats run_engine(const model::Model& m,
         }
 
         const bool all_rows = o.prompt_logprobs && any_prefill;
-        model::forward(m,
-                       tokens,
-                       batch,
-                       states,
-                       logits,
-                       {all_rows ? model::Logits::all : model::Logits::last});
+        model::ForwardOptions fo;
+        fo.logits = all_rows ? model::Logits::all : model::Logits::last;
+        fo.stats = o.layer_stats;
+        model::forward(m, tokens, batch, states, logits, fo);
         const float* base = logits.ptr<float>();  // [n_tok or n_seq, V]
         for (size_t r = 0; r < rows.size(); ++r) {
             Seq& s = *rows[r].seq;

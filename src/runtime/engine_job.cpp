@@ -11,6 +11,7 @@
 #include "hymoe/io/requests.h"
 #include "hymoe/io/safetensors.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/profile.h"
 #include "hymoe/runtime/results.h"
 
 namespace hymoe::runtime {
@@ -159,6 +160,9 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                       running,
                       " running"));
     };
+    model::ForwardStats layer_stats;
+    if (job.deck.profile.layers)
+        o.layer_stats = &layer_stats;
     const EngineStats s = run_engine(
         m, o, [&](Pending& p) { return stream.next(p); }, sink, progress);
     const int64_t n =
@@ -213,7 +217,13 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   ", prefill_chunk ",
                   o.prefill_chunk,
                   ")"));
-    log::info(cat("outputs: ", job.deck.job.output, "/results.h5, ", job.deck.job.output, "/log"));
+    std::string outputs = job.deck.job.output + "/results.h5, ";
+    if (job.deck.profile.layers) {
+        log::info(profile_table(job.model, layer_stats));
+        write_profile(job, grid, layer_stats);
+        outputs += job.deck.job.output + "/profile.h5, ";
+    }
+    log::info("outputs: " + outputs + job.deck.job.output + "/log");
     return 0;
 }
 

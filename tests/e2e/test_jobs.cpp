@@ -124,7 +124,20 @@ BOOST_AUTO_TEST_CASE(quickstart_runs_and_writes_results) {
     BOOST_TEST(r.code == 0, r.err);
     hymoe::io::H5Reader h5("jobs/quickstart/out/results.h5");
     BOOST_TEST(h5.strings("/requests/id").size() == 320u);
-    BOOST_TEST(contains(read_text("jobs/quickstart/out/log"), "done: 320 requests"));
+    const std::string log = read_text("jobs/quickstart/out/log");
+    BOOST_TEST(contains(log, "done: 320 requests"));
+    // profile.layers: true — the per-layer table in the log and profile.h5
+    BOOST_TEST(contains(log, "per-layer wall time"));
+    hymoe::io::H5Reader profile("jobs/quickstart/out/profile.h5");
+    BOOST_TEST(profile.strings("/layers/mixer") ==
+                   (std::vector<std::string>{"kda", "kda", "kda", "dsa"}),
+               boost::test_tools::per_element());
+    std::vector<float> mixer = profile.floats("/layers/mixer_seconds");
+    std::vector<float> ffn = profile.floats("/layers/ffn_seconds");
+    BOOST_TEST(mixer.size() == 4u);
+    BOOST_TEST(std::all_of(mixer.begin(), mixer.end(), [](float s) { return s > 0; }));
+    BOOST_TEST(std::all_of(ffn.begin(), ffn.end(), [](float s) { return s > 0; }));
+    BOOST_TEST(profile.floats("/attention/indexer_seconds").at(0) > 0.0f);
     fs::remove_all("jobs/quickstart/out");
 }
 

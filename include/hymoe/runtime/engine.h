@@ -40,6 +40,7 @@ struct EngineOptions {
     int64_t eos_id = -1;           // −1: no stop token
     bool prompt_logprobs = false;  // teacher-forced logprob of every prompt token after the first
     double progress_every_s = 5;   // ≤ 0: no progress lines
+    model::ForwardStats* layer_stats = nullptr;  // per-layer timings summed over steps, if given
 };
 
 // A request with its index in the file (0-based over request lines, bad ones included).
