@@ -173,6 +173,7 @@ void read_inference(Section s, InferenceSection& in) {
     in.max_new_tokens = static_cast<int>(s.integer("max_new_tokens", 64, 0, 1 << 24));
     in.prompt_logprobs = s.flag("prompt_logprobs", false);
     in.on_bad_request = s.choice("on_bad_request", std::string("fail"), {"fail", "skip"});
+    in.batch_invariant = s.flag("batch_invariant", false);
     {
         Section p = s.section("sampling");
         in.temperature = p.number("temperature", 0.0, 0.0, 100.0);

@@ -133,8 +133,7 @@ std::string ffn_pattern(const ModelConfig& cfg) {
     });
 }
 
-// ---- native hymoe reader (keys: docs/model-config.md)
-// --------------------------------------------
+// ---- native hymoe reader (keys: docs/model-config.md) ----------------------------------------
 
 namespace detail {
 
@@ -275,8 +274,7 @@ ModelConfig read_hymoe(const JsonObject& top) {
 
 }  // namespace detail
 
-// ---- load / parse
-// --------------------------------------------------------------------------------
+// ---- load / parse ----------------------------------------------------------------------------
 
 ModelConfig parse_model_config(const std::string& text, const std::string& where) {
     Json j = detail::parse_json_object(text, where);
@@ -313,8 +311,7 @@ ModelConfig load_model_config(const std::string& path) {
     return parse_model_config(text.str(), path);
 }
 
-// ---- native writer
-// -------------------------------------------------------------------------------
+// ---- native writer ---------------------------------------------------------------------------
 
 std::string to_json(const ModelConfig& cfg) {
     using OJson = nlohmann::ordered_json;
@@ -403,8 +400,7 @@ std::string to_json(const ModelConfig& cfg) {
     return j.dump(2) + "\n";
 }
 
-// ---- parameter counts (weight shapes: model-math §3-8)
-// -------------------------------------------
+// ---- parameter counts (weight shapes: model-math §3-8) ---------------------------------------
 
 namespace {
 
@@ -494,8 +490,7 @@ ParamCount count_params(const ModelConfig& cfg) {
     return pc;
 }
 
-// ---- log summary
-// ---------------------------------------------------------------------------------
+// ---- log summary -----------------------------------------------------------------------------
 
 namespace {
 

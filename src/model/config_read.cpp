@@ -306,8 +306,7 @@ void apply_patterns(ModelConfig& cfg,
     cfg.stage_boundaries = stages;
 }
 
-// ---- validation
-// ----------------------------------------------------------------------------------
+// ---- validation ------------------------------------------------------------------------------
 
 const KeyNames native_keys = {
     "layer_pattern",        "intermediate_size",

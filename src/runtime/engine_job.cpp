@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/core/sha256.h"
@@ -136,6 +137,7 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                            grid.comms.world,
                            std::clamp(4 * inf.max_seqs, 8, 4096));
     Stream stream(job, journal.done());
+    ops::set_batch_invariant(inf.batch_invariant);
     EngineOptions o;
     o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;
     o.max_new_tokens = inf.max_new_tokens;

@@ -15,6 +15,7 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "hymoe/backend/ops.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/model/model.h"
@@ -143,6 +144,20 @@ BOOST_DATA_TEST_CASE(results_are_identical_across_max_seqs, data::make(kTemperat
     std::vector<Finished> one = run(options(T, 1, 16), reqs);
     check_same(run(options(T, 4, 16), reqs), one, kBlasTol);
     check_same(run(options(T, 32, 16), reqs), one, kBlasTol);
+}
+
+// inference.batch_invariant: every GEMM row through the same 8-row kernel call, so tokens AND
+// logprobs are bit-identical across max_seqs 1, 4, 32 (a different prefill_chunk changes the KDA
+// and attention algorithms themselves, so chunkings still agree only to rounding).
+BOOST_DATA_TEST_CASE(batch_invariant_mode_is_bit_identical, data::make(kTemperatures), T) {
+    struct Invariant {  // on for this test only, even if a check stops it early
+        Invariant() { ops::set_batch_invariant(true); }
+        ~Invariant() { ops::set_batch_invariant(false); }
+    } invariant;
+    const auto reqs = requests();
+    const auto one = run(options(T, 1, 256), reqs);
+    check_same(one, run(options(T, 4, 256), reqs), 0.0f);
+    check_same(one, run(options(T, 32, 256), reqs), 0.0f);
 }
 
 BOOST_AUTO_TEST_CASE(eos_stops_a_sequence_and_is_its_last_token) {

@@ -11,8 +11,7 @@
 
 namespace hymoe::ops {
 
-// ---- matrix products (BLAS)
-// ----------------------------------------------------------------------
+// ---- matrix products (BLAS) ------------------------------------------------------------------
 
 // y [n, out] = x [n, in] · w [out, in]ᵀ   (beta = 1: y += ...)
 void linear(const Tensor& x, const Tensor& w, Tensor& y, float beta = 0.0f);
@@ -36,14 +35,21 @@ void gemm(bool trans_a,
 // of the BLAS call): flops += 2·m·n·k, seconds += the call's wall time. Benchmarks read the
 // difference around the code they measure. Process-global and not thread-safe: gemm calls from
 // several threads at once would race on it (the model calls gemm from one thread).
+// Batch-invariant products (inference.batch_invariant): OpenBLAS rounds a row of sgemm differently
+// with the number of rows in the call (and one row goes to sgemv), so a sequence's logits would
+// depend on what shares its batch. When on, gemm computes a non-transposed A in calls of exactly
+// 8 rows (the tail padded with zero rows), so every row goes through the same kernel whatever its
+// neighbours: results are bit-identical across batchings. It costs prefill speed (B is packed
+// once per 8 rows). Process-global, set once before a run.
+void set_batch_invariant(bool on);
+
 struct GemmCounter {
     double flops = 0;
     double seconds = 0;
 };
 GemmCounter& gemm_counter();
 
-// ---- normalisation
-// -------------------------------------------------------------------------------
+// ---- normalisation ---------------------------------------------------------------------------
 
 // y = w ⊙ x · (mean(x²) + eps)^{-1/2} per row; w [dim]. y may alias x.
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y);
@@ -52,8 +58,7 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Te
 // x ← x · (Σx² + eps)^{-1/2} over each row of `dim` floats (fla l2norm: eps inside the sum).
 void l2_norm_rows(float* x, int64_t rows, int64_t dim, float eps = 1e-6f);
 
-// ---- elementwise
-// ---------------------------------------------------------------------------------
+// ---- elementwise -----------------------------------------------------------------------------
 
 float sigmoid(float x);
 float silu(float x);      // x σ(x)
@@ -68,8 +73,7 @@ void add_inplace(Tensor& x, const Tensor& y);
 // softmax over each row of n floats, in place; −inf entries get probability 0.
 void softmax_rows(float* x, int64_t rows, int64_t n);
 
-// ---- positions
-// -----------------------------------------------------------------------------------
+// ---- positions -------------------------------------------------------------------------------
 
 // RoPE frequencies θ_i, i < rot_dim/2 (θ_i = base^{−2i/rot_dim}), optionally YaRN-corrected
 // (spec §4: θ'_i = θ_i/factor·(1−smooth) + θ_i·smooth over the correction range).
@@ -99,14 +103,12 @@ void rope(float* x,
           const RopeFreqs& freqs,
           bool interleaved);
 
-// ---- selection
-// -----------------------------------------------------------------------------------
+// ---- selection -------------------------------------------------------------------------------
 
 // The indices of the k largest of x[0..n), best first; ties go to the smaller index. k ≤ n.
 void top_k(const float* x, int64_t n, int64_t k, int64_t* idx);
 
-// ---- causal depthwise conv
-// -----------------------------------------------------------------------
+// ---- causal depthwise conv -------------------------------------------------------------------
 
 // Causal depthwise conv over time for one sequence, with a tail of the previous W−1 inputs:
 //   y_t[c] = Σ_{i<W} w[c, i] · u_{t−W+1+i}[c],  u_{<0} from tail (zeros for a new sequence).

@@ -15,8 +15,7 @@
 
 namespace hymoe::model {
 
-// ---- per-layer annotation
-// ------------------------------------------------------------------------
+// ---- per-layer annotation --------------------------------------------------------------------
 
 enum class Mixer {
     kda,  // Kimi Delta Attention (linear attention, fp32 state [H, K, V]); model-math §3
@@ -39,8 +38,7 @@ struct LayerSpec {
     bool operator==(const LayerSpec&) const = default;
 };
 
-// ---- per-block settings
-// --------------------------------------------------------------------------
+// ---- per-block settings ----------------------------------------------------------------------
 
 struct KdaConfig {
     int n_head = 0;       // H: heads; key dim K = value dim V = head_dim, D = H·K
@@ -129,8 +127,7 @@ struct VisionConfig {             // MoonViT tower + 2×2 patch merger + project
     bool operator==(const VisionConfig&) const = default;
 };
 
-// ---- the model
-// -----------------------------------------------------------------------------------
+// ---- the model -------------------------------------------------------------------------------
 
 struct ModelConfig {
     std::string model_type;      // "hymoe", "kimi_linear" or "deepseek_v32": the family (which HF

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <numeric>
+#include <vector>
 
 #include <cblas.h>
 
@@ -31,6 +32,15 @@ void check_f32(const Tensor& t, const char* op) {
 }
 
 }  // namespace
+
+namespace {
+bool batch_invariant = false;
+constexpr int64_t kInvariantRows = 8;
+}  // namespace
+
+void set_batch_invariant(bool on) {
+    batch_invariant = on;
+}
 
 GemmCounter& gemm_counter() {
     static GemmCounter counter;
@@ -60,6 +70,47 @@ void gemm(bool trans_a,
                 "x",
                 k,
                 " exceeds the 32-bit BLAS interface");
+    if (batch_invariant && !trans_a && m != kInvariantRows) {
+        const int64_t full = m / kInvariantRows * kInvariantRows, tail = m - full;
+        for (int64_t i = 0; i < full; i += kInvariantRows)
+            gemm(false,
+                 trans_b,
+                 kInvariantRows,
+                 n,
+                 k,
+                 alpha,
+                 a + i * lda,
+                 lda,
+                 b,
+                 ldb,
+                 beta,
+                 c + i * ldc,
+                 ldc);
+        if (tail > 0) {
+            std::vector<float> pa(static_cast<size_t>(kInvariantRows * k), 0.0f);  // [8, k]
+            std::vector<float> pc(static_cast<size_t>(kInvariantRows * n), 0.0f);  // [8, n]
+            for (int64_t i = 0; i < tail; ++i) {
+                std::copy_n(a + (full + i) * lda, k, pa.data() + i * k);
+                std::copy_n(c + (full + i) * ldc, n, pc.data() + i * n);
+            }
+            gemm(false,
+                 trans_b,
+                 kInvariantRows,
+                 n,
+                 k,
+                 alpha,
+                 pa.data(),
+                 k,
+                 b,
+                 ldb,
+                 beta,
+                 pc.data(),
+                 n);
+            for (int64_t i = 0; i < tail; ++i)
+                std::copy_n(pc.data() + i * n, n, c + (full + i) * ldc);
+        }
+        return;
+    }
     const double t0 = wall_seconds();
     if (m == 1 && !trans_a) {  // one row: gemv, which OpenBLAS does not pick by itself
         // c[0, :] = alpha · op(B)ᵀ a + beta · c  (B [k, n] or Bᵀ [n, k])
