@@ -1,6 +1,7 @@
 // Typed, checked reads from one YAML map of the deck (see reader.h).
 #include "reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -225,10 +226,7 @@ std::string Section::choice(const std::string& key,
         x = *def;
     } else {
         x = scalar(key, "a word").Scalar();
-        bool ok = false;
-        for (const auto& a : allowed)
-            ok = ok || a == x;
-        if (!ok)
+        if (std::find(allowed.begin(), allowed.end(), x) == allowed.end())
             fail(key, cat("'", x, "' is not allowed (allowed: ", join(allowed), ")"));
     }
     resolved_[key] = x;
@@ -315,9 +313,9 @@ std::vector<std::string> Section::list(const std::string& key,
                      join(allowed),
                      ")"));
         for (const auto& item : *v) {
-            bool ok = item.IsScalar();
-            for (size_t i = 0; ok && i < allowed.size() && allowed[i] != item.Scalar(); ++i)
-                ok = i + 1 < allowed.size();
+            const bool ok =
+                item.IsScalar() &&
+                std::find(allowed.begin(), allowed.end(), item.Scalar()) != allowed.end();
             if (!ok)
                 ctx_.fail(item.Mark(),
                           key_path(key),
