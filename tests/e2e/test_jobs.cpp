@@ -129,9 +129,9 @@ BOOST_AUTO_TEST_CASE(quickstart_runs_and_writes_results) {
     // profile.layers: true — the per-layer table in the log and profile.h5
     BOOST_TEST(contains(log, "per-layer wall time"));
     hymoe::io::H5Reader profile("jobs/quickstart/out/profile.h5");
-    BOOST_TEST(profile.strings("/layers/mixer") ==
-                   (std::vector<std::string>{"kda", "kda", "kda", "dsa"}),
-               boost::test_tools::per_element());
+    BOOST_TEST(
+        profile.strings("/layers/mixer") == (std::vector<std::string>{"kda", "kda", "kda", "dsa"}),
+        boost::test_tools::per_element());
     std::vector<float> mixer = profile.floats("/layers/mixer_seconds");
     std::vector<float> ffn = profile.floats("/layers/ffn_seconds");
     BOOST_TEST(mixer.size() == 4u);
