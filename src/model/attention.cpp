@@ -321,21 +321,21 @@ void check_call(const ModelConfig& cfg,
 
 TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights& w) {
     const MlaDims m = mla_dims(cfg);
-    const int64_t q_rows = m.n_head * m.d_qk();
-    TensorList list;
+    const int64_t q_rows = m.n_head * m.d_qk();  // n_head: this rank's heads under tp
+    TensorList list;  // the indexer is whole on every rank (its scores sum over all its heads)
     if (m.r_q > 0) {
         list.push_back({"q_a_proj.weight", {m.r_q, m.d}, &w.q_a_proj});
         list.push_back({"q_a_layernorm.weight", {m.r_q}, &w.q_a_layernorm, Init::ones});
-        list.push_back({"q_b_proj.weight", {q_rows, m.r_q}, &w.q_b_proj});
+        list.push_back(split(0, {"q_b_proj.weight", {q_rows, m.r_q}, &w.q_b_proj}));
     } else {
-        list.push_back({"q_proj.weight", {q_rows, m.d}, &w.q_proj});
+        list.push_back(split(0, {"q_proj.weight", {q_rows, m.d}, &w.q_proj}));
     }
     list.push_back({"kv_a_proj_with_mqa.weight", {m.d_lat(), m.d}, &w.kv_a_proj_with_mqa});
     list.push_back({"kv_a_layernorm.weight", {m.r_kv}, &w.kv_a_layernorm, Init::ones});
-    list.push_back({"kv_b_proj.weight", {m.n_head * m.d_kvb(), m.r_kv}, &w.kv_b_proj});
-    list.push_back({"o_proj.weight", {m.d, m.n_head * m.d_v}, &w.o_proj});
+    list.push_back(split(0, {"kv_b_proj.weight", {m.n_head * m.d_kvb(), m.r_kv}, &w.kv_b_proj}));
+    list.push_back(split(1, {"o_proj.weight", {m.d, m.n_head * m.d_v}, &w.o_proj}));
     if (spec.gated)
-        list.push_back({"g_proj.weight", {m.n_head * m.d_v, m.d}, &w.g_proj});
+        list.push_back(split(0, {"g_proj.weight", {m.n_head * m.d_v, m.d}, &w.g_proj}));
     if (spec.mixer == Mixer::dsa) {
         const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
         IndexerWeights& iw = w.indexer;

@@ -22,18 +22,20 @@ struct MlpNames {
 constexpr MlpNames hf_names{"gate_proj", "up_proj", "down_proj"};
 constexpr MlpNames kimi_expert_names{"w1", "w3", "w2"};  // KimiBlockSparseMLP
 
-// Append the matrices of one MLP of width `inter` on inputs of width `width` (relu2: no gate).
+// Append the matrices of one MLP of width `inter` on inputs of width `width` (relu2: no gate),
+// its width cut over `over` (gate and up by rows, down by columns).
 void add_mlp(TensorList& list,
              const std::string& prefix,
              const MlpNames& names,
              ExpertAct act,
              int64_t inter,
              int64_t width,
-             DenseFfnWeights& w) {
+             DenseFfnWeights& w,
+             SplitOver over) {
     if (act == ExpertAct::swiglu)
-        list.push_back({prefix + names.gate + ".weight", {inter, width}, &w.gate_proj});
-    list.push_back({prefix + names.up + ".weight", {inter, width}, &w.up_proj});
-    list.push_back({prefix + names.down + ".weight", {width, inter}, &w.down_proj});
+        list.push_back(split(0, {prefix + names.gate + ".weight", {inter, width}, &w.gate_proj}, over));
+    list.push_back(split(0, {prefix + names.up + ".weight", {inter, width}, &w.up_proj}, over));
+    list.push_back(split(1, {prefix + names.down + ".weight", {width, inter}, &w.down_proj}, over));
 }
 
 }  // namespace
@@ -41,12 +43,13 @@ void add_mlp(TensorList& list,
 TensorList ffn_tensors(const ModelConfig& cfg,
                        const LayerSpec& spec,
                        DenseFfnWeights* dense,
-                       MoeWeights* moe) {
+                       MoeWeights* moe,
+                       ExpertRange hosted) {
     const int64_t d = cfg.hidden_size;
     TensorList list;
     if (spec.ffn == Ffn::dense) {
         HYMOE_CHECK(dense != nullptr, "a dense FFN layer needs DenseFfnWeights");
-        add_mlp(list, "", hf_names, ExpertAct::swiglu, cfg.intermediate_size, d, *dense);
+        add_mlp(list, "", hf_names, ExpertAct::swiglu, cfg.intermediate_size, d, *dense, SplitOver::tp);
         return list;
     }
     HYMOE_CHECK(moe != nullptr, "an MoE layer needs MoeWeights");
@@ -66,17 +69,26 @@ TensorList ffn_tensors(const ModelConfig& cfg,
     // Sized before any pointer into it is taken.
     moe->experts.resize(static_cast<size_t>(m.n_routed_experts));
     const MlpNames& expert_names = cfg.model_type == "kimi_linear" ? kimi_expert_names : hf_names;
-    for (int e = 0; e < m.n_routed_experts; ++e)
+    if (hosted.end < 0)
+        hosted.end = m.n_routed_experts;
+    for (int e = hosted.begin; e < hosted.end; ++e)
         add_mlp(list,
                 "experts." + std::to_string(e) + ".",
                 expert_names,
                 m.expert_act,
                 m.moe_intermediate,
                 width,
-                moe->experts[static_cast<size_t>(e)]);
+                moe->experts[static_cast<size_t>(e)],
+                SplitOver::etp);
     if (m.n_shared_experts > 0)
-        add_mlp(
-            list, "shared_experts.", hf_names, m.expert_act, m.shared_intermediate, d, moe->shared);
+        add_mlp(list,
+                "shared_experts.",
+                hf_names,
+                m.expert_act,
+                m.shared_intermediate,
+                d,
+                moe->shared,
+                SplitOver::tp);
     return list;
 }
 

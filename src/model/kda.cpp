@@ -105,23 +105,23 @@ void scan(const KdaDims& dims,
 }  // namespace
 
 TensorList kda_tensors(const ModelConfig& cfg, KdaWeights& w) {
-    const KdaDims n(cfg);
+    const KdaDims n(cfg);  // H, D: this rank's heads under tp (model/shard.h)
     return {
-        {"q_proj.weight", {n.D, n.d}, &w.q_proj},
-        {"k_proj.weight", {n.D, n.d}, &w.k_proj},
-        {"v_proj.weight", {n.D, n.d}, &w.v_proj},
-        {"q_conv1d.weight", {n.D, 1, n.W}, &w.q_conv1d},
-        {"k_conv1d.weight", {n.D, 1, n.W}, &w.k_conv1d},
-        {"v_conv1d.weight", {n.D, 1, n.W}, &w.v_conv1d},
+        split(0, {"q_proj.weight", {n.D, n.d}, &w.q_proj}),
+        split(0, {"k_proj.weight", {n.D, n.d}, &w.k_proj}),
+        split(0, {"v_proj.weight", {n.D, n.d}, &w.v_proj}),
+        split(0, {"q_conv1d.weight", {n.D, 1, n.W}, &w.q_conv1d}),
+        split(0, {"k_conv1d.weight", {n.D, 1, n.W}, &w.k_conv1d}),
+        split(0, {"v_conv1d.weight", {n.D, 1, n.W}, &w.v_conv1d}),
         {"f_a_proj.weight", {n.K, n.d}, &w.f_a_proj},
-        {"f_b_proj.weight", {n.D, n.K}, &w.f_b_proj},
-        {"dt_bias", {n.D}, &w.dt_bias, Init::kda_dt_bias},
-        {"A_log", {1, 1, n.H, 1}, &w.a_log, Init::kda_a_log},
-        {"b_proj.weight", {n.H, n.d}, &w.b_proj},
+        split(0, {"f_b_proj.weight", {n.D, n.K}, &w.f_b_proj}),
+        split(0, {"dt_bias", {n.D}, &w.dt_bias, Init::kda_dt_bias}),
+        split(2, {"A_log", {1, 1, n.H, 1}, &w.a_log, Init::kda_a_log}),
+        split(0, {"b_proj.weight", {n.H, n.d}, &w.b_proj}),
         {"g_a_proj.weight", {n.K, n.d}, &w.g_a_proj},
-        {"g_b_proj.weight", {n.D, n.K}, &w.g_b_proj},
+        split(0, {"g_b_proj.weight", {n.D, n.K}, &w.g_b_proj}),
         {"o_norm.weight", {n.K}, &w.o_norm, Init::ones},
-        {"o_proj.weight", {n.d, n.D}, &w.o_proj},
+        split(1, {"o_proj.weight", {n.d, n.D}, &w.o_proj}),
     };
 }
 

@@ -39,11 +39,13 @@ uint32_t name_stream(const std::string& name) {
 }  // namespace
 
 TensorList model_tensors(Model& m) {
-    const ModelConfig& cfg = m.cfg;
-    const int64_t d = cfg.hidden_size;
+    const ModelConfig& cfg = m.local;
+    const ModelShard& sh = m.shard;
+    const int64_t d = cfg.hidden_size, v_part = cfg.vocab_size / sh.tp;
     TensorList list;
-    list.push_back({"model.embed_tokens.weight", {cfg.vocab_size, d}, &m.embed});
-    for (int i = 0; i < static_cast<int>(cfg.layers.size()); ++i) {
+    if (sh.first_stage() || (sh.last_stage() && cfg.tie_word_embeddings))
+        list.push_back(split(0, {"model.embed_tokens.weight", {v_part, d}, &m.embed}));
+    for (int i = sh.first_layer; i < sh.end_layer; ++i) {
         const LayerSpec& spec = cfg.layers[i];
         LayerWeights& lw = m.layers[i];
         const std::string p = layer_prefix(i);
@@ -55,43 +57,158 @@ TensorList model_tensors(Model& m) {
         list.push_back({p + "post_attention_layernorm.weight", {d}, &lw.ffn_norm, Init::ones});
         const bool dense = spec.ffn == Ffn::dense;
         append(list,
-               ffn_tensors(cfg, spec, dense ? &lw.dense : nullptr, dense ? nullptr : &lw.moe),
+               ffn_tensors(cfg,
+                           spec,
+                           dense ? &lw.dense : nullptr,
+                           dense ? nullptr : &lw.moe,
+                           hosted_experts(cfg, sh)),
                ffn_prefix(cfg, i));
     }
-    list.push_back({"model.norm.weight", {d}, &m.final_norm, Init::ones});
-    if (!cfg.tie_word_embeddings)
-        list.push_back({"lm_head.weight", {cfg.vocab_size, d}, &m.lm_head});
+    if (sh.last_stage()) {
+        list.push_back({"model.norm.weight", {d}, &m.final_norm, Init::ones});
+        if (!cfg.tie_word_embeddings)
+            list.push_back(split(0, {"lm_head.weight", {v_part, d}, &m.lm_head}));
+    }
     return list;
 }
 
 Model make_model(const ModelConfig& cfg) {
     Model m;
     m.cfg = cfg;
+    m.shard = whole_model(cfg);
+    m.local = cfg;
     m.layers.resize(cfg.layers.size());
     return m;
 }
 
+Model make_model(const ModelConfig& cfg, const parallel::Grid& grid) {
+    Model m = make_model(cfg);
+    m.shard = make_shard(cfg, grid.layout, grid.me);
+    m.local = local_config(cfg, m.shard);
+    m.comms = &grid.comms;
+    return m;
+}
+
+namespace {
+
+// The whole shape of a tensor this rank holds part of.
+Shape full_shape(const TensorSpec& spec, const ModelShard& sh) {
+    Shape s = spec.shape;
+    if (spec.split_dim >= 0)
+        s[spec.split_dim] *= sh.parts(spec.split_over);
+    return s;
+}
+
+TensorPart part_of(const TensorSpec& spec, const ModelShard& sh) {
+    if (spec.split_dim < 0)
+        return {};
+    const int64_t n = spec.shape[spec.split_dim];
+    return {spec.split_dim, n * sh.part(spec.split_over), n * sh.parts(spec.split_over)};
+}
+
+// dest = the part of whole [.., full, ..] along part.dim that starts at part.begin.
+void copy_part(const Tensor& whole, const TensorPart& part, Tensor& dest) {
+    int64_t outer = 1, inner = 1;
+    for (int k = 0; k < part.dim; ++k)
+        outer *= whole.shape[k];
+    for (size_t k = part.dim + 1; k < whole.shape.size(); ++k)
+        inner *= whole.shape[k];
+    const int64_t n = dest.shape[part.dim];
+    for (int64_t o = 0; o < outer; ++o)
+        std::copy_n(whole.ptr<float>() + (o * part.full + part.begin) * inner,
+                    n * inner,
+                    dest.ptr<float>() + o * n * inner);
+}
+
+}  // namespace
+
 void init_model_random(Model& m, uint64_t seed) {
     for (const TensorSpec& spec : model_tensors(m)) {
         Philox rng(seed, name_stream(spec.name), 0);
-        init_random({spec}, rng);
+        const TensorPart part = part_of(spec, m.shard);
+        if (part.dim < 0 || part.full == spec.shape[part.dim]) {
+            init_random({spec}, rng);
+            continue;
+        }
+        Buffer whole;
+        TensorSpec whole_spec = spec;
+        whole_spec.shape = full_shape(spec, m.shard);
+        whole_spec.dest = &whole;
+        init_random({whole_spec}, rng);
+        *spec.dest = Buffer(DType::f32, spec.shape);
+        copy_part(whole.view(), part, spec.dest->view());
     }
 }
 
-void load_model_weights(Model& m,
-                        const std::function<void(const std::string& name, Tensor& dest)>& read) {
-    load_named(model_tensors(m), "", read);
+void load_model_weights(Model& m, const ReadTensor& read) {
+    for (const TensorSpec& spec : model_tensors(m)) {
+        *spec.dest = Buffer(DType::f32, spec.shape);
+        read(spec.name, part_of(spec, m.shard), spec.dest->view());
+    }
 }
 
-SequenceState make_sequence_state(const ModelConfig& cfg) {
+SequenceState make_sequence_state(const Model& m) {
     SequenceState s;
-    s.kda.resize(cfg.layers.size());
-    s.attn.resize(cfg.layers.size());
-    for (size_t i = 0; i < cfg.layers.size(); ++i)
-        if (cfg.layers[i].mixer == Mixer::kda)
-            s.kda[i] = make_kda_state(cfg);
+    s.kda.resize(m.cfg.layers.size());
+    s.attn.resize(m.cfg.layers.size());
+    for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i)
+        if (m.cfg.layers[i].mixer == Mixer::kda)
+            s.kda[i] = make_kda_state(m.local);
     return s;
 }
+
+namespace {
+
+// h [n_tok, d] = the embedding rows of tokens; under tp each rank holds V/tp rows, writes the
+// rows of its tokens, and an all-reduce (one nonzero term per element: exact) completes h.
+void embed_tokens(const Model& m, const std::vector<int64_t>& tokens, Tensor& h) {
+    const int64_t d = m.cfg.hidden_size, V = m.cfg.vocab_size, rows = m.embed.view().dim(0);
+    const int64_t lo = rows * m.shard.tp_rank;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+        HYMOE_CHECK(tokens[t] >= 0 && tokens[t] < V,
+                    "forward: token id ",
+                    tokens[t],
+                    " outside the vocabulary [0, ",
+                    V,
+                    ")");
+        float* out = h.ptr<float>() + static_cast<int64_t>(t) * d;
+        if (tokens[t] >= lo && tokens[t] < lo + rows)
+            std::copy_n(m.embed.ptr<float>() + (tokens[t] - lo) * d, d, out);
+        else
+            std::fill_n(out, d, 0.0f);
+    }
+    if (m.shard.tp > 1)
+        comm::all_reduce(h, m.comms->tp);
+}
+
+// logits [r, V] = normed [r, d] · headᵀ; under tp each rank computes its V/tp columns and an
+// all-gather over tp assembles them.
+void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
+    const int64_t r = normed.dim(0), V = m.cfg.vocab_size, tp = m.shard.tp;
+    logits = Buffer(DType::f32, {r, V});
+    if (tp == 1) {
+        ops::linear(normed, m.head().view(), logits.view());
+        return;
+    }
+    const int64_t part = V / tp;
+    Buffer mine(DType::f32, {r, part}), all(DType::f32, {tp * r, part});  // all: [tp, r, V/tp]
+    ops::linear(normed, m.head().view(), mine.view());
+    comm::all_gather(mine.view(), all.view(), m.comms->tp);
+    for (int64_t p = 0; p < tp; ++p)
+        for (int64_t i = 0; i < r; ++i)
+            std::copy_n(all.ptr<float>() + (p * r + i) * part,
+                        part,
+                        logits.ptr<float>() + i * V + p * part);
+}
+
+void add_expert_load(MoeCommStats& stats, const Routing& routing) {
+    stats.tokens_per_expert.resize(routing.tokens_per_expert.size());
+    for (size_t e = 0; e < routing.tokens_per_expert.size(); ++e)
+        stats.tokens_per_expert[e] += routing.tokens_per_expert[e];
+    ++stats.calls;
+}
+
+}  // namespace
 
 void forward(const Model& m,
              const std::vector<int64_t>& tokens,
@@ -99,8 +216,9 @@ void forward(const Model& m,
              const std::vector<SequenceState*>& states,
              Buffer& logits,
              const ForwardOptions& options) {
-    const ModelConfig& cfg = m.cfg;
-    const int64_t n = batch.n_tok(), d = cfg.hidden_size, V = cfg.vocab_size;
+    const ModelConfig& cfg = m.local;
+    const ModelShard& sh = m.shard;
+    const int64_t n = batch.n_tok(), d = cfg.hidden_size;
     HYMOE_CHECK(static_cast<int64_t>(tokens.size()) == n &&
                     static_cast<int64_t>(states.size()) == batch.n_seq(),
                 "forward: ",
@@ -125,27 +243,25 @@ void forward(const Model& m,
     ForwardStats& stats = options.stats ? *options.stats : scratch;
     stats.mixer_seconds.resize(cfg.layers.size());
     stats.ffn_seconds.resize(cfg.layers.size());
+    stats.moe.resize(cfg.layers.size());
     const float eps = static_cast<float>(cfg.rms_norm_eps);
+    const bool has_rows = n > 0;  // the same on every rank of the dp replica
+    const bool moe_parallel = sh.tp * sh.ep > 1;
     Buffer h(DType::f32, {n, d});  // [n_tok, d] the residual stream
-    {
+    if (sh.first_stage()) {
         ScopedTimer timer(stats.head_seconds);
-        for (int64_t t = 0; t < n; ++t) {
-            HYMOE_CHECK(tokens[t] >= 0 && tokens[t] < V,
-                        "forward: token id ",
-                        tokens[t],
-                        " outside the vocabulary [0, ",
-                        V,
-                        ")");
-            std::copy_n(m.embed.ptr<float>() + tokens[t] * d, d, h.ptr<float>() + t * d);
-        }
+        embed_tokens(m, tokens, h.view());
+    } else if (has_rows) {
+        ScopedTimer timer(stats.pipeline_seconds);
+        comm::recv(h.view(), m.comms->pp_prev, m.comms->pp, 0);
     }
     Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});  // [n_tok, d] normed input, block out
     std::vector<KdaState*> kda_states(states.size());
     std::vector<AttnCache*> caches(states.size());
-    for (size_t i = 0; i < cfg.layers.size(); ++i) {
+    for (int i = sh.first_layer; i < sh.end_layer; ++i) {
         const LayerSpec& spec = cfg.layers[i];
         const LayerWeights& lw = m.layers[i];
-        {
+        if (has_rows) {
             ScopedTimer timer(stats.mixer_seconds[i]);
             ops::rms_norm(h.view(), lw.attn_norm.view(), eps, xn.view());
             if (spec.mixer == Mixer::kda) {
@@ -165,18 +281,42 @@ void forward(const Model& m,
                                   options.attn_mode,
                                   &stats.attn);
             }
+            if (sh.tp > 1)
+                comm::all_reduce(y.view(), m.comms->tp);  // the heads' partial o_proj outputs
             ops::add_inplace(h.view(), y.view());
         }
         ScopedTimer timer(stats.ffn_seconds[i]);
-        ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
-        if (spec.ffn == Ffn::dense)
+        if (spec.ffn == Ffn::dense) {
+            if (!has_rows)
+                continue;
+            ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
             dense_ffn_forward(lw.dense, ExpertAct::swiglu, xn.view(), y.view());
-        else
-            moe_forward(cfg, spec, lw.moe, xn.view(), y.view());
+            if (sh.tp > 1)
+                comm::all_reduce(y.view(), m.comms->tp);
+        } else if (moe_parallel) {  // called with no rows too: the ep group may span replicas
+            ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
+            MoeParallel par{&m.comms->tp, &m.comms->ep, sh.etp};
+            moe_forward_parallel(m.cfg, spec, lw.moe, xn.view(), y.view(), par, &stats.moe[i]);
+        } else {
+            if (!has_rows)
+                continue;
+            ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
+            Routing routing;
+            moe_forward(cfg, spec, lw.moe, xn.view(), y.view(), &routing);
+            add_expert_load(stats.moe[i], routing);
+        }
         ops::add_inplace(h.view(), y.view());
     }
     for (int64_t s = 0; s < batch.n_seq(); ++s)
         states[s]->n_tokens += batch.length(s);
+    if (!sh.last_stage()) {
+        logits = Buffer();
+        if (has_rows) {
+            ScopedTimer timer(stats.pipeline_seconds);
+            comm::send(h.view(), m.comms->pp_next, m.comms->pp, 0);
+        }
+        return;
+    }
 
     // Final norm and head, on every row or only the last row of each sequence.
     ScopedTimer timer(stats.head_seconds);
@@ -191,8 +331,7 @@ void forward(const Model& m,
     }
     Buffer normed(DType::f32, hv->shape);
     ops::rms_norm(*hv, m.final_norm.view(), eps, normed.view());
-    logits = Buffer(DType::f32, {hv->dim(0), V});
-    ops::linear(normed.view(), m.head().view(), logits.view());
+    lm_head(m, normed.view(), logits);
 }
 
 }  // namespace hymoe::model

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
@@ -33,8 +35,11 @@ struct Row {
     int64_t n;  // tokens in this step
 };
 
-// The token after logits row `logits` [V] for sequence s; ends s at eos or max_new.
-void take_token(Seq& s, const float* logits, int64_t V, const EngineOptions& o) {
+// The token drawn from logits row `logits` [V] as sequence s's next output, with its logprob.
+std::pair<int64_t, float> draw_token(const Seq& s,
+                                     const float* logits,
+                                     int64_t V,
+                                     const EngineOptions& o) {
     const auto k = static_cast<uint32_t>(s.out.tokens.size());
     float u = 0;
     if (o.sampling.temperature > 0) {
@@ -45,8 +50,13 @@ void take_token(Seq& s, const float* logits, int64_t V, const EngineOptions& o) 
         u = Philox(key, static_cast<uint32_t>(index), k).uniform();
     }
     const int64_t tok = sample_token(logits, V, o.sampling, u);
+    return {tok, static_cast<float>(token_logprob(logits, V, tok))};
+}
+
+// Appends tok to s's output; ends s at eos or max_new.
+void accept_token(Seq& s, int64_t tok, float logprob, const EngineOptions& o) {
     s.out.tokens.push_back(tok);
-    s.out.logprobs.push_back(static_cast<float>(token_logprob(logits, V, tok)));
+    s.out.logprobs.push_back(logprob);
     s.next_token = tok;
     if (tok == o.eos_id) {
         s.out.finish = Finish::stop;
@@ -55,6 +65,106 @@ void take_token(Seq& s, const float* logits, int64_t V, const EngineOptions& o) 
         s.out.finish = Finish::length;
         s.done = true;
     }
+}
+
+// What a step's logits decide, computed on the last pipeline stage and broadcast to the others
+// (every rank of a dp replica runs the same steps). Per row: the drawn token and the greedy
+// token (rows ending a prompt) with their logprobs; then the prompt logprobs of every prefill row
+// in row order (Logits::all steps).
+struct StepOut {
+    std::vector<int64_t> ints;    // [n_rows, 2] drawn token, greedy token (−1 where none)
+    std::vector<float> floats;    // [n_rows, 2] their logprobs, then the prompt logprobs
+};
+
+StepOut step_out(const std::vector<Row>& rows,
+                 const model::SeqBatch& batch,
+                 const Buffer& logits,
+                 bool all_rows,
+                 int64_t V,
+                 const EngineOptions& o) {
+    StepOut out;
+    out.ints.assign(2 * rows.size(), -1);
+    out.floats.assign(2 * rows.size(), 0.0f);
+    const float* base = logits.ptr<float>();  // [n_tok or n_seq, V]
+    for (size_t r = 0; r < rows.size(); ++r) {
+        const Seq& s = *rows[r].seq;
+        const float* last = base + (all_rows ? batch.offsets[r + 1] - 1 : static_cast<int64_t>(r)) * V;
+        const int64_t begin = batch.offsets[r];
+        for (int64_t t = 0; all_rows && !s.decoding() && t < rows[r].n; ++t) {
+            const int64_t p = s.n_prefilled + t;  // token p+1 given 0..p
+            if (p + 1 < s.prompt_len())
+                out.floats.push_back(static_cast<float>(
+                    token_logprob(base + (begin + t) * V, V, s.out.req.tokens[p + 1])));
+        }
+        if (!s.decoding() && s.n_prefilled + rows[r].n < s.prompt_len())
+            continue;  // mid-prompt: no token yet
+        std::tie(out.ints[2 * r], out.floats[2 * r]) = draw_token(s, last, V, o);
+        if (!s.decoding()) {
+            out.ints[2 * r + 1] = argmax_token(last, V);
+            out.floats[2 * r + 1] = static_cast<float>(token_logprob(last, V, out.ints[2 * r + 1]));
+        }
+    }
+    return out;
+}
+
+// The step's outputs applied to its sequences (on every rank alike).
+void apply_step(const std::vector<Row>& rows,
+                const StepOut& out,
+                bool all_rows,
+                const EngineOptions& o,
+                EngineStats& stats) {
+    size_t plp = 2 * rows.size();  // next prompt logprob in out.floats
+    for (size_t r = 0; r < rows.size(); ++r) {
+        Seq& s = *rows[r].seq;
+        const int64_t tok = out.ints[2 * r];
+        const float lp = out.floats[2 * r];
+        if (s.decoding()) {
+            ++stats.generated_tokens;
+            accept_token(s, tok, lp, o);
+            continue;
+        }
+        for (int64_t t = 0; all_rows && t < std::min(rows[r].n, s.prompt_len() - 1 - s.n_prefilled);
+             ++t)
+            s.out.prompt_logprobs.push_back(out.floats[plp++]);
+        s.n_prefilled += rows[r].n;
+        stats.prompt_tokens += rows[r].n;
+        if (!s.decoding())
+            continue;
+        s.out.greedy_token = out.ints[2 * r + 1];
+        s.out.greedy_logprob = out.floats[2 * r + 1];
+        if (s.max_new == 0) {
+            s.out.finish = Finish::length;
+            s.done = true;
+        } else {
+            ++stats.generated_tokens;
+            accept_token(s, tok, lp, o);
+        }
+    }
+}
+
+// True on every rank when any dp replica has rows this step (one rank: has_rows).
+bool any_replica(bool has_rows, const model::Model& m) {
+    if (m.comms == nullptr || m.comms->dp.size() == 1)
+        return has_rows;
+    int64_t any = has_rows;
+    Tensor t{&any, DType::i64, Device::cpu, {1}};
+    comm::all_reduce(t, m.comms->dp, comm::ReduceOp::max);
+    return any != 0;
+}
+
+// The last stage's StepOut on every stage of the pipeline.
+void share_step(StepOut& out, size_t n_rows, const model::Model& m) {
+    const comm::Comm& pp = m.comms->pp;
+    const int root = m.shard.pp - 1;
+    int64_t n_floats = static_cast<int64_t>(out.floats.size());
+    Tensor count{&n_floats, DType::i64, Device::cpu, {1}};
+    comm::broadcast(count, root, pp);
+    out.ints.resize(2 * n_rows);
+    out.floats.resize(static_cast<size_t>(n_floats));
+    Tensor ints{out.ints.data(), DType::i64, Device::cpu, {static_cast<int64_t>(out.ints.size())}};
+    Tensor floats{out.floats.data(), DType::f32, Device::cpu, {n_floats}};
+    comm::broadcast(ints, root, pp);
+    comm::broadcast(floats, root, pp);
 }
 
 }  // namespace
@@ -125,53 +235,30 @@ EngineStats run_engine(const model::Model& m,
             s->out.req = std::move(peeked.req);
             s->max_new =
                 s->out.req.max_new_tokens >= 0 ? s->out.req.max_new_tokens : o.max_new_tokens;
-            s->state = model::make_sequence_state(m.cfg);
+            s->state = model::make_sequence_state(m);
             have_peek = false;
             running.push_back(std::move(s));
             add(*running.back(), n);
         }
-        if (rows.empty()) {
-            HYMOE_CHECK(running.empty(), "engine: no row fits a step of ", o.max_tokens, " tokens");
+        HYMOE_CHECK(!rows.empty() || running.empty(),
+                    "engine: no row fits a step of ",
+                    o.max_tokens,
+                    " tokens");
+        // dp replicas step together while any has rows: their MoE layers share ep groups
+        if (!any_replica(!rows.empty(), m))
             break;
-        }
 
         const bool all_rows = o.prompt_logprobs && any_prefill;
         model::ForwardOptions fo;
         fo.logits = all_rows ? model::Logits::all : model::Logits::last;
         fo.stats = o.layer_stats;
         model::forward(m, tokens, batch, states, logits, fo);
-        const float* base = logits.ptr<float>();  // [n_tok or n_seq, V]
-        for (size_t r = 0; r < rows.size(); ++r) {
-            Seq& s = *rows[r].seq;
-            const int64_t end = batch.offsets[r + 1];
-            const float* last = base + (all_rows ? end - 1 : static_cast<int64_t>(r)) * V;
-            if (s.decoding()) {
-                ++stats.generated_tokens;
-                take_token(s, last, V, o);
-                continue;
-            }
-            const std::vector<int64_t>& prompt = s.out.req.tokens;
-            const int64_t begin = batch.offsets[r];
-            for (int64_t t = 0; all_rows && t < rows[r].n; ++t) {  // token p+1 given 0..p
-                const int64_t p = s.n_prefilled + t;
-                if (p + 1 < s.prompt_len())
-                    s.out.prompt_logprobs.push_back(static_cast<float>(
-                        token_logprob(base + (begin + t) * V, V, prompt[p + 1])));
-            }
-            s.n_prefilled += rows[r].n;
-            stats.prompt_tokens += rows[r].n;
-            if (!s.decoding())
-                continue;
-            s.out.greedy_token = argmax_token(last, V);
-            s.out.greedy_logprob = static_cast<float>(token_logprob(last, V, s.out.greedy_token));
-            if (s.max_new == 0) {
-                s.out.finish = Finish::length;
-                s.done = true;
-            } else {
-                ++stats.generated_tokens;
-                take_token(s, last, V, o);
-            }
-        }
+        StepOut out;
+        if (m.shard.last_stage())
+            out = step_out(rows, batch, logits, all_rows, V, o);
+        if (m.shard.pp > 1)
+            share_step(out, rows.size(), m);
+        apply_step(rows, out, all_rows, o, stats);
         ++stats.steps;
         stats.rows += batch.n_tok(), stats.seqs += batch.n_seq();
         for (auto& s : running) {  // finished sequences leave, in admission order

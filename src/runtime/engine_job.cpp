@@ -1,6 +1,7 @@
-// The infer job on one rank: the model, the request stream (bad lines skipped or fatal per
-// inference.on_bad_request; requests finished by an interrupted run skipped), the engine, the
-// results journal, progress lines and the closing summary.
+// The infer job: this rank's part of the model, the request stream (bad lines skipped or fatal per
+// inference.on_bad_request; requests finished by an interrupted run skipped; the rest dealt to the
+// dp replicas by token count), the engine, the results journal, progress lines and the closing
+// summary (summed over the replicas).
 #include <algorithm>
 #include <cstdio>
 
@@ -17,24 +18,33 @@
 
 namespace hymoe::runtime {
 
-model::Model build_model(const Job& job) {
-    model::Model m = model::make_model(job.model);
+model::Model build_model(const Job& job, const parallel::Grid& grid) {
+    model::Model m = model::make_model(job.model, grid);
     if (job.deck.model.init_random) {
         model::init_model_random(m, job.deck.job.seed);
         return m;
     }
+    // each rank reads only its part: the rows or columns of its slice out of the memory map
     io::SafetensorsFolder folder(job.deck.model.weights);
     model::load_model_weights(
-        m, [&](const std::string& name, Tensor& dest) { folder.read(name, dest); });
+        m, [&](const std::string& name, const model::TensorPart& part, Tensor& dest) {
+            if (part.dim < 0)
+                return folder.read(name, dest);
+            const Shape& stored = folder.info(name).shape;
+            if (part.dim >= static_cast<int>(stored.size()) || stored[part.dim] != part.full)
+                HYMOE_FAIL(Exit::bad_input,
+                           job.deck.model.weights,
+                           ": ",
+                           name,
+                           " is ",
+                           shape_string(stored),
+                           " but the config gives dim ",
+                           part.dim,
+                           " a length of ",
+                           part.full);
+            folder.read_slice(name, part.dim, part.begin, dest);
+        });
     return m;
-}
-
-void check_infer(const Job& job) {
-    if (job.layout.world() != 1)
-        HYMOE_FAIL(Exit::invalid,
-                   job.deck.locate("parallel"),
-                   ": inference (generation and prompt scoring) runs on one rank in this build "
-                   "(tp = dp = pp = 1)");
 }
 
 namespace {
@@ -46,16 +56,33 @@ std::string fixed(double x, int digits = 1) {
 }
 
 // The JSONL requests as a RequestSource: counts request lines (index), applies on_bad_request,
-// and skips the requests a journal already holds (their lines must match).
+// skips the requests a journal already holds (their lines must match), and deals the rest to the
+// dp replicas: each request goes to the replica with the fewest tokens dealt so far (prompt +
+// max_new_tokens; ties to the lower replica). Every rank reads the whole file and deals alike,
+// and keeps its own replica's requests.
 struct Stream {
     const Job& job;
     const std::vector<DoneRequest>& done;
     io::RequestReader reader;
+    int replica;
+    std::vector<int64_t> dealt;  // [dp] tokens dealt to each replica
     int64_t index = -1, read = 0, skipped = 0, resumed = 0;
     size_t next_done = 0;
 
-    Stream(const Job& j, const std::vector<DoneRequest>& d)
-        : job(j), done(d), reader(j.deck.inference.dataset) {}
+    Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank)
+        : job(j),
+          done(d),
+          reader(j.deck.inference.dataset),
+          replica(dp_rank),
+          dealt(static_cast<size_t>(j.layout.dp), 0) {}
+
+    bool mine(const io::Request& r) {
+        const auto least = std::min_element(dealt.begin(), dealt.end());
+        const int64_t max_new =
+            r.max_new_tokens >= 0 ? r.max_new_tokens : job.deck.inference.max_new_tokens;
+        *least += static_cast<int64_t>(r.tokens.size()) + max_new;
+        return least - dealt.begin() == replica;
+    }
 
     void bad(const Error& e) {
         if (job.deck.inference.on_bad_request == "fail")
@@ -103,6 +130,8 @@ struct Stream {
                 ++resumed;
                 continue;
             }
+            if (!mine(r))
+                continue;
             ++read;
             p = Pending{index, std::move(r)};
             return true;
@@ -124,19 +153,21 @@ struct Stream {
 int run_infer(const Job& job, const parallel::Grid& grid) {
     const deck::InferenceSection& inf = job.deck.inference;
     const double t0 = wall_seconds();
-    model::Model m = build_model(job);
+    model::Model m = build_model(job, grid);
     log::info(cat("model ready in ",
                   fixed(wall_seconds() - t0, 2),
                   " s (",
                   job.deck.model.init_random ? "random init" : job.deck.model.weights,
                   ")"));
     // a journal segment every 4 batches' worth of finished requests (or 10 s)
-    ResultsJournal journal(job.deck.job.output,
-                           sha256_hex(job.deck.resolved_yaml),
-                           inf.prompt_logprobs,
-                           grid.comms.world,
-                           std::clamp(4 * inf.max_seqs, 8, 4096));
-    Stream stream(job, journal.done());
+    const bool writer = grid.me.tp == 0 && m.shard.last_stage();  // one per dp replica
+    ResultsJournal journal(
+        job.deck.job.output,
+        sha256_hex(job.deck.resolved_yaml),
+        inf.prompt_logprobs,
+        {grid.comms.world, grid.comms.self, writer ? grid.me.dp : -1, job.layout.dp},
+        std::clamp(4 * inf.max_seqs, 8, 4096));
+    Stream stream(job, journal.done(), grid.me.dp);
     ops::set_batch_invariant(inf.batch_invariant);
     EngineOptions o;
     o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;
@@ -163,10 +194,20 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                       " running"));
     };
     model::ForwardStats layer_stats;
-    if (job.deck.profile.layers)
+    const bool profiling = job.deck.profile.layers || job.deck.profile.experts;
+    if (profiling)
         o.layer_stats = &layer_stats;
-    const EngineStats s = run_engine(
+    EngineStats s = run_engine(
         m, o, [&](Pending& p) { return stream.next(p); }, sink, progress);
+    if (job.layout.dp > 1) {  // the summary counts every replica
+        int64_t sums[] = {s.requests, s.prompt_tokens, s.generated_tokens, s.rows, s.seqs, n_stop,
+                          n_length, stream.read};
+        Tensor t{sums, DType::i64, Device::cpu, {8}};
+        comm::all_reduce(t, grid.comms.dp);
+        s.requests = sums[0], s.prompt_tokens = sums[1], s.generated_tokens = sums[2];
+        s.rows = sums[3], s.seqs = sums[4], n_stop = sums[5], n_length = sums[6];
+        stream.read = sums[7];
+    }
     const int64_t n =
         journal.finish({&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
     const double secs = std::max(s.seconds, 1e-9);
@@ -220,9 +261,10 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   o.prefill_chunk,
                   ")"));
     std::string outputs = job.deck.job.output + "/results.h5, ";
-    if (job.deck.profile.layers) {
-        log::info(profile_table(job.model, layer_stats));
-        write_profile(job, grid, layer_stats);
+    if (profiling) {
+        const JobProfile prof = gather_profile(job, grid, layer_stats);
+        log::info(profile_table(job.model, prof));
+        write_profile(job, grid, prof);
         outputs += job.deck.job.output + "/profile.h5, ";
     }
     log::info("outputs: " + outputs + job.deck.job.output + "/log");

@@ -147,13 +147,6 @@ std::optional<LayoutProblem> model_layout_problem(const model::ModelConfig& m,
             "parallel.tp",
             "tp does not divide the KDA heads",
             not_divisible(l.tp, "the KDA heads", m.kda.n_head, "tp splits the KDA heads")};
-    if (count_layers(m, Mixer::dsa) > 0 && m.indexer.n_head % l.tp != 0)
-        return LayoutProblem{"parallel.tp",
-                             "tp does not divide the indexer heads",
-                             not_divisible(l.tp,
-                                           "the indexer heads",
-                                           m.indexer.n_head,
-                                           "tp splits the lightning-indexer heads")};
     if (m.vocab_size % l.tp != 0)
         return LayoutProblem{"parallel.tp",
                              "tp does not divide the vocabulary",
@@ -177,6 +170,15 @@ std::optional<LayoutProblem> model_layout_problem(const model::ModelConfig& m,
                                            "the routed experts",
                                            m.moe.n_routed_experts,
                                            "every ep rank hosts the same number of experts")};
+    if (l.tp % l.etp != 0)
+        return LayoutProblem{"parallel.etp",
+                             "etp does not divide tp",
+                             cat("etp = ",
+                                 l.etp,
+                                 " does not divide tp = ",
+                                 l.tp,
+                                 " (the parts of an expert must sit in one tp group, which holds "
+                                 "the same tokens)")};
     if (m.moe.moe_intermediate % l.etp != 0)
         return LayoutProblem{
             "parallel.etp",

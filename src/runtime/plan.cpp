@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "hymoe/model/shard.h"
 #include "plan_detail.h"
 
 namespace hymoe::runtime {
@@ -71,24 +72,6 @@ int64_t StagePlan::weight_params() const {
 }
 
 namespace {
-
-// ---- stages -------------------------------------------------------------------------------------
-
-// First layer of every stage, and the layer count at the end: the '|' boundaries of the pattern
-// when they give pp stages, else a balanced split (stage s: layers ⌊s·L/pp⌋ .. ⌊(s+1)·L/pp⌋).
-std::vector<int> stage_starts(const ModelConfig& m, int pp) {
-    const int L = static_cast<int>(m.layers.size());
-    std::vector<int> s;
-    if (!m.stage_boundaries.empty() && static_cast<int>(m.stage_boundaries.size()) + 1 == pp) {
-        s.push_back(0);
-        s.insert(s.end(), m.stage_boundaries.begin(), m.stage_boundaries.end());
-    } else {
-        for (int i = 0; i < pp; ++i)
-            s.push_back(static_cast<int>(static_cast<i64>(i) * L / pp));
-    }
-    s.push_back(L);
-    return s;
-}
 
 // ---- workload -----------------------------------------------------------------------------------
 

@@ -1,7 +1,10 @@
-// Per-layer profile: the log table and profile.h5 (see runtime/profile.h).
+// Per-layer and per-expert profile: combined over ranks, the log tables and profile.h5 (see
+// runtime/profile.h).
 #include "hymoe/runtime/profile.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <vector>
 
 #include "hymoe/core/log.h"
@@ -10,12 +13,92 @@
 
 namespace hymoe::runtime {
 
-std::string profile_table(const model::ModelConfig& cfg, const model::ForwardStats& stats) {
+namespace {
+
+Tensor view_of(std::vector<float>& v) {
+    return Tensor{v.data(), DType::f32, Device::cpu, {static_cast<int64_t>(v.size())}};
+}
+Tensor view_of(std::vector<int64_t>& v, Shape shape) {
+    return Tensor{v.data(), DType::i64, Device::cpu, std::move(shape)};
+}
+
+bool any_moe(const model::ModelConfig& cfg) {
+    return count_layers(cfg, model::Ffn::moe) + count_layers(cfg, model::Ffn::latent_moe) > 0;
+}
+
+}  // namespace
+
+JobProfile gather_profile(const Job& job,
+                          const parallel::Grid& grid,
+                          const model::ForwardStats& mine) {
+    const auto L = static_cast<int64_t>(job.model.layers.size());
+    const int64_t E = job.model.moe.n_routed_experts, world = job.layout.world();
+    const comm::Comm& all = grid.comms.world;
+    JobProfile p;
+    // seconds: [L mixer, L ffn, L dispatch, L combine, head, indexer, attention], summed
+    std::vector<float> secs(static_cast<size_t>(4 * L + 3), 0.0f);
+    for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.mixer_seconds.size()); ++i) {
+        secs[i] = static_cast<float>(mine.mixer_seconds[i]);
+        secs[L + i] = static_cast<float>(mine.ffn_seconds[i]);
+        secs[2 * L + i] = static_cast<float>(mine.moe[i].dispatch_seconds);
+        secs[3 * L + i] = static_cast<float>(mine.moe[i].combine_seconds);
+    }
+    secs[4 * L] = static_cast<float>(mine.head_seconds);
+    secs[4 * L + 1] = static_cast<float>(mine.attn.indexer_seconds);
+    secs[4 * L + 2] = static_cast<float>(mine.attn.attention_seconds);
+    Tensor st = view_of(secs);
+    comm::all_reduce(st, all);
+    const float per_stage = static_cast<float>(job.layout.tp * job.layout.dp);
+    for (float& s : secs)
+        s /= per_stage;  // each layer runs on the tp·dp ranks of its stage
+    model::ForwardStats& m = p.mean;
+    m.mixer_seconds.assign(secs.begin(), secs.begin() + L);
+    m.ffn_seconds.assign(secs.begin() + L, secs.begin() + 2 * L);
+    p.dispatch_seconds.assign(secs.begin() + 2 * L, secs.begin() + 3 * L);
+    p.combine_seconds.assign(secs.begin() + 3 * L, secs.begin() + 4 * L);
+    m.head_seconds = secs[4 * L], m.attn.indexer_seconds = secs[4 * L + 1];
+    m.attn.attention_seconds = secs[4 * L + 2];
+    if (!any_moe(job.model))
+        return p;
+
+    // load: every rank adds its experts' assignments and fills its own column of the rank table;
+    // an expert's etp parts compute the same assignments, so the expert sums are divided by etp
+    p.tokens_per_expert.assign(static_cast<size_t>(L * E), 0);
+    p.tokens_per_rank.assign(static_cast<size_t>(L * world), 0);
+    for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.moe.size()); ++i) {
+        const std::vector<int64_t>& t = mine.moe[i].tokens_per_expert;
+        for (size_t e = 0; e < t.size() && static_cast<int64_t>(e) < E; ++e)
+            p.tokens_per_expert[i * E + e] += t[e];
+        p.tokens_per_rank[i * world + grid.rank] = std::accumulate(t.begin(), t.end(), int64_t{0});
+    }
+    Tensor te = view_of(p.tokens_per_expert, {L * E}), tr = view_of(p.tokens_per_rank, {L * world});
+    comm::all_reduce(te, all);
+    comm::all_reduce(tr, all);
+    for (int64_t& t : p.tokens_per_expert)
+        t /= job.layout.etp;
+    // imbalance over ep ranks: an ep rank's load is its hosted experts' assignments
+    const int ep = job.layout.ep;
+    const int64_t per_rank = E / ep;
+    p.imbalance.assign(static_cast<size_t>(L), 0.0f);
+    for (int64_t i = 0; i < L; ++i) {
+        std::vector<int64_t> load(static_cast<size_t>(ep), 0);
+        for (int64_t e = 0; e < E; ++e)
+            load[e / per_rank] += p.tokens_per_expert[i * E + e];
+        const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});
+        if (total > 0)
+            p.imbalance[i] = static_cast<float>(*std::max_element(load.begin(), load.end())) /
+                             (static_cast<float>(total) / static_cast<float>(ep));
+    }
+    return p;
+}
+
+std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
+    const model::ForwardStats& stats = p.mean;
     double total = stats.head_seconds;
     for (size_t i = 0; i < stats.mixer_seconds.size(); ++i)
         total += stats.mixer_seconds[i] + stats.ffn_seconds[i];
     char line[160];
-    std::string out = "per-layer wall time (all forward steps):\n";
+    std::string out = "per-layer wall time (all forward steps, mean over the stage's ranks):\n";
     std::snprintf(line,
                   sizeof line,
                   "  %5s  %-5s %10s  %-10s %10s  %7s\n",
@@ -46,10 +129,42 @@ std::string profile_table(const model::ModelConfig& cfg, const model::ForwardSta
                   stats.head_seconds,
                   stats.attn.indexer_seconds,
                   stats.attn.attention_seconds);
-    return out + line;
+    out += line;
+    if (p.imbalance.empty())
+        return out;
+    const int64_t E = cfg.moe.n_routed_experts;
+    out += "expert load (assignments over all steps; imbalance = max/mean over ep ranks):\n";
+    std::snprintf(line,
+                  sizeof line,
+                  "  %5s %12s %8s %8s %9s %10s %10s\n",
+                  "layer",
+                  "assignments",
+                  "hottest",
+                  "coldest",
+                  "imbalance",
+                  "dispatch s",
+                  "combine s");
+    out += line;
+    for (size_t i = 0; i < p.imbalance.size(); ++i) {
+        if (cfg.layers[i].ffn == model::Ffn::dense)
+            continue;
+        const auto first = p.tokens_per_expert.begin() + static_cast<int64_t>(i) * E;
+        std::snprintf(line,
+                      sizeof line,
+                      "  %5zu %12lld %8lld %8lld %9.3f %10.4f %10.4f\n",
+                      i,
+                      static_cast<long long>(std::accumulate(first, first + E, int64_t{0})),
+                      static_cast<long long>(*std::max_element(first, first + E)),
+                      static_cast<long long>(*std::min_element(first, first + E)),
+                      static_cast<double>(p.imbalance[i]),
+                      static_cast<double>(p.dispatch_seconds[i]),
+                      static_cast<double>(p.combine_seconds[i]));
+        out += line;
+    }
+    return out;
 }
 
-void write_profile(const Job& job, const parallel::Grid& grid, const model::ForwardStats& stats) {
+void write_profile(const Job& job, const parallel::Grid& grid, const JobProfile& p) {
     const std::string path = job.deck.job.output + "/profile.h5";
     io::H5Writer file(path, grid.comms.world);
     io::write_meta(file, {&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
@@ -60,17 +175,29 @@ void write_profile(const Job& job, const parallel::Grid& grid, const model::Forw
     }
     file.strings("/layers/mixer", mixer);
     file.strings("/layers/ffn", ffn);
-    auto seconds = [&](const std::string& name, std::vector<double> v) {
+    auto seconds = [&](const std::string& name, const std::vector<double>& v) {
         std::vector<float> f(v.begin(), v.end());
-        file.array(name,
-                   Tensor{f.data(), DType::f32, Device::cpu, {static_cast<int64_t>(f.size())}});
+        file.array(name, view_of(f));
         file.attr(name, "unit", "s");
     };
-    seconds("/layers/mixer_seconds", stats.mixer_seconds);
-    seconds("/layers/ffn_seconds", stats.ffn_seconds);
-    seconds("/attention/indexer_seconds", {stats.attn.indexer_seconds});
-    seconds("/attention/other_seconds", {stats.attn.attention_seconds});
-    seconds("/head_seconds", {stats.head_seconds});
+    seconds("/layers/mixer_seconds", p.mean.mixer_seconds);
+    seconds("/layers/ffn_seconds", p.mean.ffn_seconds);
+    seconds("/attention/indexer_seconds", {p.mean.attn.indexer_seconds});
+    seconds("/attention/other_seconds", {p.mean.attn.attention_seconds});
+    seconds("/head_seconds", {p.mean.head_seconds});
+    if (!p.imbalance.empty() && job.deck.profile.experts) {
+        const auto L = static_cast<int64_t>(job.model.layers.size());
+        std::vector<int64_t> tpe = p.tokens_per_expert, tpr = p.tokens_per_rank;
+        file.array("/experts/tokens_per_expert",
+                   view_of(tpe, {L, static_cast<int64_t>(tpe.size()) / L}));
+        file.array("/experts/tokens_per_rank", view_of(tpr, {L, job.layout.world()}));
+        std::vector<float> imb = p.imbalance, disp = p.dispatch_seconds, comb = p.combine_seconds;
+        file.array("/experts/imbalance", view_of(imb));
+        file.array("/experts/dispatch_seconds", view_of(disp));
+        file.attr("/experts/dispatch_seconds", "unit", "s");
+        file.array("/experts/combine_seconds", view_of(comb));
+        file.attr("/experts/combine_seconds", "unit", "s");
+    }
     file.commit();
 }
 

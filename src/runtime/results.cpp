@@ -128,41 +128,48 @@ struct Columns {
 ResultsJournal::ResultsJournal(const std::string& out_dir,
                                const std::string& deck_sha256,
                                bool prompt_logprobs,
-                               const comm::Comm& comm,
+                               const JournalRanks& ranks,
                                int flush_every,
                                double flush_seconds)
     : dir_(out_dir),
       parts_(out_dir + "/results.parts"),
       sha_(deck_sha256),
       prompt_logprobs_(prompt_logprobs),
-      comm_(comm),
+      ranks_(ranks),
       flush_every_(flush_every),
       flush_seconds_(flush_seconds),
       last_flush_(wall_seconds()) {
-    if (fs::exists(parts_)) {
-        for (const auto& [n, path] : list_segments(parts_)) {
-            io::H5Reader r(path);
-            if (r.text("/deck_sha256") != sha_) {
-                log::warn(cat(parts_, " holds results of another deck: starting afresh"));
-                done_.clear();
-                fs::remove_all(parts_);
-                break;
-            }
-            std::vector<int64_t> index = r.ints("/index"), line = r.ints("/line"),
-                                 prompt_len = r.ints("/prompt_len");
-            std::vector<std::string> id = r.strings("/id");
-            for (size_t i = 0; i < index.size(); ++i)
-                done_.push_back({index[i], line[i], prompt_len[i], id[i]});
-            next_segment_ = n + 1;
-        }
+    if (ranks_.world.rank() == 0) {  // drops .partial leftovers and another deck's journal
+        if (fs::exists(parts_))
+            for (const auto& [n, path] : list_segments(parts_))
+                if (io::H5Reader(path).text("/deck_sha256") != sha_) {
+                    log::warn(cat(parts_, " holds results of another deck: starting afresh"));
+                    fs::remove_all(parts_);
+                    break;
+                }
+        fs::create_directories(parts_);
     }
-    fs::create_directories(parts_);
+    comm::barrier(ranks_.world);
+    int last = -1;
+    for (const auto& [n, path] : list_segments(parts_)) {
+        io::H5Reader r(path);
+        std::vector<int64_t> index = r.ints("/index"), line = r.ints("/line"),
+                             prompt_len = r.ints("/prompt_len");
+        std::vector<std::string> id = r.strings("/id");
+        for (size_t i = 0; i < index.size(); ++i)
+            done_.push_back({index[i], line[i], prompt_len[i], id[i]});
+        last = n;
+    }
+    const int w = std::max(ranks_.writer, 0), n_w = ranks_.n_writers;
+    next_segment_ = (last + 1 + n_w - 1 - w) / n_w * n_w + w;  // the first ≡ w (mod W) past last
     std::sort(done_.begin(), done_.end(), [](auto& a, auto& b) { return a.index < b.index; });
     if (!done_.empty())
         log::info(cat("resuming: ", done_.size(), " requests already finished in ", parts_));
 }
 
 void ResultsJournal::add(Finished&& f) {
+    if (ranks_.writer < 0)
+        return;
     buffer_.push_back(std::move(f));
     if (static_cast<int>(buffer_.size()) >= flush_every_ ||
         wall_seconds() - last_flush_ >= flush_seconds_)
@@ -188,7 +195,8 @@ void ResultsJournal::flush() {
         plp.insert(plp.end(), f.prompt_logprobs.begin(), f.prompt_logprobs.end());
         greedy_token.push_back(f.greedy_token), greedy_logprob.push_back(f.greedy_logprob);
     }
-    io::H5Writer w(parts_ + "/" + segment_name(next_segment_++), comm_);
+    io::H5Writer w(parts_ + "/" + segment_name(next_segment_), ranks_.self);
+    next_segment_ += ranks_.n_writers;
     w.text("/deck_sha256", sha_);
     w.array("/index", view_of(index, DType::i64));
     w.array("/line", view_of(line, DType::i64));
@@ -209,6 +217,16 @@ void ResultsJournal::flush() {
 
 int64_t ResultsJournal::finish(const io::RunMeta& meta) {
     flush();
+    comm::barrier(ranks_.world);  // every writer's last segment is on disk
+    int64_t n = 0;
+    if (ranks_.world.rank() == 0)
+        n = merge(meta);
+    Tensor count{&n, DType::i64, Device::cpu, {1}};
+    comm::broadcast(count, 0, ranks_.world);
+    return n;
+}
+
+int64_t ResultsJournal::merge(const io::RunMeta& meta) {
     const auto segs = list_segments(parts_);
     std::vector<uint64_t> where;  // [max index + 1]: (segment << 32 | row) + 1; 0 = absent
     for (size_t k = 0; k < segs.size(); ++k) {
@@ -219,7 +237,7 @@ int64_t ResultsJournal::finish(const io::RunMeta& meta) {
             where[index[row]] = (uint64_t{k} << 32 | row) + 1;
         }
     }
-    io::H5Writer w(dir_ + "/results.h5", comm_);
+    io::H5Writer w(dir_ + "/results.h5", ranks_.self);
     io::write_meta(w, meta);
     Columns cols;
     cols.out_end.push_back(0), cols.plp_end.push_back(0);  // offsets [N + 1] start at 0

@@ -76,8 +76,6 @@ int run_job(const Job& job, const parallel::Grid& grid) {
                    ": ",
                    deck::to_string(kind),
                    " jobs are not available in this build yet (validate the deck with --check)");
-    if (kind == deck::JobKind::infer)
-        check_infer(job);
     make_output_folder(job.deck.job.output);
     log::to_file(job.deck.job.output + "/log");
     if (kind == deck::JobKind::infer)

@@ -194,7 +194,7 @@ Span prefill(const model::Model& m,
         t = 3 + static_cast<int64_t>(rng.next_u32() % static_cast<uint32_t>(cfg.vocab_size - 3));
     states.clear();
     for (int64_t s = 0; s < n_seq; ++s)
-        states.push_back(model::make_sequence_state(cfg));
+        states.push_back(model::make_sequence_state(m));
     Buffer logits;
     Probe probe;
     stats = model::ForwardStats{};

@@ -82,8 +82,9 @@ BOOST_DATA_TEST_CASE(folder_loads_and_scores_like_in_process, data::make(kFamili
     // The reference reads the same bf16 shards.
     model::Model m = model::make_model(model::load_model_config(dir + "/config.json"));
     io::SafetensorsFolder folder(dir);
-    model::load_model_weights(
-        m, [&](const std::string& name, Tensor& dest) { folder.read(name, dest); });
+    model::load_model_weights(m, [&](const std::string& name, const model::TensorPart&, Tensor& dest) {
+        folder.read(name, dest);
+    });
     io::H5Reader h5(dir + "/out/results.h5");
     std::vector<float> lp = h5.floats("/requests/prompt_logprobs");
     std::vector<int64_t> offsets = h5.ints("/requests/logprob_offsets");
@@ -92,7 +93,7 @@ BOOST_DATA_TEST_CASE(folder_loads_and_scores_like_in_process, data::make(kFamili
     float max_err = 0;
     for (size_t s = 0; s < kPrompts.size(); ++s) {
         const auto& p = kPrompts[s];
-        model::SequenceState st = model::make_sequence_state(m.cfg);
+        model::SequenceState st = model::make_sequence_state(m);
         Buffer logits;
         model::forward(m, p, model::single_sequence(static_cast<int64_t>(p.size())), {&st}, logits);
         for (size_t t = 0; t + 1 < p.size(); ++t) {

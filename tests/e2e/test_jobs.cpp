@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(results_match_an_in_process_forward) {
     const int64_t V = m.cfg.vocab_size;
     for (size_t s = 0; s < prompts.size(); ++s) {
         const auto& p = prompts[s];
-        hymoe::model::SequenceState st = hymoe::model::make_sequence_state(m.cfg);
+        hymoe::model::SequenceState st = hymoe::model::make_sequence_state(m);
         hymoe::Buffer logits;
         hymoe::model::forward(
             m, p, hymoe::model::single_sequence(static_cast<int64_t>(p.size())), {&st}, logits);

@@ -48,10 +48,17 @@ struct MoeWeights {
 //   latent_moe:        the moe names + fc1_latent_proj.weight, fc2_latent_proj.weight
 // relu2 experts list no gate matrix. `dense` is filled for Ffn::dense layers, `moe` otherwise
 // (the other may be null). Init: normal (std 0.02), the correction bias Init::small_bias.
+// Under model parallelism (model/shard.h) cfg is the rank's local config: the dense and shared
+// widths are cut over tp, the routed expert width over etp, and only the `hosted` experts are
+// listed (moe->experts keeps all E slots; the others stay empty). The router is whole.
+struct ExpertRange {
+    int begin = 0, end = -1;  // experts [begin, end); end −1: all
+};
 TensorList ffn_tensors(const ModelConfig& cfg,
                        const LayerSpec& spec,
                        DenseFfnWeights* dense,
-                       MoeWeights* moe);
+                       MoeWeights* moe,
+                       ExpertRange hosted = {});
 
 // y [n_tok, w] = down(act(x)) for one MLP on x [n_tok, w]:
 //   swiglu: down(SiLU(gate x) ⊙ up x),  relu2: down(ReLU(up x)²).

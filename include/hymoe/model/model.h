@@ -1,8 +1,12 @@
-// The whole language model on one rank: embedding → layers (h += mixer(RMSNorm₁ h);
+// The language model, whole on one rank or cut over tp, ep, etp and pp (model/shard.h): embedding → layers (h += mixer(RMSNorm₁ h);
 // h += ffn(RMSNorm₂ h)) → final RMSNorm → LM head. Each layer's mixer and FFN are dispatched by the
 // annotation resolved once in ModelConfig::layers. The forward takes a packed batch of sequences
 // (model/batch.h) and their per-sequence states, so prefill (whole prompts or chunks) and
 // step-decode share all block code. Weight names are the HF names of the config's family.
+// Under model parallelism every rank of a dp replica calls forward with the same batch: the
+// stages pass the residual stream point to point, tp ranks all-reduce each mixer's and dense
+// FFN's partial output, MoE layers dispatch over ep (model/moe_parallel.h), and the vocab-parallel
+// head's logits are gathered over tp, so every rank of the last stage holds the full logits.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,9 @@
 #include "hymoe/model/config.h"
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/kda.h"
+#include "hymoe/model/moe_parallel.h"
+#include "hymoe/model/shard.h"
+#include "hymoe/parallel/comms.h"
 
 namespace hymoe::model {
 
@@ -28,24 +35,39 @@ struct LayerWeights {
 };
 
 struct Model {
-    ModelConfig cfg;
-    Buffer embed;                      // [V, d] model.embed_tokens.weight
-    std::vector<LayerWeights> layers;  // [n_layer]
-    Buffer final_norm;                 // [d] model.norm.weight
-    Buffer lm_head;                    // [V, d] lm_head.weight (empty when tied: embed is used)
+    ModelConfig cfg;    // the whole model
+    ModelShard shard;   // this rank's part
+    ModelConfig local;  // the head counts and widths this rank's blocks run on (cfg on one rank)
+    const parallel::Comms* comms = nullptr;  // null: one rank
+    Buffer embed;                      // [V/tp, d] model.embed_tokens.weight (first stage; the
+                                       //   last too when tied)
+    std::vector<LayerWeights> layers;  // [n_layer], filled for this stage's layers only
+    Buffer final_norm;                 // [d] model.norm.weight (last stage)
+    Buffer lm_head;                    // [V/tp, d] lm_head.weight (last stage; empty when tied)
     const Buffer& head() const { return cfg.tie_word_embeddings ? embed : lm_head; }
 };
 
-// Every weight of the model with its full HF name ("model.layers.3.self_attn.q_proj.weight").
+// This rank's weights with their full HF names ("model.layers.3.self_attn.q_proj.weight") and
+// local shapes; split_dim says how each is cut from the whole tensor.
 TensorList model_tensors(Model& m);
 // An empty model for cfg (no weights yet): fill with init_model_random or load_model_weights.
 Model make_model(const ModelConfig& cfg);
-// init: random. Each tensor draws from its own Philox stream keyed by (seed, its name), so the
-// weights do not depend on the order tensors are listed in or on the layout.
+// The part of the grid's rank (layout validated against cfg first: runtime/job.h). The grid
+// must outlive the model.
+Model make_model(const ModelConfig& cfg, const parallel::Grid& grid);
+// init: random. Each tensor draws from its own Philox stream keyed by (seed, its name), whole,
+// and the rank keeps its part, so the weights do not depend on the tensor order or the layout.
 void init_model_random(Model& m, uint64_t seed);
+// Reads this rank's part of one tensor: the whole tensor when part.dim < 0, else the slice
+// [begin, begin + dest.shape[dim]) along dim of a tensor whose dim is `full` long.
+struct TensorPart {
+    int dim = -1;
+    int64_t begin = 0, full = 0;
+};
+using ReadTensor =
+    std::function<void(const std::string& name, const TensorPart& part, Tensor& dest)>;
 // Fill every tensor by name (safetensors folder, checkpoint, golden file).
-void load_model_weights(Model& m,
-                        const std::function<void(const std::string& name, Tensor& dest)>& read);
+void load_model_weights(Model& m, const ReadTensor& read);
 
 // What one sequence carries between forward calls: per layer, the KDA state or the attention
 // cache (whichever that layer's mixer needs), and how many tokens it has seen.
@@ -54,7 +76,8 @@ struct SequenceState {
     std::vector<AttnCache> attn;  // [n_layer]; used by mla/dsa layers only
     int64_t n_tokens = 0;
 };
-SequenceState make_sequence_state(const ModelConfig& cfg);
+// A new sequence on this rank: the states of its stage's KDA layers, with its heads.
+SequenceState make_sequence_state(const Model& m);
 
 enum class Logits { all, last };  // every token's row, or only each sequence's last
 
@@ -64,6 +87,9 @@ struct ForwardStats {
     std::vector<double> ffn_seconds;    // [n_layer] dense FFN or MoE
     AttnStats attn;                     // MLA/DSA layers: indexer vs the rest
     double head_seconds = 0;            // embedding, final norm and LM head
+    double pipeline_seconds = 0;        // waiting for and sending the residual stream (pp)
+    std::vector<MoeCommStats> moe;      // [n_layer] MoE layers: tokens per hosted expert and,
+                                        //   under tp/ep, the dispatch and combine phases
 };
 
 struct ForwardOptions {
@@ -74,7 +100,9 @@ struct ForwardOptions {
 };
 
 // tokens [n_tok] packed as batch; states [n_seq] advance by each sequence's length (batch.pos0
-// must equal their n_tokens). logits is resized to [n_tok, V] (Logits::all) or [n_seq, V].
+// must equal their n_tokens). logits is resized to [n_tok, V] (Logits::all) or [n_seq, V] on the
+// last stage, left empty on the others. Collective over the rank's tp, pp and ep groups: a rank
+// with no tokens (n_tok = 0) still calls it while others in its ep group have work.
 void forward(const Model& m,
              const std::vector<int64_t>& tokens,
              const SeqBatch& batch,

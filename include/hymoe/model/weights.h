@@ -23,18 +23,34 @@ enum class Init {
     small_bias,   // 0.1 · N(0, 1): MoE e_score_correction_bias in the tiny test config
 };
 
+// Which ranks cut a split tensor between them (model/shard.h): the tp group (attention and KDA
+// heads, dense FFN and shared-expert width, vocabulary) or the etp group (routed expert width).
+enum class SplitOver { tp, etp };
+
 struct TensorSpec {
     std::string name;  // HF name relative to the block, e.g. "q_proj.weight"
-    Shape shape;
+    Shape shape;       // this rank's part: the full shape with shape[split_dim] divided
     Buffer* dest;
     Init init = Init::normal;
     float std = 0.02f;
+    int split_dim = -1;  // the dim cut into equal contiguous parts, part i on rank i of the
+                         // group; −1: every rank holds the whole tensor
+    SplitOver split_over = SplitOver::tp;
 };
+
+// spec, marked as cut along `dim` (0: a column-parallel [out, in] weight, its output rows split;
+// 1: a row-parallel one, its input columns split) over `over`.
+inline TensorSpec split(int dim, TensorSpec spec, SplitOver over = SplitOver::tp) {
+    spec.split_dim = dim;
+    spec.split_over = over;
+    return spec;
+}
 
 using TensorList = std::vector<TensorSpec>;
 
 // Allocate every tensor of the list (fp32, zeroed) and fill it by its init rule. `rng` is advanced
-// in list order, so the same seed gives the same weights on every rank and layout.
+// in list order, so the same seed gives the same weights on every rank and layout. Whole tensors
+// only (split_dim is not read): model/shard.h cuts a rank's part out of a whole tensor.
 void init_random(const TensorList& list, Philox& rng);
 // Allocate every tensor and fill it with read(name, shape, dest) (safetensors, golden files).
 void load_named(const TensorList& list,

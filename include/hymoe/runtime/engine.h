@@ -12,8 +12,12 @@
 // runtime/sampler.h), so a request's output does not depend on batch composition either.
 // A sequence finishes with "stop" when it samples eos (the eos token is kept as its last output
 // token) and "length" at max_new_tokens (the request's, else the deck's; 0 = prompt only).
-// Not here: paged KV cache, offload, preemption, several ranks (attention caches grow per
-// sequence; the running set is bounded by max_seqs).
+// Several ranks: every rank of a dp replica runs the same steps on the same requests (its tp
+// ranks and pipeline stages each hold part of the model); the last stage turns the logits into
+// the step's tokens and broadcasts them over pp. The dp replicas step together, a replica with
+// nothing to run joining with an empty batch, while any has rows: their MoE layers share ep
+// groups. Not here: paged KV cache, offload, preemption, a micro-batched pipeline (one step is
+// in flight, so pp stages take turns).
 #pragma once
 
 #include <cstdint>
@@ -81,10 +85,9 @@ EngineStats run_engine(
 
 // ---- the infer job (src/runtime/engine_job.cpp) -----------------------------------------------
 
-// The model of the job: model.init: random (seeded by job.seed) or model.weights (safetensors).
-model::Model build_model(const Job& job);
-// What this build can run (one rank); call before anything is written.
-void check_infer(const Job& job);
+// This rank's part of the job's model: model.init: random (seeded by job.seed) or model.weights
+// (safetensors, each rank reading only its slices).
+model::Model build_model(const Job& job, const parallel::Grid& grid);
 // Streams inference.dataset through the engine into out/results.h5 (runtime/results.h), resuming
 // an interrupted run of the same deck; logs progress and a three-line summary. Returns the exit
 // code.

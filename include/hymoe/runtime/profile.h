@@ -1,10 +1,14 @@
-// The per-layer profile of an inference run (profile.layers: true): wall seconds per layer in the
-// mixer (KDA or MLA/DSA, with the DSA indexer's share) and the FFN (dense or MoE), summed over
-// every forward step, as a table in the log (LAMMPS-style) and in profile.h5. One rank for now;
-// min/avg/max over ranks come with the parallel runtime.
+// The profile of an inference run: wall seconds per layer in the mixer (KDA or MLA/DSA, with the
+// DSA indexer's share) and the FFN (dense or MoE), summed over every forward step and averaged
+// over the tp·dp ranks of the layer's pipeline stage (profile.layers); and the expert load of
+// every MoE layer: assignments per expert and per rank, with the imbalance max/mean over the ep
+// ranks, and under tp/ep the dispatch and combine seconds (profile.experts). Shown as tables in
+// the log (LAMMPS-style) and written to profile.h5.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
@@ -12,11 +16,29 @@
 
 namespace hymoe::runtime {
 
-// The log table: one row per layer (mixer, seconds, FFN, seconds, share of the layer total).
-std::string profile_table(const model::ModelConfig& cfg, const model::ForwardStats& stats);
+struct JobProfile {
+    model::ForwardStats mean;                // per-layer seconds, mean over the stage's ranks
+    std::vector<int64_t> tokens_per_expert;  // [n_layer, E] assignments computed (0: not MoE)
+    std::vector<int64_t> tokens_per_rank;    // [n_layer, world] assignments each rank computed
+    std::vector<float> imbalance;            // [n_layer] max/mean of the ep ranks' assignments
+    std::vector<float> dispatch_seconds, combine_seconds;  // [n_layer] mean over ranks
+};
+
+// Every rank's stats combined; collective over the world.
+JobProfile gather_profile(const Job& job,
+                          const parallel::Grid& grid,
+                          const model::ForwardStats& mine);
+
+// The log tables: one row per layer (mixer, seconds, FFN, seconds, share of the layer total),
+// then, when the model has MoE layers, one per MoE layer (assignments, imbalance, dispatch and
+// combine seconds).
+std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p);
 
 // profile.h5 (atomic): /meta, /layers/{mixer,ffn} [n_layer] str, /layers/{mixer,ffn}_seconds
-// [n_layer], /attention/{indexer,other}_seconds, /head_seconds (seconds, f32, attr unit "s").
-void write_profile(const Job& job, const parallel::Grid& grid, const model::ForwardStats& stats);
+// [n_layer], /attention/{indexer,other}_seconds, /head_seconds (seconds, f32, attr unit "s");
+// with MoE layers /experts/tokens_per_expert [n_layer, E], /experts/tokens_per_rank
+// [n_layer, world] (i64), /experts/imbalance, /experts/dispatch_seconds,
+// /experts/combine_seconds [n_layer] (f32; rows of dense layers are 0).
+void write_profile(const Job& job, const parallel::Grid& grid, const JobProfile& p);
 
 }  // namespace hymoe::runtime

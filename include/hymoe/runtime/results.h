@@ -1,6 +1,8 @@
-// results.h5 of an infer job, streamed and resumable (one rank).
+// results.h5 of an infer job, streamed and resumable, from one or several writers (dp replicas).
 //
 // On-disk state while the job runs: out/results.parts/, a journal of finished requests.
+//   - Each dp replica has one writer rank (tp rank 0 of its last stage); writer w of W numbers
+//     its segments w, w + W, w + 2W, ... above every segment already there, so names never clash.
 //   - Finished requests are buffered and written as one segment, seg-NNNNNN.h5, every
 //     `flush_every` requests (the infer job: 4 × max_seqs, within 8..4096) or `flush_seconds`
 //     seconds, whichever comes first. Each segment is a
@@ -16,7 +18,9 @@
 // job stops with Exit::bad_input), unfinished ones run again. A journal of another deck is
 // removed. Requests are computed the same way whatever the batch (runtime/engine.h), so the
 // final file equals an uninterrupted run's.
-// At the end, finish() merges the segments into results.h5 in file order (written as
+// World rank 0 prepares the folder (stale .partial files and another deck's journal removed)
+// before any rank reads it. At the end, finish() waits for every writer and rank 0 merges the
+// segments into results.h5 in file order (written as
 // results.h5.partial and renamed), then removes results.parts/. Memory: one 8-byte location per
 // request index plus a few cached segments; results.h5 is appended in chunks.
 //
@@ -46,13 +50,21 @@ struct DoneRequest {
     std::string id;  // with line and prompt_len: how a resume recognises the same request
 };
 
+// Who writes: every rank of `world` constructs and finishes the journal together.
+struct JournalRanks {
+    const comm::Comm& world;
+    const comm::Comm& self;  // this rank alone: the files it writes
+    int writer = 0;          // this rank's writer number; −1: it writes nothing (add() ignored)
+    int n_writers = 1;
+};
+
 class ResultsJournal {
 public:
     // Opens (resume) or starts out_dir/results.parts/ for the deck with this sha256.
     ResultsJournal(const std::string& out_dir,
                    const std::string& deck_sha256,
                    bool prompt_logprobs,
-                   const comm::Comm& comm,
+                   const JournalRanks& ranks,
                    int flush_every = 256,
                    double flush_seconds = 10);
     // Requests finished by an earlier run, sorted by index.
@@ -60,13 +72,15 @@ public:
     void add(Finished&& f);  // buffered; writes a segment when due
     void flush();            // write the buffer as one segment now
     // Flush, merge every segment into out_dir/results.h5 with meta, remove the journal.
-    // Returns the number of requests in the file.
+    // Returns the number of requests in the file (on every rank).
     int64_t finish(const io::RunMeta& meta);
 
 private:
+    int64_t merge(const io::RunMeta& meta);  // rank 0: the segments into results.h5
+
     std::string dir_, parts_, sha_;
     bool prompt_logprobs_;
-    const comm::Comm& comm_;
+    JournalRanks ranks_;
     int flush_every_;
     double flush_seconds_, last_flush_;
     int next_segment_ = 0;

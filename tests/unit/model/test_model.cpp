@@ -27,7 +27,7 @@ std::vector<int64_t> prompt(int64_t n, int64_t vocab, int64_t salt) {
 std::vector<float> run_pieces(const Model& m,
                               const std::vector<int64_t>& tokens,
                               const std::vector<int64_t>& pieces) {
-    SequenceState st = make_sequence_state(m.cfg);
+    SequenceState st = make_sequence_state(m);
     std::vector<float> out;
     int64_t at = 0;
     for (int64_t len : pieces) {
@@ -77,7 +77,7 @@ BOOST_DATA_TEST_CASE(packed_batch_equals_each_sequence_alone, data::make(kPreset
     packed.insert(packed.end(), c.begin(), c.end());
     std::vector<SequenceState> st;
     for (int i = 0; i < 3; ++i)
-        st.push_back(make_sequence_state(m.cfg));
+        st.push_back(make_sequence_state(m));
     hymoe::Buffer logits;
     forward(m, packed, SeqBatch{{0, 9, 12, 26}, {0, 0, 0}}, {&st[0], &st[1], &st[2]}, logits);
     std::vector<float> together(logits.ptr<float>(), logits.ptr<float>() + logits.view().numel());
@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(last_token_logits_match_the_full_rows) {
     init_model_random(m, 3);
     std::vector<int64_t> tokens = prompt(6, m.cfg.vocab_size, 5);
     std::vector<float> all = run_pieces(m, tokens, {6});
-    SequenceState st = make_sequence_state(m.cfg);
+    SequenceState st = make_sequence_state(m);
     hymoe::Buffer last;
     forward(m, tokens, single_sequence(6), {&st}, last, {Logits::last});
     const int64_t V = m.cfg.vocab_size;

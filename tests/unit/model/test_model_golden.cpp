@@ -137,7 +137,7 @@ void check_golden(const std::string& preset) {
     const std::vector<std::string> stored = h5.strings("weight_names");
     BOOST_TEST((std::set<std::string>(stored.begin(), stored.end()) == names));
     BOOST_TEST(stored.size() == names.size());
-    load_model_weights(m, [&](const std::string& name, Tensor& dest) {
+    load_model_weights(m, [&](const std::string& name, const TensorPart&, Tensor& dest) {
         BOOST_REQUIRE_MESSAGE(h5.exists(name), name << " missing from " << path);
         BOOST_REQUIRE_MESSAGE(h5.shape(name) == dest.shape,
                               name << ": " << shape_string(h5.shape(name)) << " in the file, "
@@ -158,7 +158,7 @@ void check_golden(const std::string& preset) {
     std::vector<SequenceState> states;
     std::vector<SequenceState*> ptrs;
     for (int64_t s = 0; s < n_seq; ++s)
-        states.push_back(make_sequence_state(cfg));
+        states.push_back(make_sequence_state(m));
     for (SequenceState& st : states)
         ptrs.push_back(&st);
     Buffer logits;
@@ -170,7 +170,7 @@ void check_golden(const std::string& preset) {
     // decode: one token per live sequence per call, from fresh states
     std::vector<float> decoded(ref.size());
     for (SequenceState& st : states)
-        st = make_sequence_state(cfg);
+        st = make_sequence_state(m);
     for (int64_t t = 0;; ++t) {
         SeqBatch step{{0}, {}};
         std::vector<int64_t> step_tokens, rows;
