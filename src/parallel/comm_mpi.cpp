@@ -1,9 +1,15 @@
 // comm:: collectives: checks shapes once, then host tensors go through MPI and device tensors
 // through NCCL (CUDA builds). bf16/f16 reductions are summed in fp32 (converted, reduced,
 // rounded back once), so a bf16 all-reduce loses no more precision than one rounding.
+// all_to_all_v_start is MPI_Ialltoallv behind comm::Request, which owns the int counts MPI reads
+// until the call completes.
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "comm_impl.h"
 #include "hymoe/parallel/comm.h"
@@ -292,11 +298,14 @@ int64_t sum(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-void all_to_all_v(const Tensor& in,
-                  const std::vector<int64_t>& send_rows,
-                  Tensor& out,
-                  const std::vector<int64_t>& recv_rows,
-                  const Comm& c) {
+namespace {
+
+// The shape and count checks shared by the blocking and the non-blocking all_to_all_v.
+void check_all_to_all_v(const Tensor& in,
+                        const std::vector<int64_t>& send_rows,
+                        const Tensor& out,
+                        const std::vector<int64_t>& recv_rows,
+                        const Comm& c) {
     check_same(in, out, "all_to_all_v");
     HYMOE_CHECK(!in.shape.empty() && in.shape.size() == out.shape.size() &&
                     std::equal(in.shape.begin() + 1, in.shape.end(), out.shape.begin() + 1),
@@ -322,21 +331,106 @@ void all_to_all_v(const Tensor& in,
                 in.shape[0],
                 " / ",
                 out.shape[0]);
-    HYMOE_ON_DEVICE(in, nccl::all_to_all_v(in, send_rows, out, recv_rows, c));
-    size_t row_bytes =
-        dtype_size(in.dtype) *
-        static_cast<size_t>(shape_numel(Shape(in.shape.begin() + 1, in.shape.end())));
+}
+
+// One row of t (every dim but the first) as a committed MPI datatype; the caller frees it (MPI
+// lets a pending non-blocking call finish with a freed type).
+MPI_Datatype row_type(const Tensor& t) {
+    size_t row_bytes = dtype_size(t.dtype) *
+                       static_cast<size_t>(shape_numel(Shape(t.shape.begin() + 1, t.shape.end())));
     HYMOE_CHECK(row_bytes <= INT_MAX, "all_to_all_v: a row of ", row_bytes, " bytes");
-    std::vector<int> sc, sd, rc, rd;
-    counts_and_offsets(send_rows, sc, sd);
-    counts_and_offsets(recv_rows, rc, rd);
     MPI_Datatype row;
     MPI_Type_contiguous(static_cast<int>(row_bytes), MPI_BYTE, &row);
     MPI_Type_commit(&row);
+    return row;
+}
+
+}  // namespace
+
+void all_to_all_v(const Tensor& in,
+                  const std::vector<int64_t>& send_rows,
+                  Tensor& out,
+                  const std::vector<int64_t>& recv_rows,
+                  const Comm& c) {
+    check_all_to_all_v(in, send_rows, out, recv_rows, c);
+    HYMOE_ON_DEVICE(in, nccl::all_to_all_v(in, send_rows, out, recv_rows, c));
+    std::vector<int> sc, sd, rc, rd;
+    counts_and_offsets(send_rows, sc, sd);
+    counts_and_offsets(recv_rows, rc, rd);
+    MPI_Datatype row = row_type(in);
     int rc_mpi = MPI_Alltoallv(
         in.data, sc.data(), sd.data(), row, out.data, rc.data(), rd.data(), row, c.impl().mpi);
     MPI_Type_free(&row);
     HYMOE_MPI_CHECK(rc_mpi, "all_to_all_v of ", shape_string(in.shape), " over ", c.name());
+}
+
+// The MPI request and what MPI reads until it completes: the int counts and displacements.
+struct Request::Impl {
+    MPI_Request mpi = MPI_REQUEST_NULL;
+    std::vector<int> send_count, send_offset, recv_count, recv_offset;
+    std::string what;  // "all_to_all_v of [n, w] over ep", for errors
+};
+
+Request::Request() = default;
+Request::Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Request::Request(Request&&) noexcept = default;
+Request& Request::operator=(Request&& other) noexcept {
+    if (this != &other) {
+        Request done = std::move(*this);  // waits for the request this one held, if any
+        impl_ = std::move(other.impl_);
+    }
+    return *this;
+}
+
+Request::~Request() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (impl_ && impl_->mpi != MPI_REQUEST_NULL && !finalized)
+        MPI_Wait(&impl_->mpi, MPI_STATUS_IGNORE);  // a destructor cannot report: best effort
+}
+
+bool Request::test() {
+    if (!impl_ || impl_->mpi == MPI_REQUEST_NULL)
+        return true;
+    int flag = 0;
+    HYMOE_MPI_CHECK(MPI_Test(&impl_->mpi, &flag, MPI_STATUS_IGNORE), impl_->what);
+    return flag != 0;
+}
+
+void Request::wait() {
+    if (!impl_ || impl_->mpi == MPI_REQUEST_NULL)
+        return;
+    HYMOE_MPI_CHECK(MPI_Wait(&impl_->mpi, MPI_STATUS_IGNORE), impl_->what);
+}
+
+Request all_to_all_v_start(const Tensor& in,
+                           const std::vector<int64_t>& send_rows,
+                           Tensor& out,
+                           const std::vector<int64_t>& recv_rows,
+                           const Comm& c) {
+    check_all_to_all_v(in, send_rows, out, recv_rows, c);
+    if (in.device == Device::cuda) {  // NCCL's grouped send/recv (or the CPU build's error)
+        all_to_all_v(in, send_rows, out, recv_rows, c);
+        return Request();
+    }
+    auto impl = std::make_unique<Request::Impl>();
+    impl->what = cat("all_to_all_v_start of ", shape_string(in.shape), " over ", c.name());
+    counts_and_offsets(send_rows, impl->send_count, impl->send_offset);
+    counts_and_offsets(recv_rows, impl->recv_count, impl->recv_offset);
+    MPI_Datatype row = row_type(in);
+    int rc_mpi = MPI_Ialltoallv(in.data,
+                                impl->send_count.data(),
+                                impl->send_offset.data(),
+                                row,
+                                out.data,
+                                impl->recv_count.data(),
+                                impl->recv_offset.data(),
+                                row,
+                                c.impl().mpi,
+                                &impl->mpi);
+    MPI_Type_free(&row);
+    HYMOE_MPI_CHECK(rc_mpi, impl->what);
+    return Request(std::move(impl));
 }
 
 }  // namespace hymoe::comm

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include <boost/test/unit_test.hpp>
 
@@ -141,14 +142,25 @@ BOOST_AUTO_TEST_CASE(quickstart_runs_and_writes_results) {
     fs::remove_all("jobs/quickstart/out");
 }
 
-BOOST_AUTO_TEST_CASE(parallel_scoring_is_refused_before_anything_is_written) {
+// The quickstart on 4 ranks (tp 2 × dp 2, experts over ep 2): one results.h5 with every request
+// of the file in file order, and a profile with the expert load of every MoE layer.
+BOOST_AUTO_TEST_CASE(quickstart_runs_on_four_ranks_into_one_results_file) {
+    fs::remove_all("jobs/quickstart/out");
     auto r = run_hymoe("jobs/quickstart/deck.yaml " + kFourRanks, 4);
-    BOOST_TEST(r.code == 2);
-    BOOST_TEST(contains(r.err,
-                        "parallel: inference (generation and prompt scoring) runs on one rank in "
-                        "this build"),
-               r.err);
-    BOOST_TEST(!fs::exists("jobs/quickstart/out"));
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    hymoe::io::H5Reader results("jobs/quickstart/out/results.h5");
+    const std::vector<int64_t> index = results.ints("/requests/index");
+    BOOST_TEST(index.size() == 320u);
+    BOOST_TEST(std::is_sorted(index.begin(), index.end()));
+    BOOST_TEST(!fs::exists("jobs/quickstart/out/results.parts"));
+    hymoe::io::H5Reader profile("jobs/quickstart/out/profile.h5");
+    const std::vector<int64_t> per_expert = profile.ints("/experts/tokens_per_expert");
+    const std::vector<int64_t> per_rank = profile.ints("/experts/tokens_per_rank");
+    // every assignment is computed by one rank's hosted expert (etp 1): the two tables agree
+    BOOST_TEST(std::accumulate(per_expert.begin(), per_expert.end(), int64_t{0}) ==
+               std::accumulate(per_rank.begin(), per_rank.end(), int64_t{0}));
+    BOOST_TEST(std::accumulate(per_expert.begin(), per_expert.end(), int64_t{0}) > 0);
+    fs::remove_all("jobs/quickstart/out");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -54,4 +54,32 @@ void all_to_all_v(const Tensor& in,
                   const std::vector<int64_t>& recv_rows,
                   const Comm& c);
 
+// A non-blocking collective in flight. Its tensors must stay alive and untouched until it
+// completes (the counts are copied). Movable; a Request still in flight when destroyed is waited
+// for. MPI progresses it only inside MPI calls, so a caller computing meanwhile calls test()
+// between pieces of work.
+class Request {
+public:
+    struct Impl;  // src/parallel/comm_mpi.cpp
+    Request();
+    explicit Request(std::unique_ptr<Impl> impl);
+    Request(Request&&) noexcept;
+    Request& operator=(Request&&) noexcept;
+    ~Request();
+    bool test();  // progress it; true once it has completed
+    void wait();  // block until it has completed (at once if it has, or was never started)
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+// all_to_all_v, started and not waited for (MPI_Ialltoallv): the same checks and row layout;
+// out holds the rows once the Request completes. Device tensors (CUDA builds) go through NCCL
+// as all_to_all_v does and return a completed Request.
+Request all_to_all_v_start(const Tensor& in,
+                           const std::vector<int64_t>& send_rows,
+                           Tensor& out,
+                           const std::vector<int64_t>& recv_rows,
+                           const Comm& c);
+
 }  // namespace hymoe::comm
