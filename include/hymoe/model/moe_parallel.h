@@ -1,0 +1,102 @@
+// The MoE layer forward over ranks: expert parallelism (ep) and expert tensor parallelism (etp)
+// inside the dense tensor-parallel (tp) groups (DESIGN.md "Rank grid", Megatron-Core's MoE
+// parallel folding). The math is moe_forward's (model/ffn.h); only where it runs changes.
+//
+// What a rank holds (the loader's contract, model/shard.h): the router gate [E, d], the correction
+// bias [E] and the latent projections fc1 [ℓ, d], fc2 [d, ℓ] whole; experts[e] filled iff
+// e / (E/ep) == ep_rank, each as its etp slice etp_rank (gate/up rows, down columns
+// [etp_rank·I/etp, (etp_rank+1)·I/etp)); the shared experts as their tp slice (width S/tp). The
+// input x [n_tok, d] is the same on every rank of a tp group; tp groups of different dp replicas
+// carry different tokens, and different n_tok (0 included).
+//
+// The algorithm, per layer (each phase one function, moe_dispatch.cpp):
+//  1. ownership: the tp group is cut into tp/etp "etp blocks" of etp consecutive tp ranks
+//     (block b = tp_rank / etp; etp_rank = tp_rank mod etp because etp divides tp). Block b owns
+//     the contiguous rows moe_owned_rows() gives it (chunk b of tp/etp near-equal chunks); all
+//     etp ranks of a block own the same rows.
+//  2. route the owned rows with the full gate (route(): one GEMV per token, so a token's choice
+//     is bit for bit the one-rank choice). latent_moe: z = fc1 x on the owned rows, so the
+//     payload is ℓ wide, not d. Capacity dropping (capacity_factor > 0) is computed over each
+//     block's owned rows (C from the owned count), as Megatron drops per rank.
+//  3. dispatch over the ep comm (made of the ranks sharing etp rank, edp and pp; its rank r hosts
+//     experts [r·E/ep, (r+1)·E/ep)): each owned token goes ONCE to each distinct ep rank hosting
+//     any of its kept top-k experts, rows sorted by destination then token; comm::exchange_counts
+//     then comm::all_to_all_v. Per row, the metadata (the top-k expert ids hosted there, −1
+//     elsewhere, and their combine weights) travels in two small all-to-alls of its own.
+//  4. experts: each rank gathers the received rows of each hosted expert (source rank, then token
+//     order) into one block, runs dense_ffn_forward on it, and forms per received row the
+//     weighted sum over its hosted experts in top-k slot order (fp32). With etp > 1 it is a
+//     partial sum over the rank's slice of I.
+//  5. combine: the reverse all_to_all_v returns each row's partial to its owner, which adds the
+//     partials of a token in ascending source-rank order: a fixed order, independent of arrival.
+//  6. assembly: y_partial [n_tok, d] is zero except the owned rows (routed part, after fc2 for
+//     latent_moe), plus the shared experts' tp-partial on every row; ONE comm::all_reduce(sum)
+//     over tp then sums the etp partials and the shared partials and places every block's rows,
+//     so y is the full output on every rank of the tp group.
+// Overlap (MoeParallel::overlap): the owned rows are split into two micro-batches; both
+// dispatches start non-blocking (comm::all_to_all_v_start), micro-batch 1's experts run while
+// micro-batch 2's rows are in flight, and 1's combine is in flight while 2 computes. Each token's
+// arithmetic is the same as without overlap (only the BLAS batch of its expert GEMMs differs, so
+// the two agree to BLAS rounding, bit for bit under inference.batch_invariant).
+//
+// Invariants: collective over tp and ep; every rank calls it for every MoE layer, also with
+// n_tok = 0, and every rank of an ep group passes the same `overlap`. y equals moe_forward on one
+// rank with the whole weights on the same x up to fp32 rounding (the sum over slots is regrouped
+// by rank). The dispatched payload is the analytic minimum: Σ over owned tokens of the number of
+// distinct ep ranks hosting its kept experts, × payload width × 4 bytes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hymoe/model/config.h"
+#include "hymoe/model/ffn.h"
+#include "hymoe/parallel/comm.h"
+#include "hymoe/tensor/tensor.h"
+
+namespace hymoe::model {
+
+// The communicators the MoE layer uses. A null comm stands for a group of one.
+struct MoeParallel {
+    const comm::Comm* tp = nullptr;  // tokens replicated across it
+    const comm::Comm* ep = nullptr;  // ranks with the same etp rank, edp and pp; ep rank = position
+    int etp = 1;                     // etp size (divides the tp size)
+    bool overlap = false;            // two micro-batches, one dispatching while the other computes
+};
+
+// Summed over calls, for profiles and benches. Seconds are the time each phase kept this rank
+// busy or waiting: under overlap, communication hidden behind compute is not counted.
+struct MoeCommStats {
+    int64_t calls = 0;
+    int64_t dispatch_rows = 0;    // token rows sent (this rank as owner, self included)
+    int64_t dispatch_bytes = 0;   // their hidden-state payload (not the metadata)
+    double route_seconds = 0;     // router (+ fc1 for latent_moe) on the owned rows
+    double dispatch_seconds = 0;  // layout, count and metadata exchange, payload all-to-all
+    double compute_seconds = 0;   // hosted experts on the received rows
+    double combine_seconds = 0;   // reverse all-to-all and the owner's sum (+ fc2)
+    double shared_seconds = 0;    // shared experts (tp slice, every row)
+    double reduce_seconds = 0;    // the tp all-reduce of y
+    std::vector<int64_t> tokens_per_expert;  // [E] assignments computed by THIS rank's experts
+    void add(const MoeCommStats& other);     // this += other, field by field
+};
+
+// The rows [begin, begin + count) of n_tok that the etp block of tp rank `tp_rank` owns: chunk
+// b = tp_rank / etp of tp/etp near-equal contiguous chunks (the first n_tok mod (tp/etp) chunks
+// one row longer).
+struct RowRange {
+    int64_t begin = 0, count = 0;
+};
+RowRange moe_owned_rows(int64_t n_tok, int tp_rank, int tp, int etp);
+
+// y [n_tok, d] = the full MoE output (routed + shared), identical on every rank of the tp group,
+// equal to moe_forward (one rank, whole weights) on the same x up to fp32 rounding. cfg is the
+// whole model's config (widths are read from the local weights' shapes). y must not alias x.
+void moe_forward_parallel(const ModelConfig& cfg,
+                          const LayerSpec& spec,
+                          const MoeWeights& local,
+                          const Tensor& x /*[n_tok, d]*/,
+                          Tensor& y /*[n_tok, d]*/,
+                          const MoeParallel& par,
+                          MoeCommStats* stats = nullptr);
+
+}  // namespace hymoe::model

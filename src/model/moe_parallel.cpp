@@ -1,0 +1,194 @@
+// The expert-parallel MoE layer forward (model/moe_parallel.h): token ownership inside the tp
+// group, routing of the owned rows, the micro-batch pipeline of moe_dispatch.cpp (one batch, or
+// two overlapped), then the assembly of y and the one tp all-reduce. Pipeline order, the same on
+// every rank (non-blocking collectives must start in one order over a comm): counts and metadata
+// of every batch; every dispatch started; per batch: wait its dispatch, compute (polling the
+// other requests), start its combine; then every combine waited for and summed.
+#include "hymoe/model/moe_parallel.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+#include "hymoe/core/timer.h"
+#include "moe_dispatch.h"
+
+namespace hymoe::model {
+
+RowRange moe_owned_rows(int64_t n_tok, int tp_rank, int tp, int etp) {
+    HYMOE_CHECK(etp >= 1 && tp % etp == 0 && tp_rank >= 0 && tp_rank < tp,
+                "tp ",
+                tp,
+                " (rank ",
+                tp_rank,
+                "), etp ",
+                etp);
+    const int64_t blocks = tp / etp, b = tp_rank / etp;
+    const int64_t base = n_tok / blocks, extra = n_tok % blocks;
+    return {b * base + std::min(b, extra), base + (b < extra ? 1 : 0)};
+}
+
+void MoeCommStats::add(const MoeCommStats& o) {
+    calls += o.calls;
+    dispatch_rows += o.dispatch_rows;
+    dispatch_bytes += o.dispatch_bytes;
+    route_seconds += o.route_seconds;
+    dispatch_seconds += o.dispatch_seconds;
+    compute_seconds += o.compute_seconds;
+    combine_seconds += o.combine_seconds;
+    shared_seconds += o.shared_seconds;
+    reduce_seconds += o.reduce_seconds;
+    if (tokens_per_expert.size() < o.tokens_per_expert.size())
+        tokens_per_expert.resize(o.tokens_per_expert.size(), 0);
+    for (size_t e = 0; e < o.tokens_per_expert.size(); ++e)
+        tokens_per_expert[e] += o.tokens_per_expert[e];
+}
+
+namespace {
+
+// Routed part of the owned rows: acc [n_own, w] += Σ_i w_i · Expert_idx_i(payload) through the
+// dispatch/compute/combine pipeline over ep.
+void routed_parallel(const ModelConfig& cfg,
+                     const MoeWeights& local,
+                     const Routing& r,
+                     const Tensor& payload /*[n_own, w]*/,
+                     Tensor& acc /*[n_own, w]*/,
+                     const MoeParallel& par,
+                     MoeCommStats& s) {
+    const MoeConfig& m = cfg.moe;
+    const comm::Comm* ep = par.ep;
+    detail::ExpertHosting hosting;
+    hosting.ep = ep ? ep->size() : 1;
+    hosting.ep_rank = ep ? ep->rank() : 0;
+    hosting.per_rank = m.n_routed_experts / hosting.ep;
+    const int64_t n_own = payload.dim(0);
+    const int64_t n_batch = par.overlap ? 2 : 1;
+    std::vector<detail::MoeBatch> batches(static_cast<size_t>(n_batch));  // never resized
+    {
+        ScopedTimer timer(s.dispatch_seconds);
+        for (int64_t i = 0; i < n_batch; ++i) {
+            detail::MoeBatch& b = batches[static_cast<size_t>(i)];
+            b.first = i * ((n_own + 1) / 2);
+            b.n_tok = n_batch == 1 ? n_own : std::min((n_own + 1) / 2, n_own - b.first);
+            detail::plan_batch(r, m.top_k, hosting, payload, b);
+            detail::exchange_metadata(b, ep);
+            s.dispatch_rows += b.send.view().dim(0);
+            s.dispatch_bytes += static_cast<int64_t>(b.send.view().bytes());
+        }
+        for (detail::MoeBatch& b : batches)
+            detail::start_dispatch(b, ep);
+    }
+    auto poll = [&batches] {
+        for (detail::MoeBatch& b : batches) {
+            b.dispatch.test();
+            b.combine.test();
+        }
+    };
+    for (detail::MoeBatch& b : batches) {
+        {
+            ScopedTimer timer(s.dispatch_seconds);
+            b.dispatch.wait();
+        }
+        {
+            ScopedTimer timer(s.compute_seconds);
+            detail::run_experts(local, m.expert_act, hosting, b, poll, s.tokens_per_expert);
+        }
+        ScopedTimer timer(s.combine_seconds);
+        detail::start_combine(b, ep);
+    }
+    ScopedTimer timer(s.combine_seconds);
+    for (detail::MoeBatch& b : batches) {
+        b.combine.wait();
+        detail::add_partials(b, acc);
+    }
+}
+
+void check_inputs(const ModelConfig& cfg,
+                  const LayerSpec& spec,
+                  const MoeWeights& local,
+                  const Tensor& x,
+                  const Tensor& y,
+                  const MoeParallel& par) {
+    const MoeConfig& m = cfg.moe;
+    const int tp = par.tp ? par.tp->size() : 1, ep = par.ep ? par.ep->size() : 1;
+    HYMOE_CHECK(spec.ffn == Ffn::moe || spec.ffn == Ffn::latent_moe, "not an MoE layer");
+    HYMOE_CHECK(x.shape.size() == 2 && x.dim(1) == cfg.hidden_size && y.shape == x.shape &&
+                    y.data != x.data,
+                "x ",
+                shape_string(x.shape),
+                " y ",
+                shape_string(y.shape));
+    HYMOE_CHECK(static_cast<int64_t>(local.experts.size()) == m.n_routed_experts,
+                local.experts.size(),
+                " expert slots, config has ",
+                m.n_routed_experts);
+    HYMOE_CHECK(m.n_routed_experts % ep == 0 && par.etp >= 1 && tp % par.etp == 0,
+                "E ",
+                m.n_routed_experts,
+                " over ep ",
+                ep,
+                ", etp ",
+                par.etp,
+                " in tp ",
+                tp);
+}
+
+}  // namespace
+
+void moe_forward_parallel(const ModelConfig& cfg,
+                          const LayerSpec& spec,
+                          const MoeWeights& local,
+                          const Tensor& x /*[n_tok, d]*/,
+                          Tensor& y /*[n_tok, d]*/,
+                          const MoeParallel& par,
+                          MoeCommStats* stats) {
+    check_inputs(cfg, spec, local, x, y, par);
+    const MoeConfig& m = cfg.moe;
+    const int64_t n_tok = x.dim(0), d = cfg.hidden_size;
+    const bool latent = spec.ffn == Ffn::latent_moe;
+    const int tp = par.tp ? par.tp->size() : 1, tp_rank = par.tp ? par.tp->rank() : 0;
+    MoeCommStats s;
+    s.calls = 1;
+    s.tokens_per_expert.assign(static_cast<size_t>(m.n_routed_experts), 0);
+
+    // 1-2. The owned rows, routed; latent_moe dispatches z = fc1 x.
+    const RowRange own = moe_owned_rows(n_tok, tp_rank, tp, par.etp);
+    const Tensor x_own = x.rows(own.begin, own.count);  // [n_own, d]
+    const int64_t width = latent ? m.latent_size : d;
+    Routing r;
+    Buffer z(DType::f32, {latent ? own.count : 0, width});  // [n_own, ℓ] latent_moe only
+    {
+        ScopedTimer timer(s.route_seconds);
+        r = route(cfg, local, x_own);
+        if (latent)
+            ops::linear(x_own, local.fc1_latent_proj.view(), z.view());
+    }
+
+    // 3-5. Dispatch, experts, combine: the routed sum of the owned rows.
+    std::fill(y.ptr<float>(), y.ptr<float>() + y.numel(), 0.0f);
+    Tensor y_own = y.rows(own.begin, own.count);                // [n_own, d]
+    Buffer y_lat(DType::f32, {latent ? own.count : 0, width});  // [n_own, ℓ] latent_moe only
+    Tensor acc = latent ? y_lat.view() : y_own;
+    routed_parallel(cfg, local, r, latent ? z.view() : x_own, acc, par, s);
+    if (latent) {
+        ScopedTimer timer(s.combine_seconds);
+        ops::linear(y_lat.view(), local.fc2_latent_proj.view(), y_own);
+    }
+
+    // 6. Shared experts' tp part on every row, then one all-reduce over tp.
+    if (m.n_shared_experts > 0) {
+        ScopedTimer timer(s.shared_seconds);
+        Buffer shared(DType::f32, {n_tok, d});  // [n_tok, d]
+        dense_ffn_forward(local.shared, m.expert_act, x, shared.view());
+        ops::add_inplace(y, shared.view());
+    }
+    if (tp > 1) {
+        ScopedTimer timer(s.reduce_seconds);
+        comm::all_reduce(y, *par.tp);
+    }
+    if (stats)
+        stats->add(s);
+}
+
+}  // namespace hymoe::model
