@@ -210,6 +210,12 @@ void add_expert_load(MoeCommStats& stats, const Routing& routing) {
 
 }  // namespace
 
+void send_to_next_stage(const Model& m, Buffer& h) {
+    if (!m.shard.last_stage() && h.view().numel() > 0)
+        comm::send(h.view(), m.comms->pp_next, m.comms->pp, 0);
+    h = Buffer();
+}
+
 void forward(const Model& m,
              const std::vector<int64_t>& tokens,
              const SeqBatch& batch,
@@ -311,9 +317,11 @@ void forward(const Model& m,
         states[s]->n_tokens += batch.length(s);
     if (!sh.last_stage()) {
         logits = Buffer();
-        if (has_rows) {
+        if (options.stage_out) {
+            *options.stage_out = std::move(h);
+        } else {
             ScopedTimer timer(stats.pipeline_seconds);
-            comm::send(h.view(), m.comms->pp_next, m.comms->pp, 0);
+            send_to_next_stage(m, h);
         }
         return;
     }

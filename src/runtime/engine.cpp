@@ -2,6 +2,7 @@
 #include "hymoe/runtime/engine.h"
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -167,6 +168,16 @@ void share_step(StepOut& out, size_t n_rows, const model::Model& m) {
     comm::broadcast(floats, root, pp);
 }
 
+// One forward step of a lane, in flight through the pipeline stages.
+struct Step {
+    int lane = 0;
+    std::vector<Row> rows;
+    std::vector<int64_t> tokens;  // [n_tok] packed as batch
+    model::SeqBatch batch{{0}, {}};
+    std::vector<model::SequenceState*> states;  // [n_seq]
+    bool all_rows = false;                      // logits of every row (prompt logprobs)
+};
+
 }  // namespace
 
 EngineStats run_engine(const model::Model& m,
@@ -182,10 +193,12 @@ EngineStats run_engine(const model::Model& m,
                 ", max_tokens ",
                 o.max_tokens);
     const int64_t V = m.cfg.vocab_size;
+    const int pp = m.shard.pp, stage = m.shard.stage;
     EngineStats stats;
     const double t0 = wall_seconds();
     double next_progress = o.progress_every_s;
-    std::vector<std::unique_ptr<Seq>> running;  // in admission order
+    // one running set per lane, in admission order; lane l launches at ticks ≡ l (mod pp)
+    std::vector<std::vector<std::unique_ptr<Seq>>> lanes(static_cast<size_t>(pp));
     Pending peeked;
     bool have_peek = false, exhausted = false;
     auto peek = [&] {
@@ -193,28 +206,25 @@ EngineStats run_engine(const model::Model& m,
             exhausted = !(have_peek = source(peeked));
         return have_peek;
     };
-    std::vector<int64_t> tokens;
-    std::vector<Row> rows;
-    std::vector<model::SequenceState*> states;
-    model::SeqBatch batch;
-    Buffer logits;
-    for (;;) {
-        tokens.clear(), rows.clear(), states.clear();
-        batch.offsets.assign(1, 0), batch.pos0.clear();
+    // The lane's next step: decode rows, prefill chunks, then new requests (see engine.h).
+    auto build_step = [&](int lane) {
+        std::vector<std::unique_ptr<Seq>>& running = lanes[static_cast<size_t>(lane)];
+        Step st;
+        st.lane = lane;
         int64_t budget = o.max_tokens;
         bool any_prefill = false;
         auto add = [&](Seq& s, int64_t n) {
-            batch.pos0.push_back(s.state.n_tokens);
+            st.batch.pos0.push_back(s.state.n_tokens);
             if (s.decoding()) {
-                tokens.push_back(s.next_token);
+                st.tokens.push_back(s.next_token);
             } else {
                 const auto* p = s.out.req.tokens.data() + s.n_prefilled;
-                tokens.insert(tokens.end(), p, p + n);
+                st.tokens.insert(st.tokens.end(), p, p + n);
                 any_prefill = true;
             }
-            batch.offsets.push_back(static_cast<int64_t>(tokens.size()));
-            states.push_back(&s.state);
-            rows.push_back({&s, n});
+            st.batch.offsets.push_back(static_cast<int64_t>(st.tokens.size()));
+            st.states.push_back(&s.state);
+            st.rows.push_back({&s, n});
             budget -= n;
         };
         for (auto& s : running)  // 1. decode rows
@@ -240,37 +250,64 @@ EngineStats run_engine(const model::Model& m,
             running.push_back(std::move(s));
             add(*running.back(), n);
         }
-        HYMOE_CHECK(!rows.empty() || running.empty(),
+        HYMOE_CHECK(!st.rows.empty() || running.empty(),
                     "engine: no row fits a step of ",
                     o.max_tokens,
                     " tokens");
-        // dp replicas step together while any has rows: their MoE layers share ep groups
-        if (!any_replica(!rows.empty(), m))
-            break;
+        st.all_rows = o.prompt_logprobs && any_prefill;
+        return st;
+    };
 
-        const bool all_rows = o.prompt_logprobs && any_prefill;
+    // Tick t: lane t mod pp launches a step; stage s runs the step launched at tick t − s; the
+    // last stage's step is decided, broadcast over pp and applied; then the stages pass their
+    // residual streams on (after the broadcast, so no send waits on a stage inside it).
+    std::deque<Step> flight;  // launched steps, oldest first, at most pp
+    Buffer logits, h_out;
+    for (int64_t tick = 0;; ++tick) {
+        flight.push_back(build_step(static_cast<int>(tick % pp)));
+        bool active = !exhausted;
+        for (const auto& lane : lanes)
+            active = active || !lane.empty();
+        // dp replicas tick together while any has work: their MoE layers share ep groups
+        if (!any_replica(active, m))
+            break;
+        const size_t n_flight = flight.size();
+        const Step none;  // early ticks: nothing has reached this stage yet
+        const Step& work =
+            static_cast<size_t>(stage) < n_flight ? flight[n_flight - 1 - stage] : none;
         model::ForwardOptions fo;
-        fo.logits = all_rows ? model::Logits::all : model::Logits::last;
+        fo.logits = work.all_rows ? model::Logits::all : model::Logits::last;
         fo.stats = o.layer_stats;
-        model::forward(m, tokens, batch, states, logits, fo);
-        StepOut out;
-        if (m.shard.last_stage())
-            out = step_out(rows, batch, logits, all_rows, V, o);
-        if (m.shard.pp > 1)
-            share_step(out, rows.size(), m);
-        apply_step(rows, out, all_rows, o, stats);
-        ++stats.steps;
-        stats.rows += batch.n_tok(), stats.seqs += batch.n_seq();
-        for (auto& s : running) {  // finished sequences leave, in admission order
-            if (s->done) {
-                ++stats.requests;
-                sink(std::move(s->out));
+        fo.stage_out = &h_out;
+        model::forward(m, work.tokens, work.batch, work.states, logits, fo);
+        if (n_flight == static_cast<size_t>(pp)) {  // the oldest step leaves the last stage
+            Step& done = flight.front();
+            StepOut out;
+            if (m.shard.last_stage())
+                out = step_out(done.rows, done.batch, logits, done.all_rows, V, o);
+            if (pp > 1)
+                share_step(out, done.rows.size(), m);
+            apply_step(done.rows, out, done.all_rows, o, stats);
+            if (!done.rows.empty())
+                ++stats.steps;
+            stats.rows += done.batch.n_tok(), stats.seqs += done.batch.n_seq();
+            auto& running = lanes[static_cast<size_t>(done.lane)];
+            for (auto& s : running) {  // finished sequences leave, in admission order
+                if (s->done) {
+                    ++stats.requests;
+                    sink(std::move(s->out));
+                }
             }
+            std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s->done; });
+            flight.pop_front();
         }
-        std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s->done; });
+        model::send_to_next_stage(m, h_out);
         stats.seconds = wall_seconds() - t0;
         if (progress && o.progress_every_s > 0 && stats.seconds >= next_progress) {
-            progress(stats, static_cast<int64_t>(running.size()));
+            int64_t n_running = 0;
+            for (const auto& lane : lanes)
+                n_running += static_cast<int64_t>(lane.size());
+            progress(stats, n_running);
             next_progress = stats.seconds + o.progress_every_s;
         }
     }

@@ -97,6 +97,8 @@ struct ForwardOptions {
     KdaMode kda_mode = KdaMode::automatic;
     AttnMode attn_mode = AttnMode::automatic;
     ForwardStats* stats = nullptr;  // filled when given
+    Buffer* stage_out = nullptr;    // not the last stage: when given, the residual stream is
+                                    // left here for send_to_next_stage() instead of sent
 };
 
 // tokens [n_tok] packed as batch; states [n_seq] advance by each sequence's length (batch.pos0
@@ -109,5 +111,9 @@ void forward(const Model& m,
              const std::vector<SequenceState*>& states,
              Buffer& logits,
              const ForwardOptions& options = {});
+
+// Sends a residual stream forward left in ForwardOptions::stage_out to the next stage and
+// empties it (nothing when it is empty or this is the last stage).
+void send_to_next_stage(const Model& m, Buffer& h);
 
 }  // namespace hymoe::model
