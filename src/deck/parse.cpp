@@ -86,6 +86,7 @@ void read_parallel(Section s, ParallelSection& p) {
     p.dp = static_cast<int>(s.integer("dp", 1, 1, kMaxRanks));
     p.ep = static_cast<int>(s.integer("ep", 1, 1, kMaxRanks));
     p.etp = static_cast<int>(s.integer("etp", 1, 1, kMaxRanks));
+    p.rebalance_every = s.integer("rebalance_every", 0, 0, 1'000'000'000);
     s.finish();
 }
 

@@ -33,23 +33,46 @@ void add_mlp(TensorList& list,
              DenseFfnWeights& w,
              SplitOver over) {
     if (act == ExpertAct::swiglu)
-        list.push_back(split(0, {prefix + names.gate + ".weight", {inter, width}, &w.gate_proj}, over));
+        list.push_back(
+            split(0, {prefix + names.gate + ".weight", {inter, width}, &w.gate_proj}, over));
     list.push_back(split(0, {prefix + names.up + ".weight", {inter, width}, &w.up_proj}, over));
     list.push_back(split(1, {prefix + names.down + ".weight", {width, inter}, &w.down_proj}, over));
 }
 
 }  // namespace
 
+TensorList routed_expert_tensors(const ModelConfig& cfg,
+                                 const LayerSpec& spec,
+                                 MoeWeights& moe,
+                                 const std::vector<int>& experts) {
+    const MoeConfig& m = cfg.moe;
+    const int64_t width = spec.ffn == Ffn::latent_moe ? m.latent_size : cfg.hidden_size;
+    moe.experts.resize(static_cast<size_t>(m.n_routed_experts));  // before pointers into it
+    const MlpNames& names = cfg.model_type == "kimi_linear" ? kimi_expert_names : hf_names;
+    TensorList list;
+    for (int e : experts)
+        add_mlp(list,
+                "experts." + std::to_string(e) + ".",
+                names,
+                m.expert_act,
+                m.moe_intermediate,
+                width,
+                moe.experts[static_cast<size_t>(e)],
+                SplitOver::etp);
+    return list;
+}
+
 TensorList ffn_tensors(const ModelConfig& cfg,
                        const LayerSpec& spec,
                        DenseFfnWeights* dense,
                        MoeWeights* moe,
-                       ExpertRange hosted) {
+                       const std::vector<int>* hosted) {
     const int64_t d = cfg.hidden_size;
     TensorList list;
     if (spec.ffn == Ffn::dense) {
         HYMOE_CHECK(dense != nullptr, "a dense FFN layer needs DenseFfnWeights");
-        add_mlp(list, "", hf_names, ExpertAct::swiglu, cfg.intermediate_size, d, *dense, SplitOver::tp);
+        add_mlp(
+            list, "", hf_names, ExpertAct::swiglu, cfg.intermediate_size, d, *dense, SplitOver::tp);
         return list;
     }
     HYMOE_CHECK(moe != nullptr, "an MoE layer needs MoeWeights");
@@ -66,20 +89,14 @@ TensorList ffn_tensors(const ModelConfig& cfg,
         list.push_back({"fc1_latent_proj.weight", {width, d}, &moe->fc1_latent_proj});
         list.push_back({"fc2_latent_proj.weight", {d, width}, &moe->fc2_latent_proj});
     }
-    // Sized before any pointer into it is taken.
-    moe->experts.resize(static_cast<size_t>(m.n_routed_experts));
-    const MlpNames& expert_names = cfg.model_type == "kimi_linear" ? kimi_expert_names : hf_names;
-    if (hosted.end < 0)
-        hosted.end = m.n_routed_experts;
-    for (int e = hosted.begin; e < hosted.end; ++e)
-        add_mlp(list,
-                "experts." + std::to_string(e) + ".",
-                expert_names,
-                m.expert_act,
-                m.moe_intermediate,
-                width,
-                moe->experts[static_cast<size_t>(e)],
-                SplitOver::etp);
+    std::vector<int> all;
+    if (!hosted) {
+        for (int e = 0; e < m.n_routed_experts; ++e)
+            all.push_back(e);
+        hosted = &all;
+    }
+    TensorList routed = routed_expert_tensors(cfg, spec, *moe, *hosted);
+    list.insert(list.end(), routed.begin(), routed.end());
     if (m.n_shared_experts > 0)
         add_mlp(list,
                 "shared_experts.",

@@ -56,13 +56,11 @@ TensorList model_tensors(Model& m) {
             append(list, attention_tensors(cfg, spec, lw.attn), p + "self_attn.");
         list.push_back({p + "post_attention_layernorm.weight", {d}, &lw.ffn_norm, Init::ones});
         const bool dense = spec.ffn == Ffn::dense;
-        append(list,
-               ffn_tensors(cfg,
-                           spec,
-                           dense ? &lw.dense : nullptr,
-                           dense ? nullptr : &lw.moe,
-                           hosted_experts(cfg, sh)),
-               ffn_prefix(cfg, i));
+        const std::vector<int> hosted = hosted_experts(cfg, sh, lw.moe.expert_rank);
+        append(
+            list,
+            ffn_tensors(cfg, spec, dense ? &lw.dense : nullptr, dense ? nullptr : &lw.moe, &hosted),
+            ffn_prefix(cfg, i));
     }
     if (sh.last_stage()) {
         list.push_back({"model.norm.weight", {d}, &m.final_norm, Init::ones});
@@ -122,17 +120,25 @@ void copy_part(const Tensor& whole, const TensorPart& part, Tensor& dest) {
 
 }  // namespace
 
-void init_model_random(Model& m, uint64_t seed) {
-    for (const TensorSpec& spec : model_tensors(m)) {
+TensorList expert_tensors(Model& m, int layer, const std::vector<int>& experts) {
+    TensorList list;
+    append(list,
+           routed_expert_tensors(m.local, m.local.layers[layer], m.layers[layer].moe, experts),
+           ffn_prefix(m.local, layer));
+    return list;
+}
+
+void init_tensors_random(const TensorList& list, const ModelShard& shard, uint64_t seed) {
+    for (const TensorSpec& spec : list) {
         Philox rng(seed, name_stream(spec.name), 0);
-        const TensorPart part = part_of(spec, m.shard);
+        const TensorPart part = part_of(spec, shard);
         if (part.dim < 0 || part.full == spec.shape[part.dim]) {
             init_random({spec}, rng);
             continue;
         }
         Buffer whole;
         TensorSpec whole_spec = spec;
-        whole_spec.shape = full_shape(spec, m.shard);
+        whole_spec.shape = full_shape(spec, shard);
         whole_spec.dest = &whole;
         init_random({whole_spec}, rng);
         *spec.dest = Buffer(DType::f32, spec.shape);
@@ -140,11 +146,19 @@ void init_model_random(Model& m, uint64_t seed) {
     }
 }
 
-void load_model_weights(Model& m, const ReadTensor& read) {
-    for (const TensorSpec& spec : model_tensors(m)) {
+void load_tensors(const TensorList& list, const ModelShard& shard, const ReadTensor& read) {
+    for (const TensorSpec& spec : list) {
         *spec.dest = Buffer(DType::f32, spec.shape);
-        read(spec.name, part_of(spec, m.shard), spec.dest->view());
+        read(spec.name, part_of(spec, shard), spec.dest->view());
     }
+}
+
+void init_model_random(Model& m, uint64_t seed) {
+    init_tensors_random(model_tensors(m), m.shard, seed);
+}
+
+void load_model_weights(Model& m, const ReadTensor& read) {
+    load_tensors(model_tensors(m), m.shard, read);
 }
 
 SequenceState make_sequence_state(const Model& m) {

@@ -131,20 +131,20 @@ void run_experts(const MoeWeights& local,
                  std::vector<int64_t>& tokens_per_expert) {
     const Tensor& recv = b.recv.view();
     const int64_t n_recv = recv.dim(0), width = recv.dim(1), k = b.recv_ids.view().dim(1);
-    const int64_t n_hosted = hosting.per_rank, first = hosting.first();
+    const auto n_exp = static_cast<int64_t>(local.experts.size());
     const int32_t* ids = b.recv_ids.ptr<int32_t>();  // [n_recv, k]
-    // Group the (row, slot) assignments by hosted expert, rows ascending within each.
-    std::vector<int64_t> count(static_cast<size_t>(n_hosted), 0);  // [n_hosted]
+    // Group the (row, slot) assignments by expert, rows ascending within each.
+    std::vector<int64_t> count(static_cast<size_t>(n_exp), 0);  // [E]
     for (int64_t a = 0; a < n_recv * k; ++a)
         if (ids[a] >= 0) {
-            HYMOE_CHECK(ids[a] >= first && ids[a] < first + n_hosted,
+            HYMOE_CHECK(ids[a] < n_exp && hosting.rank_of(ids[a]) == hosting.ep_rank,
                         "expert ",
                         ids[a],
                         " reached ep rank ",
                         hosting.ep_rank);
-            ++count[static_cast<size_t>(ids[a] - first)];
+            ++count[static_cast<size_t>(ids[a])];
         }
-    std::vector<int64_t> offset = offsets_of(count);  // [n_hosted + 1]
+    std::vector<int64_t> offset = offsets_of(count);  // [E + 1]
     std::vector<int64_t> cursor(offset.begin(), offset.end() - 1);
     std::vector<int64_t> grouped(static_cast<size_t>(n_recv * k), -1);  // [n_recv, k] row in `in`
     Buffer in(DType::f32, {offset.back(), width});   // [n_assign, w] rows grouped by expert
@@ -152,21 +152,21 @@ void run_experts(const MoeWeights& local,
     const auto row_bytes = static_cast<size_t>(width) * sizeof(float);
     for (int64_t a = 0; a < n_recv * k; ++a)
         if (ids[a] >= 0) {
-            const int64_t row = cursor[static_cast<size_t>(ids[a] - first)]++;
+            const int64_t row = cursor[static_cast<size_t>(ids[a])]++;
             grouped[static_cast<size_t>(a)] = row;
             std::memcpy(
                 in.ptr<float>() + row * width, recv.ptr<float>() + a / k * width, row_bytes);
         }
-    for (int64_t e = 0; e < n_hosted; ++e) {
+    for (int64_t e = 0; e < n_exp; ++e) {
         const int64_t begin = offset[static_cast<size_t>(e)];
         const int64_t rows = offset[static_cast<size_t>(e) + 1] - begin;
-        tokens_per_expert[static_cast<size_t>(first + e)] += rows;
         if (rows == 0)
             continue;
-        const DenseFfnWeights& w = local.experts[static_cast<size_t>(first + e)];
+        tokens_per_expert[static_cast<size_t>(e)] += rows;
+        const DenseFfnWeights& w = local.experts[static_cast<size_t>(e)];
         HYMOE_CHECK(w.up_proj.view().data != nullptr,
                     "expert ",
-                    first + e,
+                    e,
                     " is not loaded on ep rank ",
                     hosting.ep_rank);
         Tensor out_rows = out.view().rows(begin, rows);

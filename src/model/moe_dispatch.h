@@ -16,12 +16,16 @@
 
 namespace hymoe::model::detail {
 
-// Where the routed experts live: ep rank r hosts experts [r·per_rank, (r+1)·per_rank).
+// Where the routed experts live: MoeWeights::expert_rank, or ep rank r hosting experts
+// [r·E/ep, (r+1)·E/ep) when that is empty.
 struct ExpertHosting {
     int ep = 1, ep_rank = 0;
-    int64_t per_rank = 0;  // E / ep
-    int rank_of(int64_t expert) const { return static_cast<int>(expert / per_rank); }
-    int64_t first() const { return ep_rank * per_rank; }
+    int64_t per_rank = 0;                 // E / ep
+    const std::vector<int>* placement{};  // [E] ep rank of each expert; null or empty: blocks
+    int rank_of(int64_t expert) const {
+        return placement && !placement->empty() ? (*placement)[static_cast<size_t>(expert)]
+                                                : static_cast<int>(expert / per_rank);
+    }
 };
 
 // One micro-batch on its way to the experts and back. Owner side: the rows this rank sends, by

@@ -48,9 +48,16 @@ ModelConfig local_config(const ModelConfig& cfg, const ModelShard& shard) {
     return c;
 }
 
-ExpertRange hosted_experts(const ModelConfig& cfg, const ModelShard& shard) {
+std::vector<int> hosted_experts(const ModelConfig& cfg,
+                                const ModelShard& shard,
+                                const std::vector<int>& expert_rank) {
     const int per_rank = cfg.moe.n_routed_experts / shard.ep;
-    return {shard.ep_rank * per_rank, (shard.ep_rank + 1) * per_rank};
+    std::vector<int> hosted;
+    for (int e = 0; e < cfg.moe.n_routed_experts; ++e)
+        if ((expert_rank.empty() ? e / per_rank : expert_rank[static_cast<size_t>(e)]) ==
+            shard.ep_rank)
+            hosted.push_back(e);
+    return hosted;
 }
 
 }  // namespace hymoe::model

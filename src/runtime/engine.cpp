@@ -73,8 +73,8 @@ void accept_token(Seq& s, int64_t tok, float logprob, const EngineOptions& o) {
 // token (rows ending a prompt) with their logprobs; then the prompt logprobs of every prefill row
 // in row order (Logits::all steps).
 struct StepOut {
-    std::vector<int64_t> ints;    // [n_rows, 2] drawn token, greedy token (−1 where none)
-    std::vector<float> floats;    // [n_rows, 2] their logprobs, then the prompt logprobs
+    std::vector<int64_t> ints;  // [n_rows, 2] drawn token, greedy token (−1 where none)
+    std::vector<float> floats;  // [n_rows, 2] their logprobs, then the prompt logprobs
 };
 
 StepOut step_out(const std::vector<Row>& rows,
@@ -89,7 +89,8 @@ StepOut step_out(const std::vector<Row>& rows,
     const float* base = logits.ptr<float>();  // [n_tok or n_seq, V]
     for (size_t r = 0; r < rows.size(); ++r) {
         const Seq& s = *rows[r].seq;
-        const float* last = base + (all_rows ? batch.offsets[r + 1] - 1 : static_cast<int64_t>(r)) * V;
+        const float* last =
+            base + (all_rows ? batch.offsets[r + 1] - 1 : static_cast<int64_t>(r)) * V;
         const int64_t begin = batch.offsets[r];
         for (int64_t t = 0; all_rows && !s.decoding() && t < rows[r].n; ++t) {
             const int64_t p = s.n_prefilled + t;  // token p+1 given 0..p
@@ -302,6 +303,8 @@ EngineStats run_engine(const model::Model& m,
             flight.pop_front();
         }
         model::send_to_next_stage(m, h_out);
+        if (o.rebalance && o.rebalance_every > 0 && (tick + 1) % o.rebalance_every == 0)
+            o.rebalance();
         stats.seconds = wall_seconds() - t0;
         if (progress && o.progress_every_s > 0 && stats.seconds >= next_progress) {
             int64_t n_running = 0;

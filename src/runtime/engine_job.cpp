@@ -14,36 +14,42 @@
 #include "hymoe/io/safetensors.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/profile.h"
+#include "hymoe/runtime/rebalance.h"
 #include "hymoe/runtime/results.h"
 
 namespace hymoe::runtime {
 
+WeightFill weight_fill(const Job& job, const model::ModelShard& shard) {
+    if (job.deck.model.init_random)
+        return [&job, shard](const model::TensorList& list) {
+            model::init_tensors_random(list, shard, job.deck.job.seed);
+        };
+    // each rank reads only its part: the rows or columns of its slice out of the memory map
+    auto folder = std::make_shared<io::SafetensorsFolder>(job.deck.model.weights);
+    auto read = [&job, folder](
+                    const std::string& name, const model::TensorPart& part, Tensor& dest) {
+        if (part.dim < 0)
+            return folder->read(name, dest);
+        const Shape& stored = folder->info(name).shape;
+        if (part.dim >= static_cast<int>(stored.size()) || stored[part.dim] != part.full)
+            HYMOE_FAIL(Exit::bad_input,
+                       job.deck.model.weights,
+                       ": ",
+                       name,
+                       " is ",
+                       shape_string(stored),
+                       " but the config gives dim ",
+                       part.dim,
+                       " a length of ",
+                       part.full);
+        folder->read_slice(name, part.dim, part.begin, dest);
+    };
+    return [shard, read](const model::TensorList& list) { model::load_tensors(list, shard, read); };
+}
+
 model::Model build_model(const Job& job, const parallel::Grid& grid) {
     model::Model m = model::make_model(job.model, grid);
-    if (job.deck.model.init_random) {
-        model::init_model_random(m, job.deck.job.seed);
-        return m;
-    }
-    // each rank reads only its part: the rows or columns of its slice out of the memory map
-    io::SafetensorsFolder folder(job.deck.model.weights);
-    model::load_model_weights(
-        m, [&](const std::string& name, const model::TensorPart& part, Tensor& dest) {
-            if (part.dim < 0)
-                return folder.read(name, dest);
-            const Shape& stored = folder.info(name).shape;
-            if (part.dim >= static_cast<int>(stored.size()) || stored[part.dim] != part.full)
-                HYMOE_FAIL(Exit::bad_input,
-                           job.deck.model.weights,
-                           ": ",
-                           name,
-                           " is ",
-                           shape_string(stored),
-                           " but the config gives dim ",
-                           part.dim,
-                           " a length of ",
-                           part.full);
-            folder.read_slice(name, part.dim, part.begin, dest);
-        });
+    weight_fill(job, m.shard)(model::model_tensors(m));
     return m;
 }
 
@@ -195,13 +201,27 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     };
     model::ForwardStats layer_stats;
     const bool profiling = job.deck.profile.layers || job.deck.profile.experts;
-    if (profiling)
+    const bool rebalancing =
+        job.deck.parallel.rebalance_every > 0 && job.layout.ep > 1 &&
+        count_layers(job.model, model::Ffn::dense) < static_cast<int>(job.model.layers.size());
+    if (profiling || rebalancing)
         o.layer_stats = &layer_stats;
+    ExpertRebalancer rebalance(job, grid, m, layer_stats, weight_fill(job, m.shard));
+    if (rebalancing) {
+        o.rebalance_every = job.deck.parallel.rebalance_every;
+        o.rebalance = [&] { rebalance(); };
+    }
     EngineStats s = run_engine(
         m, o, [&](Pending& p) { return stream.next(p); }, sink, progress);
     if (job.layout.dp > 1) {  // the summary counts every replica
-        int64_t sums[] = {s.requests, s.prompt_tokens, s.generated_tokens, s.rows, s.seqs, n_stop,
-                          n_length, stream.read};
+        int64_t sums[] = {s.requests,
+                          s.prompt_tokens,
+                          s.generated_tokens,
+                          s.rows,
+                          s.seqs,
+                          n_stop,
+                          n_length,
+                          stream.read};
         Tensor t{sums, DType::i64, Device::cpu, {8}};
         comm::all_reduce(t, grid.comms.dp);
         s.requests = sums[0], s.prompt_tokens = sums[1], s.generated_tokens = sums[2];
@@ -262,6 +282,8 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   ", prefill_chunk ",
                   o.prefill_chunk,
                   ")"));
+    if (rebalancing)
+        log::info(rebalance.summary());
     std::string outputs = job.deck.job.output + "/results.h5, ";
     if (profiling) {
         const JobProfile prof = gather_profile(job, grid, layer_stats);

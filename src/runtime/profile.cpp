@@ -76,18 +76,19 @@ JobProfile gather_profile(const Job& job,
     comm::all_reduce(tr, all);
     for (int64_t& t : p.tokens_per_expert)
         t /= job.layout.etp;
-    // imbalance over ep ranks: an ep rank's load is its hosted experts' assignments
-    const int ep = job.layout.ep;
-    const int64_t per_rank = E / ep;
+    // imbalance: max/mean of the assignments the ranks of the layer's stage computed
+    const int per_stage_ranks = job.layout.tp * job.layout.dp;
     p.imbalance.assign(static_cast<size_t>(L), 0.0f);
     for (int64_t i = 0; i < L; ++i) {
-        std::vector<int64_t> load(static_cast<size_t>(ep), 0);
-        for (int64_t e = 0; e < E; ++e)
-            load[e / per_rank] += p.tokens_per_expert[i * E + e];
-        const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});
-        if (total > 0)
-            p.imbalance[i] = static_cast<float>(*std::max_element(load.begin(), load.end())) /
-                             (static_cast<float>(total) / static_cast<float>(ep));
+        const auto first = p.tokens_per_rank.begin() + i * world;
+        for (int64_t r0 = 0; r0 < world; r0 += per_stage_ranks) {
+            const int64_t total =
+                std::accumulate(first + r0, first + r0 + per_stage_ranks, int64_t{0});
+            if (total > 0)
+                p.imbalance[i] = static_cast<float>(
+                                     *std::max_element(first + r0, first + r0 + per_stage_ranks)) /
+                                 (static_cast<float>(total) / static_cast<float>(per_stage_ranks));
+        }
     }
     return p;
 }
@@ -133,7 +134,8 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
     if (p.imbalance.empty())
         return out;
     const int64_t E = cfg.moe.n_routed_experts;
-    out += "expert load (assignments over all steps; imbalance = max/mean over ep ranks):\n";
+    out +=
+        "expert load (assignments over all steps; imbalance = max/mean over the stage's ranks):\n";
     std::snprintf(line,
                   sizeof line,
                   "  %5s %12s %8s %8s %9s %10s %10s\n",

@@ -163,6 +163,38 @@ BOOST_AUTO_TEST_CASE(quickstart_runs_on_four_ranks_into_one_results_file) {
     fs::remove_all("jobs/quickstart/out");
 }
 
+// parallel.rebalance_every on the quickstart at dp 4 × ep 4: the tiny model's group-limited
+// router sends every token to one group of 4 experts, so the contiguous placement loads one or
+// two ranks. Rebalancing moves experts between steps: the generated tokens stay those of one
+// rank, the logprobs agree to 1e-5, and the profile's imbalance (max/mean of the assignments each
+// rank computed) drops in every MoE layer.
+BOOST_AUTO_TEST_CASE(expert_rebalancing_keeps_results_and_evens_the_load) {
+    const std::string base = "jobs/quickstart/deck.yaml --set job.output=";
+    const std::string ep4 = " --set parallel.dp=4 --set parallel.ep=4";
+    BOOST_REQUIRE(run_hymoe(base + "out/one").code == 0);
+    BOOST_REQUIRE(run_hymoe(base + "out/fixed" + ep4, 4).code == 0);
+    auto r = run_hymoe(base + "out/moved" + ep4 + " --set parallel.rebalance_every=10", 4);
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    hymoe::io::H5Reader one("jobs/quickstart/out/one/results.h5");
+    hymoe::io::H5Reader moved("jobs/quickstart/out/moved/results.h5");
+    BOOST_TEST(one.ints("/requests/output_tokens") == moved.ints("/requests/output_tokens"));
+    const std::vector<float> a = one.floats("/requests/output_logprobs");
+    const std::vector<float> b = moved.floats("/requests/output_logprobs");
+    BOOST_REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+        BOOST_TEST(std::fabs(a[i] - b[i]) <= 1e-5f * std::max(1.0f, std::fabs(a[i])));
+    const std::vector<float> before =
+        hymoe::io::H5Reader("jobs/quickstart/out/fixed/profile.h5").floats("/experts/imbalance");
+    const std::vector<float> after =
+        hymoe::io::H5Reader("jobs/quickstart/out/moved/profile.h5").floats("/experts/imbalance");
+    BOOST_REQUIRE(before.size() == 4u && after.size() == 4u);
+    for (size_t i = 1; i < 4; ++i)  // layer 0 is dense
+        BOOST_TEST(after[i] < before[i], "layer " << i << ": " << before[i] << " -> " << after[i]);
+    const std::string log = read_text("jobs/quickstart/out/moved/log");
+    BOOST_TEST(contains(log, "experts rebalanced"));
+    fs::remove_all("jobs/quickstart/out");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(scoring)

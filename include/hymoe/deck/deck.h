@@ -37,6 +37,7 @@ struct ModelSection {
 // Dense grid world = tp·dp·pp; expert grid world = etp·ep·edp·pp (parallel/grid.h).
 struct ParallelSection {
     int tp = 1, pp = 1, dp = 1, ep = 1, etp = 1;
+    int64_t rebalance_every = 0;  // engine steps between expert rebalances (model/eplb.h); 0 off
 };
 
 struct LoraSection {

@@ -37,6 +37,8 @@ struct MoeWeights {
                                            // when n_shared_experts = 0
     Buffer fc1_latent_proj;                // [ℓ, d]  latent_moe only: z = x fc1ᵀ
     Buffer fc2_latent_proj;                // [d, ℓ]  latent_moe only: y = y_lat fc2ᵀ
+    std::vector<int> expert_rank;          // [E] under ep: the ep rank hosting each routed
+                                           //     expert (model/eplb.h); empty: rank e/(E/ep)
 };
 
 // The tensors of one layer's FFN, named relative to its prefix ("model.layers.{i}.mlp." or
@@ -51,14 +53,17 @@ struct MoeWeights {
 // Under model parallelism (model/shard.h) cfg is the rank's local config: the dense and shared
 // widths are cut over tp, the routed expert width over etp, and only the `hosted` experts are
 // listed (moe->experts keeps all E slots; the others stay empty). The router is whole.
-struct ExpertRange {
-    int begin = 0, end = -1;  // experts [begin, end); end −1: all
-};
 TensorList ffn_tensors(const ModelConfig& cfg,
                        const LayerSpec& spec,
                        DenseFfnWeights* dense,
                        MoeWeights* moe,
-                       ExpertRange hosted = {});
+                       const std::vector<int>* hosted = nullptr);  // null: all E
+// The matrices of the routed experts `experts` alone (named as in ffn_tensors), for moving
+// experts between ranks (model/eplb.h).
+TensorList routed_expert_tensors(const ModelConfig& cfg,
+                                 const LayerSpec& spec,
+                                 MoeWeights& moe,
+                                 const std::vector<int>& experts);
 
 // y [n_tok, w] = down(act(x)) for one MLP on x [n_tok, w]:
 //   swiglu: down(SiLU(gate x) ⊙ up x),  relu2: down(ReLU(up x)²).

@@ -1,12 +1,13 @@
-// The language model, whole on one rank or cut over tp, ep, etp and pp (model/shard.h): embedding → layers (h += mixer(RMSNorm₁ h);
-// h += ffn(RMSNorm₂ h)) → final RMSNorm → LM head. Each layer's mixer and FFN are dispatched by the
-// annotation resolved once in ModelConfig::layers. The forward takes a packed batch of sequences
-// (model/batch.h) and their per-sequence states, so prefill (whole prompts or chunks) and
-// step-decode share all block code. Weight names are the HF names of the config's family.
-// Under model parallelism every rank of a dp replica calls forward with the same batch: the
-// stages pass the residual stream point to point, tp ranks all-reduce each mixer's and dense
-// FFN's partial output, MoE layers dispatch over ep (model/moe_parallel.h), and the vocab-parallel
-// head's logits are gathered over tp, so every rank of the last stage holds the full logits.
+// The language model, whole on one rank or cut over tp, ep, etp and pp (model/shard.h): embedding →
+// layers (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h)) → final RMSNorm → LM head. Each layer's
+// mixer and FFN are dispatched by the annotation resolved once in ModelConfig::layers. The forward
+// takes a packed batch of sequences (model/batch.h) and their per-sequence states, so prefill
+// (whole prompts or chunks) and step-decode share all block code. Weight names are the HF names of
+// the config's family. Under model parallelism every rank of a dp replica calls forward with the
+// same batch: the stages pass the residual stream point to point, tp ranks all-reduce each mixer's
+// and dense FFN's partial output, MoE layers dispatch over ep (model/moe_parallel.h), and the
+// vocab-parallel head's logits are gathered over tp, so every rank of the last stage holds the full
+// logits.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,12 @@ using ReadTensor =
     std::function<void(const std::string& name, const TensorPart& part, Tensor& dest)>;
 // Fill every tensor by name (safetensors folder, checkpoint, golden file).
 void load_model_weights(Model& m, const ReadTensor& read);
+// The same two fills for some of this rank's tensors (a list from model_tensors or
+// expert_tensors): random init gives each tensor the values init_model_random would.
+void init_tensors_random(const TensorList& list, const ModelShard& shard, uint64_t seed);
+void load_tensors(const TensorList& list, const ModelShard& shard, const ReadTensor& read);
+// The matrices of routed experts `experts` of MoE layer `layer` on this rank (full names).
+TensorList expert_tensors(Model& m, int layer, const std::vector<int>& experts);
 
 // What one sequence carries between forward calls: per layer, the KDA state or the attention
 // cache (whichever that layer's mixer needs), and how many tokens it has seen.

@@ -4,10 +4,10 @@
 //
 // What a rank holds (the loader's contract, model/shard.h): the router gate [E, d], the correction
 // bias [E] and the latent projections fc1 [ℓ, d], fc2 [d, ℓ] whole; experts[e] filled iff
-// e / (E/ep) == ep_rank, each as its etp slice etp_rank (gate/up rows, down columns
-// [etp_rank·I/etp, (etp_rank+1)·I/etp)); the shared experts as their tp slice (width S/tp). The
-// input x [n_tok, d] is the same on every rank of a tp group; tp groups of different dp replicas
-// carry different tokens, and different n_tok (0 included).
+// expert_rank[e] == ep_rank (by default e / (E/ep) == ep_rank), each as its etp slice etp_rank
+// (gate/up rows, down columns [etp_rank·I/etp, (etp_rank+1)·I/etp)); the shared experts as their tp
+// slice (width S/tp). The input x [n_tok, d] is the same on every rank of a tp group; tp groups of
+// different dp replicas carry different tokens, and different n_tok (0 included).
 //
 // The algorithm, per layer (each phase one function, moe_dispatch.cpp):
 //  1. ownership: the tp group is cut into tp/etp "etp blocks" of etp consecutive tp ranks
@@ -19,10 +19,11 @@
 //     payload is ℓ wide, not d. Capacity dropping (capacity_factor > 0) is computed over each
 //     block's owned rows (C from the owned count), as Megatron drops per rank.
 //  3. dispatch over the ep comm (made of the ranks sharing etp rank, edp and pp; its rank r hosts
-//     experts [r·E/ep, (r+1)·E/ep)): each owned token goes ONCE to each distinct ep rank hosting
-//     any of its kept top-k experts, rows sorted by destination then token; comm::exchange_counts
-//     then comm::all_to_all_v. Per row, the metadata (the top-k expert ids hosted there, −1
-//     elsewhere, and their combine weights) travels in two small all-to-alls of its own.
+//     the experts expert_rank places there, by default [r·E/ep, (r+1)·E/ep)): each owned token goes
+//     ONCE to each distinct ep rank hosting any of its kept top-k experts, rows sorted by
+//     destination then token; comm::exchange_counts then comm::all_to_all_v. Per row, the metadata
+//     (the top-k expert ids hosted there, −1 elsewhere, and their combine weights) travels in two
+//     small all-to-alls of its own.
 //  4. experts: each rank gathers the received rows of each hosted expert (source rank, then token
 //     order) into one block, runs dense_ffn_forward on it, and forms per received row the
 //     weighted sum over its hosted experts in top-k slot order (fp32). With etp > 1 it is a

@@ -2,7 +2,8 @@
 //   tp   attention (MLA/DSA) and KDA heads, the dense FFN and shared-expert widths, and the
 //        vocabulary rows of the embedding and LM head are cut into tp contiguous parts; the
 //        DSA indexer, the routers, the latent projections and every norm stay whole;
-//   ep   routed experts: rank ep_rank hosts experts [ep_rank·E/ep, (ep_rank+1)·E/ep);
+//   ep   routed experts: rank ep_rank hosts experts [ep_rank·E/ep, (ep_rank+1)·E/ep), or where
+//        a rebalanced placement puts them (model/eplb.h);
 //   etp  each hosted expert's width is cut into etp parts (etp divides tp, so etp_rank is
 //        tp_rank mod etp and an expert's parts sit in one tp group);
 //   pp   stage s owns a contiguous run of layers (stage_starts); the embedding lives on the first
@@ -46,7 +47,10 @@ ModelShard make_shard(const ModelConfig& cfg,
                       const parallel::Coords& me);
 // cfg with the per-rank head counts and widths the blocks run on.
 ModelConfig local_config(const ModelConfig& cfg, const ModelShard& shard);
-// The routed experts this rank hosts.
-ExpertRange hosted_experts(const ModelConfig& cfg, const ModelShard& shard);
+// The routed experts this rank hosts under a placement (MoeWeights::expert_rank; empty: rank r
+// hosts [r·E/ep, (r+1)·E/ep)), ascending.
+std::vector<int> hosted_experts(const ModelConfig& cfg,
+                                const ModelShard& shard,
+                                const std::vector<int>& expert_rank);
 
 }  // namespace hymoe::model

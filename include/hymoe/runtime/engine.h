@@ -45,6 +45,8 @@ struct EngineOptions {
     bool prompt_logprobs = false;  // teacher-forced logprob of every prompt token after the first
     double progress_every_s = 5;   // ≤ 0: no progress lines
     model::ForwardStats* layer_stats = nullptr;  // per-layer timings summed over steps, if given
+    int64_t rebalance_every = 0;      // call rebalance() after every this many ticks (0: never);
+    std::function<void()> rebalance;  // collective: every rank calls it at the same tick
 };
 
 // A request with its index in the file (0-based over request lines, bad ones included).
@@ -85,8 +87,11 @@ EngineStats run_engine(
 
 // ---- the infer job (src/runtime/engine_job.cpp) -----------------------------------------------
 
-// This rank's part of the job's model: model.init: random (seeded by job.seed) or model.weights
-// (safetensors, each rank reading only its slices).
+// Fills some of a rank's tensors from the job's weight source: model.init: random (seeded by
+// job.seed) or model.weights (safetensors, each rank reading only its slices).
+using WeightFill = std::function<void(const model::TensorList&)>;
+WeightFill weight_fill(const Job& job, const model::ModelShard& shard);
+// This rank's part of the job's model.
 model::Model build_model(const Job& job, const parallel::Grid& grid);
 // Streams inference.dataset through the engine into out/results.h5 (runtime/results.h), resuming
 // an interrupted run of the same deck; logs progress and a three-line summary. Returns the exit

@@ -1,9 +1,9 @@
 // The profile of an inference run: wall seconds per layer in the mixer (KDA or MLA/DSA, with the
 // DSA indexer's share) and the FFN (dense or MoE), summed over every forward step and averaged
 // over the tp·dp ranks of the layer's pipeline stage (profile.layers); and the expert load of
-// every MoE layer: assignments per expert and per rank, with the imbalance max/mean over the ep
-// ranks, and under tp/ep the dispatch and combine seconds (profile.experts). Shown as tables in
-// the log (LAMMPS-style) and written to profile.h5.
+// every MoE layer: assignments per expert and per rank, with the imbalance max/mean over the
+// ranks of its stage, and under tp/ep the dispatch and combine seconds (profile.experts). Shown as
+// tables in the log (LAMMPS-style) and written to profile.h5.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,8 @@ struct JobProfile {
     model::ForwardStats mean;                // per-layer seconds, mean over the stage's ranks
     std::vector<int64_t> tokens_per_expert;  // [n_layer, E] assignments computed (0: not MoE)
     std::vector<int64_t> tokens_per_rank;    // [n_layer, world] assignments each rank computed
-    std::vector<float> imbalance;            // [n_layer] max/mean of the ep ranks' assignments
+    std::vector<float> imbalance;            // [n_layer] max/mean of the assignments computed
+                                             //   by the ranks of the layer's stage
     std::vector<float> dispatch_seconds, combine_seconds;  // [n_layer] mean over ranks
 };
 
