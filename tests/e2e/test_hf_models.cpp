@@ -1,8 +1,8 @@
 // Tiny Kimi-Linear-type and DeepSeek-V3.2-type models as HF folders (tests/models/*/config.json
 // in each family's real format + safetensors shards written here with an index): the config reads
 // back equal to the built-in preset, the binary loads the folder and scores prompts, and its
-// results equal an in-process forward over the same weights. A tensor missing from the shards
-// exits 3 naming it.
+// results equal an in-process forward over the same weights, and the same at 8 ranks reading
+// their slices. A tensor missing from the shards exits 3 naming it.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -109,6 +109,20 @@ BOOST_DATA_TEST_CASE(folder_loads_and_scores_like_in_process, data::make(kFamili
         BOOST_TEST(greedy[s] == std::max_element(last, last + V) - last);
     }
     BOOST_TEST(max_err <= 1e-4f);
+
+    // Eight ranks, every cut at once (tp 2 × dp 2 × pp 2, experts over ep 2 × etp 2): each rank
+    // reads only its slices of the shards, and the scores equal the one-rank run.
+    auto par = testing::run_hymoe(dir + "/deck.yaml --set job.output=out8 --set parallel.tp=2 "
+                                        "--set parallel.dp=2 --set parallel.pp=2 "
+                                        "--set parallel.ep=2 --set parallel.etp=2",
+                                  8);
+    BOOST_REQUIRE_MESSAGE(par.code == 0, par.err);
+    io::H5Reader h8(dir + "/out8/results.h5");
+    const std::vector<float> lp8 = h8.floats("/requests/prompt_logprobs");
+    BOOST_REQUIRE(lp8.size() == lp.size());
+    for (size_t i = 0; i < lp.size(); ++i)
+        BOOST_TEST(std::abs(lp8[i] - lp[i]) <= 1e-5f * std::max(1.0f, std::abs(lp[i])));
+    BOOST_TEST(h8.ints("/requests/greedy_token") == greedy);
     fs::remove_all(dir);
 }
 
