@@ -125,8 +125,9 @@ struct SeqWork {
     int64_t n_q = 0;           // new tokens
     int64_t pos0 = 0;          // position of the first
     const AttnCache* cache = nullptr;
-    const float* q_idx = nullptr;  // [n_q, H_I·d_I] indexer queries (dsa), else null
-    const float* w_idx = nullptr;  // [n_q, H_I] indexer head weights (dsa)
+    const float* q_idx = nullptr;    // [n_q, H_I·d_I] indexer queries (dsa), else null
+    const float* w_idx = nullptr;    // [n_q, H_I] indexer head weights (dsa)
+    const comm::Comm* tp = nullptr;  // indexer heads split over tp: its scores are all-reduced
 };
 
 // The mask of the query block [i0, i0 + n_b) over its n_kb = pos0 + i0 + n_b visible keys.
@@ -147,6 +148,8 @@ void block_mask(const ModelConfig& cfg,
                    view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
                    view_of(s.cache->k_idx.data(), {n_kb, d_i}),
                    scores.view());
+    if (s.tp != nullptr && s.tp->size() > 1)
+        comm::all_reduce(scores.view(), *s.tp);  // Σ over every rank's heads
     indexer_mask(scores.view(), s.pos0 + i0, cfg.indexer.top_k, mask);
 }
 
@@ -322,7 +325,7 @@ void check_call(const ModelConfig& cfg,
 TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights& w) {
     const MlaDims m = mla_dims(cfg);
     const int64_t q_rows = m.n_head * m.d_qk();  // n_head: this rank's heads under tp
-    TensorList list;  // the indexer is whole on every rank (its scores sum over all its heads)
+    TensorList list;
     if (m.r_q > 0) {
         list.push_back({"q_a_proj.weight", {m.r_q, m.d}, &w.q_a_proj});
         list.push_back({"q_a_layernorm.weight", {m.r_q}, &w.q_a_layernorm, Init::ones});
@@ -337,13 +340,13 @@ TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaW
     if (spec.gated)
         list.push_back(split(0, {"g_proj.weight", {m.n_head * m.d_v, m.d}, &w.g_proj}));
     if (spec.mixer == Mixer::dsa) {
-        const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
+        const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;  // h_i: under tp
         IndexerWeights& iw = w.indexer;
-        list.push_back({"indexer.wq_b.weight", {h_i * d_i, m.r_q}, &iw.wq_b});
+        list.push_back(split(0, {"indexer.wq_b.weight", {h_i * d_i, m.r_q}, &iw.wq_b}));
         list.push_back({"indexer.wk.weight", {d_i, m.d}, &iw.wk});
         list.push_back({"indexer.k_norm.weight", {d_i}, &iw.k_norm_weight, Init::ones});
         list.push_back({"indexer.k_norm.bias", {d_i}, &iw.k_norm_bias, Init::zeros});
-        list.push_back({"indexer.weights_proj.weight", {h_i, m.d}, &iw.weights_proj});
+        list.push_back(split(0, {"indexer.weights_proj.weight", {h_i, m.d}, &iw.weights_proj}));
     }
     return list;
 }
@@ -418,7 +421,8 @@ void attention_forward(const ModelConfig& cfg,
                        const std::vector<AttnCache*>& caches,
                        Tensor& y,
                        AttnMode mode,
-                       AttnStats* stats) {
+                       AttnStats* stats,
+                       const comm::Comm* tp) {
     const double start = wall_seconds();
     double indexer_seconds = 0;
     check_call(cfg, spec, x, batch, caches, y);
@@ -455,6 +459,7 @@ void attention_forward(const ModelConfig& cfg,
         work.n_q = n_q;
         work.pos0 = batch.pos0[s];
         work.cache = &cache;
+        work.tp = tp;
         if (dsa) {
             work.q_idx = idx.q.ptr<float>() + row0 * cfg.indexer.n_head * cfg.indexer.head_dim;
             work.w_idx = idx.w.ptr<float>() + row0 * cfg.indexer.n_head;

@@ -51,7 +51,9 @@ IndexerInputs indexer_project(const ModelConfig& cfg,
     ops::rope(in.q.ptr<float>(), n_tok, n_head, n_head * d_head, d_head, pos.data(), freqs, false);
     ops::rope(in.k.ptr<float>(), n_tok, 1, d_head, d_head, pos.data(), freqs, false);
     ops::linear(x, w.weights_proj.view(), in.w.view());
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n_head * d_head)));
+    const int64_t scale_heads = cfg.indexer.scale_heads > 0 ? cfg.indexer.scale_heads : n_head;
+    const float scale =
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(scale_heads * d_head)));
     float* wp = in.w.ptr<float>();
     for (int64_t i = 0; i < n_tok * n_head; ++i)
         wp[i] *= scale;

@@ -299,7 +299,8 @@ void forward(const Model& m,
                                   caches,
                                   y.view(),
                                   options.attn_mode,
-                                  &stats.attn);
+                                  &stats.attn,
+                                  sh.tp > 1 ? &m.comms->tp : nullptr);
             }
             if (sh.tp > 1)
                 comm::all_reduce(y.view(), m.comms->tp);  // the heads' partial o_proj outputs

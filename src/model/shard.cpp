@@ -42,6 +42,8 @@ ModelConfig local_config(const ModelConfig& cfg, const ModelShard& shard) {
     ModelConfig c = cfg;
     c.kda.n_head /= shard.tp;
     c.mla.n_head /= shard.tp;
+    c.indexer.scale_heads = cfg.indexer.n_head;
+    c.indexer.n_head /= shard.tp;
     c.intermediate_size /= shard.tp;
     c.moe.shared_intermediate /= shard.tp;
     c.moe.moe_intermediate /= shard.etp;

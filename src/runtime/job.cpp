@@ -147,6 +147,13 @@ std::optional<LayoutProblem> model_layout_problem(const model::ModelConfig& m,
             "parallel.tp",
             "tp does not divide the KDA heads",
             not_divisible(l.tp, "the KDA heads", m.kda.n_head, "tp splits the KDA heads")};
+    if (count_layers(m, Mixer::dsa) > 0 && m.indexer.n_head % l.tp != 0)
+        return LayoutProblem{"parallel.tp",
+                             "tp does not divide the indexer heads",
+                             not_divisible(l.tp,
+                                           "the indexer heads",
+                                           m.indexer.n_head,
+                                           "tp splits the lightning-indexer heads")};
     if (m.vocab_size % l.tp != 0)
         return LayoutProblem{"parallel.tp",
                              "tp does not divide the vocabulary",

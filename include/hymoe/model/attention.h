@@ -20,6 +20,7 @@
 #include "hymoe/model/batch.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/weights.h"
+#include "hymoe/parallel/comm.h"
 #include "hymoe/tensor/tensor.h"
 
 namespace hymoe::model {
@@ -88,7 +89,9 @@ void attention_forward(const ModelConfig& cfg,
                        const std::vector<AttnCache*>& caches,  // [n_seq] or empty
                        Tensor& y,                              // [n_tok, d]
                        AttnMode mode = AttnMode::automatic,
-                       AttnStats* stats = nullptr);
+                       AttnStats* stats = nullptr,
+                       const comm::Comm* tp = nullptr);  // cfg a tp rank's local config: the
+                                                         // indexer's partial scores summed here
 
 // ---- building blocks ----------------------------------------------------------------------------
 

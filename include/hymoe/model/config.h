@@ -80,9 +80,11 @@ struct MlaConfig {
 
 // DSA lightning indexer (model-math §5). It reads MLA's query latent c_q, so DSA needs r_q > 0.
 struct IndexerConfig {
-    int n_head = 0;    // H_I: indexer heads
-    int head_dim = 0;  // d_I: indexer head dim, [rope d_r | nope d_I − d_r]
-    int top_k = 0;     // keys kept per query (DeepSeek-V3.2: 2048)
+    int n_head = 0;       // H_I: indexer heads
+    int head_dim = 0;     // d_I: indexer head dim, [rope d_r | nope d_I − d_r]
+    int top_k = 0;        // keys kept per query (DeepSeek-V3.2: 2048)
+    int scale_heads = 0;  // the H_I of the score scale H_I^{-1/2} when n_head is one tp rank's
+                          // share (model/shard.h local configs); 0: n_head
     bool operator==(const IndexerConfig&) const = default;
 };
 

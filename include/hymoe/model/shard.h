@@ -1,7 +1,8 @@
 // How one rank's part of the model is cut from the whole (Megatron-Core's layout):
-//   tp   attention (MLA/DSA) and KDA heads, the dense FFN and shared-expert widths, and the
-//        vocabulary rows of the embedding and LM head are cut into tp contiguous parts; the
-//        DSA indexer, the routers, the latent projections and every norm stay whole;
+//   tp   attention (MLA/DSA), DSA indexer and KDA heads, the dense FFN and shared-expert widths,
+//        and the vocabulary rows of the embedding and LM head are cut into tp contiguous parts
+//        (the indexer's partial scores are all-reduced over tp before its top-k); the routers,
+//        the latent projections, the indexer key projection and every norm stay whole;
 //   ep   routed experts: rank ep_rank hosts experts [ep_rank·E/ep, (ep_rank+1)·E/ep), or where
 //        a rebalanced placement puts them (model/eplb.h);
 //   etp  each hosted expert's width is cut into etp parts (etp divides tp, so etp_rank is
