@@ -195,6 +195,7 @@ EngineStats run_engine(const model::Model& m,
                 o.max_tokens);
     const int64_t V = m.cfg.vocab_size;
     const int pp = m.shard.pp, stage = m.shard.stage;
+    const int lane_seqs = (o.max_seqs + pp - 1) / pp;  // the replica holds about max_seqs
     EngineStats stats;
     const double t0 = wall_seconds();
     double next_progress = o.progress_every_s;
@@ -236,7 +237,7 @@ EngineStats run_engine(const model::Model& m,
             if (!s->decoding() && n <= budget)
                 add(*s, n);
         }
-        while (static_cast<int>(running.size()) < o.max_seqs && budget > 0 && peek()) {
+        while (static_cast<int>(running.size()) < lane_seqs && budget > 0 && peek()) {
             const int64_t n =
                 std::min<int64_t>(o.prefill_chunk, static_cast<int64_t>(peeked.req.tokens.size()));
             if (n > budget)

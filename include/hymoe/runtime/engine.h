@@ -1,10 +1,10 @@
-// The continuous-batching inference engine on one rank. Requests come from a pull source (the
-// JSONL reader streams them; nothing holds the whole dataset) and leave through a sink as they
-// finish. Every step builds one packed forward (model/batch.h):
+// The continuous-batching inference engine. Requests come from a pull source (the JSONL reader
+// streams them; nothing holds the whole dataset) and leave through a sink as they finish. Every
+// step builds one packed forward (model/batch.h):
 //   1. one decode row per running sequence that has finished its prompt,
 //   2. the next prefill chunk of each sequence still in its prompt,
-//   3. new requests, admitted in file order while the running set is under batch.max_seqs and
-//      the step's rows stay within batch.max_tokens,
+//   3. new requests, admitted in file order while the running set is under its share of
+//      batch.max_seqs and the step's rows stay within batch.max_tokens,
 // then samples the next token of every sequence whose row was its last prompt token or a decode
 // row. A prefill chunk is always min(prefill_chunk, tokens left) long, and a sequence whose chunk
 // does not fit this step waits for the next: chunk boundaries depend on the request alone, never
@@ -13,11 +13,12 @@
 // A sequence finishes with "stop" when it samples eos (the eos token is kept as its last output
 // token) and "length" at max_new_tokens (the request's, else the deck's; 0 = prompt only).
 // Several ranks: every rank of a dp replica runs the same steps on the same requests (its tp
-// ranks and pipeline stages each hold part of the model); the last stage turns the logits into
-// the step's tokens and broadcasts them over pp. The dp replicas step together, a replica with
-// nothing to run joining with an empty batch, while any has rows: their MoE layers share ep
-// groups. Not here: paged KV cache, offload, preemption, a micro-batched pipeline (one step is
-// in flight, so pp stages take turns).
+// ranks and pipeline stages each hold part of the model). The pipeline is micro-batched: the
+// running sequences form pp lanes of ⌈max_seqs/pp⌉ at most; tick t launches a step of lane
+// t mod pp, stage s runs the step launched s ticks earlier, so every stage is busy; the last
+// stage turns the logits into the step's tokens and broadcasts them over pp. The dp replicas
+// tick together, a replica with nothing to run joining with an empty batch, while any has work:
+// their MoE layers share ep groups. Not here: paged KV cache, offload, preemption.
 #pragma once
 
 #include <cstdint>
