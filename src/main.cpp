@@ -1,4 +1,4 @@
-// hymoe: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]...
+// hymoe: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]... (also --ranks, --gather)
 // MPI → command line → deck, model config and layout (validated before anything is allocated)
 // → communicators → the job (--check: print the plan of runtime/plan.h and stop). Errors seen by
 // every rank (deck, config, layout) print once on rank 0 and every rank exits with the error's
@@ -10,10 +10,12 @@
 #include "hymoe/core/build_info.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
+#include "hymoe/core/stop.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/job.h"
 #include "hymoe/runtime/plan.h"
+#include "hymoe/runtime/results.h"
 #include "hymoe/runtime/run.h"
 
 namespace {
@@ -35,6 +37,17 @@ int run(int argc, char** argv) {
                                        .c_str());
         return 0;
     }
+    if (cli.ranks) {
+        const int n = runtime::deck_ranks(cli);
+        if (parallel::world_rank() == 0)
+            std::printf("%d\n", n);
+        return 0;
+    }
+    if (!cli.gather.empty()) {
+        if (parallel::world_rank() == 0)
+            runtime::gather_results(cli.gather.front(), {cli.gather.begin() + 1, cli.gather.end()});
+        return 0;
+    }
     runtime::Job job = runtime::load_job(cli, parallel::world_size());
     parallel::Grid grid = parallel::make_grid(job.layout);
     runtime::log_job_header(job);
@@ -52,6 +65,7 @@ int main(int argc, char** argv) {
     hymoe::parallel::MpiEnv mpi(&argc, &argv);
     const int rank = hymoe::parallel::world_rank();
     hymoe::log::init(rank);
+    hymoe::install_stop_handlers();
     try {
         return run(argc, argv);
     } catch (const hymoe::Error& e) {

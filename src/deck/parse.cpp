@@ -175,6 +175,10 @@ void read_inference(Section s, InferenceSection& in) {
     in.prompt_logprobs = s.flag("prompt_logprobs", false);
     in.on_bad_request = s.choice("on_bad_request", std::string("fail"), {"fail", "skip"});
     in.batch_invariant = s.flag("batch_invariant", false);
+    in.shards = s.integer("shards", 1, 1, 1'000'000'000);
+    in.shard = s.integer("shard", 0, 0, 1'000'000'000);
+    if (in.shard >= in.shards)
+        s.fail("shard", cat(in.shard, " is not below inference.shards = ", in.shards));
     {
         Section p = s.section("sampling");
         in.temperature = p.number("temperature", 0.0, 0.0, 100.0);

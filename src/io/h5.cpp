@@ -278,6 +278,14 @@ void H5Writer::append_strings(const std::string& name, const std::vector<std::st
     append_rows(d.get(), name, type.get(), static_cast<int64_t>(values.size()), ptrs.data());
 }
 
+void H5Writer::copy(const std::string& src_path, const std::string& object) {
+    H5Id src(
+        H5Fopen(src_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "opening " + src_path);
+    if (H5Ocopy(src.get(), object.c_str(), file_.get(), object.c_str(), H5P_DEFAULT, H5P_DEFAULT) <
+        0)
+        HYMOE_FAIL_ONE(Exit::internal, "HDF5: copying ", object, " of ", src_path, " into ", path_);
+}
+
 void H5Writer::commit() {
     if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0)
         HYMOE_FAIL_ONE(Exit::internal, "HDF5: flushing ", partial_);

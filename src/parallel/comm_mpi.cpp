@@ -125,6 +125,12 @@ Comm::Impl::~Impl() {
         MPI_Comm_free(&mpi);
 }
 
+Comm self_comm() {
+    MPI_Comm self;
+    HYMOE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_SELF, &self), "duplicating the self communicator");
+    return Comm(std::make_shared<Comm::Impl>(self, "self"));
+}
+
 int Comm::rank() const {
     return impl().rank;
 }

@@ -107,9 +107,7 @@ Grid make_grid(const Layout& layout) {
     MPI_Comm world;
     HYMOE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world), "duplicating the world communicator");
     g.comms.world = comm::Comm(std::make_shared<comm::Comm::Impl>(world, "world"));
-    MPI_Comm self;
-    HYMOE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_SELF, &self), "duplicating the self communicator");
-    g.comms.self = comm::Comm(std::make_shared<comm::Comm::Impl>(self, "self"));
+    g.comms.self = comm::self_comm();
     for (Group kind : kGroups) {
         // colour = which group, key = position inside it: members come out in grid.h's order
         MPI_Comm sub;

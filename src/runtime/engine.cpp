@@ -144,14 +144,18 @@ void apply_step(const std::vector<Row>& rows,
     }
 }
 
-// True on every rank when any dp replica has rows this step (one rank: has_rows).
-bool any_replica(bool has_rows, const model::Model& m) {
-    if (m.comms == nullptr || m.comms->dp.size() == 1)
-        return has_rows;
-    int64_t any = has_rows;
-    Tensor t{&any, DType::i64, Device::cpu, {1}};
-    comm::all_reduce(t, m.comms->dp, comm::ReduceOp::max);
-    return any != 0;
+// What every rank needs to agree on at a tick: whether any dp replica still has work, and
+// whether any rank was asked to stop. One all-reduce over the world (nothing on one rank).
+struct TickVote {
+    bool any_work = false, stop = false;
+};
+TickVote vote(bool has_work, bool stop, const model::Model& m) {
+    if (m.comms == nullptr || m.comms->world.size() == 1)
+        return {has_work, stop};
+    int64_t v[2] = {has_work, stop};
+    Tensor t{v, DType::i64, Device::cpu, {2}};
+    comm::all_reduce(t, m.comms->world, comm::ReduceOp::max);
+    return {v[0] != 0, v[1] != 0};
 }
 
 // The last stage's StepOut on every stage of the pipeline.
@@ -271,7 +275,9 @@ EngineStats run_engine(const model::Model& m,
         for (const auto& lane : lanes)
             active = active || !lane.empty();
         // dp replicas tick together while any has work: their MoE layers share ep groups
-        if (!any_replica(active, m))
+        const TickVote v = vote(active, o.stop && o.stop(), m);
+        stats.stopped = v.stop;
+        if (!v.any_work || v.stop)
             break;
         const size_t n_flight = flight.size();
         const Step none;  // early ticks: nothing has reached this stage yet

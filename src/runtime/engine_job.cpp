@@ -9,6 +9,7 @@
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/core/sha256.h"
+#include "hymoe/core/stop.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/io/safetensors.h"
@@ -108,6 +109,9 @@ struct Stream {
             return "adapter '" + r.adapter + "': LoRA adapters are not available in this build yet";
         return "";
     }
+    bool in_shard() const {  // array jobs: this shard's share of the request indexes
+        return index % job.deck.inference.shards == job.deck.inference.shard;
+    }
     bool next(Pending& p) {
         for (io::Request r;;) {
             try {
@@ -115,10 +119,13 @@ struct Stream {
                     break;
             } catch (const Error& e) {
                 ++index;
-                bad(e);
+                if (in_shard())
+                    bad(e);
                 continue;
             }
             ++index;
+            if (!in_shard())
+                continue;
             if (std::string why = check(r); !why.empty()) {
                 try {
                     HYMOE_FAIL(Exit::bad_input, job.deck.inference.dataset, ":", r.line, ": ", why);
@@ -211,8 +218,27 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
         o.rebalance_every = job.deck.parallel.rebalance_every;
         o.rebalance = [&] { rebalance(); };
     }
+    // stop cleanly on SIGUSR1/SIGTERM/SIGINT, or at 99% of job.max_hours (as GROMACS -maxh)
+    const double max_seconds = 0.99 * 3600 * job.deck.job.max_hours;
+    o.stop = [&] {
+        return stop_signal() != 0 || (max_seconds > 0 && wall_seconds() - t0 >= max_seconds);
+    };
     EngineStats s = run_engine(
         m, o, [&](Pending& p) { return stream.next(p); }, sink, progress);
+    if (s.stopped) {
+        journal.flush();
+        int64_t sig = stop_signal();  // the signal may have reached some ranks only
+        Tensor any{&sig, DType::i64, Device::cpu, {1}};
+        comm::all_reduce(any, grid.comms.world, comm::ReduceOp::max);
+        log::info(cat("stopped by ",
+                      sig ? signal_name(static_cast<int>(sig)) : "job.max_hours",
+                      " after ",
+                      fixed(wall_seconds() - t0, 1),
+                      " s: finished requests are saved in ",
+                      job.deck.job.output,
+                      "/results.parts; rerun the same deck to resume (exit 75)"));
+        return static_cast<int>(Exit::stopped);
+    }
     if (job.layout.dp > 1) {  // the summary counts every replica
         int64_t sums[] = {s.requests,
                           s.prompt_tokens,

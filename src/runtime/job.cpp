@@ -12,6 +12,7 @@ namespace hymoe::runtime {
 
 std::string usage() {
     return "usage: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]... "
+           "| hymoe DECK.yaml --ranks [--set ...] | hymoe --gather OUT_DIR SHARD_DIR... "
            "| hymoe --help | hymoe --version";
 }
 
@@ -25,6 +26,15 @@ CommandLine parse_command_line(int argc, char** argv) {
             cli.help = true;
         } else if (a == "--version") {
             cli.version = true;
+        } else if (a == "--ranks") {
+            cli.ranks = true;
+        } else if (a == "--gather") {
+            cli.gather.assign(argv + i + 1, argv + argc);
+            if (cli.gather.size() < 2)
+                HYMOE_FAIL(Exit::invalid,
+                           "--gather needs an output folder and at least one shard folder; ",
+                           usage());
+            break;
         } else if (a == "--set" || a.rfind("--set=", 0) == 0) {
             if (a == "--set" && i + 1 >= argc)
                 HYMOE_FAIL(Exit::invalid, "--set needs key.path=value; ", usage());
@@ -43,7 +53,7 @@ CommandLine parse_command_line(int argc, char** argv) {
                        usage());
         }
     }
-    if (cli.deck_path.empty() && !cli.help && !cli.version)
+    if (cli.deck_path.empty() && !cli.help && !cli.version && cli.gather.empty())
         HYMOE_FAIL(Exit::invalid, "no deck given; ", usage());
     return cli;
 }
@@ -104,6 +114,11 @@ deck::Deck parse_deck_agreed(const CommandLine& cli) {
 }
 
 }  // namespace
+
+int deck_ranks(const CommandLine& cli) {
+    const deck::ParallelSection& p = parse_deck_agreed(cli).parallel;
+    return p.tp * p.dp * p.pp;
+}
 
 Job load_job(const CommandLine& cli, int world_size) {
     Job job;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <list>
 #include <map>
+#include <tuple>
 
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
@@ -71,6 +72,32 @@ Segment read_segment(const std::string& path, bool prompt_logprobs) {
         s.out_begin.push_back(s.out_begin.back() + s.n_out[i]);
         s.plp_begin.push_back(s.plp_begin.back() +
                               (prompt_logprobs ? std::max<int64_t>(s.prompt_len[i] - 1, 0) : 0));
+    }
+    return s;
+}
+
+// A finished results.h5 read back whole as one segment (gather_results).
+Segment read_results(const std::string& path) {
+    io::H5Reader r(path);
+    Segment s;
+    s.index = r.ints("/requests/index"), s.line = r.ints("/requests/line");
+    s.prompt_len = r.ints("/requests/prompt_len"), s.tokens = r.ints("/requests/output_tokens");
+    s.logprobs = r.floats("/requests/output_logprobs");
+    s.id = r.strings("/requests/id"), s.adapter = r.strings("/requests/adapter");
+    s.out_begin = r.ints("/requests/output_offsets");
+    for (const std::string& f : r.strings("/requests/finish_reason"))
+        s.finish.push_back(static_cast<int64_t>(f == "stop" ? Finish::stop : Finish::length));
+    for (size_t i = 0; i < s.index.size(); ++i)
+        s.n_out.push_back(s.out_begin[i + 1] - s.out_begin[i]);
+    if (r.exists("/requests/logprob_offsets")) {
+        s.plp_begin = r.ints("/requests/logprob_offsets");
+        s.prompt_logprobs = r.floats("/requests/prompt_logprobs");
+        s.greedy_token = r.ints("/requests/greedy_token");
+        s.greedy_logprob = r.floats("/requests/greedy_logprob");
+    } else {
+        s.plp_begin.assign(s.index.size() + 1, 0);
+        s.greedy_token.assign(s.index.size(), -1);
+        s.greedy_logprob.assign(s.index.size(), 0.0f);
     }
     return s;
 }
@@ -263,6 +290,64 @@ int64_t ResultsJournal::merge(const io::RunMeta& meta) {
     cols.write(w, prompt_logprobs_);
     w.commit();
     fs::remove_all(parts_);
+    return n;
+}
+
+int64_t gather_results(const std::string& out_dir, const std::vector<std::string>& shard_dirs) {
+    std::vector<Segment> shards;
+    std::vector<std::tuple<int64_t, size_t, size_t>> order;  // (index, shard, row)
+    bool with_plp = false;
+    for (size_t k = 0; k < shard_dirs.size(); ++k) {
+        const std::string path = shard_dirs[k] + "/results.h5";
+        if (!fs::exists(path))
+            HYMOE_FAIL(Exit::bad_input, path, ": no such file (has that shard finished?)");
+        shards.push_back(read_results(path));
+        const bool plp = io::H5Reader(path).exists("/requests/logprob_offsets");
+        if (k > 0 && plp != with_plp)
+            HYMOE_FAIL(Exit::bad_input,
+                       path,
+                       ": prompt logprobs ",
+                       plp ? "present" : "absent",
+                       " unlike in ",
+                       shard_dirs[0],
+                       "/results.h5 (shards of different decks?)");
+        with_plp = plp;
+        for (size_t row = 0; row < shards[k].index.size(); ++row)
+            order.emplace_back(shards[k].index[row], k, row);
+    }
+    std::sort(order.begin(), order.end());
+    for (size_t i = 1; i < order.size(); ++i)
+        if (std::get<0>(order[i]) == std::get<0>(order[i - 1]))
+            HYMOE_FAIL(Exit::bad_input,
+                       "request ",
+                       std::get<0>(order[i]),
+                       " is in both ",
+                       shard_dirs[std::get<1>(order[i - 1])],
+                       " and ",
+                       shard_dirs[std::get<1>(order[i])],
+                       " (overlapping shards)");
+    fs::create_directories(out_dir);
+    const comm::Comm self = comm::self_comm();
+    io::H5Writer w(out_dir + "/results.h5", self);
+    w.copy(shard_dirs[0] + "/results.h5", "/meta");
+    w.strings("/meta/gathered_from", shard_dirs);
+    Columns cols;
+    cols.out_end.push_back(0), cols.plp_end.push_back(0);
+    int64_t n = 0;
+    for (const auto& [index, k, row] : order) {
+        cols.add(shards[k], row);
+        if (++n % 4096 == 0)
+            cols.write(w, with_plp);
+    }
+    cols.write(w, with_plp);
+    w.commit();
+    log::info(cat("gathered ",
+                  n,
+                  " requests from ",
+                  shard_dirs.size(),
+                  " shards into ",
+                  out_dir,
+                  "/results.h5"));
     return n;
 }
 

@@ -228,6 +228,18 @@ std::map<std::string, std::string> requests_of(const std::string& path) {
     return out;
 }
 
+// Every request's tokens (exactly) and logprobs (to kBlasTol) of two results.h5 files.
+void expect_same_results(const std::string& got, const std::string& want) {
+    auto a = requests_of(got), b = requests_of(want);
+    for (const auto& [name, text] : b)
+        BOOST_TEST(a[name] == text, name);
+    const std::vector<float> lp = io::H5Reader(got).floats("/requests/output_logprobs");
+    const std::vector<float> lp_ref = io::H5Reader(want).floats("/requests/output_logprobs");
+    BOOST_REQUIRE_EQUAL(lp.size(), lp_ref.size());
+    for (size_t i = 0; i < lp.size(); ++i)
+        BOOST_TEST(std::abs(lp[i] - lp_ref[i]) <= kBlasTol);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(infer_job)
@@ -257,18 +269,81 @@ BOOST_AUTO_TEST_CASE(kill_9_mid_job_then_rerun_equals_an_uninterrupted_run) {
     BOOST_TEST(rerun.out.find("done: 320 requests") != std::string::npos, rerun.out);
     BOOST_TEST(rerun.out.find(" 0 resumed") == std::string::npos);
     BOOST_TEST(!fs::exists(kDir + "out/results.parts"));
-    auto a = requests_of(kDir + "out/results.h5"), b = requests_of(kDir + "ref/results.h5");
-    for (const auto& [name, text] : b)
-        BOOST_TEST(a[name] == text, name);
     // logprobs: the resumed requests ran in other batches (kBlasTol above)
-    std::vector<float> lp =
-        io::H5Reader(kDir + "out/results.h5").floats("/requests/output_logprobs");
-    std::vector<float> lp_ref =
-        io::H5Reader(kDir + "ref/results.h5").floats("/requests/output_logprobs");
-    BOOST_REQUIRE_EQUAL(lp.size(), lp_ref.size());
-    for (size_t i = 0; i < lp.size(); ++i)
-        BOOST_TEST(std::abs(lp[i] - lp_ref[i]) <= kBlasTol);
+    expect_same_results(kDir + "out/results.h5", kDir + "ref/results.h5");
     fs::remove_all(kDir + "out"), fs::remove_all(kDir + "ref");
+}
+
+// SIGUSR1 (Slurm's warning before the wall time) to mpirun, which forwards it to both dp
+// replicas: the job flushes what has finished, exits 75 and names the signal; the rerun resumes
+// and ends with the uninterrupted run's results.
+BOOST_AUTO_TEST_CASE(sigusr1_on_two_ranks_stops_with_75_then_resumes) {
+    fs::remove_all(kDir + "out"), fs::remove_all(kDir + "ref");
+    auto ref = testing::run_hymoe(kDeck + " --set job.output=ref");
+    BOOST_REQUIRE_MESSAGE(ref.code == 0, ref.err);
+    const char* bin = std::getenv("HYMOE_BIN");
+    const std::string exe = bin ? bin : "build/hymoe", pidfile = kDir + "pid", rcfile = kDir + "rc";
+    fs::remove(rcfile);
+    std::system(("(mpirun -q -np 2 " + exe + " " + kDeck + " --set parallel.dp=2 >" + kDir +
+                 "stdout 2>&1 & echo $! >" + pidfile + "; wait $!; echo $? >" + rcfile + ") &")
+                    .c_str());
+    const std::string first_segment = kDir + "out/results.parts/seg-000000.h5";
+    for (int i = 0; i < 4000 && !fs::exists(first_segment); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    BOOST_REQUIRE(fs::exists(first_segment));
+    ::kill(std::stoi(testing::read_text(pidfile)), SIGUSR1);
+    for (int i = 0; i < 3000 && !fs::exists(rcfile); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    BOOST_REQUIRE(fs::exists(rcfile));
+    const std::string out = testing::read_text(kDir + "stdout");
+    fs::remove(pidfile), fs::remove(kDir + "stdout");
+    BOOST_REQUIRE_MESSAGE(!fs::exists(kDir + "out/results.h5"), "the job ended before the signal");
+    BOOST_TEST(std::stoi(testing::read_text(rcfile)) == 75, out);
+    BOOST_TEST(out.find("stopped by SIGUSR1") != std::string::npos, out);
+
+    auto rerun = testing::run_hymoe(kDeck + " --set parallel.dp=2", 2);
+    BOOST_REQUIRE_MESSAGE(rerun.code == 0, rerun.err);
+    BOOST_TEST(rerun.out.find("resuming: ") != std::string::npos, rerun.out);
+    expect_same_results(kDir + "out/results.h5", kDir + "ref/results.h5");
+    fs::remove_all(kDir + "out"), fs::remove_all(kDir + "ref"), fs::remove(rcfile);
+}
+
+// job.max_hours: a budget already spent stops at the first step boundary with 75.
+BOOST_AUTO_TEST_CASE(max_hours_stops_cleanly_with_75) {
+    fs::remove_all(kDir + "out");
+    auto r = testing::run_hymoe(kDeck + " --set job.max_hours=1e-9");
+    BOOST_TEST(r.code == 75, r.err);
+    BOOST_TEST(r.out.find("stopped by job.max_hours") != std::string::npos, r.out);
+    BOOST_TEST(fs::exists(kDir + "out/results.parts"));
+    BOOST_TEST(!fs::exists(kDir + "out/results.h5"));
+    fs::remove_all(kDir + "out");
+}
+
+// Array jobs: three shards (index mod 3), each its own folder, gathered into one results.h5 equal
+// to the single run's; overlapping shards are refused.
+BOOST_AUTO_TEST_CASE(shards_gather_into_the_single_run) {
+    fs::remove_all(kDir + "out");
+    auto ref = testing::run_hymoe(kDeck + " --set job.output=out/ref");
+    BOOST_REQUIRE_MESSAGE(ref.code == 0, ref.err);
+    std::string dirs;
+    for (int i = 0; i < 3; ++i) {
+        const std::string dir = "out/shard-" + std::to_string(i);
+        auto r = testing::run_hymoe(
+            kDeck + " --set job.output=" + dir +
+            " --set inference.shards=3 --set inference.shard=" + std::to_string(i));
+        BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+        dirs += " " + kDir + dir;
+    }
+    auto g = testing::run_hymoe("--gather " + kDir + "out/all" + dirs);
+    BOOST_REQUIRE_MESSAGE(g.code == 0, g.err);
+    expect_same_results(kDir + "out/all/results.h5", kDir + "out/ref/results.h5");
+    BOOST_TEST(io::H5Reader(kDir + "out/all/results.h5").strings("/meta/gathered_from").size() ==
+               3u);
+    auto twice = testing::run_hymoe("--gather " + kDir + "out/bad " + kDir + "out/shard-0 " + kDir +
+                                    "out/shard-0");
+    BOOST_TEST(twice.code == 3);
+    BOOST_TEST(twice.err.find("overlapping shards") != std::string::npos, twice.err);
+    fs::remove_all(kDir + "out");
 }
 
 BOOST_AUTO_TEST_CASE(h5py_reads_the_results_schema) {

@@ -85,6 +85,7 @@ struct InferenceSection {
     bool prompt_logprobs = false;         // teacher-forced log-probability of every prompt token
     std::string on_bad_request = "fail";  // fail | skip
     bool batch_invariant = false;  // bit-identical results across batchings (backend/ops.h), slower
+    int64_t shards = 1, shard = 0;  // array jobs: run the requests with index mod shards == shard
     double temperature = 0, top_p = 1;
     int top_k = 0;  // 0 = no top-k filter
     int max_tokens = 8192, max_seqs = 64, prefill_chunk = 2048;

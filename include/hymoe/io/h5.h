@@ -58,6 +58,8 @@ public:
     void append(const std::string& name, const Tensor& local);
     // The same for a 1-D dataset of variable-length UTF-8 strings.
     void append_strings(const std::string& name, const std::vector<std::string>& values);
+    // Serial writers: copy group or dataset `object` (e.g. "/meta") of the file src_path here.
+    void copy(const std::string& src_path, const std::string& object);
     // Close, then rank 0 renames the .partial file to the real path (after every rank closed).
     void commit();
 

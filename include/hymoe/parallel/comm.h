@@ -28,6 +28,9 @@ private:
     std::shared_ptr<Impl> impl_;
 };
 
+// A communicator of this process alone (MPI_COMM_SELF duplicated): for files one rank writes.
+Comm self_comm();
+
 enum class ReduceOp { sum, max, min };
 
 // x ← op over ranks of x (in place). f32, bf16, f16, i32, i64.

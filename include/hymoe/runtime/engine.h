@@ -46,6 +46,8 @@ struct EngineOptions {
     bool prompt_logprobs = false;  // teacher-forced logprob of every prompt token after the first
     double progress_every_s = 5;   // ≤ 0: no progress lines
     model::ForwardStats* layer_stats = nullptr;  // per-layer timings summed over steps, if given
+    std::function<bool()> stop;       // polled every tick on every rank: true on any rank ends
+                                      //   the run at that tick boundary (EngineStats::stopped)
     int64_t rebalance_every = 0;      // call rebalance() after every this many ticks (0: never);
     std::function<void()> rebalance;  // collective: every rank calls it at the same tick
 };
@@ -71,6 +73,7 @@ struct EngineStats {
     int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
     int64_t rows = 0, seqs = 0;  // Σ over steps of the forward's tokens and sequences
     double seconds = 0;
+    bool stopped = false;  // options.stop ended the run: unfinished requests were dropped
 };
 
 // Pull the next request; false when there are no more.

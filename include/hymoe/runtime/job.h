@@ -18,11 +18,15 @@ struct CommandLine {
     bool check = false;             // validate, print the plan, exit
     std::vector<std::string> sets;  // --set key.path=value
     bool help = false, version = false;
+    bool ranks = false;               // print the ranks the deck needs (tp·dp·pp), exit
+    std::vector<std::string> gather;  // --gather OUT_DIR SHARD_DIR...: merge results.h5 files
 };
 
 // Throws Exit::invalid with the usage line on a malformed command line.
 CommandLine parse_command_line(int argc, char** argv);
 std::string usage();
+// The ranks the deck's layout needs (tp·dp·pp), from the deck alone (collective).
+int deck_ranks(const CommandLine& cli);
 
 struct Job {
     deck::Deck deck;

@@ -88,4 +88,10 @@ private:
     std::vector<Finished> buffer_;
 };
 
+// hymoe --gather: the results.h5 of every shard folder (array jobs: inference.shard of
+// inference.shards) merged into out_dir/results.h5 in request-index order, /meta copied from the
+// first shard plus /meta/gathered_from [shards]. Shards whose requests overlap, or a missing
+// results.h5, are Exit::bad_input. Returns the number of requests; one process.
+int64_t gather_results(const std::string& out_dir, const std::vector<std::string>& shard_dirs);
+
 }  // namespace hymoe::runtime
