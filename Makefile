@@ -55,7 +55,7 @@ export BOOST_TEST_COLOR_OUTPUT := no
 
 DEB_PKGS := make g++ pkg-config bc openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools \
             libboost-test-dev libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev \
-            slurm-wlm munge python3-h5py python3-matplotlib
+            slurm-wlm munge libpmix-dev python3-h5py python3-matplotlib
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all
@@ -126,7 +126,7 @@ test: deps  ## install what is missing, build, run every test tier; last line "N
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory check
 
-check:  ## run the test tiers on what is built (no install, no build)
+check:  ## run the test tiers (unit, mpi, e2e, slurm) on what is built (no install, no build)
 	@OUT=$(OUT) tests/run_tiers
 
 bench: deps  ## speed as ratios measured in the same run

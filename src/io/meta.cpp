@@ -1,6 +1,7 @@
 // /meta for every HDF5 output (see io/meta.h).
 #include "hymoe/io/meta.h"
 
+#include <cctype>
 #include <cstdlib>
 
 #include "hymoe/core/build_info.h"
@@ -28,8 +29,31 @@ void write_meta(H5Writer& file, const RunMeta& meta) {
     file.array("/meta/grid_tp_dp_pp_ep_etp_edp", dims.view());
     file.text("/meta/model", meta.model_summary);
     file.text("/meta/started_utc", meta.started_utc);
-    const char* slurm_job = std::getenv("SLURM_JOB_ID");
-    file.text("/meta/slurm_job_id", slurm_job ? slurm_job : "");
+    for (const auto& [name, value] : slurm_env())
+        file.text("/meta/slurm/" + name, value);
+}
+
+std::vector<std::pair<std::string, std::string>> slurm_env() {
+    // The variables every task of a job (or of one array task) sees with the same value, so
+    // each rank of a collective writer passes the same; SLURM_RESTART_COUNT appears from the
+    // first requeue on.
+    static const char* const vars[] = {"SLURM_JOB_ID",
+                                       "SLURM_ARRAY_JOB_ID",
+                                       "SLURM_ARRAY_TASK_ID",
+                                       "SLURM_JOB_NODELIST",
+                                       "SLURM_NTASKS",
+                                       "SLURM_RESTART_COUNT"};
+    std::vector<std::pair<std::string, std::string>> env;
+    for (const char* var : vars) {
+        const char* value = std::getenv(var);
+        if (value == nullptr)
+            continue;
+        std::string name(var + 6);  // without "SLURM_", lower case: job_id, ntasks, ...
+        for (char& c : name)
+            c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        env.emplace_back(name, value);
+    }
+    return env;
 }
 
 }  // namespace hymoe::io

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hymoe/deck/deck.h"
 #include "hymoe/io/h5.h"
@@ -18,5 +20,10 @@ struct RunMeta {
 };
 
 void write_meta(H5Writer& file, const RunMeta& meta);
+
+// The Slurm job this process runs in, as (name, value) pairs for /meta/slurm/<name>: job_id,
+// array_job_id, array_task_id, job_nodelist, ntasks, restart_count from the SLURM_* variables of
+// the same names; a variable that is not set gives no pair (outside Slurm: none).
+std::vector<std::pair<std::string, std::string>> slurm_env();
 
 }  // namespace hymoe::io
