@@ -16,6 +16,7 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/model/kv_cache.h"
 
 namespace hymoe::model {
 
@@ -108,6 +109,70 @@ void append_rows(std::vector<float>& dst, const Buffer& src, int64_t row0, int64
     dst.insert(dst.end(), p, p + count * width);
 }
 
+// A sequence's cached rows, contiguous per array (the private arrays themselves, or gathered
+// from its pages).
+struct CacheRows {
+    int64_t n = 0;
+    const float* c_kv = nullptr;   // [n, r_kv]
+    const float* k_r = nullptr;    // [n, d_r]
+    const float* k_idx = nullptr;  // [n, d_I] (dsa)
+    std::vector<float> gathered;   // paged: the three arrays one after the other
+};
+
+// Appends the new tokens' rows [row0, row0 + count) of c_kv, k_r (and k_idx) to the cache.
+void append_tokens(AttnCache& cache,
+                   const Buffer& c_kv,
+                   const Buffer& k_r,
+                   const Buffer* k_idx,
+                   int64_t row0,
+                   int64_t count) {
+    if (cache.pool == nullptr) {
+        append_rows(cache.c_kv, c_kv, row0, count);
+        append_rows(cache.k_r, k_r, row0, count);
+        if (k_idx)
+            append_rows(cache.k_idx, *k_idx, row0, count);
+    } else {
+        const int64_t pt = cache.pool->page_tokens(), r_kv = c_kv.view().dim(1);
+        const int64_t d_r = k_r.view().dim(1), d_i = k_idx ? k_idx->view().dim(1) : 0;
+        HYMOE_CHECK(static_cast<int64_t>(cache.pages->size()) * pt >= cache.n + count,
+                    "attention: the block table covers ",
+                    cache.pages->size() * pt,
+                    " tokens, not ",
+                    cache.n + count);
+        for (int64_t t = 0; t < count; ++t) {
+            const int64_t u = cache.n + t;
+            float* row = cache.pool->row(cache.layer, (*cache.pages)[u / pt], u % pt);
+            std::copy_n(c_kv.ptr<float>() + (row0 + t) * r_kv, r_kv, row);
+            std::copy_n(k_r.ptr<float>() + (row0 + t) * d_r, d_r, row + r_kv);
+            if (k_idx)
+                std::copy_n(k_idx->ptr<float>() + (row0 + t) * d_i, d_i, row + r_kv + d_r);
+        }
+    }
+    cache.n += count;
+}
+
+CacheRows cache_rows(const AttnCache& cache, int64_t r_kv, int64_t d_r, int64_t d_i) {
+    CacheRows c;
+    c.n = cache.n;
+    if (cache.pool == nullptr) {
+        c.c_kv = cache.c_kv.data(), c.k_r = cache.k_r.data(), c.k_idx = cache.k_idx.data();
+        return c;
+    }
+    const int64_t n = cache.n, pt = cache.pool->page_tokens();
+    c.gathered.resize(static_cast<size_t>(n * (r_kv + d_r + d_i)));
+    float* c_kv = c.gathered.data();
+    float* k_r = c_kv + n * r_kv;
+    float* k_idx = k_r + n * d_r;
+    for (int64_t u = 0; u < n; ++u) {
+        const float* row = cache.pool->row(cache.layer, (*cache.pages)[u / pt], u % pt);
+        std::copy_n(row, r_kv, c_kv + u * r_kv);
+        std::copy_n(row + r_kv, d_r, k_r + u * d_r);
+        std::copy_n(row + r_kv + d_r, d_i, k_idx + u * d_i);
+    }
+    c.c_kv = c_kv, c.k_r = k_r, c.k_idx = k_idx;
+    return c;
+}
+
 // Causal mask of the queries at positions pos_first .. pos_first + n_q − 1 over n_k keys.
 void causal_mask(int64_t pos_first, Tensor& mask) {  // [n_q, n_k]
     const int64_t n_q = mask.dim(0), n_k = mask.dim(1);
@@ -124,7 +189,7 @@ struct SeqWork {
     float* o = nullptr;        // [n_q, H·d_v] its rows of the attention output
     int64_t n_q = 0;           // new tokens
     int64_t pos0 = 0;          // position of the first
-    const AttnCache* cache = nullptr;
+    const CacheRows* cache = nullptr;
     const float* q_idx = nullptr;    // [n_q, H_I·d_I] indexer queries (dsa), else null
     const float* w_idx = nullptr;    // [n_q, H_I] indexer head weights (dsa)
     const comm::Comm* tp = nullptr;  // indexer heads split over tp: its scores are all-reduced
@@ -146,7 +211,7 @@ void block_mask(const ModelConfig& cfg,
     Buffer scores(DType::f32, {n_b, n_kb});
     indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
                    view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
-                   view_of(s.cache->k_idx.data(), {n_kb, d_i}),
+                   view_of(s.cache->k_idx, {n_kb, d_i}),
                    scores.view());
     if (s.tp != nullptr && s.tp->size() > 1)
         comm::all_reduce(scores.view(), *s.tp);  // Σ over every rank's heads
@@ -162,7 +227,7 @@ void attend_expanded(const ModelConfig& cfg,
     const int64_t n_k = s.cache->n, n_head = m.n_head;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
     Buffer kvb(DType::f32, {n_k, n_head * m.d_kvb()});
-    ops::linear(view_of(s.cache->c_kv.data(), {n_k, m.r_kv}), w.kv_b_proj.view(), kvb.view());
+    ops::linear(view_of(s.cache->c_kv, {n_k, m.r_kv}), w.kv_b_proj.view(), kvb.view());
     std::vector<Buffer> k(n_head), v(n_head);  // per head [n_k, d_n+d_r], [n_k, d_v]
     for (int64_t h = 0; h < n_head; ++h) {
         k[h] = Buffer(DType::f32, {n_k, m.d_qk()});
@@ -171,9 +236,7 @@ void attend_expanded(const ModelConfig& cfg,
             const float* kv_u = kvb.ptr<float>() + (u * n_head + h) * m.d_kvb();
             float* k_u = k[h].ptr<float>() + u * m.d_qk();
             std::copy(kv_u, kv_u + m.d_n, k_u);
-            std::copy(s.cache->k_r.data() + u * m.d_r,
-                      s.cache->k_r.data() + (u + 1) * m.d_r,
-                      k_u + m.d_n);
+            std::copy_n(s.cache->k_r + u * m.d_r, m.d_r, k_u + m.d_n);
             std::copy(kv_u + m.d_n, kv_u + m.d_kvb(), v[h].ptr<float>() + u * m.d_v);
         }
     }
@@ -214,11 +277,10 @@ void attend_absorbed(const ModelConfig& cfg,
     Buffer lat(DType::f32, {n_k, m.d_lat()});
     for (int64_t u = 0; u < n_k; ++u) {
         float* l_u = lat.ptr<float>() + u * m.d_lat();
-        std::copy(s.cache->c_kv.data() + u * m.r_kv, s.cache->c_kv.data() + (u + 1) * m.r_kv, l_u);
-        std::copy(
-            s.cache->k_r.data() + u * m.d_r, s.cache->k_r.data() + (u + 1) * m.d_r, l_u + m.r_kv);
+        std::copy_n(s.cache->c_kv + u * m.r_kv, m.r_kv, l_u);
+        std::copy_n(s.cache->k_r + u * m.d_r, m.d_r, l_u + m.r_kv);
     }
-    const Tensor c_kv = view_of(s.cache->c_kv.data(), {n_k, m.r_kv});
+    const Tensor c_kv = view_of(s.cache->c_kv, {n_k, m.r_kv});
     const float* w_kvb = w.kv_b_proj.ptr<float>();  // [H, d_n + d_v, r_kv]
     const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
     for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
@@ -446,19 +508,16 @@ void attention_forward(const ModelConfig& cfg,
     for (int64_t s = 0; s < n_seq; ++s) {
         AttnCache& cache = caches.empty() ? scratch[s] : *caches[s];
         const int64_t row0 = batch.offsets[s], n_q = batch.length(s);
-        append_rows(cache.c_kv, p.c_kv, row0, n_q);
-        append_rows(cache.k_r, p.k_r, row0, n_q);
-        if (dsa)
-            append_rows(cache.k_idx, idx.k, row0, n_q);
-        cache.n += n_q;
+        append_tokens(cache, p.c_kv, p.k_r, dsa ? &idx.k : nullptr, row0, n_q);
         if (n_q == 0)
             continue;
+        const CacheRows rows = cache_rows(cache, m.r_kv, m.d_r, dsa ? cfg.indexer.head_dim : 0);
         SeqWork work;
         work.q = p.q.ptr<float>() + row0 * m.n_head * m.d_qk();
         work.o = o.ptr<float>() + row0 * m.n_head * m.d_v;
         work.n_q = n_q;
         work.pos0 = batch.pos0[s];
-        work.cache = &cache;
+        work.cache = &rows;
         work.tp = tp;
         if (dsa) {
             work.q_idx = idx.q.ptr<float>() + row0 * cfg.indexer.n_head * cfg.indexer.head_dim;

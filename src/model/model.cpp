@@ -171,6 +171,12 @@ SequenceState make_sequence_state(const Model& m) {
     return s;
 }
 
+void attach_kv_pool(const Model& m, SequenceState& s, KvPool& pool) {
+    for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i)
+        if (m.cfg.layers[i].mixer != Mixer::kda)
+            s.attn[i].pool = &pool, s.attn[i].pages = &s.pages, s.attn[i].layer = i;
+}
+
 namespace {
 
 // h [n_tok, d] = the embedding rows of tokens; under tp each rank holds V/tp rows, writes the
@@ -224,10 +230,10 @@ void add_expert_load(MoeCommStats& stats, const Routing& routing) {
 
 }  // namespace
 
-void send_to_next_stage(const Model& m, Buffer& h) {
-    if (!m.shard.last_stage() && h.view().numel() > 0)
-        comm::send(h.view(), m.comms->pp_next, m.comms->pp, 0);
-    h = Buffer();
+comm::Request send_to_next_stage(const Model& m, const Buffer& h) {
+    if (m.shard.last_stage() || h.view().numel() == 0)
+        return comm::Request();
+    return comm::send_start(h.view(), m.comms->pp_next, m.comms->pp, 0);
 }
 
 void forward(const Model& m,
@@ -336,7 +342,7 @@ void forward(const Model& m,
             *options.stage_out = std::move(h);
         } else {
             ScopedTimer timer(stats.pipeline_seconds);
-            send_to_next_stage(m, h);
+            send_to_next_stage(m, h).wait();
         }
         return;
     }

@@ -439,4 +439,22 @@ Request all_to_all_v_start(const Tensor& in,
     return Request(std::move(impl));
 }
 
+Request send_start(const Tensor& x, int dest, const Comm& c, int tag) {
+    if (x.device == Device::cuda) {  // NCCL (or the CPU build's error), completed at once
+        send(x, dest, c, tag);
+        return Request();
+    }
+    auto impl = std::make_unique<Request::Impl>();
+    impl->what = cat("send_start of ", shape_string(x.shape), " to rank ", dest, " of ", c.name());
+    HYMOE_MPI_CHECK(MPI_Isend(x.data,
+                              count_of(x, "send_start"),
+                              mpi_type(x.dtype),
+                              dest,
+                              tag,
+                              c.impl().mpi,
+                              &impl->mpi),
+                    impl->what);
+    return Request(std::move(impl));
+}
+
 }  // namespace hymoe::comm

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "engine_lane.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/core/timer.h"
@@ -18,23 +19,6 @@ const char* to_string(Finish f) {
 }
 
 namespace {
-
-struct Seq {
-    Finished out;             // filled as the sequence runs; out.req holds the prompt
-    int64_t max_new = 0;      // tokens to generate at most
-    int64_t n_prefilled = 0;  // prompt tokens already in state
-    int64_t next_token = -1;  // the last sampled token, fed by the next decode row
-    bool done = false;
-    model::SequenceState state;
-    int64_t prompt_len() const { return static_cast<int64_t>(out.req.tokens.size()); }
-    bool decoding() const { return n_prefilled == prompt_len(); }
-};
-
-// One sequence's rows in the step's packed batch.
-struct Row {
-    Seq* seq;
-    int64_t n;  // tokens in this step
-};
 
 // The token drawn from logits row `logits` [V] as sequence s's next output, with its logprob.
 std::pair<int64_t, float> draw_token(const Seq& s,
@@ -173,16 +157,6 @@ void share_step(StepOut& out, size_t n_rows, const model::Model& m) {
     comm::broadcast(floats, root, pp);
 }
 
-// One forward step of a lane, in flight through the pipeline stages.
-struct Step {
-    int lane = 0;
-    std::vector<Row> rows;
-    std::vector<int64_t> tokens;  // [n_tok] packed as batch
-    model::SeqBatch batch{{0}, {}};
-    std::vector<model::SequenceState*> states;  // [n_seq]
-    bool all_rows = false;                      // logits of every row (prompt logprobs)
-};
-
 }  // namespace
 
 EngineStats run_engine(const model::Model& m,
@@ -203,86 +177,41 @@ EngineStats run_engine(const model::Model& m,
     EngineStats stats;
     const double t0 = wall_seconds();
     double next_progress = o.progress_every_s;
-    // one running set per lane, in admission order; lane l launches at ticks ≡ l (mod pp)
-    std::vector<std::vector<std::unique_ptr<Seq>>> lanes(static_cast<size_t>(pp));
-    Pending peeked;
-    bool have_peek = false, exhausted = false;
-    auto peek = [&] {
-        if (!have_peek && !exhausted)
-            exhausted = !(have_peek = source(peeked));
-        return have_peek;
-    };
-    // The lane's next step: decode rows, prefill chunks, then new requests (see engine.h).
-    auto build_step = [&](int lane) {
-        std::vector<std::unique_ptr<Seq>>& running = lanes[static_cast<size_t>(lane)];
-        Step st;
-        st.lane = lane;
-        int64_t budget = o.max_tokens;
-        bool any_prefill = false;
-        auto add = [&](Seq& s, int64_t n) {
-            st.batch.pos0.push_back(s.state.n_tokens);
-            if (s.decoding()) {
-                st.tokens.push_back(s.next_token);
-            } else {
-                const auto* p = s.out.req.tokens.data() + s.n_prefilled;
-                st.tokens.insert(st.tokens.end(), p, p + n);
-                any_prefill = true;
-            }
-            st.batch.offsets.push_back(static_cast<int64_t>(st.tokens.size()));
-            st.states.push_back(&s.state);
-            st.rows.push_back({&s, n});
-            budget -= n;
-        };
-        for (auto& s : running)  // 1. decode rows
-            if (s->decoding() && budget >= 1)
-                add(*s, 1);
-        for (auto& s : running) {  // 2. prefill chunks of sequences in their prompt
-            const int64_t n = std::min<int64_t>(o.prefill_chunk, s->prompt_len() - s->n_prefilled);
-            if (!s->decoding() && n <= budget)
-                add(*s, n);
-        }
-        while (static_cast<int>(running.size()) < lane_seqs && budget > 0 && peek()) {
-            const int64_t n =
-                std::min<int64_t>(o.prefill_chunk, static_cast<int64_t>(peeked.req.tokens.size()));
-            if (n > budget)
-                break;
-            auto s = std::make_unique<Seq>();  // 3. admit a new request
-            s->out.index = peeked.index;
-            s->out.req = std::move(peeked.req);
-            s->max_new =
-                s->out.req.max_new_tokens >= 0 ? s->out.req.max_new_tokens : o.max_new_tokens;
-            s->state = model::make_sequence_state(m);
-            have_peek = false;
-            running.push_back(std::move(s));
-            add(*running.back(), n);
-        }
-        HYMOE_CHECK(!st.rows.empty() || running.empty(),
-                    "engine: no row fits a step of ",
-                    o.max_tokens,
-                    " tokens");
-        st.all_rows = o.prompt_logprobs && any_prefill;
-        return st;
-    };
+    RequestQueue queue{source};
+    const int64_t lane_pages = std::max<int64_t>(o.kv_pages / pp, 1);
+    std::deque<Lane> lanes;  // lane l launches at ticks ≡ l (mod pp); never moved
+    for (int l = 0; l < pp; ++l)
+        lanes.emplace_back(m, o, l, lane_seqs, lane_pages);
 
     // Tick t: lane t mod pp launches a step; stage s runs the step launched at tick t − s; the
-    // last stage's step is decided, broadcast over pp and applied; then the stages pass their
-    // residual streams on (after the broadcast, so no send waits on a stage inside it).
-    std::deque<Step> flight;  // launched steps, oldest first, at most pp
-    Buffer logits, h_out;
+    // last stage's step is decided, broadcast over pp and applied; then the stages start passing
+    // their residual streams on, non-blocking, so that no stage waits in a send while the next
+    // is in the following tick's vote.
+    std::deque<Step> flight;       // launched steps, oldest first, at most pp
+    Buffer logits, h_out, h_sent;  // h_sent: in flight to the next stage until `sending` is done
+    comm::Request sending;
     for (int64_t tick = 0;; ++tick) {
-        flight.push_back(build_step(static_cast<int>(tick % pp)));
-        bool active = !exhausted;
-        for (const auto& lane : lanes)
+        flight.push_back(lanes[static_cast<size_t>(tick % pp)].next_step(queue, stats));
+        stats.pages_in_use = 0;
+        for (const Lane& lane : lanes)
+            stats.pages_in_use += lane.pages_in_use();
+        stats.peak_pages = std::max(stats.peak_pages, stats.pages_in_use);
+        bool active = !queue.exhausted();
+        for (const Lane& lane : lanes)
             active = active || !lane.empty();
-        // dp replicas tick together while any has work: their MoE layers share ep groups
-        const TickVote v = vote(active, o.stop && o.stop(), m);
-        stats.stopped = v.stop;
-        if (!v.any_work || v.stop)
-            break;
         const size_t n_flight = flight.size();
         const Step none;  // early ticks: nothing has reached this stage yet
         const Step& work =
             static_cast<size_t>(stage) < n_flight ? flight[n_flight - 1 - stage] : none;
+        // dp replicas tick together while any has work: their MoE layers share ep groups
+        const TickVote v = vote(active, o.stop && o.stop(), m);
+        stats.stopped = v.stop;
+        if (v.stop && stage > 0 && work.batch.n_tok() > 0) {  // take what the last tick sent
+            Buffer drained(DType::f32, {work.batch.n_tok(), m.cfg.hidden_size});
+            comm::recv(drained.view(), m.comms->pp_prev, m.comms->pp, 0);
+        }
+        if (!v.any_work || v.stop)
+            break;
         model::ForwardOptions fo;
         fo.logits = work.all_rows ? model::Logits::all : model::Logits::last;
         fo.stats = o.layer_stats;
@@ -299,28 +228,24 @@ EngineStats run_engine(const model::Model& m,
             if (!done.rows.empty())
                 ++stats.steps;
             stats.rows += done.batch.n_tok(), stats.seqs += done.batch.n_seq();
-            auto& running = lanes[static_cast<size_t>(done.lane)];
-            for (auto& s : running) {  // finished sequences leave, in admission order
-                if (s->done) {
-                    ++stats.requests;
-                    sink(std::move(s->out));
-                }
-            }
-            std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s->done; });
+            lanes[static_cast<size_t>(done.lane)].retire(sink, stats);
             flight.pop_front();
         }
-        model::send_to_next_stage(m, h_out);
+        sending.wait();  // the previous tick's residual stream has left: its buffer is free
+        std::swap(h_out, h_sent);
+        sending = model::send_to_next_stage(m, h_sent);
         if (o.rebalance && o.rebalance_every > 0 && (tick + 1) % o.rebalance_every == 0)
             o.rebalance();
         stats.seconds = wall_seconds() - t0;
         if (progress && o.progress_every_s > 0 && stats.seconds >= next_progress) {
             int64_t n_running = 0;
-            for (const auto& lane : lanes)
-                n_running += static_cast<int64_t>(lane.size());
+            for (const Lane& lane : lanes)
+                n_running += lane.running();
             progress(stats, n_running);
             next_progress = stats.seconds + o.progress_every_s;
         }
     }
+    sending.wait();
     stats.seconds = wall_seconds() - t0;
     return stats;
 }

@@ -4,6 +4,7 @@
 // summary (summed over the replicas).
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
@@ -55,6 +56,29 @@ model::Model build_model(const Job& job, const parallel::Grid& grid) {
 }
 
 namespace {
+
+// KV pages per dp replica: inference.kv_cache.pages, or (auto) what half of the memory this node
+// has available holds at this rank's page size, shared by the world's ranks as if on one node;
+// the smallest over the ranks, so every rank of a replica pages alike.
+int64_t kv_pages(const Job& job, const model::Model& m, const parallel::Grid& grid) {
+    if (job.deck.inference.pages > 0)
+        return job.deck.inference.pages;
+    const int64_t page_bytes =
+        model::KvPool(m.local, m.shard, job.deck.inference.page_tokens, 0).page_bytes();
+    int64_t available = 0;  // bytes, from /proc/meminfo (kB)
+    std::ifstream meminfo("/proc/meminfo");
+    for (std::string key; meminfo >> key;) {
+        int64_t kb = 0;
+        meminfo >> kb;
+        if (key == "MemAvailable:")
+            available = kb * 1024;
+        meminfo.ignore(64, '\n');
+    }
+    int64_t pages = available / 2 / job.layout.world() / std::max<int64_t>(page_bytes, 1);
+    Tensor t{&pages, DType::i64, Device::cpu, {1}};
+    comm::all_reduce(t, grid.comms.world, comm::ReduceOp::min);
+    return std::max<int64_t>(pages, job.layout.pp);
+}
 
 std::string fixed(double x, int digits = 1) {
     char buf[64];
@@ -185,6 +209,8 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     EngineOptions o;
     o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;
     o.max_new_tokens = inf.max_new_tokens;
+    o.page_tokens = inf.page_tokens;
+    o.kv_pages = kv_pages(job, m, grid);
     o.sampling = {inf.temperature, inf.top_k, inf.top_p};
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
     o.prompt_logprobs = inf.prompt_logprobs;
@@ -204,7 +230,11 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                       fixed(s.generated_tokens / s.seconds),
                       " generated tokens/s, ",
                       running,
-                      " running"));
+                      " running, ",
+                      s.pages_in_use,
+                      " of ",
+                      o.kv_pages,
+                      " KV pages in use"));
     };
     model::ForwardStats layer_stats;
     const bool profiling = job.deck.profile.layers || job.deck.profile.experts;
@@ -247,12 +277,13 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                           s.seqs,
                           n_stop,
                           n_length,
-                          stream.read};
-        Tensor t{sums, DType::i64, Device::cpu, {8}};
+                          stream.read,
+                          s.preemptions};
+        Tensor t{sums, DType::i64, Device::cpu, {9}};
         comm::all_reduce(t, grid.comms.dp);
         s.requests = sums[0], s.prompt_tokens = sums[1], s.generated_tokens = sums[2];
         s.rows = sums[3], s.seqs = sums[4], n_stop = sums[5], n_length = sums[6];
-        stream.read = sums[7];
+        stream.read = sums[7], s.preemptions = sums[8];
     }
     const int64_t n =
         journal.finish({&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
@@ -308,6 +339,18 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   ", prefill_chunk ",
                   o.prefill_chunk,
                   ")"));
+    const int64_t page_bytes = model::KvPool(m.local, m.shard, o.page_tokens, 0).page_bytes();
+    log::info(cat("kv cache: at most ",
+                  s.peak_pages,
+                  " of ",
+                  o.kv_pages,
+                  " pages of ",
+                  o.page_tokens,
+                  " tokens in use (",
+                  fixed(static_cast<double>(s.peak_pages * page_bytes) / 1e6, 2),
+                  " MB on rank 0), ",
+                  s.preemptions,
+                  " preemptions"));
     if (rebalancing)
         log::info(rebalance.summary());
     std::string outputs = job.deck.job.output + "/results.h5, ";

@@ -274,17 +274,18 @@ BOOST_AUTO_TEST_CASE(kill_9_mid_job_then_rerun_equals_an_uninterrupted_run) {
     fs::remove_all(kDir + "out"), fs::remove_all(kDir + "ref");
 }
 
-// SIGUSR1 (Slurm's warning before the wall time) to mpirun, which forwards it to both dp
-// replicas: the job flushes what has finished, exits 75 and names the signal; the rerun resumes
-// and ends with the uninterrupted run's results.
-BOOST_AUTO_TEST_CASE(sigusr1_on_two_ranks_stops_with_75_then_resumes) {
+// SIGUSR1 (Slurm's warning before the wall time) to mpirun, which forwards it to both pipeline
+// stages: they agree to stop at a step boundary (the second stage takes the activations already
+// sent to it), the job flushes what has finished, exits 75 and names the signal; the rerun
+// resumes and ends with the uninterrupted run's results.
+BOOST_AUTO_TEST_CASE(sigusr1_on_two_stages_stops_with_75_then_resumes) {
     fs::remove_all(kDir + "out"), fs::remove_all(kDir + "ref");
     auto ref = testing::run_hymoe(kDeck + " --set job.output=ref");
     BOOST_REQUIRE_MESSAGE(ref.code == 0, ref.err);
     const char* bin = std::getenv("HYMOE_BIN");
     const std::string exe = bin ? bin : "build/hymoe", pidfile = kDir + "pid", rcfile = kDir + "rc";
     fs::remove(rcfile);
-    std::system(("(mpirun -q -np 2 " + exe + " " + kDeck + " --set parallel.dp=2 >" + kDir +
+    std::system(("(mpirun -q -np 2 " + exe + " " + kDeck + " --set parallel.pp=2 >" + kDir +
                  "stdout 2>&1 & echo $! >" + pidfile + "; wait $!; echo $? >" + rcfile + ") &")
                     .c_str());
     const std::string first_segment = kDir + "out/results.parts/seg-000000.h5";
@@ -301,11 +302,33 @@ BOOST_AUTO_TEST_CASE(sigusr1_on_two_ranks_stops_with_75_then_resumes) {
     BOOST_TEST(std::stoi(testing::read_text(rcfile)) == 75, out);
     BOOST_TEST(out.find("stopped by SIGUSR1") != std::string::npos, out);
 
-    auto rerun = testing::run_hymoe(kDeck + " --set parallel.dp=2", 2);
+    auto rerun = testing::run_hymoe(kDeck + " --set parallel.pp=2", 2);
     BOOST_REQUIRE_MESSAGE(rerun.code == 0, rerun.err);
     BOOST_TEST(rerun.out.find("resuming: ") != std::string::npos, rerun.out);
     expect_same_results(kDir + "out/results.h5", kDir + "ref/results.h5");
     fs::remove_all(kDir + "out"), fs::remove_all(kDir + "ref"), fs::remove(rcfile);
+}
+
+// A KV pool of 5 pages of 16 tokens cannot hold the running set: sequences are preempted and
+// restarted, and every request still ends with the tokens of an unconstrained run. A pool that
+// cannot hold one request is a deck error naming the key.
+BOOST_AUTO_TEST_CASE(page_exhaustion_preempts_and_still_completes) {
+    fs::remove_all(kDir + "out");
+    auto ref = testing::run_hymoe(kDeck + " --set job.output=out/ref");
+    BOOST_REQUIRE_MESSAGE(ref.code == 0, ref.err);
+    const std::string small =
+        " --set inference.kv_cache.page_tokens=16 --set inference.kv_cache.pages=";
+    auto r = testing::run_hymoe(kDeck + " --set job.output=out/small" + small + "5");
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    BOOST_TEST(r.out.find("at most 5 of 5 pages") != std::string::npos, r.out);
+    BOOST_TEST(r.out.find(" 0 preemptions") == std::string::npos, r.out);
+    expect_same_results(kDir + "out/small/results.h5", kDir + "out/ref/results.h5");
+    auto tiny = testing::run_hymoe(kDeck + " --set job.output=out/tiny" + small + "1");
+    BOOST_TEST(tiny.code == 2);
+    BOOST_TEST(tiny.err.find("inference.kv_cache.pages: 1 pages of 16 tokens per pipeline lane "
+                             "cannot hold request") != std::string::npos,
+               tiny.err);
+    fs::remove_all(kDir + "out");
 }
 
 // job.max_hours: a budget already spent stops at the first step boundary with 75.

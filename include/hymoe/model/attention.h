@@ -57,13 +57,21 @@ struct MlaWeights {
 // weights init to ones, the indexer's LayerNorm bias to zeros, the rest normal(0.02).
 TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights& w);
 
-// What one sequence carries, per layer, from one call to the next: n rows per array, row u =
-// the token at position u. Grown by attention_forward.
+class KvPool;
+
+// What one sequence carries, per layer, from one call to the next: for every token u < n its
+// latent c_kv [r_kv] (after kv_a_layernorm), shared rope key k_r [d_r] (after RoPE) and, dsa
+// only, indexer key k_idx [d_I] (after LayerNorm and RoPE). Grown by attention_forward. Paged
+// (the engine): the rows live in `pool`'s pages listed in `pages`, which must already cover the
+// call's new tokens (KvPool::reserve). Otherwise in the three private arrays below.
 struct AttnCache {
-    int64_t n = 0;             // tokens cached (= the position of the sequence's next token)
-    std::vector<float> c_kv;   // [n, r_kv] latent after kv_a_layernorm
-    std::vector<float> k_r;    // [n, d_r]  shared rope key after RoPE
-    std::vector<float> k_idx;  // [n, d_I]  indexer key after LayerNorm and RoPE (dsa only)
+    int64_t n = 0;  // tokens cached (= the position of the sequence's next token)
+    KvPool* pool = nullptr;
+    const std::vector<int32_t>* pages = nullptr;  // the sequence's block table
+    int layer = -1;                               // this cache's layer in the pool
+    std::vector<float> c_kv;                      // [n, r_kv] private storage
+    std::vector<float> k_r;                       // [n, d_r]
+    std::vector<float> k_idx;                     // [n, d_I]
 };
 
 enum class AttnMode {

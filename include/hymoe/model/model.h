@@ -20,6 +20,7 @@
 #include "hymoe/model/config.h"
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/kda.h"
+#include "hymoe/model/kv_cache.h"
 #include "hymoe/model/moe_parallel.h"
 #include "hymoe/model/shard.h"
 #include "hymoe/parallel/comms.h"
@@ -82,9 +83,13 @@ struct SequenceState {
     std::vector<KdaState> kda;    // [n_layer]; filled for kda layers only
     std::vector<AttnCache> attn;  // [n_layer]; used by mla/dsa layers only
     int64_t n_tokens = 0;
+    std::vector<int32_t> pages;  // block table in a KvPool (attach_kv_pool), for all its layers
 };
 // A new sequence on this rank: the states of its stage's KDA layers, with its heads.
 SequenceState make_sequence_state(const Model& m);
+// The state's MLA/DSA caches page into `pool` through s.pages (model/kv_cache.h). s must not move
+// afterwards (the caches point at s.pages).
+void attach_kv_pool(const Model& m, SequenceState& s, KvPool& pool);
 
 enum class Logits { all, last };  // every token's row, or only each sequence's last
 
@@ -119,8 +124,8 @@ void forward(const Model& m,
              Buffer& logits,
              const ForwardOptions& options = {});
 
-// Sends a residual stream forward left in ForwardOptions::stage_out to the next stage and
-// empties it (nothing when it is empty or this is the last stage).
-void send_to_next_stage(const Model& m, Buffer& h);
+// Starts sending a residual stream left in ForwardOptions::stage_out to the next stage (nothing
+// when it is empty or this is the last stage). h must stay untouched until the Request completes.
+comm::Request send_to_next_stage(const Model& m, const Buffer& h);
 
 }  // namespace hymoe::model

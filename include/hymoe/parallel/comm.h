@@ -85,4 +85,8 @@ Request all_to_all_v_start(const Tensor& in,
                            const std::vector<int64_t>& recv_rows,
                            const Comm& c);
 
+// send, started and not waited for (MPI_Isend): x must stay alive and untouched until the
+// Request completes. Device tensors are sent at once (NCCL) and return a completed Request.
+Request send_start(const Tensor& x, int dest, const Comm& c, int tag);
+
 }  // namespace hymoe::comm

@@ -18,7 +18,9 @@
 // t mod pp, stage s runs the step launched s ticks earlier, so every stage is busy; the last
 // stage turns the logits into the step's tokens and broadcasts them over pp. The dp replicas
 // tick together, a replica with nothing to run joining with an empty batch, while any has work:
-// their MoE layers share ep groups. Not here: paged KV cache, offload, preemption.
+// their MoE layers share ep groups. MLA/DSA caches are paged (model/kv_cache.h): every lane
+// has a pool of kv_pages/pp pages and preempts when it runs out (src/runtime/engine_lane.h).
+// Not here: offload of pages to a slower tier.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,9 @@ const char* to_string(Finish f);
 
 struct EngineOptions {
     int max_seqs = 64, max_tokens = 8192, prefill_chunk = 2048;
-    int max_new_tokens = 64;  // for requests that do not give their own
+    int max_new_tokens = 64;              // for requests that do not give their own
+    int page_tokens = 64;                 // KV cache page size (inference.kv_cache.page_tokens)
+    int64_t kv_pages = int64_t{1} << 40;  // pages per dp replica, split over the pp lanes
     SamplingParams sampling;
     uint64_t seed = 0;
     int64_t eos_id = -1;           // −1: no stop token
@@ -73,7 +77,10 @@ struct EngineStats {
     int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
     int64_t rows = 0, seqs = 0;  // Σ over steps of the forward's tokens and sequences
     double seconds = 0;
-    bool stopped = false;  // options.stop ended the run: unfinished requests were dropped
+    bool stopped = false;      // options.stop ended the run: unfinished requests were dropped
+    int64_t preemptions = 0;   // sequences restarted when the KV pages ran out
+    int64_t pages_in_use = 0;  // KV pages held after the latest step was built
+    int64_t peak_pages = 0;    // the most held at once
 };
 
 // Pull the next request; false when there are no more.

@@ -1,0 +1,140 @@
+// A lane of the engine: admission, page reservation and preemption (src/runtime/engine_lane.h).
+#include "engine_lane.h"
+
+#include <algorithm>
+
+#include "hymoe/core/error.h"
+
+namespace hymoe::runtime {
+
+Pending* RequestQueue::peek() {
+    if (!have_ && !exhausted_)
+        exhausted_ = !(have_ = source_(next_));
+    return have_ ? &next_ : nullptr;
+}
+
+Lane::Lane(const model::Model& m, const EngineOptions& o, int index, int max_seqs, int64_t pages)
+    : m_(m),
+      o_(o),
+      index_(index),
+      max_seqs_(max_seqs),
+      pool_(m.local, m.shard, o.page_tokens, pages) {}
+
+void Lane::reset_state(Seq& s) {
+    pool_.release(s.state.pages);
+    s.state = model::make_sequence_state(m_);
+    model::attach_kv_pool(m_, s.state, pool_);
+}
+
+bool Lane::preempt_one(const Seq* keep, EngineStats& stats) {
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        Seq& s = **it;
+        if (&s == keep || s.in_step)
+            continue;
+        reset_state(s);  // restarts from its prompt: its outputs are made again
+        Finished fresh;
+        fresh.index = s.out.index;
+        fresh.req = std::move(s.out.req);
+        s.out = std::move(fresh);
+        s.n_prefilled = 0, s.next_token = -1;
+        preempted_.push_front(std::move(*it));
+        running_.erase(std::next(it).base());
+        ++stats.preemptions;
+        return true;
+    }
+    return false;
+}
+
+Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
+    Step st;
+    st.lane = index_;
+    int64_t budget = o_.max_tokens;
+    bool any_prefill = false;
+    // s's n new tokens join the step if its pages can be had, preempting later sequences
+    auto add = [&](Seq& s, int64_t n, bool may_preempt) {
+        while (!pool_.reserve(s.state.pages, s.state.n_tokens + n))
+            if (!may_preempt || !preempt_one(&s, stats))
+                return false;
+        st.batch.pos0.push_back(s.state.n_tokens);
+        if (s.decoding()) {
+            st.tokens.push_back(s.next_token);
+        } else {
+            const auto* p = s.out.req.tokens.data() + s.n_prefilled;
+            st.tokens.insert(st.tokens.end(), p, p + n);
+            any_prefill = true;
+        }
+        st.batch.offsets.push_back(static_cast<int64_t>(st.tokens.size()));
+        st.states.push_back(&s.state);
+        st.rows.push_back({&s, n});
+        s.in_step = true;
+        budget -= n;
+        return true;
+    };
+    for (size_t i = 0; i < running_.size(); ++i)  // 1. decode rows (the set may shrink)
+        if (running_[i]->decoding() && budget >= 1)
+            add(*running_[i], 1, true);
+    for (size_t i = 0; i < running_.size(); ++i) {  // 2. prefill chunks
+        Seq& s = *running_[i];
+        const int64_t n = std::min<int64_t>(o_.prefill_chunk, s.prompt_len() - s.n_prefilled);
+        if (!s.decoding() && !s.in_step && n <= budget)
+            add(s, n, true);
+    }
+    // 3. preempted sequences, then new requests, while pages last (no preemption for these)
+    while (static_cast<int>(running_.size()) < max_seqs_ && budget > 0) {
+        std::unique_ptr<Seq> s;
+        if (!preempted_.empty()) {
+            s = std::move(preempted_.front());
+            preempted_.pop_front();
+        } else if (Pending* p = queue.peek()) {
+            s = std::make_unique<Seq>();
+            s->out.index = p->index;
+            s->out.req = std::move(p->req);
+            s->max_new =
+                s->out.req.max_new_tokens >= 0 ? s->out.req.max_new_tokens : o_.max_new_tokens;
+            reset_state(*s);
+            queue.pop();
+        } else {
+            break;
+        }
+        const int64_t n = std::min<int64_t>(o_.prefill_chunk, s->prompt_len());
+        running_.push_back(std::move(s));
+        if (n > budget || !add(*running_.back(), n, false)) {
+            preempted_.push_front(std::move(running_.back()));  // waits for room
+            running_.pop_back();
+            break;
+        }
+    }
+    for (auto& s : running_)
+        s->in_step = false;
+    if (st.rows.empty() && !running_.empty()) {
+        const Seq& s = *running_.front();  // alone and still without room: it can never run
+        HYMOE_FAIL(Exit::invalid,
+                   "inference.kv_cache.pages: ",
+                   pool_.capacity(),
+                   " pages of ",
+                   pool_.page_tokens(),
+                   " tokens per pipeline lane cannot hold request ",
+                   s.out.req.id,
+                   " (",
+                   s.prompt_len(),
+                   " prompt tokens + up to ",
+                   s.max_new,
+                   " new); raise pages or batch.max_tokens");
+    }
+    HYMOE_CHECK(!st.rows.empty() || preempted_.empty(), "engine: no row fits a step");
+    st.all_rows = o_.prompt_logprobs && any_prefill;
+    return st;
+}
+
+void Lane::retire(const FinishedSink& sink, EngineStats& stats) {
+    for (auto& s : running_) {
+        if (s->done) {
+            pool_.release(s->state.pages);
+            ++stats.requests;
+            sink(std::move(s->out));
+        }
+    }
+    std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+}
+
+}  // namespace hymoe::runtime
