@@ -33,6 +33,7 @@ void MoeCommStats::add(const MoeCommStats& o) {
     calls += o.calls;
     dispatch_rows += o.dispatch_rows;
     dispatch_bytes += o.dispatch_bytes;
+    self_rows += o.self_rows;
     route_seconds += o.route_seconds;
     dispatch_seconds += o.dispatch_seconds;
     compute_seconds += o.compute_seconds;
@@ -76,6 +77,7 @@ void routed_parallel(const ModelConfig& cfg,
             detail::exchange_metadata(b, ep);
             s.dispatch_rows += b.send.view().dim(0);
             s.dispatch_bytes += static_cast<int64_t>(b.send.view().bytes());
+            s.self_rows += b.send_rows[static_cast<size_t>(hosting.ep_rank)];
         }
         for (detail::MoeBatch& b : batches)
             detail::start_dispatch(b, ep);

@@ -15,6 +15,7 @@
 #include "hymoe/io/requests.h"
 #include "hymoe/io/safetensors.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/memory.h"
 #include "hymoe/runtime/profile.h"
 #include "hymoe/runtime/rebalance.h"
 #include "hymoe/runtime/results.h"
@@ -353,11 +354,13 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   " preemptions"));
     if (rebalancing)
         log::info(rebalance.summary());
+    const RankMemory memory = rank_memory(job, m, s.peak_pages * page_bytes);
+    log::info(memory_line(memory));
     std::string outputs = job.deck.job.output + "/results.h5, ";
     if (profiling) {
         const JobProfile prof = gather_profile(job, grid, layer_stats);
         log::info(profile_table(job.model, prof));
-        write_profile(job, grid, prof);
+        write_profile(job, grid, prof, memory);
         outputs += job.deck.job.output + "/profile.h5, ";
     }
     log::info("outputs: " + outputs + job.deck.job.output + "/log");

@@ -144,7 +144,9 @@ StepPlan stage_step(const Ctx& x, const StagePlan& sp, const StepShape& sh) {
         const double untouched =
             std::pow(1.0 - static_cast<double>(e.top_k) / e.n_routed_experts, nl * l.ep * l.etp);
         weight_bytes += (router + latent + shared + local * (1 - untouched) * one / l.etp) * b;
-        ep_bytes += 2 * nl * (x.u * l.etp - x.u / l.ep) * w * b;
+        // each rank sends its etp block's tokens (etp·nl) to the u ep ranks of its etp slice;
+        // 1/ep of those rows stay on the rank
+        ep_bytes += 2 * nl * l.etp * x.u * (1 - 1.0 / l.ep) * w * b;
     }
     const bool first = sp.stage == 0, last = sp.stage == l.pp - 1;
     if (first)

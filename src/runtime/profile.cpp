@@ -71,9 +71,18 @@ JobProfile gather_profile(const Job& job,
             p.tokens_per_expert[i * E + e] += t[e];
         p.tokens_per_rank[i * world + grid.rank] = std::accumulate(t.begin(), t.end(), int64_t{0});
     }
+    p.remote_bytes.assign(static_cast<size_t>(L), 0);
+    for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.moe.size()); ++i) {
+        const model::MoeCommStats& s = mine.moe[i];
+        if (s.dispatch_rows > 0)  // combine sends back as many rows as dispatch sent
+            p.remote_bytes[i] =
+                2 * (s.dispatch_rows - s.self_rows) * (s.dispatch_bytes / s.dispatch_rows);
+    }
     Tensor te = view_of(p.tokens_per_expert, {L * E}), tr = view_of(p.tokens_per_rank, {L * world});
+    Tensor tb = view_of(p.remote_bytes, {L});
     comm::all_reduce(te, all);
     comm::all_reduce(tr, all);
+    comm::all_reduce(tb, all);
     for (int64_t& t : p.tokens_per_expert)
         t /= job.layout.etp;
     // imbalance: max/mean of the assignments the ranks of the layer's stage computed
@@ -166,7 +175,10 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
     return out;
 }
 
-void write_profile(const Job& job, const parallel::Grid& grid, const JobProfile& p) {
+void write_profile(const Job& job,
+                   const parallel::Grid& grid,
+                   const JobProfile& p,
+                   const RankMemory& memory) {
     const std::string path = job.deck.job.output + "/profile.h5";
     io::H5Writer file(path, grid.comms.world);
     io::write_meta(file, {&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
@@ -193,6 +205,9 @@ void write_profile(const Job& job, const parallel::Grid& grid, const JobProfile&
         file.array("/experts/tokens_per_expert",
                    view_of(tpe, {L, static_cast<int64_t>(tpe.size()) / L}));
         file.array("/experts/tokens_per_rank", view_of(tpr, {L, job.layout.world()}));
+        std::vector<int64_t> remote = p.remote_bytes;
+        file.array("/experts/remote_bytes", view_of(remote, {L}));
+        file.attr("/experts/remote_bytes", "unit", "bytes");
         std::vector<float> imb = p.imbalance, disp = p.dispatch_seconds, comb = p.combine_seconds;
         file.array("/experts/imbalance", view_of(imb));
         file.array("/experts/dispatch_seconds", view_of(disp));
@@ -200,6 +215,11 @@ void write_profile(const Job& job, const parallel::Grid& grid, const JobProfile&
         file.array("/experts/combine_seconds", view_of(comb));
         file.attr("/experts/combine_seconds", "unit", "s");
     }
+    std::vector<float> mine(memory.begin(), memory.end());
+    Tensor row{mine.data(), DType::f32, Device::cpu, {1, kMemoryColumns}};
+    file.rows("/memory/ranks", row, grid.rank, job.layout.world());
+    file.attr("/memory/ranks", "columns", kMemoryColumnNames);
+    file.attr("/memory/ranks", "unit", "bytes");
     file.commit();
 }
 

@@ -1,6 +1,7 @@
 // Tensor views and aligned host buffers.
 #include "hymoe/tensor/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -38,7 +39,29 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
     return t;
 }
 
+namespace {
+
+std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
+
+void count(int64_t delta) {
+    const int64_t now = live_bytes += delta;
+    int64_t peak = peak_bytes.load();
+    while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {
+    }
+}
+
+}  // namespace
+
+BufferBytes buffer_bytes() {
+    return {live_bytes.load(), peak_bytes.load()};
+}
+
+void reset_buffer_peak() {
+    peak_bytes = live_bytes.load();
+}
+
 void Buffer::Free::operator()(void* p) const {
+    count(-static_cast<int64_t>(bytes));
     std::free(p);
 }
 
@@ -50,7 +73,8 @@ Buffer::Buffer(DType dtype, Shape shape) {
     void* p = std::aligned_alloc(64, padded ? padded : 64);
     HYMOE_CHECK(p != nullptr, "out of host memory allocating ", n, " bytes");
     std::memset(p, 0, padded);
-    mem_.reset(p);
+    mem_ = std::unique_ptr<void, Free>(p, Free{padded});
+    count(static_cast<int64_t>(padded));
     view_.data = p;
 }
 

@@ -2,6 +2,7 @@
 // /plan and /search to plan.h5; --check prints the same plan for other kinds; and the plan's
 // weight bytes for the tiny preset in fp32 equal, block by block, the bytes of the weights the
 // real scoring job loads (model::model_tensors after init, summed by block from the HF names).
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -143,6 +144,74 @@ BOOST_AUTO_TEST_CASE(planned_weight_bytes_equal_the_loaded_weights) {
                 static_cast<double>(s.params[static_cast<size_t>(rt::PlanBlock::vision)] * 4);
             BOOST_TEST(s.mem.weights - vision == total);
         }
+    }
+}
+
+// The plan's inference memory against a real run of the same workload (tests/decks/memory: 4
+// sequences reaching the full context together), on the text-only tiny config and the mid
+// preset, at one rank and at tp 2 (rank 0, from profile.h5 /memory/ranks): the weights and KV
+// pages exactly, everything the allocator held (weights, KV pages, KDA states, activations)
+// within 10% of the plan without its runtime reserve, and for mid, whose weights dominate the
+// process, the peak resident set within 10% as well.
+BOOST_AUTO_TEST_CASE(planned_memory_matches_a_real_run_at_two_layouts) {
+    for (const std::string model : {"tiny", "mid"})
+        for (const int tp : {1, 2}) {
+            const std::string dir = "tests/decks/memory/";
+            fs::remove_all(dir + "out");
+            auto r = run_hymoe(dir + model + ".yaml --set parallel.tp=" + std::to_string(tp), tp);
+            BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+            const std::vector<float> m =
+                hymoe::io::H5Reader(dir + "out/profile.h5").floats("/memory/ranks");
+            BOOST_TEST_CONTEXT(model << " at tp " << tp) {
+                BOOST_REQUIRE(m.size() == static_cast<size_t>(9 * tp));
+                BOOST_TEST(m[0] == m[4], boost::test_tools::tolerance(1e-6f));  // weights
+                BOOST_TEST(m[1] == m[5], boost::test_tools::tolerance(1e-6f));  // KV pages
+                BOOST_TEST(m[2] / m[8] >= 0.9f);
+                BOOST_TEST(m[2] / m[8] <= 1.1f);
+                if (model == "mid")
+                    BOOST_TEST(std::abs(m[3] / m[8] - 1.0f) <= 0.1f);
+            }
+            fs::remove_all(dir + "out");
+        }
+}
+
+// The plan's ep bytes against the run's: with top_k = E every token reaches every ep rank, so the
+// plan's u = ep is exact and so are its bytes per token. The run's dispatch + combine payload to
+// other ranks (profile.h5 /experts/remote_bytes, all ranks) per token through each MoE layer,
+// summed over the layers, must equal the plan's decode-step ep bytes per rank × the ranks of the
+// stage / the step's tokens over the replicas, at ep 2 (dp 2) and at etp 2 × ep 2 (tp 2 × dp 2).
+BOOST_AUTO_TEST_CASE(planned_dispatch_bytes_equal_the_measured) {
+    const std::string dir = "tests/decks/memory/";
+    const hymoe::model::ModelConfig m = hymoe::model::load_model_config(dir + "all-experts.json");
+    for (const hymoe::parallel::Layout l :
+         {hymoe::parallel::Layout{1, 2, 1, 2, 1}, hymoe::parallel::Layout{2, 2, 1, 2, 2}}) {
+        fs::remove_all(dir + "out");
+        auto r = run_hymoe(dir + "tiny.yaml --set model.config=all-experts.json" +
+                               " --set parallel.tp=" + std::to_string(l.tp) +
+                               " --set parallel.dp=2 --set parallel.ep=2 --set parallel.etp=" +
+                               std::to_string(l.etp),
+                           l.world());
+        BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+        hymoe::io::H5Reader h5(dir + "out/profile.h5");
+        const std::vector<int64_t> remote = h5.ints("/experts/remote_bytes");
+        const std::vector<int64_t> per_expert = h5.ints("/experts/tokens_per_expert");
+        const hymoe::deck::Deck d = hymoe::deck::parse_deck(
+            hymoe::deck::read_deck_file(dir + "tiny.yaml"), dir + "tiny.yaml", {});
+        const rt::Plan p = rt::make_plan(m, l, d);
+        // the plan's bytes per token, summed over the MoE layers (widths d, ℓ, d: "-ELE")
+        const double planned = p.decode.comm_bytes[static_cast<size_t>(rt::PlanPhase::ep)] *
+                               (l.tp * l.dp) / (static_cast<double>(p.decode.tokens) * l.dp);
+        double measured = 0;
+        for (size_t i = 1; i < 4; ++i) {  // the MoE layers
+            int64_t assignments = 0;
+            for (size_t e = 0; e < 4; ++e)
+                assignments += per_expert[i * 4 + e];
+            measured += static_cast<double>(remote[i]) / (static_cast<double>(assignments) / 4);
+        }
+        BOOST_TEST_CONTEXT("tp " << l.tp << " etp " << l.etp) {
+            BOOST_TEST(measured == planned, boost::test_tools::tolerance(1e-12));
+        }
+        fs::remove_all(dir + "out");
     }
 }
 

@@ -71,6 +71,7 @@ struct MoeCommStats {
     int64_t calls = 0;
     int64_t dispatch_rows = 0;    // token rows sent (this rank as owner, self included)
     int64_t dispatch_bytes = 0;   // their hidden-state payload (not the metadata)
+    int64_t self_rows = 0;        // of dispatch_rows, those to this rank itself (no link used)
     double route_seconds = 0;     // router (+ fc1 for latent_moe) on the owned rows
     double dispatch_seconds = 0;  // layout, count and metadata exchange, payload all-to-all
     double compute_seconds = 0;   // hosted experts on the received rows

@@ -46,8 +46,10 @@
 // back too). dp: the LoRA gradients once a training step.
 // MoE traffic. Routing is taken as uniform and balanced: a token's top-k experts reach
 // u = ep·(1 − C(E − E/ep, k)/C(E, k)) distinct ep ranks (a token goes once to each rank that hosts
-// any of its experts), each the etp ranks of its expert slice; dispatch and combine each move
-// (u·etp − u/ep) rows of width d (or ℓ for latent MoE) per token to other GPUs.
+// any of its experts). Each tp rank's etp block owns etp·n/tp of the tokens, and every rank of the
+// block sends them to the u ep ranks of its own etp slice (model/moe_parallel.h), a fraction 1/ep
+// of those rows to itself: dispatch and combine each move etp·u·(1 − 1/ep) rows of width d (or ℓ
+// for latent MoE) per token of the rank's 1/tp share to other GPUs.
 //
 // Time model (state it wherever a time is printed): per stage and micro-batch,
 //   t = max(t_compute, t_hbm) + t_tp + t_ep + t_pp,

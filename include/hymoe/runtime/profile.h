@@ -13,6 +13,7 @@
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/runtime/job.h"
+#include "hymoe/runtime/memory.h"
 
 namespace hymoe::runtime {
 
@@ -23,6 +24,8 @@ struct JobProfile {
     std::vector<float> imbalance;            // [n_layer] max/mean of the assignments computed
                                              //   by the ranks of the layer's stage
     std::vector<float> dispatch_seconds, combine_seconds;  // [n_layer] mean over ranks
+    std::vector<int64_t> remote_bytes;  // [n_layer] dispatch + combine payload sent to other
+                                        //   ranks, all ranks together (runtime/plan.h's ep bytes)
 };
 
 // Every rank's stats combined; collective over the world.
@@ -38,8 +41,12 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p);
 // profile.h5 (atomic): /meta, /layers/{mixer,ffn} [n_layer] str, /layers/{mixer,ffn}_seconds
 // [n_layer], /attention/{indexer,other}_seconds, /head_seconds (seconds, f32, attr unit "s");
 // with MoE layers /experts/tokens_per_expert [n_layer, E], /experts/tokens_per_rank
-// [n_layer, world] (i64), /experts/imbalance, /experts/dispatch_seconds,
-// /experts/combine_seconds [n_layer] (f32; rows of dense layers are 0).
-void write_profile(const Job& job, const parallel::Grid& grid, const JobProfile& p);
+// [n_layer, world], /experts/remote_bytes [n_layer] (i64), /experts/imbalance,
+// /experts/dispatch_seconds, /experts/combine_seconds [n_layer] (f32; rows of dense layers are 0).
+// Also /memory/ranks [world, 9] (bytes, f32; attr columns: runtime/memory.h) and the same columns.
+void write_profile(const Job& job,
+                   const parallel::Grid& grid,
+                   const JobProfile& p,
+                   const RankMemory& memory);
 
 }  // namespace hymoe::runtime

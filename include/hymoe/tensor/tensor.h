@@ -49,10 +49,19 @@ public:
 
 private:
     struct Free {
+        size_t bytes;  // as allocated, for buffer_bytes() (value-initialised: no initializer)
         void operator()(void* p) const;
     };
     std::unique_ptr<void, Free> mem_;
     Tensor view_;
 };
+
+// The allocator figures of host Buffers (memory reports): bytes held now and the most held at
+// once since the process started or reset_buffer_peak().
+struct BufferBytes {
+    int64_t live = 0, peak = 0;
+};
+BufferBytes buffer_bytes();
+void reset_buffer_peak();
 
 }  // namespace hymoe
