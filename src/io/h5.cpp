@@ -395,4 +395,18 @@ std::vector<int64_t> H5Reader::ints(const std::string& name) const {
     return read_all<int64_t>(file_.get(), path_, name, H5T_NATIVE_INT64, shape_numel(shape(name)));
 }
 
+std::vector<int64_t> H5Reader::ints(const std::string& name, int64_t begin, int64_t count) const {
+    std::vector<int64_t> v(static_cast<size_t>(count));
+    H5Id d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose, path_ + ": " + name);
+    H5Id space(H5Dget_space(d.get()), H5Sclose, "space of " + name);
+    const hsize_t start[1] = {static_cast<hsize_t>(begin)}, n[1] = {static_cast<hsize_t>(count)};
+    H5Id mem(H5Screate_simple(1, n, nullptr), H5Sclose, "memory space");
+    if (count > 0 &&
+        (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, n, nullptr) < 0 ||
+         H5Dread(d.get(), H5T_NATIVE_INT64, mem.get(), space.get(), H5P_DEFAULT, v.data()) < 0))
+        HYMOE_FAIL_ONE(
+            Exit::internal, "HDF5: reading ", name, " [", begin, ", +", count, ") in ", path_);
+    return v;
+}
+
 }  // namespace hymoe::io

@@ -1,5 +1,7 @@
-// JSONL request reader (see io/requests.h).
+// The JSONL request reader and the choice of reader by file type (see io/requests.h).
 #include "hymoe/io/requests.h"
+
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -7,12 +9,33 @@
 
 namespace hymoe::io {
 
-RequestReader::RequestReader(const std::string& path) : path_(path), in_(path) {
-    if (!in_)
-        HYMOE_FAIL(Exit::bad_input, path, ": cannot open the request file");
+std::unique_ptr<RequestReader> open_h5_requests(const std::string& path);  // requests_h5.cpp
+
+namespace {
+
+class JsonlReader : public RequestReader {
+public:
+    explicit JsonlReader(const std::string& path) : path_(path), in_(path) {
+        if (!in_)
+            HYMOE_FAIL(Exit::bad_input, path, ": cannot open the request file");
+    }
+    bool next(Request& r) override;
+
+private:
+    std::string path_;
+    std::ifstream in_;
+    int64_t line_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RequestReader> open_requests(const std::string& path) {
+    if (path.ends_with(".h5") || path.ends_with(".hdf5"))
+        return open_h5_requests(path);
+    return std::make_unique<JsonlReader>(path);
 }
 
-bool RequestReader::next(Request& r) {
+bool JsonlReader::next(Request& r) {
     std::string text;
     do {
         if (!std::getline(in_, text))

@@ -95,7 +95,7 @@ std::string fixed(double x, int digits = 1) {
 struct Stream {
     const Job& job;
     const std::vector<DoneRequest>& done;
-    io::RequestReader reader;
+    std::unique_ptr<io::RequestReader> reader;
     int replica;
     std::vector<int64_t> dealt;  // [dp] tokens dealt to each replica
     int64_t index = -1, read = 0, skipped = 0, resumed = 0;
@@ -104,7 +104,7 @@ struct Stream {
     Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank)
         : job(j),
           done(d),
-          reader(j.deck.inference.dataset),
+          reader(io::open_requests(j.deck.inference.dataset)),
           replica(dp_rank),
           dealt(static_cast<size_t>(j.layout.dp), 0) {}
 
@@ -140,7 +140,7 @@ struct Stream {
     bool next(Pending& p) {
         for (io::Request r;;) {
             try {
-                if (!reader.next(r))
+                if (!reader->next(r))
                     break;
             } catch (const Error& e) {
                 ++index;

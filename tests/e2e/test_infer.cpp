@@ -331,6 +331,52 @@ BOOST_AUTO_TEST_CASE(page_exhaustion_preempts_and_still_completes) {
     fs::remove_all(kDir + "out");
 }
 
+// The same requests as an HDF5 token dataset (/tokens flat, /offsets, /max_new_tokens, written
+// by h5py from the JSONL) give the JSONL run's tokens and logprobs; offsets that run backwards
+// are a bad request naming the file and the row.
+BOOST_AUTO_TEST_CASE(hdf5_token_dataset_equals_the_jsonl) {
+    fs::remove_all(kDir + "out");
+    auto ref = testing::run_hymoe(kDeck + " --set job.output=out/ref");
+    BOOST_REQUIRE_MESSAGE(ref.code == 0, ref.err);
+    const std::string script =
+        "import h5py, json, numpy as np, sys\n"
+        "rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]\n"
+        "toks = [r['tokens'] for r in rows]\n"
+        "off = np.cumsum([0] + [len(t) for t in toks])\n"
+        "with h5py.File(sys.argv[2], 'w') as f:\n"
+        "    f['tokens'] = np.array(sum(toks, []), dtype=np.int32)\n"
+        "    f['offsets'] = off.astype(np.int64)\n"
+        "    f['max_new_tokens'] = np.array([r.get('max_new_tokens', 16) for r in rows])\n"
+        "with h5py.File(sys.argv[3], 'w') as f:\n"
+        "    f['tokens'] = np.arange(10, dtype=np.int64)\n"
+        "    f['offsets'] = np.array([0, 4, 2, 10], dtype=np.int64)\n";
+    std::ofstream(kDir + "to_h5.py") << script;
+    const std::string data = "inputs/data/quickstart.jsonl";  // the deck's dataset
+    BOOST_REQUIRE(std::system(("/usr/bin/python3 " + kDir + "to_h5.py " + data + " " + kDir +
+                               "requests.h5 " + kDir + "bad.h5")
+                                  .c_str()) == 0);
+    auto r = testing::run_hymoe(
+        kDeck + " --set job.output=out/h5 --set inference.dataset=" + "requests.h5");
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    const std::string got = kDir + "out/h5/results.h5", want = kDir + "out/ref/results.h5";
+    for (const char* name : {"/requests/output_tokens", "/requests/prompt_len", "/requests/index"})
+        BOOST_TEST(io::H5Reader(got).ints(name) == io::H5Reader(want).ints(name), name);
+    const std::vector<float> a = io::H5Reader(got).floats("/requests/output_logprobs");
+    const std::vector<float> b = io::H5Reader(want).floats("/requests/output_logprobs");
+    BOOST_REQUIRE_EQUAL(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+        BOOST_TEST(std::abs(a[i] - b[i]) <= kBlasTol);
+    auto bad =
+        testing::run_hymoe(kDeck + " --set job.output=out/bad --set inference.dataset=bad.h5");
+    BOOST_TEST(bad.code == 3);
+    BOOST_TEST(
+        bad.err.find("bad.h5:2: offsets [4, 2) are not a range of /tokens") != std::string::npos,
+        bad.err);
+    fs::remove_all(kDir + "out");
+    for (const char* f : {"to_h5.py", "requests.h5", "bad.h5"})
+        fs::remove(kDir + f);
+}
+
 // job.max_hours: a budget already spent stops at the first step boundary with 75.
 BOOST_AUTO_TEST_CASE(max_hours_stops_cleanly_with_75) {
     fs::remove_all(kDir + "out");

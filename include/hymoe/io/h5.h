@@ -80,6 +80,8 @@ public:
     Shape shape(const std::string& name) const;
     std::vector<float> floats(const std::string& name) const;
     std::vector<int64_t> ints(const std::string& name) const;  // any integer dataset, widened
+    // Elements [begin, begin + count) of a 1-D integer dataset (streaming readers).
+    std::vector<int64_t> ints(const std::string& name, int64_t begin, int64_t count) const;
     // Fixed-length or variable-length string datasets.
     std::vector<std::string> strings(const std::string& name) const;
 

@@ -1,13 +1,17 @@
-// Streaming reader of JSONL inference requests, one JSON object per line:
-//   {"id": "q1", "tokens": [1, 2, 3], "max_new_tokens": 64, "adapter": "legal"}
-// Only "tokens" is required ("id" defaults to the line number); unknown fields are ignored. The
-// file is read line by line, never whole, so a file of millions of requests costs one line of
-// memory. A malformed line is an Exit::bad_input error naming the file and the line; the caller
-// decides whether to skip it (inference.on_bad_request: skip) or stop.
+// Streaming readers of inference requests, never holding the whole file:
+//   JSONL, one JSON object per line:
+//     {"id": "q1", "tokens": [1, 2, 3], "max_new_tokens": 64, "adapter": "legal"}
+//   Only "tokens" is required ("id" defaults to the line number); unknown fields are ignored.
+//   HDF5 token dataset (.h5, .hdf5): /tokens [T] (any integer type) holding every prompt one
+//   after the other, /offsets [N + 1] (int64, from 0, non-decreasing, ending at T): request i is
+//   tokens [offsets[i], offsets[i + 1]); optional /max_new_tokens [N]. Ids are "row-<i>", and
+//   a request's "line" is its 1-based row. Offsets and tokens are read a window at a time.
+// A malformed request is an Exit::bad_input error naming the file and the line (or row); the
+// caller decides whether to skip it (inference.on_bad_request: skip) or stop.
 #pragma once
 
 #include <cstdint>
-#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,15 +27,13 @@ struct Request {
 
 class RequestReader {
 public:
-    explicit RequestReader(const std::string& path);  // Exit::bad_input if it cannot be opened
-    // The next request; false at the end of the file. Throws Exit::bad_input for a bad line after
-    // consuming it, so the caller may continue with the next one.
-    bool next(Request& r);
-
-private:
-    std::string path_;
-    std::ifstream in_;
-    int64_t line_ = 0;
+    virtual ~RequestReader() = default;
+    // The next request; false at the end of the file. Throws Exit::bad_input for a bad request
+    // after consuming it, so the caller may continue with the next one.
+    virtual bool next(Request& r) = 0;
 };
+
+// The reader for the file's format (by extension); Exit::bad_input if it cannot be opened.
+std::unique_ptr<RequestReader> open_requests(const std::string& path);
 
 }  // namespace hymoe::io
