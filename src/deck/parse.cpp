@@ -173,6 +173,7 @@ void read_inference(Section s, InferenceSection& in) {
     in.adapters = s.path_map("adapters", PathKind::dir);
     in.max_new_tokens = static_cast<int>(s.integer("max_new_tokens", 64, 0, 1 << 24));
     in.prompt_logprobs = s.flag("prompt_logprobs", false);
+    in.logprobs = static_cast<int>(s.integer("logprobs", 0, 0, 64));
     in.on_bad_request = s.choice("on_bad_request", std::string("fail"), {"fail", "skip"});
     in.batch_invariant = s.flag("batch_invariant", false);
     in.shards = s.integer("shards", 1, 1, 1'000'000'000);

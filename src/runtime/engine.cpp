@@ -53,13 +53,18 @@ void accept_token(Seq& s, int64_t tok, float logprob, const EngineOptions& o) {
 }
 
 // What a step's logits decide, computed on the last pipeline stage and broadcast to the others
-// (every rank of a dp replica runs the same steps). Per row: the drawn token and the greedy
-// token (rows ending a prompt) with their logprobs; then the prompt logprobs of every prefill row
-// in row order (Logits::all steps).
+// (every rank of a dp replica runs the same steps). Per row (stride 2 + N): the drawn token and
+// the greedy token (rows ending a prompt) with their logprobs, then the N most likely tokens at
+// the drawn one; after the rows, the prompt logprobs of every prefill row in row order
+// (Logits::all steps).
 struct StepOut {
-    std::vector<int64_t> ints;  // [n_rows, 2] drawn token, greedy token (−1 where none)
-    std::vector<float> floats;  // [n_rows, 2] their logprobs, then the prompt logprobs
+    std::vector<int64_t> ints;  // [n_rows, 2 + N] drawn, greedy (−1 where none), top N
+    std::vector<float> floats;  // [n_rows, 2 + N] their logprobs, then the prompt logprobs
 };
+
+int64_t stride_of(const EngineOptions& o) {
+    return 2 + o.top_logprobs;
+}
 
 StepOut step_out(const std::vector<Row>& rows,
                  const model::SeqBatch& batch,
@@ -67,9 +72,10 @@ StepOut step_out(const std::vector<Row>& rows,
                  bool all_rows,
                  int64_t V,
                  const EngineOptions& o) {
+    const int64_t S = stride_of(o);
     StepOut out;
-    out.ints.assign(2 * rows.size(), -1);
-    out.floats.assign(2 * rows.size(), 0.0f);
+    out.ints.assign(S * rows.size(), -1);
+    out.floats.assign(S * rows.size(), 0.0f);
     const float* base = logits.ptr<float>();  // [n_tok or n_seq, V]
     for (size_t r = 0; r < rows.size(); ++r) {
         const Seq& s = *rows[r].seq;
@@ -84,13 +90,27 @@ StepOut step_out(const std::vector<Row>& rows,
         }
         if (!s.decoding() && s.n_prefilled + rows[r].n < s.prompt_len())
             continue;  // mid-prompt: no token yet
-        std::tie(out.ints[2 * r], out.floats[2 * r]) = draw_token(s, last, V, o);
+        int64_t* ints = out.ints.data() + S * r;
+        float* floats = out.floats.data() + S * r;
+        std::tie(ints[0], floats[0]) = draw_token(s, last, V, o);
         if (!s.decoding()) {
-            out.ints[2 * r + 1] = argmax_token(last, V);
-            out.floats[2 * r + 1] = static_cast<float>(token_logprob(last, V, out.ints[2 * r + 1]));
+            ints[1] = argmax_token(last, V);
+            floats[1] = static_cast<float>(token_logprob(last, V, ints[1]));
         }
+        if (o.top_logprobs > 0)
+            top_logprobs(last, V, o.top_logprobs, ints + 2, floats + 2);
     }
     return out;
+}
+
+// Appends row r's drawn token (with its top N) to s's output; ends s at eos or max_new.
+void accept_row(Seq& s, const StepOut& out, size_t r, const EngineOptions& o) {
+    const int64_t S = stride_of(o);
+    const int64_t* ints = out.ints.data() + S * r;
+    const float* floats = out.floats.data() + S * r;
+    s.out.top_tokens.insert(s.out.top_tokens.end(), ints + 2, ints + S);
+    s.out.top_logprobs.insert(s.out.top_logprobs.end(), floats + 2, floats + S);
+    accept_token(s, ints[0], floats[0], o);
 }
 
 // The step's outputs applied to its sequences (on every rank alike).
@@ -99,14 +119,13 @@ void apply_step(const std::vector<Row>& rows,
                 bool all_rows,
                 const EngineOptions& o,
                 EngineStats& stats) {
-    size_t plp = 2 * rows.size();  // next prompt logprob in out.floats
+    const int64_t S = stride_of(o);
+    size_t plp = S * rows.size();  // next prompt logprob in out.floats
     for (size_t r = 0; r < rows.size(); ++r) {
         Seq& s = *rows[r].seq;
-        const int64_t tok = out.ints[2 * r];
-        const float lp = out.floats[2 * r];
         if (s.decoding()) {
             ++stats.generated_tokens;
-            accept_token(s, tok, lp, o);
+            accept_row(s, out, r, o);
             continue;
         }
         for (int64_t t = 0; all_rows && t < std::min(rows[r].n, s.prompt_len() - 1 - s.n_prefilled);
@@ -116,14 +135,14 @@ void apply_step(const std::vector<Row>& rows,
         stats.prompt_tokens += rows[r].n;
         if (!s.decoding())
             continue;
-        s.out.greedy_token = out.ints[2 * r + 1];
-        s.out.greedy_logprob = out.floats[2 * r + 1];
+        s.out.greedy_token = out.ints[S * r + 1];
+        s.out.greedy_logprob = out.floats[S * r + 1];
         if (s.max_new == 0) {
             s.out.finish = Finish::length;
             s.done = true;
         } else {
             ++stats.generated_tokens;
-            accept_token(s, tok, lp, o);
+            accept_row(s, out, r, o);
         }
     }
 }
@@ -143,13 +162,13 @@ TickVote vote(bool has_work, bool stop, const model::Model& m) {
 }
 
 // The last stage's StepOut on every stage of the pipeline.
-void share_step(StepOut& out, size_t n_rows, const model::Model& m) {
+void share_step(StepOut& out, size_t n_rows, int64_t stride, const model::Model& m) {
     const comm::Comm& pp = m.comms->pp;
     const int root = m.shard.pp - 1;
     int64_t n_floats = static_cast<int64_t>(out.floats.size());
     Tensor count{&n_floats, DType::i64, Device::cpu, {1}};
     comm::broadcast(count, root, pp);
-    out.ints.resize(2 * n_rows);
+    out.ints.resize(stride * n_rows);
     out.floats.resize(static_cast<size_t>(n_floats));
     Tensor ints{out.ints.data(), DType::i64, Device::cpu, {static_cast<int64_t>(out.ints.size())}};
     Tensor floats{out.floats.data(), DType::f32, Device::cpu, {n_floats}};
@@ -223,7 +242,7 @@ EngineStats run_engine(const model::Model& m,
             if (m.shard.last_stage())
                 out = step_out(done.rows, done.batch, logits, done.all_rows, V, o);
             if (pp > 1)
-                share_step(out, done.rows.size(), m);
+                share_step(out, done.rows.size(), stride_of(o), m);
             apply_step(done.rows, out, done.all_rows, o, stats);
             if (!done.rows.empty())
                 ++stats.steps;

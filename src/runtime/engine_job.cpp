@@ -199,10 +199,12 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   ")"));
     // a journal segment every 4 batches' worth of finished requests (or 10 s)
     const bool writer = grid.me.tp == 0 && m.shard.last_stage();  // one per dp replica
+    const int top_n = static_cast<int>(std::min<int64_t>(inf.logprobs, job.model.vocab_size));
     ResultsJournal journal(
         job.deck.job.output,
         sha256_hex(job.deck.resolved_yaml),
         inf.prompt_logprobs,
+        top_n,
         {grid.comms.world, grid.comms.self, writer ? grid.me.dp : -1, job.layout.dp},
         std::clamp(4 * inf.max_seqs, 8, 4096));
     Stream stream(job, journal.done(), grid.me.dp);
@@ -215,6 +217,7 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     o.sampling = {inf.temperature, inf.top_k, inf.top_p};
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
     o.prompt_logprobs = inf.prompt_logprobs;
+    o.top_logprobs = top_n;
     int64_t n_stop = 0, n_length = 0;
     auto sink = [&](Finished&& f) {
         ++(f.finish == Finish::stop ? n_stop : n_length);

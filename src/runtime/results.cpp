@@ -56,11 +56,15 @@ struct Segment {
     std::vector<int64_t> tokens, out_begin, plp_begin;  // out_begin, plp_begin: [n + 1] prefixes
     std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
     std::vector<std::string> id, adapter;
+    std::vector<int64_t> top_tokens;  // [Σ n_out, N]
+    std::vector<float> top_logprobs;  // [Σ n_out, N]
 };
 
-Segment read_segment(const std::string& path, bool prompt_logprobs) {
+Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
     io::H5Reader r(path);
     Segment s;
+    if (top_n > 0)
+        s.top_tokens = r.ints("/top_tokens"), s.top_logprobs = r.floats("/top_logprobs");
     s.index = r.ints("/index"), s.line = r.ints("/line"), s.prompt_len = r.ints("/prompt_len");
     s.n_out = r.ints("/n_out"), s.finish = r.ints("/finish"), s.tokens = r.ints("/tokens");
     s.greedy_token = r.ints("/greedy_token"), s.greedy_logprob = r.floats("/greedy_logprob");
@@ -94,7 +98,12 @@ Segment read_results(const std::string& path) {
         s.prompt_logprobs = r.floats("/requests/prompt_logprobs");
         s.greedy_token = r.ints("/requests/greedy_token");
         s.greedy_logprob = r.floats("/requests/greedy_logprob");
-    } else {
+    }
+    if (r.exists("/requests/top_tokens")) {
+        s.top_tokens = r.ints("/requests/top_tokens");
+        s.top_logprobs = r.floats("/requests/top_logprobs");
+    }
+    if (!r.exists("/requests/logprob_offsets")) {
         s.plp_begin.assign(s.index.size() + 1, 0);
         s.greedy_token.assign(s.index.size(), -1);
         s.greedy_logprob.assign(s.index.size(), 0.0f);
@@ -107,7 +116,10 @@ struct Columns {
     std::vector<std::string> id, finish, adapter;
     std::vector<int64_t> index, line, prompt_len, out_end, tokens, plp_end, greedy_token;
     std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
+    std::vector<int64_t> top_tokens;
+    std::vector<float> top_logprobs;
     std::vector<uint8_t> done;
+    int top_n = 0;                    // N of top_tokens / top_logprobs rows
     int64_t n_tokens = 0, n_plp = 0;  // running ends of the flat arrays
 
     void add(const Segment& s, size_t i) {
@@ -121,6 +133,13 @@ struct Columns {
                         s.logprobs.data() + s.out_begin[i],
                         s.logprobs.data() + s.out_begin[i + 1]);
         out_end.push_back(n_tokens += s.n_out[i]);
+        const int64_t n = top_n;
+        top_tokens.insert(top_tokens.end(),
+                          s.top_tokens.begin() + s.out_begin[i] * n,
+                          s.top_tokens.begin() + s.out_begin[i + 1] * n);
+        top_logprobs.insert(top_logprobs.end(),
+                            s.top_logprobs.begin() + s.out_begin[i] * n,
+                            s.top_logprobs.begin() + s.out_begin[i + 1] * n);
         prompt_logprobs.insert(prompt_logprobs.end(),
                                s.prompt_logprobs.data() + s.plp_begin[i],
                                s.prompt_logprobs.data() + s.plp_begin[i + 1]);
@@ -144,9 +163,17 @@ struct Columns {
             w.append("/requests/greedy_token", view_of(greedy_token, DType::i64));
             w.append("/requests/greedy_logprob", view_of(greedy_logprob, DType::f32));
         }
+        if (top_n > 0) {
+            const int64_t rows = static_cast<int64_t>(top_tokens.size()) / top_n;
+            w.append("/requests/top_tokens",
+                     Tensor{top_tokens.data(), DType::i64, Device::cpu, {rows, top_n}});
+            w.append("/requests/top_logprobs",
+                     Tensor{top_logprobs.data(), DType::f32, Device::cpu, {rows, top_n}});
+        }
         const int64_t ends[2] = {n_tokens, n_plp};
+        const int n = top_n;
         *this = Columns{};
-        n_tokens = ends[0], n_plp = ends[1];
+        n_tokens = ends[0], n_plp = ends[1], top_n = n;
     }
 };
 
@@ -155,6 +182,7 @@ struct Columns {
 ResultsJournal::ResultsJournal(const std::string& out_dir,
                                const std::string& deck_sha256,
                                bool prompt_logprobs,
+                               int top_logprobs,
                                const JournalRanks& ranks,
                                int flush_every,
                                double flush_seconds)
@@ -162,6 +190,7 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
       parts_(out_dir + "/results.parts"),
       sha_(deck_sha256),
       prompt_logprobs_(prompt_logprobs),
+      top_n_(top_logprobs),
       ranks_(ranks),
       flush_every_(flush_every),
       flush_seconds_(flush_seconds),
@@ -238,6 +267,16 @@ void ResultsJournal::flush() {
     w.strings("/adapter", adapter);
     if (prompt_logprobs_)
         w.array("/prompt_logprobs", view_of(plp, DType::f32));
+    if (top_n_ > 0) {
+        std::vector<int64_t> top_tokens;
+        std::vector<float> top_logprobs;
+        for (const Finished& f : buffer_) {
+            top_tokens.insert(top_tokens.end(), f.top_tokens.begin(), f.top_tokens.end());
+            top_logprobs.insert(top_logprobs.end(), f.top_logprobs.begin(), f.top_logprobs.end());
+        }
+        w.array("/top_tokens", view_of(top_tokens, DType::i64));
+        w.array("/top_logprobs", view_of(top_logprobs, DType::f32));
+    }
     w.commit();
     buffer_.clear();
 }
@@ -268,7 +307,8 @@ int64_t ResultsJournal::merge(const io::RunMeta& meta) {
     io::write_meta(w, meta);
     Columns cols;
     cols.out_end.push_back(0), cols.plp_end.push_back(0);  // offsets [N + 1] start at 0
-    std::map<size_t, Segment> cache;                       // a few segments, oldest read evicted
+    cols.top_n = top_n_;
+    std::map<size_t, Segment> cache;  // a few segments, oldest read evicted
     std::list<size_t> recent;
     int64_t n = 0;
     for (uint64_t loc : where) {
@@ -280,7 +320,7 @@ int64_t ResultsJournal::merge(const io::RunMeta& meta) {
                 cache.erase(recent.front());
                 recent.pop_front();
             }
-            cache[k] = read_segment(segs[k].second, prompt_logprobs_);
+            cache[k] = read_segment(segs[k].second, prompt_logprobs_, top_n_);
             recent.push_back(k);
         }
         cols.add(cache[k], row);
@@ -297,21 +337,24 @@ int64_t gather_results(const std::string& out_dir, const std::vector<std::string
     std::vector<Segment> shards;
     std::vector<std::tuple<int64_t, size_t, size_t>> order;  // (index, shard, row)
     bool with_plp = false;
+    int top_n = 0;
     for (size_t k = 0; k < shard_dirs.size(); ++k) {
         const std::string path = shard_dirs[k] + "/results.h5";
         if (!fs::exists(path))
             HYMOE_FAIL(Exit::bad_input, path, ": no such file (has that shard finished?)");
         shards.push_back(read_results(path));
-        const bool plp = io::H5Reader(path).exists("/requests/logprob_offsets");
-        if (k > 0 && plp != with_plp)
+        const io::H5Reader r(path);
+        const bool plp = r.exists("/requests/logprob_offsets");
+        const int n = r.exists("/requests/top_tokens")
+                          ? static_cast<int>(r.shape("/requests/top_tokens").at(1))
+                          : 0;
+        if (k > 0 && (plp != with_plp || n != top_n))
             HYMOE_FAIL(Exit::bad_input,
                        path,
-                       ": prompt logprobs ",
-                       plp ? "present" : "absent",
-                       " unlike in ",
+                       ": its prompt logprobs or top logprobs differ from ",
                        shard_dirs[0],
                        "/results.h5 (shards of different decks?)");
-        with_plp = plp;
+        with_plp = plp, top_n = n;
         for (size_t row = 0; row < shards[k].index.size(); ++row)
             order.emplace_back(shards[k].index[row], k, row);
     }
@@ -333,6 +376,7 @@ int64_t gather_results(const std::string& out_dir, const std::vector<std::string
     w.strings("/meta/gathered_from", shard_dirs);
     Columns cols;
     cols.out_end.push_back(0), cols.plp_end.push_back(0);
+    cols.top_n = top_n;
     int64_t n = 0;
     for (const auto& [index, k, row] : order) {
         cols.add(shards[k], row);

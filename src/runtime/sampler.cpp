@@ -19,6 +19,23 @@ double token_logprob(const float* logits, int64_t V, int64_t token) {
     return static_cast<double>(logits[token]) - mx - std::log(sum);
 }
 
+void top_logprobs(const float* logits, int64_t V, int n, int64_t* tokens, float* logprobs) {
+    std::vector<int64_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int64_t a, int64_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    const double mx = static_cast<double>(logits[order[0]]);
+    double sum = 0;
+    for (int64_t j = 0; j < V; ++j)
+        sum += std::exp(static_cast<double>(logits[j]) - mx);
+    for (int i = 0; i < n; ++i) {
+        tokens[i] = order[static_cast<size_t>(i)];
+        logprobs[i] =
+            static_cast<float>(static_cast<double>(logits[tokens[i]]) - mx - std::log(sum));
+    }
+}
+
 std::vector<Candidate> sampler_candidates(const float* logits, int64_t V, const SamplingParams& p) {
     if (p.temperature <= 0)
         return {{argmax_token(logits, V), 1.0}};

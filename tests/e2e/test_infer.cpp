@@ -377,6 +377,28 @@ BOOST_AUTO_TEST_CASE(hdf5_token_dataset_equals_the_jsonl) {
         fs::remove(kDir + f);
 }
 
+// inference.logprobs = 4 with greedy decoding: every output token gets its 4 most likely tokens
+// with their logprobs, most likely first; the first is the emitted token with its logprob.
+BOOST_AUTO_TEST_CASE(top_logprobs_rank_the_emitted_token_first) {
+    fs::remove_all(kDir + "out");
+    auto r = testing::run_hymoe(
+        kDeck + " --set inference.logprobs=4 --set inference.sampling.temperature=0");
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    io::H5Reader h5(kDir + "out/results.h5");
+    const std::vector<int64_t> out = h5.ints("/requests/output_tokens");
+    const std::vector<float> lp = h5.floats("/requests/output_logprobs");
+    BOOST_REQUIRE((h5.shape("/requests/top_tokens") == Shape{static_cast<int64_t>(out.size()), 4}));
+    const std::vector<int64_t> top = h5.ints("/requests/top_tokens");
+    const std::vector<float> top_lp = h5.floats("/requests/top_logprobs");
+    for (size_t i = 0; i < out.size(); ++i) {
+        BOOST_TEST(top[4 * i] == out[i]);
+        BOOST_TEST(top_lp[4 * i] == lp[i]);
+        for (size_t j = 1; j < 4; ++j)
+            BOOST_TEST(top_lp[4 * i + j] <= top_lp[4 * i + j - 1]);
+    }
+    fs::remove_all(kDir + "out");
+}
+
 // job.max_hours: a budget already spent stops at the first step boundary with 75.
 BOOST_AUTO_TEST_CASE(max_hours_stops_cleanly_with_75) {
     fs::remove_all(kDir + "out");

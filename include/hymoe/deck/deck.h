@@ -83,6 +83,7 @@ struct InferenceSection {
     std::map<std::string, std::string> adapters;  // name -> resolved adapter folder
     int max_new_tokens = 64;
     bool prompt_logprobs = false;         // teacher-forced log-probability of every prompt token
+    int logprobs = 0;                     // top-N tokens and logprobs at each output token
     std::string on_bad_request = "fail";  // fail | skip
     bool batch_invariant = false;  // bit-identical results across batchings (backend/ops.h), slower
     int64_t shards = 1, shard = 0;  // array jobs: run the requests with index mod shards == shard

@@ -48,6 +48,7 @@ struct EngineOptions {
     uint64_t seed = 0;
     int64_t eos_id = -1;           // −1: no stop token
     bool prompt_logprobs = false;  // teacher-forced logprob of every prompt token after the first
+    int top_logprobs = 0;          // the N most likely tokens and logprobs at each output token
     double progress_every_s = 5;   // ≤ 0: no progress lines
     model::ForwardStats* layer_stats = nullptr;  // per-layer timings summed over steps, if given
     std::function<bool()> stop;       // polled every tick on every rank: true on any rank ends
@@ -67,6 +68,8 @@ struct Finished {
     io::Request req;                     // id, line, adapter, prompt tokens
     std::vector<int64_t> tokens;         // [n_out] generated tokens
     std::vector<float> logprobs;         // [n_out] their log-probabilities (raw log_softmax)
+    std::vector<int64_t> top_tokens;     // [n_out, N] the N most likely (N = top_logprobs)
+    std::vector<float> top_logprobs;     // [n_out, N] their log-probabilities
     std::vector<float> prompt_logprobs;  // [prompt_len − 1] when asked; token t+1 given 0..t
     int64_t greedy_token = -1;           // argmax after the whole prompt
     float greedy_logprob = 0;

@@ -12,7 +12,8 @@
 //   - A segment holds its requests sorted by index: /deck_sha256 (of the resolved deck, so a
 //     --set that changes the results also starts afresh), /index /line /prompt_len
 //     /n_out /greedy_token [n] i64, /finish [n] i32, /greedy_logprob [n] f32, /id /adapter [n]
-//     strings, /tokens /logprobs [Σ n_out], /prompt_logprobs [Σ (prompt_len − 1)] when asked.
+//     strings, /tokens /logprobs [Σ n_out], /prompt_logprobs [Σ (prompt_len − 1)] when asked,
+//     /top_tokens /top_logprobs [Σ n_out · K] with inference.logprobs = K.
 // Resume: when results.parts/ exists and its segments carry this deck's sha256, their requests
 // are done: the reader skips them (their line numbers must match, or the dataset changed and the
 // job stops with Exit::bad_input), unfinished ones run again. A journal of another deck is
@@ -32,7 +33,9 @@
 //   /requests/done [N] u8 (all 1 in a finished file);
 //   with inference.prompt_logprobs also /requests/logprob_offsets [N+1],
 //   /requests/prompt_logprobs [Σ (prompt_len − 1)] (token t+1 given 0..t),
-//   /requests/greedy_token [N], /requests/greedy_logprob [N] (after the whole prompt); and /meta.
+//   /requests/greedy_token [N], /requests/greedy_logprob [N] (after the whole prompt); with
+//   inference.logprobs = K > 0 also /requests/top_tokens, /requests/top_logprobs [Σ, K] (the K
+//   most likely tokens at every output token, rows aligned with output_tokens); and /meta.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +67,7 @@ public:
     ResultsJournal(const std::string& out_dir,
                    const std::string& deck_sha256,
                    bool prompt_logprobs,
+                   int top_logprobs,
                    const JournalRanks& ranks,
                    int flush_every = 256,
                    double flush_seconds = 10);
@@ -80,6 +84,7 @@ private:
 
     std::string dir_, parts_, sha_;
     bool prompt_logprobs_;
+    int top_n_;
     JournalRanks ranks_;
     int flush_every_;
     double flush_seconds_, last_flush_;

@@ -41,4 +41,8 @@ double token_logprob(const float* logits, int64_t V, int64_t token);
 // argmax with ties to the smallest id. logits [V]
 int64_t argmax_token(const float* logits, int64_t V);
 
+// The n most likely tokens (logit descending, ties to the smaller id) and their log_softmax, in
+// tokens [n] and logprobs [n]. logits [V], n ≤ V.
+void top_logprobs(const float* logits, int64_t V, int n, int64_t* tokens, float* logprobs);
+
 }  // namespace hymoe::runtime
