@@ -10,7 +10,6 @@
 #include "hymoe/core/build_info.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
-#include "hymoe/core/stop.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/job.h"
@@ -65,7 +64,6 @@ int main(int argc, char** argv) {
     hymoe::parallel::MpiEnv mpi(&argc, &argv);
     const int rank = hymoe::parallel::world_rank();
     hymoe::log::init(rank);
-    hymoe::install_stop_handlers();
     try {
         return run(argc, argv);
     } catch (const hymoe::Error& e) {

@@ -20,9 +20,14 @@ extern "C" void on_stop_signal(int sig) {
 
 }  // namespace
 
-void install_stop_handlers() {
+StopSignals::StopSignals() {
     for (int sig : {SIGUSR1, SIGTERM, SIGINT})
         std::signal(sig, on_stop_signal);
+}
+
+StopSignals::~StopSignals() {
+    for (int sig : {SIGUSR1, SIGTERM, SIGINT})
+        std::signal(sig, SIG_DFL);
 }
 
 int stop_signal() {

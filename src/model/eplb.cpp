@@ -18,7 +18,7 @@ std::vector<int64_t> rank_loads(const std::vector<int64_t>& load,
     const auto n_exp = static_cast<int64_t>(load.size());
     std::vector<int64_t> sum(static_cast<size_t>(ep), 0);
     for (int64_t e = 0; e < n_exp; ++e)
-        sum[static_cast<size_t>(placement.empty() ? e / (n_exp / ep) : placement[e])] += load[e];
+        sum[static_cast<size_t>(expert_rank_of(placement, e, n_exp, ep))] += load[e];
     return sum;
 }
 

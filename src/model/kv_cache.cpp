@@ -1,13 +1,21 @@
 // The paged attention cache pool (model/kv_cache.h).
 #include "hymoe/model/kv_cache.h"
 
+#include <limits>
+
 #include "hymoe/core/error.h"
 
 namespace hymoe::model {
 
 KvPool::KvPool(const ModelConfig& local, const ModelShard& shard, int page_tokens, int64_t capacity)
     : page_tokens_(page_tokens), capacity_(capacity), width_(local.layers.size(), 0) {
-    HYMOE_CHECK(page_tokens >= 1 && capacity >= 0, "KvPool: ", page_tokens, " tokens a page");
+    HYMOE_CHECK(
+        page_tokens >= 1 && capacity >= 0 && capacity <= std::numeric_limits<int32_t>::max(),
+        "KvPool: ",
+        capacity,
+        " pages of ",
+        page_tokens,
+        " tokens");
     offset_.assign(local.layers.size(), 0);
     for (int i = shard.first_layer; i < shard.end_layer; ++i) {
         const Mixer mixer = local.layers[i].mixer;

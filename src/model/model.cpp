@@ -1,4 +1,6 @@
-// The whole model: weight list with HF names, random init, and the layer-by-layer forward.
+// The model of one rank: its part of the weight list (HF names, the cut of model/shard.h), random
+// init and loading of that part, and the forward over its stage's layers with the tp reductions,
+// the vocab-parallel embedding and head, and the residual stream's hand-over between stages.
 #include "hymoe/model/model.h"
 
 #include <algorithm>
@@ -341,7 +343,6 @@ void forward(const Model& m,
         if (options.stage_out) {
             *options.stage_out = std::move(h);
         } else {
-            ScopedTimer timer(stats.pipeline_seconds);
             send_to_next_stage(m, h).wait();
         }
         return;

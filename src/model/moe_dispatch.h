@@ -11,21 +11,19 @@
 
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/moe_parallel.h"
+#include "hymoe/model/shard.h"
 #include "hymoe/parallel/comm.h"
 #include "hymoe/tensor/tensor.h"
 
 namespace hymoe::model::detail {
 
-// Where the routed experts live: MoeWeights::expert_rank, or ep rank r hosting experts
-// [r·E/ep, (r+1)·E/ep) when that is empty.
+// Where the routed experts live (model/shard.h expert_rank_of): MoeWeights::expert_rank, or ep
+// rank r hosting experts [r·E/ep, (r+1)·E/ep) when that is empty.
 struct ExpertHosting {
     int ep = 1, ep_rank = 0;
-    int64_t per_rank = 0;                 // E / ep
-    const std::vector<int>* placement{};  // [E] ep rank of each expert; null or empty: blocks
-    int rank_of(int64_t expert) const {
-        return placement && !placement->empty() ? (*placement)[static_cast<size_t>(expert)]
-                                                : static_cast<int>(expert / per_rank);
-    }
+    int64_t n_exp = 0;                    // E
+    const std::vector<int>* placement{};  // [E] ep rank of each expert (empty: blocks)
+    int rank_of(int64_t expert) const { return expert_rank_of(*placement, expert, n_exp, ep); }
 };
 
 // One micro-batch on its way to the experts and back. Owner side: the rows this rank sends, by

@@ -62,7 +62,7 @@ void routed_parallel(const ModelConfig& cfg,
     detail::ExpertHosting hosting;
     hosting.ep = ep ? ep->size() : 1;
     hosting.ep_rank = ep ? ep->rank() : 0;
-    hosting.per_rank = m.n_routed_experts / hosting.ep;
+    hosting.n_exp = m.n_routed_experts;
     hosting.placement = &local.expert_rank;
     const int64_t n_own = payload.dim(0);
     const int64_t n_batch = par.overlap ? 2 : 1;

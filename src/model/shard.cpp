@@ -53,11 +53,10 @@ ModelConfig local_config(const ModelConfig& cfg, const ModelShard& shard) {
 std::vector<int> hosted_experts(const ModelConfig& cfg,
                                 const ModelShard& shard,
                                 const std::vector<int>& expert_rank) {
-    const int per_rank = cfg.moe.n_routed_experts / shard.ep;
+    const int n_exp = cfg.moe.n_routed_experts;
     std::vector<int> hosted;
-    for (int e = 0; e < cfg.moe.n_routed_experts; ++e)
-        if ((expert_rank.empty() ? e / per_rank : expert_rank[static_cast<size_t>(e)]) ==
-            shard.ep_rank)
+    for (int e = 0; e < n_exp; ++e)
+        if (expert_rank_of(expert_rank, e, n_exp, shard.ep) == shard.ep_rank)
             hosted.push_back(e);
     return hosted;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -391,7 +392,11 @@ Request& Request::operator=(Request&& other) noexcept {
 Request::~Request() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (impl_ && impl_->mpi != MPI_REQUEST_NULL && !finalized)
+    if (!impl_ || impl_->mpi == MPI_REQUEST_NULL || finalized)
+        return;
+    if (std::uncaught_exceptions() > 0)  // an error is on its way out: the peer may never match
+        MPI_Request_free(&impl_->mpi);
+    else
         MPI_Wait(&impl_->mpi, MPI_STATUS_IGNORE);  // a destructor cannot report: best effort
 }
 

@@ -176,6 +176,19 @@ void share_step(StepOut& out, size_t n_rows, int64_t stride, const model::Model&
     comm::broadcast(floats, root, pp);
 }
 
+// The lane's next step. A bad request or a full page pool seen here is seen by this dp replica
+// alone (the replicas read different requests): with several replicas it ends the world from
+// this rank (Scope::one_rank) instead of leaving the others waiting in the next tick's vote.
+Step launch(Lane& lane, RequestQueue& queue, EngineStats& stats, const model::Model& m) {
+    try {
+        return lane.next_step(queue, stats);
+    } catch (const Error& e) {
+        if (e.scope() == Scope::collective && m.comms != nullptr && m.comms->dp.size() > 1)
+            throw Error(e.code(), Scope::one_rank, e.what(), e.file(), e.line());
+        throw;
+    }
+}
+
 }  // namespace
 
 EngineStats run_engine(const model::Model& m,
@@ -210,7 +223,7 @@ EngineStats run_engine(const model::Model& m,
     Buffer logits, h_out, h_sent;  // h_sent: in flight to the next stage until `sending` is done
     comm::Request sending;
     for (int64_t tick = 0;; ++tick) {
-        flight.push_back(lanes[static_cast<size_t>(tick % pp)].next_step(queue, stats));
+        flight.push_back(launch(lanes[static_cast<size_t>(tick % pp)], queue, stats, m));
         stats.pages_in_use = 0;
         for (const Lane& lane : lanes)
             stats.pages_in_use += lane.pages_in_use();

@@ -1,10 +1,14 @@
-// The infer job: this rank's part of the model, the request stream (bad lines skipped or fatal per
-// inference.on_bad_request; requests finished by an interrupted run skipped; the rest dealt to the
-// dp replicas by token count), the engine, the results journal, progress lines and the closing
-// summary (summed over the replicas).
+// The infer job: this rank's part of the model (random or read slice by slice), the request
+// stream (bad lines skipped or fatal per inference.on_bad_request; this array shard's requests
+// only; those an interrupted run finished skipped; the rest dealt to the dp replicas by token
+// count), the KV page budget (pages: auto), the engine with clean stops (signals, max_hours) and
+// expert rebalancing, the results journal, progress lines, the closing summary (summed over the
+// replicas) and the profile and memory reports.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <optional>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
@@ -35,16 +39,16 @@ WeightFill weight_fill(const Job& job, const model::ModelShard& shard) {
             return folder->read(name, dest);
         const Shape& stored = folder->info(name).shape;
         if (part.dim >= static_cast<int>(stored.size()) || stored[part.dim] != part.full)
-            HYMOE_FAIL(Exit::bad_input,
-                       job.deck.model.weights,
-                       ": ",
-                       name,
-                       " is ",
-                       shape_string(stored),
-                       " but the config gives dim ",
-                       part.dim,
-                       " a length of ",
-                       part.full);
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           job.deck.model.weights,
+                           ": ",
+                           name,
+                           " is ",
+                           shape_string(stored),
+                           " but the config gives dim ",
+                           part.dim,
+                           " a length of ",
+                           part.full);
         folder->read_slice(name, part.dim, part.begin, dest);
     };
     return [shard, read](const model::TensorList& list) { model::load_tensors(list, shard, read); };
@@ -61,11 +65,9 @@ namespace {
 // KV pages per dp replica: inference.kv_cache.pages, or (auto) what half of the memory this node
 // has available holds at this rank's page size, shared by the world's ranks as if on one node;
 // the smallest over the ranks, so every rank of a replica pages alike.
-int64_t kv_pages(const Job& job, const model::Model& m, const parallel::Grid& grid) {
+int64_t kv_pages(const Job& job, int64_t page_bytes, const parallel::Grid& grid) {
     if (job.deck.inference.pages > 0)
         return job.deck.inference.pages;
-    const int64_t page_bytes =
-        model::KvPool(m.local, m.shard, job.deck.inference.page_tokens, 0).page_bytes();
     int64_t available = 0;  // bytes, from /proc/meminfo (kB)
     std::ifstream meminfo("/proc/meminfo");
     for (std::string key; meminfo >> key;) {
@@ -78,7 +80,8 @@ int64_t kv_pages(const Job& job, const model::Model& m, const parallel::Grid& gr
     int64_t pages = available / 2 / job.layout.world() / std::max<int64_t>(page_bytes, 1);
     Tensor t{&pages, DType::i64, Device::cpu, {1}};
     comm::all_reduce(t, grid.comms.world, comm::ReduceOp::min);
-    return std::max<int64_t>(pages, job.layout.pp);
+    // a page id is an int32 in the block tables
+    return std::clamp<int64_t>(pages, job.layout.pp, std::numeric_limits<int32_t>::max());
 }
 
 std::string fixed(double x, int digits = 1) {
@@ -213,7 +216,8 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;
     o.max_new_tokens = inf.max_new_tokens;
     o.page_tokens = inf.page_tokens;
-    o.kv_pages = kv_pages(job, m, grid);
+    const int64_t page_bytes = model::KvPool(m.local, m.shard, o.page_tokens, 0).page_bytes();
+    o.kv_pages = kv_pages(job, page_bytes, grid);
     o.sampling = {inf.temperature, inf.top_k, inf.top_p};
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
     o.prompt_logprobs = inf.prompt_logprobs;
@@ -247,12 +251,14 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
         count_layers(job.model, model::Ffn::dense) < static_cast<int>(job.model.layers.size());
     if (profiling || rebalancing)
         o.layer_stats = &layer_stats;
-    ExpertRebalancer rebalance(job, grid, m, layer_stats, weight_fill(job, m.shard));
+    std::optional<ExpertRebalancer> rebalance;
     if (rebalancing) {
+        rebalance.emplace(job, grid, m, layer_stats, weight_fill(job, m.shard));
         o.rebalance_every = job.deck.parallel.rebalance_every;
-        o.rebalance = [&] { rebalance(); };
+        o.rebalance = [&] { (*rebalance)(); };
     }
     // stop cleanly on SIGUSR1/SIGTERM/SIGINT, or at 99% of job.max_hours (as GROMACS -maxh)
+    const StopSignals stop_signals;
     const double max_seconds = 0.99 * 3600 * job.deck.job.max_hours;
     o.stop = [&] {
         return stop_signal() != 0 || (max_seconds > 0 && wall_seconds() - t0 >= max_seconds);
@@ -343,7 +349,6 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   ", prefill_chunk ",
                   o.prefill_chunk,
                   ")"));
-    const int64_t page_bytes = model::KvPool(m.local, m.shard, o.page_tokens, 0).page_bytes();
     log::info(cat("kv cache: at most ",
                   s.peak_pages,
                   " of ",
@@ -356,7 +361,7 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   s.preemptions,
                   " preemptions"));
     if (rebalancing)
-        log::info(rebalance.summary());
+        log::info(rebalance->summary());
     const RankMemory memory = rank_memory(job, m, s.peak_pages * page_bytes);
     log::info(memory_line(memory));
     std::string outputs = job.deck.job.output + "/results.h5, ";

@@ -32,6 +32,8 @@ bool Lane::preempt_one(const Seq* keep, EngineStats& stats) {
         if (&s == keep || s.in_step)
             continue;
         reset_state(s);  // restarts from its prompt: its outputs are made again
+        stats.prompt_tokens -= s.n_prefilled;  // and counted again then
+        stats.generated_tokens -= static_cast<int64_t>(s.out.tokens.size());
         Finished fresh;
         fresh.index = s.out.index;
         fresh.req = std::move(s.out.req);
@@ -106,8 +108,9 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
     }
     for (auto& s : running_)
         s->in_step = false;
-    if (st.rows.empty() && !running_.empty()) {
-        const Seq& s = *running_.front();  // alone and still without room: it can never run
+    if (st.rows.empty() && !(running_.empty() && preempted_.empty())) {
+        // alone in the lane and still without room: it can never run
+        const Seq& s = running_.empty() ? *preempted_.front() : *running_.front();
         HYMOE_FAIL(Exit::invalid,
                    "inference.kv_cache.pages: ",
                    pool_.capacity(),
@@ -119,9 +122,8 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
                    s.prompt_len(),
                    " prompt tokens + up to ",
                    s.max_new,
-                   " new); raise pages or batch.max_tokens");
+                   " new); raise kv_cache.pages or page_tokens, or lower max_new_tokens");
     }
-    HYMOE_CHECK(!st.rows.empty() || preempted_.empty(), "engine: no row fits a step");
     st.all_rows = o_.prompt_logprobs && any_prefill;
     return st;
 }

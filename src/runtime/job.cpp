@@ -34,6 +34,10 @@ CommandLine parse_command_line(int argc, char** argv) {
                 HYMOE_FAIL(Exit::invalid,
                            "--gather needs an output folder and at least one shard folder; ",
                            usage());
+            for (const std::string& dir : cli.gather)
+                if (dir.starts_with("-"))
+                    HYMOE_FAIL(
+                        Exit::invalid, "--gather takes folders only, not '", dir, "'; ", usage());
             break;
         } else if (a == "--set" || a.rfind("--set=", 0) == 0) {
             if (a == "--set" && i + 1 >= argc)

@@ -35,8 +35,8 @@ JobProfile gather_profile(const Job& job,
     const int64_t E = job.model.moe.n_routed_experts, world = job.layout.world();
     const comm::Comm& all = grid.comms.world;
     JobProfile p;
-    // seconds: [L mixer, L ffn, L dispatch, L combine, head, indexer, attention], summed
-    std::vector<float> secs(static_cast<size_t>(4 * L + 3), 0.0f);
+    // seconds: [L mixer, L ffn, L dispatch, L combine, head, indexer, attention, pipeline], summed
+    std::vector<float> secs(static_cast<size_t>(4 * L + 4), 0.0f);
     for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.mixer_seconds.size()); ++i) {
         secs[i] = static_cast<float>(mine.mixer_seconds[i]);
         secs[L + i] = static_cast<float>(mine.ffn_seconds[i]);
@@ -46,6 +46,7 @@ JobProfile gather_profile(const Job& job,
     secs[4 * L] = static_cast<float>(mine.head_seconds);
     secs[4 * L + 1] = static_cast<float>(mine.attn.indexer_seconds);
     secs[4 * L + 2] = static_cast<float>(mine.attn.attention_seconds);
+    secs[4 * L + 3] = static_cast<float>(mine.pipeline_seconds);
     Tensor st = view_of(secs);
     comm::all_reduce(st, all);
     const float per_stage = static_cast<float>(job.layout.tp * job.layout.dp);
@@ -58,6 +59,7 @@ JobProfile gather_profile(const Job& job,
     p.combine_seconds.assign(secs.begin() + 3 * L, secs.begin() + 4 * L);
     m.head_seconds = secs[4 * L], m.attn.indexer_seconds = secs[4 * L + 1];
     m.attn.attention_seconds = secs[4 * L + 2];
+    m.pipeline_seconds = secs[4 * L + 3];
     if (!any_moe(job.model))
         return p;
 
@@ -135,10 +137,12 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
     }
     std::snprintf(line,
                   sizeof line,
-                  "  embedding + head %.4f s; attention layers: indexer %.4f s, rest %.4f s\n",
+                  "  embedding + head %.4f s; attention layers: indexer %.4f s, rest %.4f s; "
+                  "waiting for the previous stage %.4f s\n",
                   stats.head_seconds,
                   stats.attn.indexer_seconds,
-                  stats.attn.attention_seconds);
+                  stats.attn.attention_seconds,
+                  stats.pipeline_seconds);
     out += line;
     if (p.imbalance.empty())
         return out;
@@ -199,6 +203,7 @@ void write_profile(const Job& job,
     seconds("/attention/indexer_seconds", {p.mean.attn.indexer_seconds});
     seconds("/attention/other_seconds", {p.mean.attn.attention_seconds});
     seconds("/head_seconds", {p.mean.head_seconds});
+    seconds("/pipeline_seconds", {p.mean.pipeline_seconds});
     if (!p.imbalance.empty() && job.deck.profile.experts) {
         const auto L = static_cast<int64_t>(job.model.layers.size());
         std::vector<int64_t> tpe = p.tokens_per_expert, tpr = p.tokens_per_rank;

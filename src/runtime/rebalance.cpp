@@ -1,4 +1,4 @@
-// Expert rebalancing between engine steps (runtime/rebalance.h).
+// Expert rebalancing every parallel.rebalance_every engine ticks (runtime/rebalance.h).
 #include "hymoe/runtime/rebalance.h"
 
 #include <cstdio>
@@ -50,7 +50,7 @@ void ExpertRebalancer::operator()() {
         }
         predicted += then;
         for (int64_t e = 0; e < E; ++e)
-            moved += (placement_[i].empty() ? e / (E / ep) : placement_[i][e]) != better[e];
+            moved += model::expert_rank_of(placement_[i], e, E, ep) != better[e];
         if (m_.shard.owns_layer(static_cast<int>(i)))
             model::place_experts(m_, static_cast<int>(i), better, fill_);
         placement_[i] = std::move(better);

@@ -8,6 +8,8 @@
 #include <map>
 #include <tuple>
 
+#include <yaml-cpp/yaml.h>
+
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/core/timer.h"
@@ -29,13 +31,16 @@ std::string segment_name(int n) {
     return "seg-" + std::string(s.size() < 6 ? 6 - s.size() : 0, '0') + s + ".h5";
 }
 
-// Segment files of parts in number order (the .partial leftovers of a killed run removed).
-std::vector<std::pair<int, std::string>> list_segments(const std::string& parts) {
+// Segment files of parts in number order; with remove_partials, the .partial leftovers of a
+// killed run are deleted (rank 0 only: another rank's leftover may be a writer's segment).
+std::vector<std::pair<int, std::string>> list_segments(const std::string& parts,
+                                                       bool remove_partials = false) {
     std::vector<std::pair<int, std::string>> segs;
     for (const auto& e : fs::directory_iterator(parts)) {
         const std::string name = e.path().filename().string();
         if (name.ends_with(".partial")) {
-            fs::remove(e.path());
+            if (remove_partials)
+                fs::remove(e.path());
         } else if (name.starts_with("seg-") && name.ends_with(".h5")) {
             int n = -1;
             const char* digits = name.c_str() + 4;
@@ -78,6 +83,37 @@ Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
                               (prompt_logprobs ? std::max<int64_t>(s.prompt_len[i] - 1, 0) : 0));
     }
     return s;
+}
+
+// The shards of one array job, each once: their resolved decks (/meta/deck_resolved) name the
+// same inference.shards, equal to the number of folders given, and every inference.shard in
+// 0 .. shards − 1 once.
+void check_shard_set(const std::vector<std::string>& dirs) {
+    std::vector<int> seen;
+    for (const std::string& dir : dirs) {
+        const YAML::Node inf =
+            YAML::Load(io::H5Reader(dir + "/results.h5").text("/meta/deck_resolved"))["inference"];
+        const int shards = inf["shards"] ? inf["shards"].as<int>() : 1;
+        const int shard = inf["shard"] ? inf["shard"].as<int>() : 0;
+        if (shards != static_cast<int>(dirs.size()))
+            HYMOE_FAIL(Exit::bad_input,
+                       dir,
+                       "/results.h5 is shard ",
+                       shard,
+                       " of ",
+                       shards,
+                       " but ",
+                       dirs.size(),
+                       " shard folders were given (a shard missing or extra?)");
+        seen.push_back(shard);
+    }
+    std::sort(seen.begin(), seen.end());
+    for (size_t i = 0; i < seen.size(); ++i)
+        if (seen[i] != static_cast<int>(i))
+            HYMOE_FAIL(Exit::bad_input,
+                       "the shard folders do not hold shards 0 to ",
+                       dirs.size() - 1,
+                       " once each (overlapping shards)");
 }
 
 // A finished results.h5 read back whole as one segment (gather_results).
@@ -197,7 +233,7 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
       last_flush_(wall_seconds()) {
     if (ranks_.world.rank() == 0) {  // drops .partial leftovers and another deck's journal
         if (fs::exists(parts_))
-            for (const auto& [n, path] : list_segments(parts_))
+            for (const auto& [n, path] : list_segments(parts_, true))
                 if (io::H5Reader(path).text("/deck_sha256") != sha_) {
                     log::warn(cat(parts_, " holds results of another deck: starting afresh"));
                     fs::remove_all(parts_);
@@ -358,6 +394,7 @@ int64_t gather_results(const std::string& out_dir, const std::vector<std::string
         for (size_t row = 0; row < shards[k].index.size(); ++row)
             order.emplace_back(shards[k].index[row], k, row);
     }
+    check_shard_set(shard_dirs);
     std::sort(order.begin(), order.end());
     for (size_t i = 1; i < order.size(); ++i)
         if (std::get<0>(order[i]) == std::get<0>(order[i - 1]))

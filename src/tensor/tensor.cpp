@@ -56,10 +56,6 @@ BufferBytes buffer_bytes() {
     return {live_bytes.load(), peak_bytes.load()};
 }
 
-void reset_buffer_peak() {
-    peak_bytes = live_bytes.load();
-}
-
 void Buffer::Free::operator()(void* p) const {
     count(-static_cast<int64_t>(bytes));
     std::free(p);

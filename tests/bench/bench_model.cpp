@@ -14,6 +14,9 @@
 //            share of its time (AttnStats)
 // Each piece also prints CPU time / wall (< threads: another process had the cores), system time
 // and minor page faults (getrusage), and the OpenBLAS kernel set in use.
+//   decode batch 1 and 32 after 64-token prompts: tokens/s and weight bytes/s against DRAM read
+//   decode token vs context  one token through a DSA layer over 1k, 8k and 64k cached tokens
+//            (indexer and attention apart) and through a KDA layer (no context)
 // Thread passes: `bench_model 1 2` runs the references, prefill and decode at 1, then 2 OpenBLAS
 // threads (KDA and DSA at the first count only); a later pass is skipped when the first prefill
 // got under 0.9 of its cores. No argument: one pass at OMP_NUM_THREADS. HYMOE_BENCH_SEQS and
@@ -296,6 +299,65 @@ model::AttnStats dsa_layer(const model::Model& m, int layer, int64_t T, Span& sp
     return stats;
 }
 
+// One decode token's cost in MLA/DSA layer `layer` over a cache of `context` tokens (random
+// cached rows: the cost does not depend on their values), absorbed form, best of 3: seconds of
+// the indexer and of the rest.
+model::AttnStats decode_cost(const model::Model& m, int layer, int64_t context) {
+    const model::ModelConfig& cfg = m.cfg;
+    const int64_t d = cfg.hidden_size, r_kv = cfg.mla.kv_lora_rank, d_r = cfg.mla.qk_rope_head_dim;
+    const bool dsa = cfg.layers[static_cast<size_t>(layer)].mixer == model::Mixer::dsa;
+    Philox rng(seed, 5, 0);
+    model::AttnCache filled;
+    filled.n = context;
+    filled.c_kv.resize(static_cast<size_t>(context * r_kv));
+    filled.k_r.resize(static_cast<size_t>(context * d_r));
+    filled.k_idx.resize(dsa ? static_cast<size_t>(context * cfg.indexer.head_dim) : 0);
+    rng.fill_normal(filled.c_kv.data(), filled.c_kv.size(), 0.0f, 1.0f);
+    rng.fill_normal(filled.k_r.data(), filled.k_r.size(), 0.0f, 1.0f);
+    rng.fill_normal(filled.k_idx.data(), filled.k_idx.size(), 0.0f, 1.0f);
+    Buffer x(DType::f32, {1, d}), y(DType::f32, {1, d});
+    rng.fill_normal(x.ptr<float>(), static_cast<size_t>(d), 0.0f, 1.0f);
+    model::AttnStats best;
+    for (int rep = 0; rep < 3; ++rep) {
+        model::AttnCache cache = filled;
+        model::AttnStats stats;
+        model::attention_forward(cfg,
+                                 cfg.layers[static_cast<size_t>(layer)],
+                                 m.layers[static_cast<size_t>(layer)].attn,
+                                 x.view(),
+                                 model::single_sequence(1, context),
+                                 {&cache},
+                                 y.view(),
+                                 model::AttnMode::absorbed,
+                                 &stats);
+        if (rep == 0 || stats.indexer_seconds + stats.attention_seconds <
+                            best.indexer_seconds + best.attention_seconds)
+            best = stats;
+    }
+    return best;
+}
+
+// One decode token through KDA layer `layer` (its cost is the state update, whatever the context).
+double kda_decode_cost(const model::Model& m, int layer) {
+    const int64_t d = m.cfg.hidden_size;
+    Buffer x(DType::f32, {1, d}), y(DType::f32, {1, d});
+    Philox rng(seed, 6, 0);
+    rng.fill_normal(x.ptr<float>(), static_cast<size_t>(d), 0.0f, 1.0f);
+    model::KdaState state = model::make_kda_state(m.cfg);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+        Probe probe;
+        model::kda_forward(m.cfg,
+                           m.layers[static_cast<size_t>(layer)].kda,
+                           x.view(),
+                           model::single_sequence(1),
+                           {&state},
+                           y.view());
+        best = std::min(best, probe.stop().wall);
+    }
+    return best;
+}
+
 // ---- report -------------------------------------------------------------------------------------
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
@@ -464,6 +526,39 @@ int main(int argc, char** argv) {
                 100 * st.indexer_seconds / total,
                 100 * attn.gemm_seconds / attn.wall,
                 attn.gemm_gflops()));
+        // decode at batch 1 and 32 after 64-token prompts: weight bytes per step as a fraction of
+        // the DRAM read rate (batch 1 reads the active params, batch 32 the union of experts)
+        for (const int64_t batch : {int64_t{1}, int64_t{32}}) {
+            std::vector<model::SequenceState> bs;
+            model::ForwardStats unused;
+            prefill(m, batch, 64, bs, unused);
+            const Span b = decode(m, 16, bs);
+            const auto nb = static_cast<double>(batch);
+            const double bytes =
+                4 *
+                (step_params + n_moe * (E * (1 - std::pow(1 - top_k / E, nb)) - top_k) * expert);
+            row(fmt("decode batch %.0f, 16 steps", nb),
+                nb * 16 / b.wall,
+                "tok/s",
+                fmt("%.1f ms/step; weights %.2f of DRAM read (%.0f MB/step)",
+                    1e3 * b.wall / 16,
+                    bytes * 16 / b.wall / bw,
+                    bytes * 1e-6));
+        }
+        // decode cost per token against the context: KDA flat, DSA attention bounded by its
+        // top-k, the indexer's scan over every cached key growing linearly
+        const double kda_ms = 1e3 * kda_decode_cost(m, 0);
+        for (const int64_t context : {int64_t{1024}, int64_t{8192}, int64_t{65536}}) {
+            const model::AttnStats c = decode_cost(m, dsa, context);
+            row(fmt("decode token, context %.0fk", static_cast<double>(context / 1024)),
+                1e3 * (c.indexer_seconds + c.attention_seconds),
+                "ms",
+                fmt("DSA layer: indexer %.3f ms, attention (top-%.0f) %.3f ms; KDA layer %.3f ms",
+                    1e3 * c.indexer_seconds,
+                    static_cast<double>(cfg.indexer.top_k),
+                    1e3 * c.attention_seconds,
+                    kda_ms));
+        }
     }
     return 0;
 }

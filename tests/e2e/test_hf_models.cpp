@@ -82,9 +82,10 @@ BOOST_DATA_TEST_CASE(folder_loads_and_scores_like_in_process, data::make(kFamili
     // The reference reads the same bf16 shards.
     model::Model m = model::make_model(model::load_model_config(dir + "/config.json"));
     io::SafetensorsFolder folder(dir);
-    model::load_model_weights(m, [&](const std::string& name, const model::TensorPart&, Tensor& dest) {
-        folder.read(name, dest);
-    });
+    model::load_model_weights(m,
+                              [&](const std::string& name, const model::TensorPart&, Tensor& dest) {
+                                  folder.read(name, dest);
+                              });
     io::H5Reader h5(dir + "/out/results.h5");
     std::vector<float> lp = h5.floats("/requests/prompt_logprobs");
     std::vector<int64_t> offsets = h5.ints("/requests/logprob_offsets");
@@ -112,9 +113,10 @@ BOOST_DATA_TEST_CASE(folder_loads_and_scores_like_in_process, data::make(kFamili
 
     // Eight ranks, every cut at once (tp 2 × dp 2 × pp 2, experts over ep 2 × etp 2): each rank
     // reads only its slices of the shards, and the scores equal the one-rank run.
-    auto par = testing::run_hymoe(dir + "/deck.yaml --set job.output=out8 --set parallel.tp=2 "
-                                        "--set parallel.dp=2 --set parallel.pp=2 "
-                                        "--set parallel.ep=2 --set parallel.etp=2",
+    auto par = testing::run_hymoe(dir +
+                                      "/deck.yaml --set job.output=out8 --set parallel.tp=2 "
+                                      "--set parallel.dp=2 --set parallel.pp=2 "
+                                      "--set parallel.ep=2 --set parallel.etp=2",
                                   8);
     BOOST_REQUIRE_MESSAGE(par.code == 0, par.err);
     io::H5Reader h8(dir + "/out8/results.h5");

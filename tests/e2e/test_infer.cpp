@@ -411,7 +411,7 @@ BOOST_AUTO_TEST_CASE(max_hours_stops_cleanly_with_75) {
 }
 
 // Array jobs: three shards (index mod 3), each its own folder, gathered into one results.h5 equal
-// to the single run's; overlapping shards are refused.
+// to the single run's; a shard given twice, or one missing, is refused.
 BOOST_AUTO_TEST_CASE(shards_gather_into_the_single_run) {
     fs::remove_all(kDir + "out");
     auto ref = testing::run_hymoe(kDeck + " --set job.output=out/ref");
@@ -431,9 +431,13 @@ BOOST_AUTO_TEST_CASE(shards_gather_into_the_single_run) {
     BOOST_TEST(io::H5Reader(kDir + "out/all/results.h5").strings("/meta/gathered_from").size() ==
                3u);
     auto twice = testing::run_hymoe("--gather " + kDir + "out/bad " + kDir + "out/shard-0 " + kDir +
-                                    "out/shard-0");
+                                    "out/shard-0 " + kDir + "out/shard-1");
     BOOST_TEST(twice.code == 3);
     BOOST_TEST(twice.err.find("overlapping shards") != std::string::npos, twice.err);
+    auto missing = testing::run_hymoe("--gather " + kDir + "out/bad " + kDir + "out/shard-0 " +
+                                      kDir + "out/shard-2");
+    BOOST_TEST(missing.code == 3);
+    BOOST_TEST(missing.err.find("shard folders were given") != std::string::npos, missing.err);
     fs::remove_all(kDir + "out");
 }
 

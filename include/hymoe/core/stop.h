@@ -6,11 +6,18 @@
 
 namespace hymoe {
 
-// Installs the handlers (once per process).
-void install_stop_handlers();
+// The handlers, installed for the scope's lifetime (a job's run); the defaults come back after, so
+// everything else (plans, --check, loading) still ends at once on SIGTERM or Ctrl-C.
+class StopSignals {
+public:
+    StopSignals();
+    ~StopSignals();
+    StopSignals(const StopSignals&) = delete;
+    StopSignals& operator=(const StopSignals&) = delete;
+};
 // The signal that asked for a stop, 0 when none has.
 int stop_signal();
-// "SIGUSR1", "SIGTERM", "SIGINT" or "signal N".
+// "SIGUSR1", "SIGTERM", "SIGINT" or "a signal".
 const char* signal_name(int sig);
 
 }  // namespace hymoe

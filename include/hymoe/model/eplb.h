@@ -1,6 +1,6 @@
 // Expert placement rebalancing (EPLB-style; moves only, no replicas). Under ep each rank hosts E/ep
 // routed experts; routing skew makes some ranks compute far more assignments than others, and the
-// layer waits for the busiest. Between engine steps (parallel.rebalance_every) the job sums the
+// layer waits for the busiest. Every parallel.rebalance_every engine ticks the job sums the
 // assignments every expert computed over the last window, computes a placement that balances
 // them, and moves the experts whose rank changed: a rank frees the experts it gives up and fills
 // the ones it receives from the weight source (the checkpoint slice, or the same random stream),

@@ -99,7 +99,7 @@ struct ForwardStats {
     std::vector<double> ffn_seconds;    // [n_layer] dense FFN or MoE
     AttnStats attn;                     // MLA/DSA layers: indexer vs the rest
     double head_seconds = 0;            // embedding, final norm and LM head
-    double pipeline_seconds = 0;        // waiting for and sending the residual stream (pp)
+    double pipeline_seconds = 0;        // waiting for the previous stage's residual stream (pp)
     std::vector<MoeCommStats> moe;      // [n_layer] MoE layers: tokens per hosted expert and,
                                         //   under tp/ep, the dispatch and combine phases
 };

@@ -21,9 +21,9 @@
 //  3. dispatch over the ep comm (made of the ranks sharing etp rank, edp and pp; its rank r hosts
 //     the experts expert_rank places there, by default [r·E/ep, (r+1)·E/ep)): each owned token goes
 //     ONCE to each distinct ep rank hosting any of its kept top-k experts, rows sorted by
-//     destination then token; comm::exchange_counts then comm::all_to_all_v. Per row, the metadata
-//     (the top-k expert ids hosted there, −1 elsewhere, and their combine weights) travels in two
-//     small all-to-alls of its own.
+//     destination then token; comm::exchange_counts then comm::all_to_all_v_start. Per row, the
+//     metadata (the top-k expert ids hosted there, −1 elsewhere, and their combine weights) travels
+//     in two small all-to-alls of its own.
 //  4. experts: each rank gathers the received rows of each hosted expert (source rank, then token
 //     order) into one block, runs dense_ffn_forward on it, and forms per received row the
 //     weighted sum over its hosted experts in top-k slot order (fp32). With etp > 1 it is a

@@ -48,6 +48,12 @@ ModelShard make_shard(const ModelConfig& cfg,
                       const parallel::Coords& me);
 // cfg with the per-rank head counts and widths the blocks run on.
 ModelConfig local_config(const ModelConfig& cfg, const ModelShard& shard);
+// The ep rank hosting routed expert e of E under a placement (MoeWeights::expert_rank; empty:
+// contiguous blocks, rank e / (E/ep)).
+inline int expert_rank_of(const std::vector<int>& placement, int64_t e, int64_t E, int ep) {
+    return placement.empty() ? static_cast<int>(e / (E / ep)) : placement[static_cast<size_t>(e)];
+}
+
 // The routed experts this rank hosts under a placement (MoeWeights::expert_rank; empty: rank r
 // hosts [r·E/ep, (r+1)·E/ep)), ascending.
 std::vector<int> hosted_experts(const ModelConfig& cfg,

@@ -48,11 +48,12 @@ inline TensorSpec split(int dim, TensorSpec spec, SplitOver over = SplitOver::tp
 
 using TensorList = std::vector<TensorSpec>;
 
-// Allocate every tensor of the list (fp32, zeroed) and fill it by its init rule. `rng` is advanced
-// in list order, so the same seed gives the same weights on every rank and layout. Whole tensors
-// only (split_dim is not read): model/shard.h cuts a rank's part out of a whole tensor.
+// Allocate every tensor of the list (fp32, zeroed) and fill it by its init rule, advancing `rng`
+// in list order. Whole tensors only (split_dim is not read): the model gives each tensor its own
+// stream and cuts a rank's part out of the whole (model.h init_model_random), which is what
+// makes the weights the same on every layout.
 void init_random(const TensorList& list, Philox& rng);
-// Allocate every tensor and fill it with read(name, shape, dest) (safetensors, golden files).
+// Allocate every tensor and fill it with read(prefix + name, dest) (safetensors, golden files).
 void load_named(const TensorList& list,
                 const std::string& prefix,
                 const std::function<void(const std::string& name, Tensor& dest)>& read);

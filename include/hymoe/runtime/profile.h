@@ -39,7 +39,8 @@ JobProfile gather_profile(const Job& job,
 std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p);
 
 // profile.h5 (atomic): /meta, /layers/{mixer,ffn} [n_layer] str, /layers/{mixer,ffn}_seconds
-// [n_layer], /attention/{indexer,other}_seconds, /head_seconds (seconds, f32, attr unit "s");
+// [n_layer], /attention/{indexer,other}_seconds, /head_seconds, /pipeline_seconds (waiting for
+// the previous stage's activations) (seconds, f32, attr unit "s");
 // with MoE layers /experts/tokens_per_expert [n_layer, E], /experts/tokens_per_rank
 // [n_layer, world], /experts/remote_bytes [n_layer] (i64), /experts/imbalance,
 // /experts/dispatch_seconds, /experts/combine_seconds [n_layer] (f32; rows of dense layers are 0).

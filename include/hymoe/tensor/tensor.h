@@ -49,7 +49,8 @@ public:
 
 private:
     struct Free {
-        size_t bytes;  // as allocated, for buffer_bytes() (value-initialised: no initializer)
+        size_t bytes;  // as allocated, for buffer_bytes(); no initializer, or the nested
+                       // struct makes Buffer() ill-formed (unique_ptr value-initialises it)
         void operator()(void* p) const;
     };
     std::unique_ptr<void, Free> mem_;
@@ -57,11 +58,10 @@ private:
 };
 
 // The allocator figures of host Buffers (memory reports): bytes held now and the most held at
-// once since the process started or reset_buffer_peak().
+// once since the process started.
 struct BufferBytes {
     int64_t live = 0, peak = 0;
 };
 BufferBytes buffer_bytes();
-void reset_buffer_peak();
 
 }  // namespace hymoe

@@ -97,8 +97,9 @@ BOOST_AUTO_TEST_CASE(set_overrides_and_names_itself_in_errors) {
 BOOST_AUTO_TEST_CASE(error_lines_name_file_line_column_and_key) {
     JobFolder f;
     const std::string p = f.deck_path();
-    BOOST_TEST(error_of(kInfer + "parallel: {tp: 2, tq: 3}\n", p) ==
-               p + ":5:19: parallel.tq: unknown key (allowed: tp, pp, dp, ep, etp, rebalance_every)");
+    BOOST_TEST(
+        error_of(kInfer + "parallel: {tp: 2, tq: 3}\n", p) ==
+        p + ":5:19: parallel.tq: unknown key (allowed: tp, pp, dp, ep, etp, rebalance_every)");
     BOOST_TEST(error_of(kInfer + "parallel:\n  tp: two\n", p) ==
                p + ":6:7: parallel.tp: 'two' is not an integer (allowed: 1 to 1048576)");
     BOOST_TEST(error_of(kInfer + "parallel:\n  tp: 2\n  tp: 4\n", p) ==

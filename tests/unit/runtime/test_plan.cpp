@@ -283,8 +283,8 @@ BOOST_AUTO_TEST_CASE(lora_training_state_by_hand) {
 
 // tiny on 8 GPUs: tp 8 breaks the 4 attention heads (10 layouts: ep·etp over the 8 ranks of a
 // stage), pp 8 exceeds the 4 layers (1 layout), etp not dividing tp rejects 15 (tp·dp·pp = 8 with
-// tp < 8 and pp ≤ 4, ep·etp dividing tp·dp, etp ∤ tp); every other layout passes the rules. With links
-// of 1 MB/s any communication dominates, so the best is the one layout with none: pure dp.
+// tp < 8 and pp ≤ 4, ep·etp dividing tp·dp, etp ∤ tp); every other layout passes the rules. With
+// links of 1 MB/s any communication dominates, so the best is the one layout with none: pure dp.
 BOOST_AUTO_TEST_CASE(search_finds_the_expected_best_and_rejection_reasons) {
     ModelConfig m = hymoe::model::preset_config("tiny");
     Deck d = plan_deck();
