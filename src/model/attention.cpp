@@ -266,28 +266,44 @@ void attend_expanded(const ModelConfig& cfg,
 }
 
 // MQA form over the latent [c_kv | k_r]: q̂_h = [W_kvb[h, :d_n]ᵀ q_n,h | q_r,h],
-// ō_h = softmax(q̂_h [c_kv | k_r]ᵀ τ) c_kv, o_h = W_kvb[h, d_n:] ō_h.
+// ō_h = softmax(q̂_h [c_kv | k_r]ᵀ τ) c_kv, o_h = W_kvb[h, d_n:] ō_h, over the keys the block's
+// mask keeps (gathered: a DSA block reads only its queries' top-k rows).
 void attend_absorbed(const ModelConfig& cfg,
                      const MlaWeights& w,
                      const SeqWork& s,
                      double& indexer_seconds) {
     const MlaDims m = mla_dims(cfg);
-    const int64_t n_k = s.cache->n, n_head = m.n_head;
+    const int64_t n_head = m.n_head;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
-    Buffer lat(DType::f32, {n_k, m.d_lat()});
-    for (int64_t u = 0; u < n_k; ++u) {
-        float* l_u = lat.ptr<float>() + u * m.d_lat();
-        std::copy_n(s.cache->c_kv + u * m.r_kv, m.r_kv, l_u);
-        std::copy_n(s.cache->k_r + u * m.d_r, m.d_r, l_u + m.r_kv);
-    }
-    const Tensor c_kv = view_of(s.cache->c_kv, {n_k, m.r_kv});
     const float* w_kvb = w.kv_b_proj.ptr<float>();  // [H, d_n + d_v, r_kv]
     const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
     for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
         const int64_t n_b = std::min(query_block, s.n_q - i0), n_kb = s.pos0 + i0 + n_b;
-        Buffer mask(DType::f32, {n_b, n_kb}), q_hat(DType::f32, {n_b, m.d_lat()});
+        Buffer full_mask(DType::f32, {n_b, n_kb}), q_hat(DType::f32, {n_b, m.d_lat()});
         Buffer o_bar(DType::f32, {n_b, m.r_kv});
-        block_mask(cfg, s, i0, mask.view(), indexer_seconds);
+        block_mask(cfg, s, i0, full_mask.view(), indexer_seconds);
+        // The keys some query of the block attends to: all visible ones for MLA, the union of
+        // the block's top-k for DSA, so a DSA decode token costs O(top-k) here, not O(context).
+        std::vector<int64_t> keys;
+        const float* fm = full_mask.ptr<float>();
+        for (int64_t u = 0; u < n_kb; ++u)
+            for (int64_t i = 0; i < n_b; ++i)
+                if (fm[i * n_kb + u] == 0.0f) {
+                    keys.push_back(u);
+                    break;
+                }
+        const auto n_sel = static_cast<int64_t>(keys.size());
+        Buffer lat(DType::f32, {n_sel, m.d_lat()}), c_kv(DType::f32, {n_sel, m.r_kv});
+        Buffer mask(DType::f32, {n_b, n_sel});  // [n_b, n_sel] the mask on those keys
+        for (int64_t j = 0; j < n_sel; ++j) {
+            const int64_t u = keys[static_cast<size_t>(j)];
+            float* l_j = lat.ptr<float>() + j * m.d_lat();
+            std::copy_n(s.cache->c_kv + u * m.r_kv, m.r_kv, l_j);
+            std::copy_n(s.cache->k_r + u * m.d_r, m.d_r, l_j + m.r_kv);
+            std::copy_n(s.cache->c_kv + u * m.r_kv, m.r_kv, c_kv.ptr<float>() + j * m.r_kv);
+            for (int64_t i = 0; i < n_b; ++i)
+                mask.ptr<float>()[i * n_sel + j] = fm[i * n_kb + u];
+        }
         for (int64_t h = 0; h < n_head; ++h) {
             const float* q_h = s.q + i0 * ld_q + h * m.d_qk();
             const float* w_h = w_kvb + h * m.d_kvb() * m.r_kv;
@@ -309,12 +325,7 @@ void attend_absorbed(const ModelConfig& cfg,
                 std::copy(q_h + i * ld_q + m.d_n,
                           q_h + i * ld_q + m.d_qk(),
                           q_hat.ptr<float>() + i * m.d_lat() + m.r_kv);
-            attention_core(q_hat.view(),
-                           lat.view().rows(0, n_kb),
-                           c_kv.rows(0, n_kb),
-                           mask.view(),
-                           tau,
-                           o_bar.view());
+            attention_core(q_hat.view(), lat.view(), c_kv.view(), mask.view(), tau, o_bar.view());
             // o_h [n_b, d_v] = ō [n_b, r_kv] · W_kvb[h, d_n:]ᵀ
             ops::gemm(false,
                       true,

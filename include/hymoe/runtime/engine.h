@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,9 @@ const char* to_string(Finish f);
 
 struct EngineOptions {
     int max_seqs = 64, max_tokens = 8192, prefill_chunk = 2048;
-    int max_new_tokens = 64;              // for requests that do not give their own
-    int page_tokens = 64;                 // KV cache page size (inference.kv_cache.page_tokens)
-    int64_t kv_pages = int64_t{1} << 40;  // pages per dp replica, split over the pp lanes
+    int max_new_tokens = 64;  // for requests that do not give their own
+    int page_tokens = 64;     // KV cache page size (inference.kv_cache.page_tokens)
+    int64_t kv_pages = std::numeric_limits<int32_t>::max();  // per dp replica, split over lanes
     SamplingParams sampling;
     uint64_t seed = 0;
     int64_t eos_id = -1;           // −1: no stop token
