@@ -109,14 +109,50 @@ void append_rows(std::vector<float>& dst, const Buffer& src, int64_t row0, int64
     dst.insert(dst.end(), p, p + count * width);
 }
 
-// A sequence's cached rows, contiguous per array (the private arrays themselves, or gathered
-// from its pages).
-struct CacheRows {
-    int64_t n = 0;
-    const float* c_kv = nullptr;   // [n, r_kv]
-    const float* k_r = nullptr;    // [n, d_r]
-    const float* k_idx = nullptr;  // [n, d_I] (dsa)
-    std::vector<float> gathered;   // paged: the three arrays one after the other
+// A sequence's cached rows: single rows where they lie (a page or the private arrays), and whole
+// arrays made contiguous on first use (paged caches gather them once per call), so a DSA decode
+// token copies only its indexer keys and its top-k rows, not the whole cache.
+class CacheRows {
+public:
+    CacheRows(const AttnCache& cache, int64_t r_kv, int64_t d_r, int64_t d_i)
+        : cache_(cache), r_kv_(r_kv), d_r_(d_r), d_i_(d_i) {}
+    int64_t n() const { return cache_.n; }
+    const float* c_kv_row(int64_t u) const { return row(u, 0, cache_.c_kv, r_kv_); }
+    const float* k_r_row(int64_t u) const { return row(u, r_kv_, cache_.k_r, d_r_); }
+    const float* c_kv_all() const { return all(c_kv_, 0, cache_.c_kv, r_kv_); }  // [n, r_kv]
+    const float* k_r_all() const { return all(k_r_, r_kv_, cache_.k_r, d_r_); }  // [n, d_r]
+    const float* k_idx_all() const {                                             // [n, d_I]
+        return all(k_idx_, r_kv_ + d_r_, cache_.k_idx, d_i_);
+    }
+
+private:
+    // row u of the array at `offset` in a paged row, or of the private array of `width`
+    const float* row(int64_t u,
+                     int64_t offset,
+                     const std::vector<float>& own,
+                     int64_t width) const {
+        if (cache_.pool == nullptr)
+            return own.data() + u * width;
+        const int64_t pt = cache_.pool->page_tokens();
+        return cache_.pool->row(cache_.layer, (*cache_.pages)[u / pt], u % pt) + offset;
+    }
+    const float* all(std::vector<float>& gathered,
+                     int64_t offset,
+                     const std::vector<float>& own,
+                     int64_t width) const {
+        if (cache_.pool == nullptr)
+            return own.data();
+        if (gathered.empty() && cache_.n > 0) {
+            gathered.resize(static_cast<size_t>(cache_.n * width));
+            for (int64_t u = 0; u < cache_.n; ++u)
+                std::copy_n(row(u, offset, own, width), width, gathered.data() + u * width);
+        }
+        return gathered.data();
+    }
+
+    const AttnCache& cache_;
+    int64_t r_kv_, d_r_, d_i_;
+    mutable std::vector<float> c_kv_, k_r_, k_idx_;  // gathered arrays of a paged cache
 };
 
 // Appends the new tokens' rows [row0, row0 + count) of c_kv, k_r (and k_idx) to the cache.
@@ -149,28 +185,6 @@ void append_tokens(AttnCache& cache,
         }
     }
     cache.n += count;
-}
-
-CacheRows cache_rows(const AttnCache& cache, int64_t r_kv, int64_t d_r, int64_t d_i) {
-    CacheRows c;
-    c.n = cache.n;
-    if (cache.pool == nullptr) {
-        c.c_kv = cache.c_kv.data(), c.k_r = cache.k_r.data(), c.k_idx = cache.k_idx.data();
-        return c;
-    }
-    const int64_t n = cache.n, pt = cache.pool->page_tokens();
-    c.gathered.resize(static_cast<size_t>(n * (r_kv + d_r + d_i)));
-    float* c_kv = c.gathered.data();
-    float* k_r = c_kv + n * r_kv;
-    float* k_idx = k_r + n * d_r;
-    for (int64_t u = 0; u < n; ++u) {
-        const float* row = cache.pool->row(cache.layer, (*cache.pages)[u / pt], u % pt);
-        std::copy_n(row, r_kv, c_kv + u * r_kv);
-        std::copy_n(row + r_kv, d_r, k_r + u * d_r);
-        std::copy_n(row + r_kv + d_r, d_i, k_idx + u * d_i);
-    }
-    c.c_kv = c_kv, c.k_r = k_r, c.k_idx = k_idx;
-    return c;
 }
 
 // Causal mask of the queries at positions pos_first .. pos_first + n_q − 1 over n_k keys.
@@ -211,7 +225,7 @@ void block_mask(const ModelConfig& cfg,
     Buffer scores(DType::f32, {n_b, n_kb});
     indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
                    view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
-                   view_of(s.cache->k_idx, {n_kb, d_i}),
+                   view_of(s.cache->k_idx_all(), {n_kb, d_i}),
                    scores.view());
     if (s.tp != nullptr && s.tp->size() > 1)
         comm::all_reduce(scores.view(), *s.tp);  // Σ over every rank's heads
@@ -224,10 +238,11 @@ void attend_expanded(const ModelConfig& cfg,
                      const SeqWork& s,
                      double& indexer_seconds) {
     const MlaDims m = mla_dims(cfg);
-    const int64_t n_k = s.cache->n, n_head = m.n_head;
+    const int64_t n_k = s.cache->n(), n_head = m.n_head;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
     Buffer kvb(DType::f32, {n_k, n_head * m.d_kvb()});
-    ops::linear(view_of(s.cache->c_kv, {n_k, m.r_kv}), w.kv_b_proj.view(), kvb.view());
+    ops::linear(view_of(s.cache->c_kv_all(), {n_k, m.r_kv}), w.kv_b_proj.view(), kvb.view());
+    const float* k_r = s.cache->k_r_all();     // [n_k, d_r]
     std::vector<Buffer> k(n_head), v(n_head);  // per head [n_k, d_n+d_r], [n_k, d_v]
     for (int64_t h = 0; h < n_head; ++h) {
         k[h] = Buffer(DType::f32, {n_k, m.d_qk()});
@@ -236,7 +251,7 @@ void attend_expanded(const ModelConfig& cfg,
             const float* kv_u = kvb.ptr<float>() + (u * n_head + h) * m.d_kvb();
             float* k_u = k[h].ptr<float>() + u * m.d_qk();
             std::copy(kv_u, kv_u + m.d_n, k_u);
-            std::copy_n(s.cache->k_r + u * m.d_r, m.d_r, k_u + m.d_n);
+            std::copy_n(k_r + u * m.d_r, m.d_r, k_u + m.d_n);
             std::copy(kv_u + m.d_n, kv_u + m.d_kvb(), v[h].ptr<float>() + u * m.d_v);
         }
     }
@@ -298,9 +313,9 @@ void attend_absorbed(const ModelConfig& cfg,
         for (int64_t j = 0; j < n_sel; ++j) {
             const int64_t u = keys[static_cast<size_t>(j)];
             float* l_j = lat.ptr<float>() + j * m.d_lat();
-            std::copy_n(s.cache->c_kv + u * m.r_kv, m.r_kv, l_j);
-            std::copy_n(s.cache->k_r + u * m.d_r, m.d_r, l_j + m.r_kv);
-            std::copy_n(s.cache->c_kv + u * m.r_kv, m.r_kv, c_kv.ptr<float>() + j * m.r_kv);
+            std::copy_n(s.cache->c_kv_row(u), m.r_kv, l_j);
+            std::copy_n(s.cache->k_r_row(u), m.d_r, l_j + m.r_kv);
+            std::copy_n(s.cache->c_kv_row(u), m.r_kv, c_kv.ptr<float>() + j * m.r_kv);
             for (int64_t i = 0; i < n_b; ++i)
                 mask.ptr<float>()[i * n_sel + j] = fm[i * n_kb + u];
         }
@@ -522,7 +537,7 @@ void attention_forward(const ModelConfig& cfg,
         append_tokens(cache, p.c_kv, p.k_r, dsa ? &idx.k : nullptr, row0, n_q);
         if (n_q == 0)
             continue;
-        const CacheRows rows = cache_rows(cache, m.r_kv, m.d_r, dsa ? cfg.indexer.head_dim : 0);
+        const CacheRows rows(cache, m.r_kv, m.d_r, dsa ? cfg.indexer.head_dim : 0);
         SeqWork work;
         work.q = p.q.ptr<float>() + row0 * m.n_head * m.d_qk();
         work.o = o.ptr<float>() + row0 * m.n_head * m.d_v;

@@ -319,7 +319,10 @@ model::AttnStats decode_cost(const model::Model& m, int layer, int64_t context) 
     rng.fill_normal(x.ptr<float>(), static_cast<size_t>(d), 0.0f, 1.0f);
     model::AttnStats best;
     for (int rep = 0; rep < 3; ++rep) {
-        model::AttnCache cache = filled;
+        model::AttnCache cache = filled;  // with room for the new token: no reallocation timed
+        cache.c_kv.reserve(cache.c_kv.size() + static_cast<size_t>(r_kv));
+        cache.k_r.reserve(cache.k_r.size() + static_cast<size_t>(d_r));
+        cache.k_idx.reserve(cache.k_idx.size() + static_cast<size_t>(cfg.indexer.head_dim));
         model::AttnStats stats;
         model::attention_forward(cfg,
                                  cfg.layers[static_cast<size_t>(layer)],
