@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hymoe/core/error.h"
+#include "hymoe/io/h5.h"
 
 namespace hymoe::io {
 
@@ -28,6 +29,16 @@ private:
 };
 
 }  // namespace
+
+int64_t count_requests(const std::string& path) {
+    if (path.ends_with(".h5") || path.ends_with(".hdf5"))
+        return shape_numel(H5Reader(path).shape("/offsets")) - 1;
+    std::ifstream in(path);
+    int64_t n = 0;
+    for (std::string line; std::getline(in, line);)
+        n += line.find_first_not_of(" \t\r") != std::string::npos;
+    return n;
+}
 
 std::unique_ptr<RequestReader> open_requests(const std::string& path) {
     if (path.ends_with(".h5") || path.ends_with(".hdf5"))

@@ -227,12 +227,23 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
         ++(f.finish == Finish::stop ? n_stop : n_length);
         journal.add(std::move(f));
     };
+    // this shard's requests in the file; rank 0 sees its replica, ~1/dp of the work
+    const int64_t total =
+        (io::count_requests(inf.dataset) + inf.shards - 1 - inf.shard) / inf.shards;
     auto progress = [&](const EngineStats& s, int64_t running) {
+        const double done = static_cast<double>(s.requests) * job.layout.dp;  // estimated
+        const double left = static_cast<double>(total - stream.resumed) - done;
         log::info(cat("progress: ",
                       s.requests + stream.resumed,
                       " requests done / ",
                       stream.read + stream.resumed,
-                      " read, ",
+                      " read / ",
+                      total,
+                      " in the file",
+                      job.layout.dp > 1 ? " (replica 0)" : "",
+                      ", ETA ",
+                      done > 0 ? fixed(std::max(left, 0.0) * s.seconds / done, 0) + " s" : "?",
+                      ", ",
                       fixed(s.prompt_tokens / s.seconds),
                       " prompt tokens/s, ",
                       fixed(s.generated_tokens / s.seconds),

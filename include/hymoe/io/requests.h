@@ -36,4 +36,8 @@ public:
 // The reader for the file's format (by extension); Exit::bad_input if it cannot be opened.
 std::unique_ptr<RequestReader> open_requests(const std::string& path);
 
+// How many requests the file holds (bad ones included): its non-blank lines (JSONL, one pass
+// over the file, nothing kept) or N (HDF5). For progress lines and their ETA.
+int64_t count_requests(const std::string& path);
+
 }  // namespace hymoe::io
