@@ -126,6 +126,18 @@ Comm::Impl::~Impl() {
         MPI_Comm_free(&mpi);
 }
 
+int64_t all_reduce_value(int64_t value, const Comm& c, ReduceOp op) {
+    Tensor t{&value, DType::i64, Device::cpu, {1}};
+    all_reduce(t, c, op);
+    return value;
+}
+
+int64_t broadcast_value(int64_t value, int root, const Comm& c) {
+    Tensor t{&value, DType::i64, Device::cpu, {1}};
+    broadcast(t, root, c);
+    return value;
+}
+
 Comm self_comm() {
     MPI_Comm self;
     HYMOE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_SELF, &self), "duplicating the self communicator");

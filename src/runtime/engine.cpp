@@ -165,9 +165,8 @@ TickVote vote(bool has_work, bool stop, const model::Model& m) {
 void share_step(StepOut& out, size_t n_rows, int64_t stride, const model::Model& m) {
     const comm::Comm& pp = m.comms->pp;
     const int root = m.shard.pp - 1;
-    int64_t n_floats = static_cast<int64_t>(out.floats.size());
-    Tensor count{&n_floats, DType::i64, Device::cpu, {1}};
-    comm::broadcast(count, root, pp);
+    const int64_t n_floats =
+        comm::broadcast_value(static_cast<int64_t>(out.floats.size()), root, pp);
     out.ints.resize(stride * n_rows);
     out.floats.resize(static_cast<size_t>(n_floats));
     Tensor ints{out.ints.data(), DType::i64, Device::cpu, {static_cast<int64_t>(out.ints.size())}};

@@ -1,13 +1,8 @@
-// The infer job: this rank's part of the model (random or read slice by slice), the request
-// stream (bad lines skipped or fatal per inference.on_bad_request; this array shard's requests
-// only; those an interrupted run finished skipped; the rest dealt to the dp replicas by token
-// count), the KV page budget (pages: auto), the engine with clean stops (signals, max_hours) and
-// expert rebalancing, the results journal, progress lines, the closing summary (summed over the
-// replicas) and the profile and memory reports.
+// The infer job: the model (infer_setup.cpp), the request stream (request_stream.h), the engine
+// with clean stops (signals, max_hours) and expert rebalancing, the results journal, progress
+// lines, the closing summary (summed over the replicas) and the profile and memory reports.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <limits>
 #include <optional>
 
 #include "hymoe/backend/ops.h"
@@ -17,177 +12,22 @@
 #include "hymoe/core/stop.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/io/requests.h"
-#include "hymoe/io/safetensors.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/memory.h"
 #include "hymoe/runtime/profile.h"
 #include "hymoe/runtime/rebalance.h"
 #include "hymoe/runtime/results.h"
+#include "request_stream.h"
 
 namespace hymoe::runtime {
 
-WeightFill weight_fill(const Job& job, const model::ModelShard& shard) {
-    if (job.deck.model.init_random)
-        return [&job, shard](const model::TensorList& list) {
-            model::init_tensors_random(list, shard, job.deck.job.seed);
-        };
-    // each rank reads only its part: the rows or columns of its slice out of the memory map
-    auto folder = std::make_shared<io::SafetensorsFolder>(job.deck.model.weights);
-    auto read = [&job, folder](
-                    const std::string& name, const model::TensorPart& part, Tensor& dest) {
-        if (part.dim < 0)
-            return folder->read(name, dest);
-        const Shape& stored = folder->info(name).shape;
-        if (part.dim >= static_cast<int>(stored.size()) || stored[part.dim] != part.full)
-            HYMOE_FAIL_ONE(Exit::bad_input,
-                           job.deck.model.weights,
-                           ": ",
-                           name,
-                           " is ",
-                           shape_string(stored),
-                           " but the config gives dim ",
-                           part.dim,
-                           " a length of ",
-                           part.full);
-        folder->read_slice(name, part.dim, part.begin, dest);
-    };
-    return [shard, read](const model::TensorList& list) { model::load_tensors(list, shard, read); };
-}
-
-model::Model build_model(const Job& job, const parallel::Grid& grid) {
-    model::Model m = model::make_model(job.model, grid);
-    weight_fill(job, m.shard)(model::model_tensors(m));
-    return m;
-}
-
 namespace {
-
-// KV pages per dp replica: inference.kv_cache.pages, or (auto) what half of the memory this node
-// has available holds at this rank's page size, shared by the world's ranks as if on one node;
-// the smallest over the ranks, so every rank of a replica pages alike.
-int64_t kv_pages(const Job& job, int64_t page_bytes, const parallel::Grid& grid) {
-    if (job.deck.inference.pages > 0)
-        return job.deck.inference.pages;
-    int64_t available = 0;  // bytes, from /proc/meminfo (kB)
-    std::ifstream meminfo("/proc/meminfo");
-    for (std::string key; meminfo >> key;) {
-        int64_t kb = 0;
-        meminfo >> kb;
-        if (key == "MemAvailable:")
-            available = kb * 1024;
-        meminfo.ignore(64, '\n');
-    }
-    int64_t pages = available / 2 / job.layout.world() / std::max<int64_t>(page_bytes, 1);
-    Tensor t{&pages, DType::i64, Device::cpu, {1}};
-    comm::all_reduce(t, grid.comms.world, comm::ReduceOp::min);
-    // a page id is an int32 in the block tables
-    return std::clamp<int64_t>(pages, job.layout.pp, std::numeric_limits<int32_t>::max());
-}
 
 std::string fixed(double x, int digits = 1) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.*f", digits, x);
     return buf;
 }
-
-// The JSONL requests as a RequestSource: counts request lines (index), applies on_bad_request,
-// skips the requests a journal already holds (their lines must match), and deals the rest to the
-// dp replicas: each request goes to the replica with the fewest tokens dealt so far (prompt +
-// max_new_tokens; ties to the lower replica). Every rank reads the whole file and deals alike,
-// and keeps its own replica's requests.
-struct Stream {
-    const Job& job;
-    const std::vector<DoneRequest>& done;
-    std::unique_ptr<io::RequestReader> reader;
-    int replica;
-    std::vector<int64_t> dealt;  // [dp] tokens dealt to each replica
-    int64_t index = -1, read = 0, skipped = 0, resumed = 0;
-    size_t next_done = 0;
-
-    Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank)
-        : job(j),
-          done(d),
-          reader(io::open_requests(j.deck.inference.dataset)),
-          replica(dp_rank),
-          dealt(static_cast<size_t>(j.layout.dp), 0) {}
-
-    bool mine(const io::Request& r) {
-        const auto least = std::min_element(dealt.begin(), dealt.end());
-        const int64_t max_new =
-            r.max_new_tokens >= 0 ? r.max_new_tokens : job.deck.inference.max_new_tokens;
-        *least += static_cast<int64_t>(r.tokens.size()) + max_new;
-        return least - dealt.begin() == replica;
-    }
-
-    void bad(const Error& e) {
-        if (job.deck.inference.on_bad_request == "fail")
-            throw e;
-        log::warn(cat(e.what(), " (skipped)"));
-        ++skipped;
-    }
-    std::string check(const io::Request& r) const {  // "" if the request can run
-        for (int64_t t : r.tokens)
-            if (t >= job.model.vocab_size)
-                return cat("token id ",
-                           t,
-                           " is outside the vocabulary (",
-                           job.model.vocab_size,
-                           " tokens)");
-        if (!r.adapter.empty())
-            return "adapter '" + r.adapter + "': LoRA adapters are not available in this build yet";
-        return "";
-    }
-    bool in_shard() const {  // array jobs: this shard's share of the request indexes
-        return index % job.deck.inference.shards == job.deck.inference.shard;
-    }
-    bool next(Pending& p) {
-        for (io::Request r;;) {
-            try {
-                if (!reader->next(r))
-                    break;
-            } catch (const Error& e) {
-                ++index;
-                if (in_shard())
-                    bad(e);
-                continue;
-            }
-            ++index;
-            if (!in_shard())
-                continue;
-            if (std::string why = check(r); !why.empty()) {
-                try {
-                    HYMOE_FAIL(Exit::bad_input, job.deck.inference.dataset, ":", r.line, ": ", why);
-                } catch (const Error& e) {
-                    bad(e);
-                }
-                continue;
-            }
-            if (next_done < done.size() && done[next_done].index == index) {
-                const DoneRequest& d = done[next_done];
-                if (d.line != r.line || d.id != r.id ||
-                    d.prompt_len != static_cast<int64_t>(r.tokens.size()))
-                    break;  // reported below: the dataset changed
-                ++next_done;
-                ++resumed;
-                continue;
-            }
-            if (!mine(r))
-                continue;
-            ++read;
-            p = Pending{index, std::move(r)};
-            return true;
-        }
-        if (next_done < done.size())
-            HYMOE_FAIL(Exit::bad_input,
-                       job.deck.inference.dataset,
-                       " changed since the interrupted run (request ",
-                       done[next_done].index,
-                       " of ",
-                       job.deck.job.output,
-                       "/results.parts is not where it was); remove that folder to start afresh");
-        return false;
-    }
-};
 
 }  // namespace
 
@@ -278,9 +118,8 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
         m, o, [&](Pending& p) { return stream.next(p); }, sink, progress);
     if (s.stopped) {
         journal.flush();
-        int64_t sig = stop_signal();  // the signal may have reached some ranks only
-        Tensor any{&sig, DType::i64, Device::cpu, {1}};
-        comm::all_reduce(any, grid.comms.world, comm::ReduceOp::max);
+        const int64_t sig =  // the signal may have reached some ranks only
+            comm::all_reduce_value(stop_signal(), grid.comms.world, comm::ReduceOp::max);
         log::info(cat("stopped by ",
                       sig ? signal_name(static_cast<int>(sig)) : "job.max_hours",
                       " after ",

@@ -320,12 +320,7 @@ void ResultsJournal::flush() {
 int64_t ResultsJournal::finish(const io::RunMeta& meta) {
     flush();
     comm::barrier(ranks_.world);  // every writer's last segment is on disk
-    int64_t n = 0;
-    if (ranks_.world.rank() == 0)
-        n = merge(meta);
-    Tensor count{&n, DType::i64, Device::cpu, {1}};
-    comm::broadcast(count, 0, ranks_.world);
-    return n;
+    return comm::broadcast_value(ranks_.world.rank() == 0 ? merge(meta) : 0, 0, ranks_.world);
 }
 
 int64_t ResultsJournal::merge(const io::RunMeta& meta) {

@@ -108,6 +108,10 @@ using WeightFill = std::function<void(const model::TensorList&)>;
 WeightFill weight_fill(const Job& job, const model::ModelShard& shard);
 // This rank's part of the job's model.
 model::Model build_model(const Job& job, const parallel::Grid& grid);
+// KV pages per dp replica: inference.kv_cache.pages, or (auto) what half of the memory this node
+// has available holds at page_bytes a page, shared by the world's ranks as if on one node; the
+// least over the ranks (collective), so every rank of a replica pages alike.
+int64_t kv_pages(const Job& job, int64_t page_bytes, const parallel::Grid& grid);
 // Streams inference.dataset through the engine into out/results.h5 (runtime/results.h), resuming
 // an interrupted run of the same deck; logs progress and a three-line summary. Returns the exit
 // code.

@@ -1,0 +1,68 @@
+// The infer job's setup: this rank's weights from the job's source (random, or read slice by
+// slice from safetensors) and the KV page budget (inference.kv_cache.pages, or auto).
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <memory>
+
+#include "hymoe/core/error.h"
+#include "hymoe/io/safetensors.h"
+#include "hymoe/runtime/engine.h"
+
+namespace hymoe::runtime {
+
+WeightFill weight_fill(const Job& job, const model::ModelShard& shard) {
+    if (job.deck.model.init_random)
+        return [&job, shard](const model::TensorList& list) {
+            model::init_tensors_random(list, shard, job.deck.job.seed);
+        };
+    // each rank reads only its part: the rows or columns of its slice out of the memory map
+    auto folder = std::make_shared<io::SafetensorsFolder>(job.deck.model.weights);
+    auto read = [&job, folder](
+                    const std::string& name, const model::TensorPart& part, Tensor& dest) {
+        if (part.dim < 0)
+            return folder->read(name, dest);
+        const Shape& stored = folder->info(name).shape;
+        if (part.dim >= static_cast<int>(stored.size()) || stored[part.dim] != part.full)
+            HYMOE_FAIL_ONE(Exit::bad_input,
+                           job.deck.model.weights,
+                           ": ",
+                           name,
+                           " is ",
+                           shape_string(stored),
+                           " but the config gives dim ",
+                           part.dim,
+                           " a length of ",
+                           part.full);
+        folder->read_slice(name, part.dim, part.begin, dest);
+    };
+    return [shard, read](const model::TensorList& list) { model::load_tensors(list, shard, read); };
+}
+
+model::Model build_model(const Job& job, const parallel::Grid& grid) {
+    model::Model m = model::make_model(job.model, grid);
+    weight_fill(job, m.shard)(model::model_tensors(m));
+    return m;
+}
+
+int64_t kv_pages(const Job& job, int64_t page_bytes, const parallel::Grid& grid) {
+    if (job.deck.inference.pages > 0)
+        return job.deck.inference.pages;
+    int64_t available = 0;  // bytes, from /proc/meminfo (kB)
+    std::ifstream meminfo("/proc/meminfo");
+    for (std::string key; meminfo >> key;) {
+        int64_t kb = 0;
+        meminfo >> kb;
+        if (key == "MemAvailable:")
+            available = kb * 1024;
+        meminfo.ignore(64, '\n');
+    }
+    const int64_t pages = comm::all_reduce_value(
+        available / 2 / job.layout.world() / std::max<int64_t>(page_bytes, 1),
+        grid.comms.world,
+        comm::ReduceOp::min);
+    // a page id is an int32 in the block tables
+    return std::clamp<int64_t>(pages, job.layout.pp, std::numeric_limits<int32_t>::max());
+}
+
+}  // namespace hymoe::runtime

@@ -1,0 +1,117 @@
+// The request stream of an infer job (private to src/runtime): the dataset's requests as a
+// RequestSource, with on_bad_request, array shards, resume and the dealing to dp replicas.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
+#include "hymoe/io/requests.h"
+#include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/results.h"
+
+namespace hymoe::runtime {
+
+// The JSONL requests as a RequestSource: counts request lines (index), applies on_bad_request,
+// skips the requests a journal already holds (their lines must match), and deals the rest to the
+// dp replicas: each request goes to the replica with the fewest tokens dealt so far (prompt +
+// max_new_tokens; ties to the lower replica). Every rank reads the whole file and deals alike,
+// and keeps its own replica's requests.
+struct Stream {
+    const Job& job;
+    const std::vector<DoneRequest>& done;
+    std::unique_ptr<io::RequestReader> reader;
+    int replica;
+    std::vector<int64_t> dealt;  // [dp] tokens dealt to each replica
+    int64_t index = -1, read = 0, skipped = 0, resumed = 0;
+    size_t next_done = 0;
+
+    Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank)
+        : job(j),
+          done(d),
+          reader(io::open_requests(j.deck.inference.dataset)),
+          replica(dp_rank),
+          dealt(static_cast<size_t>(j.layout.dp), 0) {}
+
+    bool mine(const io::Request& r) {
+        const auto least = std::min_element(dealt.begin(), dealt.end());
+        const int64_t max_new =
+            r.max_new_tokens >= 0 ? r.max_new_tokens : job.deck.inference.max_new_tokens;
+        *least += static_cast<int64_t>(r.tokens.size()) + max_new;
+        return least - dealt.begin() == replica;
+    }
+
+    void bad(const Error& e) {
+        if (job.deck.inference.on_bad_request == "fail")
+            throw e;
+        log::warn(cat(e.what(), " (skipped)"));
+        ++skipped;
+    }
+    std::string check(const io::Request& r) const {  // "" if the request can run
+        for (int64_t t : r.tokens)
+            if (t >= job.model.vocab_size)
+                return cat("token id ",
+                           t,
+                           " is outside the vocabulary (",
+                           job.model.vocab_size,
+                           " tokens)");
+        if (!r.adapter.empty())
+            return "adapter '" + r.adapter + "': LoRA adapters are not available in this build yet";
+        return "";
+    }
+    bool in_shard() const {  // array jobs: this shard's share of the request indexes
+        return index % job.deck.inference.shards == job.deck.inference.shard;
+    }
+    bool next(Pending& p) {
+        for (io::Request r;;) {
+            try {
+                if (!reader->next(r))
+                    break;
+            } catch (const Error& e) {
+                ++index;
+                if (in_shard())
+                    bad(e);
+                continue;
+            }
+            ++index;
+            if (!in_shard())
+                continue;
+            if (std::string why = check(r); !why.empty()) {
+                try {
+                    HYMOE_FAIL(Exit::bad_input, job.deck.inference.dataset, ":", r.line, ": ", why);
+                } catch (const Error& e) {
+                    bad(e);
+                }
+                continue;
+            }
+            if (next_done < done.size() && done[next_done].index == index) {
+                const DoneRequest& d = done[next_done];
+                if (d.line != r.line || d.id != r.id ||
+                    d.prompt_len != static_cast<int64_t>(r.tokens.size()))
+                    break;  // reported below: the dataset changed
+                ++next_done;
+                ++resumed;
+                continue;
+            }
+            if (!mine(r))
+                continue;
+            ++read;
+            p = Pending{index, std::move(r)};
+            return true;
+        }
+        if (next_done < done.size())
+            HYMOE_FAIL(Exit::bad_input,
+                       job.deck.inference.dataset,
+                       " changed since the interrupted run (request ",
+                       done[next_done].index,
+                       " of ",
+                       job.deck.job.output,
+                       "/results.parts is not where it was); remove that folder to start afresh");
+        return false;
+    }
+};
+
+}  // namespace hymoe::runtime
