@@ -223,6 +223,16 @@ void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
                         logits.ptr<float>() + i * V + p * part);
 }
 
+// Adds the GEMM FLOPs done in its lifetime to `out` (per-layer profile).
+struct FlopSpan {
+    double& out;
+    double start = ops::gemm_counter().flops;
+    explicit FlopSpan(double& o) : out(o) {}
+    ~FlopSpan() { out += ops::gemm_counter().flops - start; }
+    FlopSpan(const FlopSpan&) = delete;
+    FlopSpan& operator=(const FlopSpan&) = delete;
+};
+
 void add_expert_load(MoeCommStats& stats, const Routing& routing) {
     stats.tokens_per_expert.resize(routing.tokens_per_expert.size());
     for (size_t e = 0; e < routing.tokens_per_expert.size(); ++e)
@@ -272,8 +282,10 @@ void forward(const Model& m,
     stats.mixer_seconds.resize(cfg.layers.size());
     stats.ffn_seconds.resize(cfg.layers.size());
     stats.moe.resize(cfg.layers.size());
+    stats.layer_flops.resize(cfg.layers.size());
     const float eps = static_cast<float>(cfg.rms_norm_eps);
     const bool has_rows = n > 0;  // the same on every rank of the dp replica
+    stats.steps += has_rows ? 1 : 0;
     const bool moe_parallel = sh.tp * sh.ep > 1;
     Buffer h(DType::f32, {n, d});  // [n_tok, d] the residual stream
     if (sh.first_stage()) {
@@ -289,6 +301,7 @@ void forward(const Model& m,
     for (int i = sh.first_layer; i < sh.end_layer; ++i) {
         const LayerSpec& spec = cfg.layers[i];
         const LayerWeights& lw = m.layers[i];
+        const FlopSpan flop_span(stats.layer_flops[i]);
         if (has_rows) {
             ScopedTimer timer(stats.mixer_seconds[i]);
             ops::rms_norm(h.view(), lw.attn_norm.view(), eps, xn.view());

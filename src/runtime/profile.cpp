@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "hymoe/backend/ops.h"
 #include "hymoe/core/log.h"
+#include "hymoe/core/timer.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/io/meta.h"
 
@@ -28,15 +31,44 @@ bool any_moe(const model::ModelConfig& cfg) {
 
 }  // namespace
 
+Peaks measure_peaks() {
+    Peaks p;
+    const int64_t n = 512;
+    std::vector<float> a(static_cast<size_t>(n * n), 1.0f), c(a.size());
+    const int64_t bytes = int64_t{256} << 20;
+    std::vector<char> zeros(static_cast<size_t>(bytes), 0);  // memchr scans it all: vector loads
+    for (int rep = 0; rep < 3; ++rep) {
+        double t0 = wall_seconds();
+        ops::gemm(false, false, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n);
+        p.gemm_gflops = std::max(p.gemm_gflops, 2.0 * n * n * n / (wall_seconds() - t0) / 1e9);
+        t0 = wall_seconds();
+        const void* volatile hit = std::memchr(zeros.data(), 1, zeros.size());
+        static_cast<void>(hit);
+        p.read_gb_s =
+            std::max(p.read_gb_s, static_cast<double>(bytes) / (wall_seconds() - t0) / 1e9);
+    }
+    return p;
+}
+
 JobProfile gather_profile(const Job& job,
                           const parallel::Grid& grid,
-                          const model::ForwardStats& mine) {
+                          model::Model& model,
+                          const model::ForwardStats& mine,
+                          const Peaks& peaks) {
     const auto L = static_cast<int64_t>(job.model.layers.size());
     const int64_t E = job.model.moe.n_routed_experts, world = job.layout.world();
     const comm::Comm& all = grid.comms.world;
     JobProfile p;
-    // seconds: [L mixer, L ffn, L dispatch, L combine, head, indexer, attention, pipeline], summed
-    std::vector<float> secs(static_cast<size_t>(4 * L + 4), 0.0f);
+    // [L mixer, L ffn, L dispatch, L combine seconds, head, indexer, attention, pipeline seconds,
+    // L GEMM FLOPs, L weight bytes], summed over ranks
+    std::vector<float> secs(static_cast<size_t>(6 * L + 4), 0.0f);
+    for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.layer_flops.size()); ++i)
+        secs[4 * L + 4 + i] = static_cast<float>(mine.layer_flops[i]);
+    const std::string layers = "model.layers.";
+    for (const model::TensorSpec& t : model::model_tensors(model))
+        if (t.name.starts_with(layers))
+            secs[5 * L + 4 + std::stoll(t.name.substr(layers.size()))] +=
+                static_cast<float>(shape_numel(t.shape)) * sizeof(float);
     for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.mixer_seconds.size()); ++i) {
         secs[i] = static_cast<float>(mine.mixer_seconds[i]);
         secs[L + i] = static_cast<float>(mine.ffn_seconds[i]);
@@ -60,6 +92,22 @@ JobProfile gather_profile(const Job& job,
     m.head_seconds = secs[4 * L], m.attn.indexer_seconds = secs[4 * L + 1];
     m.attn.attention_seconds = secs[4 * L + 2];
     m.pipeline_seconds = secs[4 * L + 3];
+    // roofline: GEMM FLOPs per weight byte read, against the machine's FLOP-per-byte ridge
+    p.peaks = peaks;
+    const double steps =
+        static_cast<double>(comm::all_reduce_value(mine.steps, all, comm::ReduceOp::max));
+    const double ridge = peaks.gemm_gflops / std::max(peaks.read_gb_s, 1e-9);
+    for (int64_t i = 0; i < L; ++i) {
+        const double s = std::max(static_cast<double>(secs[i] + secs[L + i]), 1e-12);
+        const double flops = static_cast<double>(secs[4 * L + 4 + i]);
+        const double bytes = static_cast<double>(secs[5 * L + 4 + i]) * steps;
+        p.gflops.push_back(static_cast<float>(flops / s / 1e9));
+        p.weight_gb_s.push_back(static_cast<float>(bytes / s / 1e9));
+        const bool comm_bound = static_cast<double>(secs[2 * L + i] + secs[3 * L + i]) / s > 0.5;
+        p.bound.emplace_back(comm_bound                              ? "comm"
+                             : flops / std::max(bytes, 1.0) >= ridge ? "compute"
+                                                                     : "memory");
+    }
     if (!any_moe(job.model))
         return p;
 
@@ -109,40 +157,49 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
     double total = stats.head_seconds;
     for (size_t i = 0; i < stats.mixer_seconds.size(); ++i)
         total += stats.mixer_seconds[i] + stats.ffn_seconds[i];
-    char line[160];
+    char line[320];
     std::string out = "per-layer wall time (all forward steps, mean over the stage's ranks):\n";
     std::snprintf(line,
                   sizeof line,
-                  "  %5s  %-5s %10s  %-10s %10s  %7s\n",
+                  "  %5s  %-5s %10s  %-10s %10s  %7s %9s %8s  %s\n",
                   "layer",
                   "mixer",
                   "seconds",
                   "ffn",
                   "seconds",
-                  "share");
+                  "share",
+                  "GFLOP/s",
+                  "wt GB/s",
+                  "bound");
     out += line;
     for (size_t i = 0; i < stats.mixer_seconds.size(); ++i) {
         const model::LayerSpec& spec = cfg.layers[i];
         const double s = stats.mixer_seconds[i] + stats.ffn_seconds[i];
         std::snprintf(line,
                       sizeof line,
-                      "  %5zu  %-5s %10.4f  %-10s %10.4f  %6.1f%%\n",
+                      "  %5zu  %-5s %10.4f  %-10s %10.4f  %6.1f%% %9.2f %8.2f  %s\n",
                       i,
                       model::to_string(spec.mixer),
                       stats.mixer_seconds[i],
                       model::to_string(spec.ffn),
                       stats.ffn_seconds[i],
-                      total > 0 ? 100 * s / total : 0.0);
+                      total > 0 ? 100 * s / total : 0.0,
+                      static_cast<double>(p.gflops[i]),
+                      static_cast<double>(p.weight_gb_s[i]),
+                      p.bound[i].c_str());
         out += line;
     }
     std::snprintf(line,
                   sizeof line,
                   "  embedding + head %.4f s; attention layers: indexer %.4f s, rest %.4f s; "
-                  "waiting for the previous stage %.4f s\n",
+                  "waiting for the previous stage %.4f s; peaks at start: sgemm %.1f GFLOP/s, "
+                  "read %.1f GB/s\n",
                   stats.head_seconds,
                   stats.attn.indexer_seconds,
                   stats.attn.attention_seconds,
-                  stats.pipeline_seconds);
+                  stats.pipeline_seconds,
+                  p.peaks.gemm_gflops,
+                  p.peaks.read_gb_s);
     out += line;
     if (p.imbalance.empty())
         return out;
@@ -204,6 +261,16 @@ void write_profile(const Job& job,
     seconds("/attention/other_seconds", {p.mean.attn.attention_seconds});
     seconds("/head_seconds", {p.mean.head_seconds});
     seconds("/pipeline_seconds", {p.mean.pipeline_seconds});
+    std::vector<float> gflops = p.gflops, gb_s = p.weight_gb_s;
+    file.array("/layers/gflops", view_of(gflops));
+    file.attr("/layers/gflops", "unit", "GFLOP/s");
+    file.array("/layers/weight_gb_s", view_of(gb_s));
+    file.attr("/layers/weight_gb_s", "unit", "GB/s");
+    file.strings("/layers/bound", p.bound);
+    std::vector<float> peaks{static_cast<float>(p.peaks.gemm_gflops),
+                             static_cast<float>(p.peaks.read_gb_s)};
+    file.array("/peaks", view_of(peaks));
+    file.attr("/peaks", "columns", "gemm_gflops read_gb_s");
     if (!p.imbalance.empty() && job.deck.profile.experts) {
         const auto L = static_cast<int64_t>(job.model.layers.size());
         std::vector<int64_t> tpe = p.tokens_per_expert, tpr = p.tokens_per_rank;

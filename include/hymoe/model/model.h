@@ -98,6 +98,8 @@ struct ForwardStats {
     std::vector<double> mixer_seconds;  // [n_layer] KDA or MLA/DSA, including its projections
     std::vector<double> ffn_seconds;    // [n_layer] dense FFN or MoE
     AttnStats attn;                     // MLA/DSA layers: indexer vs the rest
+    std::vector<double> layer_flops;    // [n_layer] GEMM FLOPs of the mixer and FFN
+    int64_t steps = 0;                  // forward calls with tokens (each reads every weight)
     double head_seconds = 0;            // embedding, final norm and LM head
     double pipeline_seconds = 0;        // waiting for the previous stage's residual stream (pp)
     std::vector<MoeCommStats> moe;      // [n_layer] MoE layers: tokens per hosted expert and,

@@ -17,8 +17,23 @@
 
 namespace hymoe::runtime {
 
+// This machine's references, measured when the job starts: one core's (or OpenBLAS's threads')
+// sgemm rate on 512³ and the read rate over 256 MiB, best of 3.
+struct Peaks {
+    double gemm_gflops = 0, read_gb_s = 0;
+};
+Peaks measure_peaks();
+
 struct JobProfile {
     model::ForwardStats mean;                // per-layer seconds, mean over the stage's ranks
+    Peaks peaks;                             // rank 0's
+    std::vector<float> gflops, weight_gb_s;  // [n_layer] GEMM FLOP/s; the layer's weight bytes
+                                             //   once per step, per second (an upper bound for
+                                             //   MoE layers: untouched experts are not read)
+    std::vector<std::string> bound;          // [n_layer] "compute", "memory" or "comm": the GEMM
+                                             //   FLOPs per weight byte against the peaks' ratio;
+                                             //   comm when an MoE layer's dispatch + combine
+                                             //   take over half its time
     std::vector<int64_t> tokens_per_expert;  // [n_layer, E] assignments computed (0: not MoE)
     std::vector<int64_t> tokens_per_rank;    // [n_layer, world] assignments each rank computed
     std::vector<float> imbalance;            // [n_layer] max/mean of the assignments computed
@@ -31,7 +46,9 @@ struct JobProfile {
 // Every rank's stats combined; collective over the world.
 JobProfile gather_profile(const Job& job,
                           const parallel::Grid& grid,
-                          const model::ForwardStats& mine);
+                          model::Model& m,
+                          const model::ForwardStats& mine,
+                          const Peaks& peaks);
 
 // The log tables: one row per layer (mixer, seconds, FFN, seconds, share of the layer total),
 // then, when the model has MoE layers, one per MoE layer (assignments, imbalance, dispatch and
