@@ -17,8 +17,9 @@
 
 namespace hymoe::runtime {
 
-// This machine's references, measured when the job starts: one core's (or OpenBLAS's threads')
-// sgemm rate on 512³ and the read rate over 256 MiB, best of 3.
+// This machine's references, measured when the engine has finished (so the probe does not count
+// in the memory report): the sgemm rate on 512³ with the run's threads and the read rate over
+// 256 MiB, best of 3.
 struct Peaks {
     double gemm_gflops = 0, read_gb_s = 0;
 };
