@@ -7,6 +7,13 @@
 
 namespace hymoe::model {
 
+int64_t kv_row_floats(const ModelConfig& cfg, Mixer mixer) {
+    if (mixer == Mixer::kda)
+        return 0;
+    return cfg.mla.kv_lora_rank + cfg.mla.qk_rope_head_dim +
+           (mixer == Mixer::dsa ? cfg.indexer.head_dim : 0);
+}
+
 KvPool::KvPool(const ModelConfig& local, const ModelShard& shard, int page_tokens, int64_t capacity)
     : page_tokens_(page_tokens), capacity_(capacity), width_(local.layers.size(), 0) {
     HYMOE_CHECK(
@@ -18,11 +25,9 @@ KvPool::KvPool(const ModelConfig& local, const ModelShard& shard, int page_token
         " tokens");
     offset_.assign(local.layers.size(), 0);
     for (int i = shard.first_layer; i < shard.end_layer; ++i) {
-        const Mixer mixer = local.layers[i].mixer;
-        if (mixer == Mixer::kda)
+        width_[i] = kv_row_floats(local, local.layers[i].mixer);
+        if (width_[i] == 0)
             continue;
-        width_[i] = local.mla.kv_lora_rank + local.mla.qk_rope_head_dim +
-                    (mixer == Mixer::dsa ? local.indexer.head_dim : 0);
         offset_[i] = page_floats_;
         page_floats_ += width_[i] * page_tokens;
     }

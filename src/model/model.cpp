@@ -233,13 +233,6 @@ struct FlopSpan {
     FlopSpan& operator=(const FlopSpan&) = delete;
 };
 
-void add_expert_load(MoeCommStats& stats, const Routing& routing) {
-    stats.tokens_per_expert.resize(routing.tokens_per_expert.size());
-    for (size_t e = 0; e < routing.tokens_per_expert.size(); ++e)
-        stats.tokens_per_expert[e] += routing.tokens_per_expert[e];
-    ++stats.calls;
-}
-
 }  // namespace
 
 comm::Request send_to_next_stage(const Model& m, const Buffer& h) {
@@ -345,7 +338,10 @@ void forward(const Model& m,
             ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
             Routing routing;
             moe_forward(cfg, spec, lw.moe, xn.view(), y.view(), &routing);
-            add_expert_load(stats.moe[i], routing);
+            MoeCommStats load;  // the one-rank MoE: only its expert load
+            load.calls = 1;
+            load.tokens_per_expert = std::move(routing.tokens_per_expert);
+            stats.moe[i].add(load);
         }
         ops::add_inplace(h.view(), y.view());
     }

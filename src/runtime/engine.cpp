@@ -38,20 +38,6 @@ std::pair<int64_t, float> draw_token(const Seq& s,
     return {tok, static_cast<float>(token_logprob(logits, V, tok))};
 }
 
-// Appends tok to s's output; ends s at eos or max_new.
-void accept_token(Seq& s, int64_t tok, float logprob, const EngineOptions& o) {
-    s.out.tokens.push_back(tok);
-    s.out.logprobs.push_back(logprob);
-    s.next_token = tok;
-    if (tok == o.eos_id) {
-        s.out.finish = Finish::stop;
-        s.done = true;
-    } else if (static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) {
-        s.out.finish = Finish::length;
-        s.done = true;
-    }
-}
-
 // What a step's logits decide, computed on the last pipeline stage and broadcast to the others
 // (every rank of a dp replica runs the same steps). Per row (stride 2 + N): the drawn token and
 // the greedy token (rows ending a prompt) with their logprobs, then the N most likely tokens at
@@ -110,7 +96,17 @@ void accept_row(Seq& s, const StepOut& out, size_t r, const EngineOptions& o) {
     const float* floats = out.floats.data() + S * r;
     s.out.top_tokens.insert(s.out.top_tokens.end(), ints + 2, ints + S);
     s.out.top_logprobs.insert(s.out.top_logprobs.end(), floats + 2, floats + S);
-    accept_token(s, ints[0], floats[0], o);
+    const int64_t tok = ints[0];
+    s.out.tokens.push_back(tok);
+    s.out.logprobs.push_back(floats[0]);
+    s.next_token = tok;
+    if (tok == o.eos_id) {
+        s.out.finish = Finish::stop;
+        s.done = true;
+    } else if (static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) {
+        s.out.finish = Finish::length;
+        s.done = true;
+    }
 }
 
 // The step's outputs applied to its sequences (on every rank alike).

@@ -67,9 +67,11 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
         ++(f.finish == Finish::stop ? n_stop : n_length);
         journal.add(std::move(f));
     };
-    // this shard's requests in the file; rank 0 sees its replica, ~1/dp of the work
+    // this shard's requests in the file, counted where progress is logged (rank 0, whose replica
+    // does ~1/dp of the work): the other ranks need not read the file twice
     const int64_t total =
-        (io::count_requests(inf.dataset) + inf.shards - 1 - inf.shard) / inf.shards;
+        grid.rank == 0 ? (io::count_requests(inf.dataset) + inf.shards - 1 - inf.shard) / inf.shards
+                       : 0;
     auto progress = [&](const EngineStats& s, int64_t running) {
         const double done = static_cast<double>(s.requests) * job.layout.dp;  // estimated
         const double left = static_cast<double>(total - stream.resumed) - done;

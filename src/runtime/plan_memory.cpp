@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hymoe/model/kv_cache.h"
 #include "plan_detail.h"
 
 namespace hymoe::runtime::detail {
@@ -19,12 +20,7 @@ constexpr int kKdaChunk = 64;          // KDA chunk length: training keeps a sta
 // ---- cache and state ----------------------------------------------------------------------------
 
 double kv_per_token(const Ctx& x, const LayerSpec& s) {
-    if (!is_attention(s.mixer))
-        return 0;
-    double e = x.m.mla.kv_lora_rank + x.m.mla.qk_rope_head_dim;
-    if (s.mixer == Mixer::dsa)
-        e += x.m.indexer.head_dim;
-    return e * x.b;
+    return static_cast<double>(model::kv_row_floats(x.m, s.mixer)) * x.b;
 }
 
 double kda_state_bytes(const Ctx& x) {

@@ -16,6 +16,9 @@
 
 namespace hymoe::model {
 
+// Floats one token of a layer caches: [c_kv r_kv | k_r d_r | k_idx d_I (dsa)]; 0 for KDA.
+int64_t kv_row_floats(const ModelConfig& cfg, Mixer mixer);
+
 class KvPool {
 public:
     // Widths from the local config of the rank's stage (shard: its layers).
