@@ -62,7 +62,8 @@ struct Projected {
 
 Projected project(const ModelConfig& cfg,
                   const MlaWeights& w,
-                  const Tensor& x,                    // [n_tok, d]
+                  const Tensor& x,  // [n_tok, d]
+                  const SeqBatch& batch,
                   const std::vector<int64_t>& pos) {  // [n_tok]
     const MlaDims m = mla_dims(cfg);
     const int64_t n_tok = x.dim(0);
@@ -74,11 +75,14 @@ Projected project(const ModelConfig& cfg,
         ops::linear(x, w.q_a_proj.view(), p.c_q.view());
         ops::rms_norm(p.c_q.view(), w.q_a_layernorm.view(), eps, p.c_q.view());
         ops::linear(p.c_q.view(), w.q_b_proj.view(), p.q.view());
+        lora_forward(w.lora.q, batch, p.c_q.view(), p.q.view());
     } else {
         ops::linear(x, w.q_proj.view(), p.q.view());
+        lora_forward(w.lora.q, batch, x, p.q.view());
     }
     Buffer kv(DType::f32, {n_tok, m.d_lat()});
     ops::linear(x, w.kv_a_proj_with_mqa.view(), kv.view());
+    lora_forward(w.lora.kv, batch, x, kv.view());
     p.c_kv = Buffer(DType::f32, {n_tok, m.r_kv});
     p.k_r = Buffer(DType::f32, {n_tok, m.d_r});
     for (int64_t t = 0; t < n_tok; ++t) {
@@ -521,7 +525,7 @@ void attention_forward(const ModelConfig& cfg,
         for (int64_t t = batch.offsets[s]; t < batch.offsets[s + 1]; ++t)
             pos[t] = batch.pos0[s] + (t - batch.offsets[s]);
 
-    const Projected p = project(cfg, w, x, pos);
+    const Projected p = project(cfg, w, x, batch, pos);
     const bool dsa = spec.mixer == Mixer::dsa;
     IndexerInputs idx;
     if (dsa) {
@@ -567,6 +571,7 @@ void attention_forward(const ModelConfig& cfg,
             op[i] *= gp[i];
     }
     ops::linear(o.view(), w.o_proj.view(), y);
+    lora_forward(w.lora.o, batch, o.view(), y);
     if (stats != nullptr) {
         stats->indexer_seconds += indexer_seconds;
         stats->attention_seconds += wall_seconds() - start - indexer_seconds;

@@ -115,14 +115,18 @@ void dense_ffn_forward(const DenseFfnWeights& w,
                        Tensor& y /*[n_tok, w]*/) {
     const int64_t n = x.dim(0);
     const int64_t inter = w.up_proj.view().dim(0);
-    Buffer up(DType::f32, {n, inter});  // [n, I]
+    Buffer up(DType::f32, {n, inter});         // [n, I]
+    const SeqBatch rows = single_sequence(n);  // FFN adapters: adapter 0 on every row
     ops::linear(x, w.up_proj.view(), up.view());
+    lora_forward(w.lora.up, rows, x, up.view());
     switch (act) {
         case ExpertAct::swiglu: {
             Buffer gate(DType::f32, {n, inter});  // [n, I], then SiLU(gate) ⊙ up in place
             ops::linear(x, w.gate_proj.view(), gate.view());
+            lora_forward(w.lora.gate, rows, x, gate.view());
             ops::swiglu(gate.view(), up.view(), gate.view());
             ops::linear(gate.view(), w.down_proj.view(), y);
+            lora_forward(w.lora.down, rows, gate.view(), y);
             return;
         }
         case ExpertAct::relu2: {
@@ -132,6 +136,7 @@ void dense_ffn_forward(const DenseFfnWeights& w,
                 h[i] = r * r;
             }
             ops::linear(up.view(), w.down_proj.view(), y);
+            lora_forward(w.lora.down, rows, up.view(), y);
             return;
         }
     }

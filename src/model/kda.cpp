@@ -165,10 +165,13 @@ void kda_forward(const ModelConfig& cfg,
     Buffer proj(DType::f32, {n_tok, n.D});  // [n_tok, D] pre-conv, reused for q, k, v
     Buffer q(DType::f32, {n_tok, n.D}), k(DType::f32, {n_tok, n.D}), v(DType::f32, {n_tok, n.D});
     ops::linear(x, w.q_proj.view(), proj.view());
+    lora_forward(w.lora.q, batch, x, proj.view());
     conv_silu(proj.view(), w.q_conv1d, batch, states, &KdaState::q_tail, n, q.view());
     ops::linear(x, w.k_proj.view(), proj.view());
+    lora_forward(w.lora.k, batch, x, proj.view());
     conv_silu(proj.view(), w.k_conv1d, batch, states, &KdaState::k_tail, n, k.view());
     ops::linear(x, w.v_proj.view(), proj.view());
+    lora_forward(w.lora.v, batch, x, proj.view());
     conv_silu(proj.view(), w.v_conv1d, batch, states, &KdaState::v_tail, n, v.view());
     ops::l2_norm_rows(q.ptr<float>(), n_tok * n.H, n.K);
     ops::l2_norm_rows(k.ptr<float>(), n_tok * n.H, n.K);
@@ -208,6 +211,7 @@ void kda_forward(const ModelConfig& cfg,
     for (int64_t i = 0; i < n_tok * n.D; ++i)
         o.ptr<float>()[i] *= gate.ptr<float>()[i];
     ops::linear(o.view(), w.o_proj.view(), y);
+    lora_forward(w.lora.o, batch, o.view(), y);
 }
 
 }  // namespace hymoe::model

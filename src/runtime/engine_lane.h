@@ -40,7 +40,7 @@ struct Step {
     int lane = 0;
     std::vector<Row> rows;
     std::vector<int64_t> tokens;  // [n_tok] packed as batch
-    model::SeqBatch batch{{0}, {}};
+    model::SeqBatch batch{{0}, {}, {}};
     std::vector<model::SequenceState*> states;  // [n_seq]
     bool all_rows = false;                      // logits of every row (prompt logprobs)
 };

@@ -65,7 +65,8 @@ Buffer random_buffer(Shape shape, Philox& rng) {
 DenseFfnWeights random_mlp(int64_t inter, int64_t width, int parts, Philox& rng) {
     return {random_buffer({inter / parts, width}, rng),
             random_buffer({inter / parts, width}, rng),
-            random_buffer({width, inter / parts}, rng)};
+            random_buffer({width, inter / parts}, rng),
+            {}};
 }
 
 // This rank's weights by the loader's contract; the router from one seed on every rank.

@@ -97,7 +97,8 @@ Buffer copy_of(const Buffer& whole) {
 DenseFfnWeights mlp_part(const DenseFfnWeights& w, int part, int parts) {
     return {slice(w.gate_proj, 0, part, parts),
             slice(w.up_proj, 0, part, parts),
-            slice(w.down_proj, 1, part, parts)};
+            slice(w.down_proj, 1, part, parts),
+            {}};
 }
 
 // What the loader gives this rank (the contract in moe_parallel.h), sliced here independently.

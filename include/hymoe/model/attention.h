@@ -19,6 +19,7 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/model/batch.h"
 #include "hymoe/model/config.h"
+#include "hymoe/model/lora.h"
 #include "hymoe/model/weights.h"
 #include "hymoe/parallel/comm.h"
 #include "hymoe/tensor/tensor.h"
@@ -50,6 +51,7 @@ struct MlaWeights {
     Buffer o_proj;              // [d, H·d_v]
     Buffer g_proj;              // [H·d_v, d]          output gate (gated layers only)
     IndexerWeights indexer;     // dsa layers only
+    LoraSlots lora;             // adapters on q (q_proj or q_b_proj), kv (kv_a_proj_with_mqa), o
 };
 
 // The layer's weights as named tensors, names relative to the layer's "self_attn." prefix: the

@@ -13,6 +13,8 @@ namespace hymoe::model {
 struct SeqBatch {
     std::vector<int64_t> offsets;  // [n_seq + 1], offsets[0] = 0, increasing
     std::vector<int64_t> pos0;     // [n_seq]
+    std::vector<int> adapter;      // [n_seq] LoRA adapter id per sequence (model/lora.h), −1
+                                   //   none; empty: adapter 0 for every sequence
 
     int64_t n_seq() const { return static_cast<int64_t>(pos0.size()); }
     int64_t n_tok() const { return offsets.empty() ? 0 : offsets.back(); }
@@ -21,7 +23,7 @@ struct SeqBatch {
 
 // One sequence of n tokens starting at position pos0.
 inline SeqBatch single_sequence(int64_t n, int64_t pos0 = 0) {
-    return SeqBatch{{0, n}, {pos0}};
+    return SeqBatch{{0, n}, {pos0}, {}};
 }
 
 }  // namespace hymoe::model

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hymoe/model/config.h"
+#include "hymoe/model/lora.h"
 #include "hymoe/model/weights.h"
 #include "hymoe/tensor/tensor.h"
 
@@ -25,6 +26,7 @@ struct DenseFfnWeights {
     Buffer gate_proj;  // [I, w]  (HF gate_proj / Kimi w1; empty for relu2)
     Buffer up_proj;    // [I, w]  (HF up_proj / Kimi w3)
     Buffer down_proj;  // [w, I]  (HF down_proj / Kimi w2)
+    LoraSlots lora;    // adapters on gate, up, down (adapter 0 on every row); none by default
 };
 
 struct MoeWeights {

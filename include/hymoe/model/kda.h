@@ -16,6 +16,7 @@
 
 #include "hymoe/model/batch.h"
 #include "hymoe/model/config.h"
+#include "hymoe/model/lora.h"
 #include "hymoe/model/weights.h"
 #include "hymoe/tensor/tensor.h"
 
@@ -39,6 +40,7 @@ struct KdaWeights {
     Buffer g_b_proj;  // [D, K]  low-rank output gate, up (no bias)
     Buffer o_norm;    // [K]     per-head output RMSNorm weight ("o_norm.weight")
     Buffer o_proj;    // [d, D]
+    LoraSlots lora;   // adapters on q, k, v, o (q_proj, k_proj, v_proj, o_proj); none by default
 };
 
 // The weights as named tensors, names relative to the layer's "self_attn." prefix, with the fla

@@ -364,7 +364,7 @@ BOOST_AUTO_TEST_CASE(packed_batch_equals_alone) {
     float worst = 0.0f;
     uint64_t seed = 20;
     for (const std::vector<int64_t>& lens : steps) {
-        SeqBatch batch{{0}, pos0};
+        SeqBatch batch{{0}, pos0, {}};
         std::vector<float> x, y_alone;
         for (int64_t s = 0; s < 3; ++s) {
             batch.offsets.push_back(batch.offsets.back() + lens[s]);

@@ -270,7 +270,7 @@ BOOST_AUTO_TEST_CASE(packed_batch_equals_sequences_alone) {
     const Layer layer;
     const int64_t d = layer.cfg.hidden_size;
     const std::vector<int64_t> lengths = {7, 1, 30};
-    const SeqBatch batch{{0, 7, 8, 38}, {0, 5, 0}};
+    const SeqBatch batch{{0, 7, 8, 38}, {0, 5, 0}, {}};
     const std::vector<float> x = layer.input(38, 1);
     const std::vector<float> history = layer.input(5, 2);
 
@@ -321,7 +321,7 @@ BOOST_AUTO_TEST_CASE(golden) {
     const std::vector<int64_t> offsets = h5.ints("offsets");
     const std::vector<float> x = h5.floats("x");
     const int64_t n_seq = static_cast<int64_t>(offsets.size()) - 1, n_tok = offsets.back();
-    const SeqBatch batch{offsets, std::vector<int64_t>(n_seq, 0)};
+    const SeqBatch batch{offsets, std::vector<int64_t>(n_seq, 0), {}};
     float worst = 0.0f;
     for (std::string variant : {"", "_lower_bound"}) {
         Layer layer(variant.empty() ? std::nullopt : std::optional<double>(-5.0));

@@ -79,7 +79,7 @@ BOOST_DATA_TEST_CASE(packed_batch_equals_each_sequence_alone, data::make(kPreset
     for (int i = 0; i < 3; ++i)
         st.push_back(make_sequence_state(m));
     hymoe::Buffer logits;
-    forward(m, packed, SeqBatch{{0, 9, 12, 26}, {0, 0, 0}}, {&st[0], &st[1], &st[2]}, logits);
+    forward(m, packed, SeqBatch{{0, 9, 12, 26}, {0, 0, 0}, {}}, {&st[0], &st[1], &st[2]}, logits);
     std::vector<float> together(logits.ptr<float>(), logits.ptr<float>() + logits.view().numel());
     std::vector<float> alone = run_pieces(m, a, {9});
     for (const auto& seq : {b, c}) {

@@ -162,7 +162,7 @@ void check_golden(const std::string& preset) {
     for (SequenceState& st : states)
         ptrs.push_back(&st);
     Buffer logits;
-    forward(m, tokens, SeqBatch{offsets, std::vector<int64_t>(n_seq, 0)}, ptrs, logits);
+    forward(m, tokens, SeqBatch{offsets, std::vector<int64_t>(n_seq, 0), {}}, ptrs, logits);
     BOOST_REQUIRE((logits.view().shape == Shape{n_tok, V}));
     const float prefill_err = max_err(values(logits), ref);
     BOOST_TEST(prefill_err <= 1e-5f);
@@ -172,7 +172,7 @@ void check_golden(const std::string& preset) {
     for (SequenceState& st : states)
         st = make_sequence_state(m);
     for (int64_t t = 0;; ++t) {
-        SeqBatch step{{0}, {}};
+        SeqBatch step{{0}, {}, {}};
         std::vector<int64_t> step_tokens, rows;
         std::vector<SequenceState*> step_states;
         for (int64_t s = 0; s < n_seq; ++s) {

@@ -1,0 +1,188 @@
+// LoRA adapters: init, and the adapter's share of a projection's forward and backward, one GEMM
+// pair per run of sequences that share an adapter.
+#include "hymoe/model/lora.h"
+
+#include <cmath>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+#include "hymoe/core/rng.h"
+
+namespace hymoe::model {
+
+namespace {
+
+// The adapter id of sequence s (adapter 0 when the batch names none).
+int adapter_of(const SeqBatch& batch, int64_t s) {
+    return batch.adapter.empty() ? 0 : batch.adapter[s];
+}
+
+// Calls f(adapter, first row, rows) for each maximal run of sequences with one adapter that the
+// slot holds (runs of sequences without an adapter, or whose pair is empty, are skipped).
+template <typename F>
+void for_each_run(const LoraSlot& slot, const SeqBatch& batch, F&& f) {
+    int64_t s = 0;
+    while (s < batch.n_seq()) {
+        const int a = adapter_of(batch, s);
+        int64_t e = s + 1;
+        while (e < batch.n_seq() && adapter_of(batch, e) == a)
+            ++e;
+        const int64_t rows = batch.offsets[e] - batch.offsets[s];
+        if (a >= 0 && a < static_cast<int>(slot.adapters.size()) &&
+            slot.adapters[a].A.view().data != nullptr && rows > 0)
+            f(slot.adapters[a], batch.offsets[s], rows);
+        s = e;
+    }
+}
+
+// x̃ [rows, in] = x ⊙ mask/(1−p) for rows [row0, row0 + rows) of the call: the mask draws from
+// (seed, stream, row) at offset column, the same on every evaluation of the call.
+void dropped_input(const LoraSlot& slot, const Tensor& x, int64_t row0, int64_t rows, Buffer& xd) {
+    const int64_t in = x.dim(1);
+    xd = Buffer(DType::f32, {rows, in});
+    const float keep = 1.0f - slot.dropout;
+    for (int64_t r = 0; r < rows; ++r) {
+        Philox rng(slot.dropout_seed, slot.dropout_stream, static_cast<uint32_t>(row0 + r));
+        const float* src = x.ptr<float>() + (row0 + r) * in;
+        float* dst = xd.ptr<float>() + r * in;
+        for (int64_t c = 0; c < in; ++c)
+            dst[c] = rng.uniform() < keep ? src[c] / keep : 0.0f;
+    }
+}
+
+// The adapter input of a run: x itself, or its dropped copy when the slot drops.
+Tensor adapter_input(
+    const LoraSlot& slot, const Tensor& x, int64_t row0, int64_t rows, Buffer& xd) {
+    if (slot.dropout <= 0.0f)
+        return x.rows(row0, rows);
+    dropped_input(slot, x, row0, rows, xd);
+    return xd.view();
+}
+
+}  // namespace
+
+LoraPair make_lora_pair(int64_t out,
+                        int64_t in,
+                        int rank,
+                        float scale,
+                        uint64_t seed,
+                        uint32_t stream,
+                        bool trainable) {
+    LoraPair p;
+    p.A = Buffer(DType::f32, {rank, in});
+    p.B = Buffer(DType::f32, {out, rank});
+    p.scale = scale;
+    // kaiming_uniform(a=√5) on [r, in]: gain √(2/(1+5)), bound gain·√(3/in) = 1/√in
+    const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+    Philox(seed, stream, 0).fill_uniform(p.A.ptr<float>(), rank * in, -bound, bound);
+    if (trainable) {
+        p.dA = Buffer(DType::f32, {rank, in});
+        p.dB = Buffer(DType::f32, {out, rank});
+    }
+    return p;
+}
+
+void lora_forward(const LoraSlot* slot, const SeqBatch& batch, const Tensor& x, Tensor& y) {
+    if (!slot)
+        return;
+    for_each_run(*slot, batch, [&](const LoraPair& p, int64_t row0, int64_t rows) {
+        const int64_t r = p.A.view().dim(0);
+        Buffer xd;
+        const Tensor xin = adapter_input(*slot, x, row0, rows, xd);  // [rows, in]
+        Buffer a(DType::f32, {rows, r});                             // [rows, r] = x̃ Aᵀ
+        ops::linear(xin, p.A.view(), a.view());
+        for (int64_t i = 0; i < rows * r; ++i)
+            a.ptr<float>()[i] *= p.scale;
+        Tensor yr = y.rows(row0, rows);
+        ops::linear(a.view(), p.B.view(), yr, 1.0f);
+    });
+}
+
+void lora_backward(
+    LoraSlot* slot, const SeqBatch& batch, const Tensor& x, const Tensor& dy, Tensor& dx) {
+    if (!slot)
+        return;
+    for_each_run(*slot, batch, [&](const LoraPair& cp, int64_t row0, int64_t rows) {
+        auto& p = const_cast<LoraPair&>(cp);  // slot is mutable here; the walk is shared
+        HYMOE_CHECK(p.dA.view().data != nullptr,
+                    "lora_backward: an adapter made without gradients");
+        const int64_t r = p.A.view().dim(0), in = x.dim(1), out = dy.dim(1);
+        Buffer xd;
+        const Tensor xin = adapter_input(*slot, x, row0, rows, xd);  // [rows, in]
+        const float* g = dy.ptr<float>() + row0 * out;               // [rows, out]
+        Buffer a(DType::f32, {rows, r});                             // x̃ Aᵀ
+        ops::linear(xin, p.A.view(), a.view());
+        Buffer gb(DType::f32, {rows, r});  // dy B
+        ops::gemm(false,
+                  false,
+                  rows,
+                  r,
+                  out,
+                  1.0f,
+                  g,
+                  out,
+                  p.B.ptr<float>(),
+                  r,
+                  0.0f,
+                  gb.ptr<float>(),
+                  r);
+        // dB [out, r] += s·dyᵀ a;  dA [r, in] += s·(dy B)ᵀ x̃
+        ops::gemm(true,
+                  false,
+                  out,
+                  r,
+                  rows,
+                  p.scale,
+                  g,
+                  out,
+                  a.ptr<float>(),
+                  r,
+                  1.0f,
+                  p.dB.ptr<float>(),
+                  r);
+        ops::gemm(true,
+                  false,
+                  r,
+                  in,
+                  rows,
+                  p.scale,
+                  gb.ptr<float>(),
+                  r,
+                  xin.ptr<float>(),
+                  in,
+                  1.0f,
+                  p.dA.ptr<float>(),
+                  in);
+        // dx̃ [rows, in] = s·(dy B) A, then through the mask
+        Buffer dxd(DType::f32, {rows, in});
+        ops::gemm(false,
+                  false,
+                  rows,
+                  in,
+                  r,
+                  p.scale,
+                  gb.ptr<float>(),
+                  r,
+                  p.A.ptr<float>(),
+                  in,
+                  0.0f,
+                  dxd.ptr<float>(),
+                  in);
+        float* d = dx.ptr<float>() + row0 * in;
+        if (slot->dropout <= 0.0f) {
+            for (int64_t i = 0; i < rows * in; ++i)
+                d[i] += dxd.ptr<float>()[i];
+            return;
+        }
+        // the mask again: x̃ = x·m/(1−p), so dx = dx̃·m/(1−p) = dx̃ where x̃ ≠ 0 scaled alike
+        const float keep = 1.0f - slot->dropout;
+        for (int64_t rr = 0; rr < rows; ++rr) {
+            Philox rng(slot->dropout_seed, slot->dropout_stream, static_cast<uint32_t>(row0 + rr));
+            for (int64_t c = 0; c < in; ++c)
+                if (rng.uniform() < keep)
+                    d[rr * in + c] += dxd.ptr<float>()[rr * in + c] / keep;
+        }
+    });
+}
+
+}  // namespace hymoe::model
