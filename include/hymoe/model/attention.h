@@ -103,6 +103,19 @@ void attention_forward(const ModelConfig& cfg,
                        const comm::Comm* tp = nullptr);  // cfg a tp rank's local config: the
                                                          // indexer's partial scores summed here
 
+// Backward of attention_forward without a cache, for sequences that start fresh (every
+// batch.pos0 = 0: the training case, spec/model-math.md §9), in the expanded (MHA) form: the
+// forward is recomputed from x; DSA's top-k selection is a constant and the indexer gets no
+// gradient (its input is detached by design). dx [n_tok, d] is overwritten with ∂L/∂x through
+// the query, latent and gate paths; the adapters in w.lora accumulate their gradients.
+void attention_backward(const ModelConfig& cfg,
+                        const LayerSpec& spec,
+                        const MlaWeights& w,
+                        const Tensor& x,  // [n_tok, d]
+                        const SeqBatch& batch,
+                        const Tensor& dy,  // [n_tok, d]
+                        Tensor& dx);       // [n_tok, d]
+
 // ---- building blocks ----------------------------------------------------------------------------
 
 // The RoPE frequencies of MLA and the indexer: d_r/2 of them at rope_theta, YaRN-corrected when

@@ -74,6 +74,14 @@ void dense_ffn_forward(const DenseFfnWeights& w,
                        const Tensor& x /*[n_tok, w]*/,
                        Tensor& y /*[n_tok, w]*/);
 
+// Backward of dense_ffn_forward: dx [n_tok, w] is overwritten with ∂L/∂x from dy [n_tok, w];
+// the adapters in w.lora accumulate their gradients.
+void dense_ffn_backward(const DenseFfnWeights& w,
+                        ExpertAct act,
+                        const Tensor& x,   // [n_tok, w]
+                        const Tensor& dy,  // [n_tok, w]
+                        Tensor& dx);       // [n_tok, w]
+
 // The router's decision for n_tok tokens. Slot i of a token is its i-th best expert.
 struct Routing {
     std::vector<int64_t> idx;                // [n_tok, top_k] expert ids, best first
@@ -106,5 +114,17 @@ void moe_forward(const ModelConfig& cfg,
                  const Tensor& x /*[n_tok, d]*/,
                  Tensor& y /*[n_tok, d]*/,
                  Routing* routing_out = nullptr);
+
+// Backward of moe_forward on one rank (spec/model-math.md §9): the routing (expert choice and
+// capacity drops) is recomputed and held constant; the gradient flows through the experts, the
+// shared experts, the latent projections (latent_moe) and the combine weights into the router
+// logits (the correction bias has none). dx [n_tok, d] is overwritten; the experts' and shared
+// experts' adapters accumulate their gradients.
+void moe_backward(const ModelConfig& cfg,
+                  const LayerSpec& spec,
+                  const MoeWeights& w,
+                  const Tensor& x,   // [n_tok, d]
+                  const Tensor& dy,  // [n_tok, d]
+                  Tensor& dx);       // [n_tok, d]
 
 }  // namespace hymoe::model

@@ -96,4 +96,17 @@ void kda_forward(const ModelConfig& cfg,
                  Tensor& y,                             // [n_tok, d]
                  KdaMode mode = KdaMode::automatic);
 
+// Backward of kda_forward for sequences that start fresh (every batch.pos0 = 0, zero state: the
+// training case, spec/model-math.md §9): recomputes the forward from x, keeping the recurrent
+// state only at chunk boundaries and recomputing each chunk's states from them in the reverse
+// sweep (never inverting the decay); dx [n_tok, d] is overwritten with ∂L/∂x, and the adapters
+// in w.lora accumulate their gradients. The frozen weights get none.
+void kda_backward(const ModelConfig& cfg,
+                  const KdaWeights& w,
+                  const Tensor& x,  // [n_tok, d] the forward's input
+                  const SeqBatch& batch,
+                  const Tensor& dy,  // [n_tok, d] ∂L/∂y
+                  Tensor& dx,        // [n_tok, d]
+                  int chunk = 64);
+
 }  // namespace hymoe::model
