@@ -164,6 +164,9 @@ void read_finetune(Section s, FinetuneSection& f) {
         c.finish();
     }
     f.recompute = s.flag("recompute", false);
+    f.on_nonfinite = s.choice("on_nonfinite", std::string("stop"), {"stop", "skip"});
+    f.loss_spike = s.number("loss_spike", 0.0, 0.0, 1e6);
+    f.export_merged = s.flag("export_merged", false);
     s.finish();
 }
 

@@ -33,6 +33,8 @@ void fill(Init init, float std, float* x, size_t n, Philox& rng) {
             return;
         case Init::small_bias:
             return rng.fill_normal(x, n, 0.0f, 0.1f);
+        case Init::uniform:
+            return rng.fill_uniform(x, n, -std, std);
     }
 }
 

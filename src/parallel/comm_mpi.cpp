@@ -138,6 +138,18 @@ int64_t broadcast_value(int64_t value, int root, const Comm& c) {
     return value;
 }
 
+void all_reduce_sum(std::vector<double>& x, const Comm& c) {
+    if (c.size() == 1 || x.empty())
+        return;
+    HYMOE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE,
+                                  x.data(),
+                                  static_cast<int>(x.size()),
+                                  MPI_DOUBLE,
+                                  MPI_SUM,
+                                  c.impl().mpi),
+                    "all_reduce_sum");
+}
+
 Comm self_comm() {
     MPI_Comm self;
     HYMOE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_SELF, &self), "duplicating the self communicator");

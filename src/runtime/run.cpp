@@ -11,6 +11,7 @@
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/plan.h"
+#include "hymoe/runtime/trainer.h"
 
 namespace hymoe::runtime {
 
@@ -70,7 +71,7 @@ void write_plan(const Job& job, const parallel::Grid& grid, const io::RunMeta& m
 
 int run_job(const Job& job, const parallel::Grid& grid) {
     const deck::JobKind kind = job.deck.job.kind;
-    if (kind == deck::JobKind::lora || kind == deck::JobKind::convert)
+    if (kind == deck::JobKind::convert)
         HYMOE_FAIL(Exit::invalid,
                    job.deck.locate("job.kind"),
                    ": ",
@@ -80,6 +81,8 @@ int run_job(const Job& job, const parallel::Grid& grid) {
     log::to_file(job.deck.job.output + "/log");
     if (kind == deck::JobKind::infer)
         return run_infer(job, grid);
+    if (kind == deck::JobKind::lora)
+        return run_lora(job, grid);
     io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
     write_plan(job, grid, meta);
     return 0;

@@ -21,6 +21,7 @@ enum class Init {
     kda_a_log,    // log U(1, 16)                                      (fla KDA)
     kda_dt_bias,  // inverse softplus of dt = exp(U(log 1e-3, log 1e-1)) clamped ≥ 1e-4
     small_bias,   // 0.1 · N(0, 1): MoE e_score_correction_bias in the tiny test config
+    uniform,      // U(−std, std): LoRA A, Kaiming-uniform with std = 1/√in (PEFT)
 };
 
 // Which ranks cut a split tensor between them (model/shard.h): the tp group (attention and KDA

@@ -40,6 +40,8 @@ void broadcast(Tensor& x, int root, const Comm& c);
 // One integer (a count, a flag, a vote): op over every rank's value / the root's value.
 int64_t all_reduce_value(int64_t value, const Comm& c, ReduceOp op = ReduceOp::sum);
 int64_t broadcast_value(int64_t value, int root, const Comm& c);
+// Host doubles (loss sums, statistics) summed over ranks, in place.
+void all_reduce_sum(std::vector<double>& x, const Comm& c);
 // in [n, ...] on every rank → out [size·n, ...], rank r's rows at [r·n, (r+1)·n).
 void all_gather(const Tensor& in, Tensor& out, const Comm& c);
 // in [size·n, ...] → out [n, ...] = op over ranks of in's rows [rank·n, (rank+1)·n).

@@ -1,0 +1,17 @@
+// The lora job (DESIGN.md "Job kinds"): LoRA fine-tuning of the frozen model on the deck's
+// domain/general mix, with AdamW, evaluation, expert-load and routing-drift monitoring, a
+// non-finite/loss-spike guard, checkpoints (every checkpoint.every steps, on SIGUSR1/SIGTERM/
+// SIGINT and at job.max_hours: exit 75, and a rerun resumes bit-identically), results.h5 and the
+// adapters in PEFT format (out/adapters/final, and out/merged with finetune.export_merged).
+// Layouts: data-parallel replicas of whole-model ranks (tp = pp = ep = 1); the LoRA gradients
+// are summed over dp.
+#pragma once
+
+#include "hymoe/parallel/grid.h"
+#include "hymoe/runtime/job.h"
+
+namespace hymoe::runtime {
+
+int run_lora(const Job& job, const parallel::Grid& grid);
+
+}  // namespace hymoe::runtime

@@ -1,0 +1,44 @@
+// HDF5 token datasets (io/token_data.h): open checks, then one hyperslab read per document.
+#include "hymoe/io/token_data.h"
+
+#include "hymoe/core/error.h"
+
+namespace hymoe::io {
+
+TokenDataset::TokenDataset(const std::string& path) : path_(path), file_(path) {
+    for (const char* name : {"/tokens", "/offsets"})
+        if (!file_.exists(name))
+            HYMOE_FAIL(Exit::bad_input,
+                       path,
+                       ": no ",
+                       name,
+                       " dataset (a token dataset holds /tokens [T], /offsets [N + 1] and "
+                       "optionally /loss_mask [T])");
+    offsets_ = file_.ints("/offsets");
+    const int64_t n_tokens = shape_numel(file_.shape("/tokens"));
+    if (offsets_.size() < 2 || offsets_.front() != 0 || offsets_.back() != n_tokens)
+        HYMOE_FAIL(Exit::bad_input,
+                   path,
+                   ": /offsets must start at 0 and end at the token count ",
+                   n_tokens,
+                   " with at least one document");
+    for (size_t i = 1; i < offsets_.size(); ++i)
+        if (offsets_[i] < offsets_[i - 1])
+            HYMOE_FAIL(Exit::bad_input, path, ": /offsets decrease at document ", i - 1);
+    has_mask_ = file_.exists("/loss_mask");
+    if (has_mask_ && shape_numel(file_.shape("/loss_mask")) != n_tokens)
+        HYMOE_FAIL(Exit::bad_input, path, ": /loss_mask is not as long as /tokens");
+}
+
+void TokenDataset::read(int64_t i, std::vector<int64_t>& tokens, std::vector<uint8_t>& mask) const {
+    const int64_t begin = offsets_[i], n = length(i);
+    tokens = n > 0 ? file_.ints("/tokens", begin, n) : std::vector<int64_t>{};
+    mask.assign(static_cast<size_t>(n), 1);
+    if (has_mask_ && n > 0) {
+        const std::vector<int64_t> m = file_.ints("/loss_mask", begin, n);
+        for (int64_t t = 0; t < n; ++t)
+            mask[t] = m[t] != 0;
+    }
+}
+
+}  // namespace hymoe::io

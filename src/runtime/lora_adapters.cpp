@@ -1,0 +1,116 @@
+// LoRA adapters in and out (runtime/lora_adapters.h): PEFT export, merged weights, PEFT loading
+// for the infer job with each rank reading its tensor-parallel part.
+#include "hymoe/runtime/lora_adapters.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
+#include "hymoe/io/peft.h"
+#include "hymoe/io/safetensors.h"
+
+namespace hymoe::runtime {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The last dotted component of a module path: "q_proj" of "model.layers.0.self_attn.q_proj".
+std::string leaf(const std::string& module) {
+    return module.substr(module.rfind('.') + 1);
+}
+
+}  // namespace
+
+void export_adapters(const Job& job,
+                     model::Model& m,
+                     model::LoraModel& lm,
+                     const parallel::Grid& grid) {
+    const deck::FinetuneSection& ft = job.deck.finetune;
+    const std::string out = job.deck.job.output;
+    if (grid.rank == 0) {
+        io::PeftConfig c;
+        c.r = ft.lora.rank, c.alpha = ft.lora.alpha, c.dropout = ft.lora.dropout;
+        c.rslora = ft.lora.rslora;
+        c.base_model =
+            job.deck.model.weights.empty() ? job.deck.model.preset : job.deck.model.weights;
+        std::set<std::string> leaves;
+        std::vector<std::pair<std::string, Tensor>> tensors;
+        for (const model::LoraModule& mod : lm.modules) {
+            const model::LoraPair& p = mod.slot->adapters.at(0);
+            for (const std::string& name : mod.peft_names) {  // a shared expert adapter: each
+                tensors.emplace_back(io::peft_key(name, 'A'), p.A.view());
+                tensors.emplace_back(io::peft_key(name, 'B'), p.B.view());
+                leaves.insert(leaf(name));
+            }
+        }
+        c.target_modules.assign(leaves.begin(), leaves.end());
+        fs::create_directories(out + "/adapters");
+        io::write_peft(out + "/adapters/final", c, tensors);
+    }
+    if (ft.export_merged) {
+        model::merge_lora(lm, 0);
+        if (grid.rank == 0) {
+            std::vector<std::pair<std::string, Tensor>> tensors;
+            for (const model::TensorSpec& t : model::model_tensors(m))
+                tensors.emplace_back(t.name, t.dest->view());
+            const std::string dir = out + "/merged";
+            fs::create_directories(dir);
+            io::write_safetensors(
+                dir + "/model.safetensors", tensors, {{"format", "pt"}}, job.deck.model.dtype);
+            std::ofstream(dir + "/config.json") << model::to_json(job.model) << "\n";
+        }
+    }
+    comm::barrier(grid.comms.world);
+}
+
+InferAdapters load_infer_adapters(const Job& job, model::Model& m) {
+    InferAdapters a;
+    const auto& folders = job.deck.inference.adapters;
+    if (folders.empty())
+        return a;
+    a.lm = model::attach_lora(m, {"q_proj", "k_proj", "v_proj", "o_proj"}, true);
+    for (const auto& [name, dir] : folders) {
+        const int id = static_cast<int>(a.ids.size());
+        a.ids[name] = id;
+        const io::PeftConfig c = io::read_peft_config(dir);
+        const io::SafetensorsFile file(dir + "/adapter_model.safetensors");
+        std::set<std::string> used;
+        for (model::LoraModule& mod : a.lm.modules) {
+            model::LoraPair& p = mod.slot->adapters.emplace_back();
+            const std::string ka = io::peft_key(mod.name, 'A'), kb = io::peft_key(mod.name, 'B');
+            if (!file.has(ka) || !file.has(kb))
+                continue;  // this adapter leaves the projection alone
+            used.insert(ka), used.insert(kb);
+            const Shape& w = mod.weight.shape;  // [out, in], this rank's part
+            p.scale = static_cast<float>(c.scale());
+            p.A = Buffer(DType::f32, {c.r, w[1]});
+            p.B = Buffer(DType::f32, {w[0], c.r});
+            const int part = m.shard.part(mod.weight.split_over);
+            if (mod.weight.split_dim == 1)
+                file.read_slice(ka, 1, part * w[1], p.A.view());
+            else
+                file.read(ka, p.A.view());
+            if (mod.weight.split_dim == 0)
+                file.read_slice(kb, 0, part * w[0], p.B.view());
+            else
+                file.read(kb, p.B.view());
+        }
+        for (const std::string& key : file.names())
+            if (!used.count(key))
+                HYMOE_FAIL(Exit::bad_input,
+                           dir,
+                           ": adapter '",
+                           name,
+                           "' holds ",
+                           key,
+                           ", which the infer job cannot apply (adapters on the attention "
+                           "projections q/k/v/o of this model's layers only)");
+        log::info(cat("adapter '", name, "' (", dir, "): r = ", c.r, ", alpha = ", c.alpha));
+    }
+    return a;
+}
+
+}  // namespace hymoe::runtime

@@ -1,0 +1,74 @@
+// AdamW, the learning-rate schedule and the gradient norm (runtime/optimizer.h).
+#include "hymoe/runtime/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace hymoe::runtime {
+
+double learning_rate(const deck::OptimizerSection& o, int64_t step, int64_t total) {
+    if (o.warmup_steps > 0 && step < o.warmup_steps)
+        return o.lr * static_cast<double>(step + 1) / o.warmup_steps;
+    if (o.scheduler == "constant")
+        return o.lr;
+    const double span = std::max<int64_t>(total - o.warmup_steps, 1);
+    const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / span);
+    const double decay = o.scheduler == "cosine"
+                             ? 0.5 * (1.0 + std::cos(std::numbers::pi * progress))
+                             : 1.0 - progress;
+    return o.lr * (o.min_lr_ratio + (1.0 - o.min_lr_ratio) * decay);
+}
+
+AdamW::AdamW(const deck::OptimizerSection& o, model::TensorList params, model::TensorList grads)
+    : o_(o), params_(std::move(params)), grads_(std::move(grads)) {
+    for (const model::TensorSpec& p : params_) {
+        m_.emplace_back(DType::f32, p.shape);
+        v_.emplace_back(DType::f32, p.shape);
+    }
+}
+
+void AdamW::step(double lr, double grad_scale, int64_t t) {
+    const double c1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t));
+    const double c2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t));
+    for (size_t i = 0; i < params_.size(); ++i) {
+        float* p = params_[i].dest->ptr<float>();
+        const float* g = grads_[i].dest->ptr<float>();
+        float* m = m_[i].ptr<float>();
+        float* v = v_[i].ptr<float>();
+        const int64_t n = shape_numel(params_[i].shape);
+        for (int64_t k = 0; k < n; ++k) {
+            const double gk = grad_scale * static_cast<double>(g[k]);
+            m[k] = static_cast<float>(o_.beta1 * static_cast<double>(m[k]) + (1.0 - o_.beta1) * gk);
+            v[k] = static_cast<float>(o_.beta2 * static_cast<double>(v[k]) +
+                                      (1.0 - o_.beta2) * gk * gk);
+            const double update = (static_cast<double>(m[k]) / c1) /
+                                  (std::sqrt(static_cast<double>(v[k]) / c2) + o_.eps);
+            p[k] = static_cast<float>(static_cast<double>(p[k]) * (1.0 - lr * o_.weight_decay) -
+                                      lr * update);
+        }
+    }
+}
+
+model::TensorList AdamW::state() {
+    model::TensorList list;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        model::TensorSpec m = params_[i], v = params_[i];
+        m.name += ".exp_avg", m.dest = &m_[i];
+        v.name += ".exp_avg_sq", v.dest = &v_[i];
+        list.push_back(m);
+        list.push_back(v);
+    }
+    return list;
+}
+
+double sum_of_squares(const model::TensorList& grads) {
+    double s = 0;
+    for (const model::TensorSpec& g : grads) {
+        const float* x = g.dest->ptr<float>();
+        for (int64_t k = 0; k < shape_numel(g.shape); ++k)
+            s += static_cast<double>(x[k]) * static_cast<double>(x[k]);
+    }
+    return s;
+}
+
+}  // namespace hymoe::runtime
