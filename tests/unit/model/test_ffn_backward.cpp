@@ -399,4 +399,49 @@ BOOST_AUTO_TEST_CASE(layer_shared_expert_adapter_sums_over_experts) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(golden_torch_autograd_dx) {
+    io::H5Reader h5("tests/golden/moe_backward.h5");
+    const float rtol = h5.floats("rtol").at(0);
+    BOOST_TEST(rtol <= 1e-4f);
+    ModelConfig latent = tiny_moe();
+    latent.model_type = "hymoe";
+    latent.moe.expert_act = ExpertAct::relu2;
+    ModelConfig soft = tiny_moe();
+    soft.moe.scoring = Scoring::softmax;
+    soft.moe.n_group = 1;
+    const std::vector<MoeCase> cases = {{"deepseek", tiny_moe(), moe_layer},
+                                        {"latent", latent, latent_layer},
+                                        {"kimi", kimi_moe(), moe_layer},
+                                        {"softmax", soft, moe_layer}};
+    const char* prefixes[] = {"model.layers.1.mlp.",
+                              "model.layers.3.mlp.",
+                              "model.layers.1.block_sparse_moe.",
+                              "model.layers.1.mlp."};
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const MoeCase& c = cases[i];
+        const std::string group = std::string(c.name) + "/";
+        MoeWeights w;
+        load_named(ffn_tensors(c.cfg, c.spec, nullptr, &w),
+                   group + prefixes[i],
+                   [&](const std::string& name, Tensor& dest) {
+                       BOOST_REQUIRE_MESSAGE(h5.exists(name), name << " is not in moe_backward.h5");
+                       BOOST_REQUIRE(h5.shape(name) == dest.shape);
+                       const std::vector<float> v = h5.floats(name);
+                       std::copy(v.begin(), v.end(), dest.ptr<float>());
+                   });
+        const Shape shape = h5.shape(group + "x");  // [n_tok, d]
+        Buffer x(DType::f32, shape), dy(DType::f32, shape), dx(DType::f32, shape);
+        const std::vector<float> x_v = h5.floats(group + "x"), dy_v = h5.floats(group + "dy");
+        std::copy(x_v.begin(), x_v.end(), x.ptr<float>());
+        std::copy(dy_v.begin(), dy_v.end(), dy.ptr<float>());
+        BOOST_TEST(route(c.cfg, w, x.view()).idx == h5.ints(group + "idx"),
+                   boost::test_tools::per_element());
+        moe_backward(c.cfg, c.spec, w, x.view(), dy.view(), dx.view());
+        const std::vector<float> want = h5.floats(group + "dx");
+        const float err = rel_err(dx.ptr<float>(), want.data(), x.view().numel());
+        BOOST_TEST_MESSAGE("golden " << c.name << ": dx vs torch autograd rel err " << err);
+        BOOST_TEST(err <= rtol, c.name);
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
