@@ -92,9 +92,10 @@ void router_backward(const ModelConfig& cfg,
     const int64_t n_tok = s.dim(0), n_exp = m.n_routed_experts, k = m.top_k;
     const int64_t d = cfg.hidden_size;
     const detail::WeightRule rule = detail::weight_rule(cfg);
+    // [E] b when the weights gather s + b (b is constant, so du = ds); null when they gather s
     const float* bias = m.correction_bias && m.weights_from_biased_scores
                             ? w.correction_bias.ptr<float>()
-                            : nullptr;              // [E]
+                            : nullptr;
     Buffer dlogit(DType::f32, {n_tok, n_exp});      // [n_tok, E]
     std::vector<float> u(static_cast<size_t>(k));   // [k] the gathered scores
     std::vector<float> du(static_cast<size_t>(k));  // [k]
