@@ -10,6 +10,8 @@
 //     quirk); DS32 and vLLM gather from s (the default).
 // Renormalisation follows MoeConfig::renormalize for either scoring (HF norm_topk_prob /
 // moe_renormalize; the HF config readers set it).
+#include "router.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -80,15 +82,40 @@ void drop_over_capacity(const MoeConfig& m, int64_t n_tok, Routing& r) {
 
 }  // namespace
 
-Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_tok, d]*/) {
-    const MoeConfig& m = cfg.moe;
-    const int64_t n_exp = m.n_routed_experts, k = m.top_k, n_tok = x.dim(0);
-    const bool has_bias = m.correction_bias;
-    const bool kimi = cfg.model_type == "kimi_linear";
+namespace detail {
+
+Buffer router_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x) {
+    const int64_t n_exp = cfg.moe.n_routed_experts, n_tok = x.dim(0);
     HYMOE_CHECK(x.shape.size() == 2 && x.dim(1) == cfg.hidden_size, "x ", shape_string(x.shape));
     HYMOE_CHECK(w.gate.view().shape == Shape({n_exp, cfg.hidden_size}),
                 "gate.weight ",
                 shape_string(w.gate.view().shape));
+    // Logits one token at a time (GEMV), so a token's routing never depends on its row position
+    // (see moe.cpp).
+    Buffer scores(DType::f32, {n_tok, n_exp});  // [n_tok, E] logits, then s
+    for (int64_t t = 0; t < n_tok; ++t) {
+        Tensor row = scores.view().rows(t, 1);
+        ops::linear(x.rows(t, 1), w.gate.view(), row);
+    }
+    if (cfg.moe.scoring == Scoring::sigmoid)
+        ops::sigmoid_inplace(scores.view());
+    else
+        ops::softmax_rows(scores.ptr<float>(), n_tok, n_exp);
+    return scores;
+}
+
+WeightRule weight_rule(const ModelConfig& cfg) {
+    const bool kimi = cfg.model_type == "kimi_linear";
+    return {cfg.moe.renormalize && (!kimi || cfg.moe.top_k > 1),
+            kimi ? 1e-20f : 0.0f,
+            static_cast<float>(cfg.moe.routed_scaling_factor)};
+}
+
+Routing route_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& s_all) {
+    const MoeConfig& m = cfg.moe;
+    const int64_t n_exp = m.n_routed_experts, k = m.top_k, n_tok = s_all.dim(0);
+    const bool has_bias = m.correction_bias;
+    HYMOE_CHECK(s_all.shape == Shape({n_tok, n_exp}), "scores ", shape_string(s_all.shape));
     HYMOE_CHECK(!has_bias || w.correction_bias.view().shape == Shape({n_exp}),
                 "e_score_correction_bias ",
                 shape_string(w.correction_bias.view().shape));
@@ -104,32 +131,19 @@ Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_
                 ", topk_group ",
                 m.topk_group);
 
-    // Logits one token at a time (GEMV), so a token's routing never depends on its row position
-    // (see moe.cpp).
-    Buffer scores(DType::f32, {n_tok, n_exp});  // [n_tok, E] logits, then s
-    for (int64_t t = 0; t < n_tok; ++t) {
-        Tensor row = scores.view().rows(t, 1);
-        ops::linear(x.rows(t, 1), w.gate.view(), row);
-    }
-    if (m.scoring == Scoring::sigmoid)
-        ops::sigmoid_inplace(scores.view());
-    else
-        ops::softmax_rows(scores.ptr<float>(), n_tok, n_exp);
-
     Routing r;
     r.idx.resize(static_cast<size_t>(n_tok * k));
     r.weight.resize(static_cast<size_t>(n_tok * k));
     r.kept.assign(static_cast<size_t>(n_tok * k), 1);
     r.tokens_per_expert.assign(static_cast<size_t>(n_exp), 0);
     const float* bias = has_bias ? w.correction_bias.ptr<float>() : nullptr;  // [E]
-    const float fill = kimi ? 0.0f : -std::numeric_limits<float>::infinity();
-    const float eps = kimi ? 1e-20f : 0.0f;
-    const bool renormalize = m.renormalize && (!kimi || k > 1);
-    const auto rho = static_cast<float>(m.routed_scaling_factor);
+    const float fill =
+        cfg.model_type == "kimi_linear" ? 0.0f : -std::numeric_limits<float>::infinity();
+    const WeightRule rule = weight_rule(cfg);
     std::vector<float> biased(static_cast<size_t>(n_exp));  // [E] s' = s + b
     std::vector<float> choice(static_cast<size_t>(n_exp));  // [E] s' with masked groups
     for (int64_t t = 0; t < n_tok; ++t) {
-        const float* s = scores.ptr<float>() + t * n_exp;
+        const float* s = s_all.ptr<float>() + t * n_exp;
         for (int64_t e = 0; e < n_exp; ++e)
             biased[static_cast<size_t>(e)] = bias ? s[e] + bias[e] : s[e];
         choice = biased;
@@ -145,15 +159,22 @@ Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_
             sum += wt[i];
         }
         for (int64_t i = 0; i < k; ++i) {
-            if (renormalize)
-                wt[i] /= sum + eps;
-            wt[i] *= rho;
+            if (rule.renormalize)
+                wt[i] /= sum + rule.eps;
+            wt[i] *= rule.rho;
             ++r.tokens_per_expert[static_cast<size_t>(idx[i])];
         }
     }
     if (m.capacity_factor > 0.0)
         drop_over_capacity(m, n_tok, r);
     return r;
+}
+
+}  // namespace detail
+
+Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_tok, d]*/) {
+    const Buffer scores = detail::router_scores(cfg, w, x);  // [n_tok, E]
+    return detail::route_scores(cfg, w, scores.view());
 }
 
 }  // namespace hymoe::model

@@ -1,0 +1,25 @@
+// The router's two halves (model/ffn.h route()), private to src/model: the scores, and the
+// selection, weights and capacity dropping given the scores. The MoE backward (moe_backward.cpp)
+// needs the scores route() decided on and the rule that turned them into weights.
+#pragma once
+
+#include "hymoe/model/ffn.h"
+
+namespace hymoe::model::detail {
+
+// s [n_tok, E] = σ(x Wᵍᵀ) or softmax(x Wᵍᵀ) for x [n_tok, d], the logits one token at a time.
+Buffer router_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x);
+
+// route() on the scores s [n_tok, E] of router_scores.
+Routing route_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& s);
+
+// How route() turns the gathered scores u [top_k] into weights: w = ρ·u / (Σu + eps) when
+// renormalize, else ρ·u (then capacity dropping zeroes the dropped ones).
+struct WeightRule {
+    bool renormalize = true;
+    float eps = 0.0f;  // kimi_linear: 1e-20
+    float rho = 1.0f;
+};
+WeightRule weight_rule(const ModelConfig& cfg);
+
+}  // namespace hymoe::model::detail
