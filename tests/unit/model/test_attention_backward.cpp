@@ -277,6 +277,50 @@ BOOST_AUTO_TEST_CASE(packed_batch) {
                        << err << "; packed vs alone " << err_alone);
 }
 
+// A 300-token sequence spans two query blocks of the sweep (256 + 44), so key gradients sum over
+// blocks. Directional derivatives along v = dx restricted to rows R, normalised (⟨dx, v⟩ = |dx_R|:
+// a strong signal over fp32 rounding), R = all rows, the first block's, the second's, against
+// Richardson-extrapolated central differences of L(x + h·v), for MLA and gated DSA (top-8).
+BOOST_AUTO_TEST_CASE(two_query_blocks_directional) {
+    const int64_t T = 300, block = 256;
+    double worst = 0;
+    for (Mixer mixer : {Mixer::mla, Mixer::dsa}) {
+        const Layer L(preset_config("tiny"), mixer, mixer == Mixer::dsa);
+        const int64_t d = L.d();
+        const auto n = static_cast<size_t>(T * d);
+        std::vector<float> x = random_vec(n, 42), dy = random_vec(n, 43);
+        const SeqBatch batch = single_sequence(T);
+        const std::vector<float> dx = L.backward(x, batch, dy);
+        const std::vector<char> kept =
+            mixer == Mixer::dsa ? L.selection(x, batch) : std::vector<char>{};
+        for (auto [first, last] : {std::pair{int64_t{0}, T}, {int64_t{0}, block}, {block, T}}) {
+            std::vector<double> v(n, 0.0);
+            double norm = 0;
+            for (int64_t i = first * d; i < last * d; ++i)
+                norm += f64(dx[i]) * f64(dx[i]);
+            norm = std::sqrt(norm);
+            for (int64_t i = first * d; i < last * d; ++i)
+                v[i] = f64(dx[i]) / norm;
+            auto at = [&](double h) {
+                std::vector<float> xp(n);
+                for (size_t i = 0; i < n; ++i)
+                    xp[i] = static_cast<float>(f64(x[i]) + h * v[i]);
+                if (mixer == Mixer::dsa)
+                    BOOST_TEST((L.selection(xp, batch) == kept));
+                return L.loss(xp, batch, dy);
+            };
+            const double d1 = (at(fd_step) - at(-fd_step)) / (2 * fd_step);
+            const double d2 = (at(fd_step / 2) - at(-fd_step / 2)) / fd_step;
+            const double err = std::abs(norm - (4 * d2 - d1) / 3) / norm;
+            BOOST_TEST_CONTEXT("mixer " << to_string(mixer) << " rows " << first << ".." << last) {
+                BOOST_TEST(err <= 1e-3);
+            }
+            worst = std::max(worst, err);
+        }
+    }
+    BOOST_TEST_MESSAGE("two query blocks, directional derivatives: max relative error " << worst);
+}
+
 // A DSA layer whose top-k covers every key has the MLA layer's gradient (same weights).
 BOOST_AUTO_TEST_CASE(dsa_full_topk_equals_mla) {
     ModelConfig c = preset_config("tiny");
