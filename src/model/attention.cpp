@@ -17,8 +17,12 @@
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/kv_cache.h"
+#include "mla_project.h"
 
 namespace hymoe::model {
+
+using detail::mla_dims;
+using detail::MlaDims;
 
 namespace {
 
@@ -29,81 +33,9 @@ Tensor view_of(const float* p, Shape shape) {
     return Tensor{const_cast<float*>(p), DType::f32, Device::cpu, std::move(shape)};
 }
 
-struct MlaDims {
-    int64_t d, n_head, d_n, d_r, d_v, r_q, r_kv;
-    int64_t d_qk() const { return d_n + d_r; }    // per-head query width
-    int64_t d_kvb() const { return d_n + d_v; }   // per-head rows of kv_b_proj
-    int64_t d_lat() const { return r_kv + d_r; }  // cached latent entry [c_kv | k_r]
-};
-
-MlaDims mla_dims(const ModelConfig& cfg) {
-    const MlaConfig& m = cfg.mla;
-    return {cfg.hidden_size,
-            m.n_head,
-            m.qk_nope_head_dim,
-            m.qk_rope_head_dim,
-            m.v_head_dim,
-            m.q_lora_rank,
-            m.kv_lora_rank};
-}
-
 // HF DeepSeek yarn_get_mscale.
 double yarn_get_mscale(double factor, double mscale) {
     return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
-}
-
-// The new tokens' projections, all sequences at once.
-struct Projected {
-    Buffer c_q;   // [n_tok, r_q]          after q_a_layernorm (r_q > 0)
-    Buffer q;     // [n_tok, H·(d_n+d_r)]  per head [q_n | q_r], q_r rotated
-    Buffer c_kv;  // [n_tok, r_kv]         after kv_a_layernorm
-    Buffer k_r;   // [n_tok, d_r]          rotated
-};
-
-Projected project(const ModelConfig& cfg,
-                  const MlaWeights& w,
-                  const Tensor& x,  // [n_tok, d]
-                  const SeqBatch& batch,
-                  const std::vector<int64_t>& pos) {  // [n_tok]
-    const MlaDims m = mla_dims(cfg);
-    const int64_t n_tok = x.dim(0);
-    const float eps = static_cast<float>(cfg.mla.norm_eps);
-    Projected p;
-    p.q = Buffer(DType::f32, {n_tok, m.n_head * m.d_qk()});
-    if (m.r_q > 0) {
-        p.c_q = Buffer(DType::f32, {n_tok, m.r_q});
-        ops::linear(x, w.q_a_proj.view(), p.c_q.view());
-        ops::rms_norm(p.c_q.view(), w.q_a_layernorm.view(), eps, p.c_q.view());
-        ops::linear(p.c_q.view(), w.q_b_proj.view(), p.q.view());
-        lora_forward(w.lora.q, batch, p.c_q.view(), p.q.view());
-    } else {
-        ops::linear(x, w.q_proj.view(), p.q.view());
-        lora_forward(w.lora.q, batch, x, p.q.view());
-    }
-    Buffer kv(DType::f32, {n_tok, m.d_lat()});
-    ops::linear(x, w.kv_a_proj_with_mqa.view(), kv.view());
-    lora_forward(w.lora.kv, batch, x, kv.view());
-    p.c_kv = Buffer(DType::f32, {n_tok, m.r_kv});
-    p.k_r = Buffer(DType::f32, {n_tok, m.d_r});
-    for (int64_t t = 0; t < n_tok; ++t) {
-        const float* row = kv.ptr<float>() + t * m.d_lat();
-        std::copy(row, row + m.r_kv, p.c_kv.ptr<float>() + t * m.r_kv);
-        std::copy(row + m.r_kv, row + m.d_lat(), p.k_r.ptr<float>() + t * m.d_r);
-    }
-    ops::rms_norm(p.c_kv.view(), w.kv_a_layernorm.view(), eps, p.c_kv.view());
-    if (!cfg.mla.nope) {
-        const ops::RopeFreqs freqs = mla_rope_freqs(cfg.mla);
-        ops::rope(p.q.ptr<float>() + m.d_n,
-                  n_tok,
-                  m.n_head,
-                  m.n_head * m.d_qk(),
-                  m.d_qk(),
-                  pos.data(),
-                  freqs,
-                  true);
-        ops::rope(p.k_r.ptr<float>(), n_tok, 1, m.d_r, m.d_r, pos.data(), freqs, true);
-    }
-    return p;
 }
 
 // rows [row0, row0 + count) of a [n_tok, width] buffer appended to a cache array
@@ -525,7 +457,7 @@ void attention_forward(const ModelConfig& cfg,
         for (int64_t t = batch.offsets[s]; t < batch.offsets[s + 1]; ++t)
             pos[t] = batch.pos0[s] + (t - batch.offsets[s]);
 
-    const Projected p = project(cfg, w, x, batch, pos);
+    const detail::Projected p = detail::mla_project(cfg, w, x, batch, pos);
     const bool dsa = spec.mixer == Mixer::dsa;
     IndexerInputs idx;
     if (dsa) {

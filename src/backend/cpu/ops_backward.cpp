@@ -1,0 +1,109 @@
+// The CPU reference of backend/ops_backward.h: plain loops (row statistics in double), BLAS for
+// the matrix product. Shapes are checked here, once per call.
+#include "hymoe/backend/ops_backward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hymoe/core/error.h"
+
+namespace hymoe::ops {
+
+void rms_norm_backward(const Tensor& x, const Tensor& w, float eps, const Tensor& dy, Tensor& dx) {
+    const int64_t dim = x.dim(-1), rows = x.numel() / std::max<int64_t>(dim, 1);
+    HYMOE_CHECK(w.numel() == dim && dy.numel() == x.numel() && dx.numel() == x.numel(),
+                "rms_norm_backward: x ",
+                shape_string(x.shape),
+                " w ",
+                shape_string(w.shape),
+                " dy ",
+                shape_string(dy.shape),
+                " dx ",
+                shape_string(dx.shape));
+    const float* wp = w.ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x.ptr<float>() + r * dim;
+        const float* gr = dy.ptr<float>() + r * dim;
+        float* dr = dx.ptr<float>() + r * dim;
+        double ss = 0, dot = 0;  // Σ x², Σ dy·w·x
+        for (int64_t i = 0; i < dim; ++i) {
+            const double xi = xr[i];
+            ss += xi * xi;
+            dot += static_cast<double>(gr[i]) * static_cast<double>(wp[i]) * xi;
+        }
+        const double inv =
+            1.0 / std::sqrt(ss / static_cast<double>(dim) + static_cast<double>(eps));
+        // mean(dn ⊙ n) = r·Σ(dy·w·x)/dim; dx = r·dn − x·r³·Σ(dy·w·x)/dim
+        const double c = inv * inv * inv * dot / static_cast<double>(dim);
+        for (int64_t i = 0; i < dim; ++i)
+            dr[i] =
+                static_cast<float>(inv * static_cast<double>(gr[i]) * static_cast<double>(wp[i]) -
+                                   c * static_cast<double>(xr[i]));
+    }
+}
+
+void linear_backward(const Tensor& dy, const Tensor& w, Tensor& dx, float beta) {
+    const int64_t out = w.dim(0), in = w.dim(1), n = dy.numel() / std::max<int64_t>(out, 1);
+    HYMOE_CHECK(
+        w.shape.size() == 2 && dy.dim(-1) == out && dx.dim(-1) == in && dx.numel() == n * in,
+        "linear_backward: dy ",
+        shape_string(dy.shape),
+        " w ",
+        shape_string(w.shape),
+        " dx ",
+        shape_string(dx.shape));
+    gemm(false,
+         false,
+         n,
+         in,
+         out,
+         1.0f,
+         dy.ptr<float>(),
+         out,
+         w.ptr<float>(),
+         in,
+         beta,
+         dx.ptr<float>(),
+         in);
+}
+
+void softmax_rows_backward(const float* p, float* dp, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* pr = p + r * n;
+        float* gr = dp + r * n;
+        double dot = 0;
+        for (int64_t i = 0; i < n; ++i)
+            dot += static_cast<double>(pr[i]) * static_cast<double>(gr[i]);
+        const auto s = static_cast<float>(dot);
+        for (int64_t i = 0; i < n; ++i)
+            gr[i] = pr[i] * (gr[i] - s);
+    }
+}
+
+void rope_backward(float* dx,
+                   int64_t n_tok,
+                   int64_t n_head,
+                   int64_t token_stride,
+                   int64_t head_stride,
+                   const int64_t* pos,
+                   const RopeFreqs& freqs,
+                   bool interleaved) {
+    const int64_t half = static_cast<int64_t>(freqs.theta.size());
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t i = 0; i < half; ++i) {
+            const double angle = static_cast<double>(pos[t]) * static_cast<double>(freqs.theta[i]);
+            const float c = static_cast<float>(std::cos(angle)) * freqs.mscale;
+            const float s = static_cast<float>(std::sin(angle)) * freqs.mscale;
+            for (int64_t h = 0; h < n_head; ++h) {
+                float* v = dx + t * token_stride + h * head_stride;
+                float* a = interleaved ? v + 2 * i : v + i;
+                float* b = interleaved ? v + 2 * i + 1 : v + i + half;
+                const float g0 = *a, g1 = *b;  // (a, b) = (x0 c − x1 s, x0 s + x1 c): transpose
+                *a = g0 * c + g1 * s;
+                *b = -g0 * s + g1 * c;
+            }
+        }
+    }
+}
+
+}  // namespace hymoe::ops
