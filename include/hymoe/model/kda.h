@@ -109,4 +109,27 @@ void kda_backward(const ModelConfig& cfg,
                   Tensor& dx,        // [n_tok, d]
                   int chunk = 64);
 
+// ∂L/∂(inputs) of one sequence's scan, rows as in KdaScanParams; every array is overwritten.
+struct KdaScanGrads {
+    const float* dO = nullptr;  // [T, H, V] ∂L/∂o
+    float* dq = nullptr;        // [T, H, K]
+    float* dk = nullptr;        // [T, H, K]
+    float* dv = nullptr;        // [T, H, V]
+    float* dg = nullptr;        // [T, H, K]
+    float* dbeta = nullptr;     // [T, H]
+};
+
+// kda_chunked that also keeps the state before every chunk: ckpt [⌈T/chunk⌉, H, K, V], the
+// checkpoints kda_scan_backward starts each chunk's recompute from.
+void kda_chunked_checkpoints(const KdaScanParams& p, float* ckpt, int chunk = 64);
+
+// The recurrence's backward for one sequence: a reverse sweep over the chunks that recomputes
+// each chunk's per-token states forward from its checkpoint (from kda_chunked_checkpoints with the
+// same p and chunk) and walks its tokens backward, carrying ∂L/∂S across the chunk boundaries
+// (∂L/∂S = 0 after the last token). Reads q, k, v, g, beta of p; p.S and p.o are not used.
+void kda_scan_backward(const KdaScanParams& p,
+                       const float* ckpt,  // [⌈T/chunk⌉, H, K, V]
+                       const KdaScanGrads& d,
+                       int chunk = 64);
+
 }  // namespace hymoe::model

@@ -1,0 +1,352 @@
+// The KDA block's backward (spec/model-math.md §3, §9) over a packed batch of fresh sequences:
+// recompute the forward from x keeping what the backward reads (KdaActs), then walk back
+//   y = o_proj(on) (+ LoRA o),  on = RMSNorm(o_h; o_norm) ⊙ σ(g_b g_a x),  o = scan(q, k, v, g, β),
+//   q = l2(SiLU(conv(q_proj x (+ LoRA q))))·K^{-1/2},  k likewise without the scale,
+//   v = SiLU(conv(v_proj x (+ LoRA v))),  g = gate(f_b f_a x + dt_bias),  β = σ(b_proj x),
+// summing every path into dx: the q, k, v projections, the decay path (f_a, f_b), β (b_proj) and
+// the output gate (g_a, g_b). The scan's backward is in kda_scan_backward.cpp. Each sequence's
+// conv starts from a zero tail and its recurrence from a zero state (nothing crosses sequences).
+// Only the adapters learn: lora_backward accumulates (+=) their dA, dB; dx is overwritten.
+#include <algorithm>
+#include <cmath>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+#include "hymoe/model/kda.h"
+
+namespace hymoe::model {
+
+namespace {
+
+// Block sizes from the config: d hidden, H heads, K = V head dim, D = H·K, W conv width.
+struct Dims {
+    int64_t d, H, K, D, W;
+    explicit Dims(const ModelConfig& cfg)
+        : d(cfg.hidden_size),
+          H(cfg.kda.n_head),
+          K(cfg.kda.head_dim),
+          D(H * K),
+          W(cfg.kda.conv_kernel) {}
+};
+
+// What the backward reads from the forward, recomputed from x.
+struct KdaActs {
+    Buffer cq, ck, cv;         // [n_tok, D] conv outputs, before SiLU
+    Buffer q, k, v;            // [n_tok, D] scan inputs ([n_tok, H, K]; q, k l2-normalised)
+    Buffer g;                  // [n_tok, D] log-decay
+    Buffer dg_dz;              // [n_tok, D] ∂g/∂(f + dt_bias)
+    Buffer beta;               // [n_tok, H]
+    Buffer o;                  // [n_tok, D] scan output
+    Buffer nrm;                // [n_tok, D] RMSNorm(o_h; o_norm)
+    Buffer gate;               // [n_tok, D] σ(g_b g_a x)
+    Buffer on;                 // [n_tok, D] nrm ⊙ gate: o_proj's input
+    std::vector<Buffer> ckpt;  // [n_seq] states before each chunk [⌈T_s/C⌉, H, K, V]
+};
+
+// dst [m, n] (+)= a [m, k] · b [k, n], row-major, contiguous.
+void matmul(
+    int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* dst, float beta) {
+    ops::gemm(false, false, m, n, k, 1.0f, a, k, b, n, beta, dst, n);
+}
+
+// c [n_tok, D] = conv(x Wᵀ (+ LoRA)) per sequence from a zero tail, before SiLU.
+void project_conv(const Tensor& x,
+                  const Buffer& proj,  // [D, d]
+                  const LoraSlot* slot,
+                  const Buffer& conv,  // [D, 1, W]
+                  const SeqBatch& batch,
+                  const Dims& n,
+                  Buffer& c) {
+    const int64_t n_tok = x.dim(0);
+    Buffer u(DType::f32, {n_tok, n.D});
+    ops::linear(x, proj.view(), u.view());
+    lora_forward(slot, batch, x, u.view());
+    c = Buffer(DType::f32, {n_tok, n.D});
+    const Tensor w2{conv.ptr<float>(), DType::f32, Device::cpu, {n.D, n.W}};
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        if (batch.length(s) == 0)
+            continue;
+        Buffer tail(DType::f32, {n.W - 1, n.D});  // zeros: a fresh sequence
+        Tensor us = u.view().rows(batch.offsets[s], batch.length(s));
+        Tensor cs = c.view().rows(batch.offsets[s], batch.length(s));
+        Tensor tv = tail.view();
+        ops::causal_conv(us, w2, tv, cs);
+    }
+}
+
+// out = SiLU(c), then l2-normalised per head and scaled when `l2`.
+void silu_l2(const Buffer& c, bool l2, float scale, const Dims& n, Buffer& out) {
+    const int64_t n_tok = c.view().dim(0);
+    out = Buffer(DType::f32, {n_tok, n.D});
+    for (int64_t i = 0; i < n_tok * n.D; ++i)
+        out.ptr<float>()[i] = ops::silu(c.ptr<float>()[i]);
+    if (!l2)
+        return;
+    ops::l2_norm_rows(out.ptr<float>(), n_tok * n.H, n.K);
+    for (int64_t i = 0; i < n_tok * n.D; ++i)
+        out.ptr<float>()[i] *= scale;
+}
+
+// g and ∂g/∂z from the decay logits z = f_b f_a x + dt_bias: g = −a·softplus(z), ∂g/∂z = −a·σ(z),
+// or with a lower bound lb: g = lb·σ(a z), ∂g/∂z = lb·a·σ(a z)(1 − σ(a z)); a = e^{A_log_h}.
+void decay_gate(
+    const KdaConfig& kc, const KdaWeights& w, const Tensor& x, const Dims& n, KdaActs& a) {
+    const int64_t n_tok = x.dim(0);
+    Buffer low(DType::f32, {n_tok, n.K});
+    a.g = Buffer(DType::f32, {n_tok, n.D});
+    a.dg_dz = Buffer(DType::f32, {n_tok, n.D});
+    ops::linear(x, w.f_a_proj.view(), low.view());
+    ops::linear(low.view(), w.f_b_proj.view(), a.g.view());
+    const float* a_log = w.a_log.ptr<float>();  // [H]
+    const float* dt_bias = w.dt_bias.ptr<float>();
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t i = 0; i < n.D; ++i) {
+            const float sa = std::exp(a_log[i / n.K]);
+            float& g = a.g.ptr<float>()[t * n.D + i];
+            float& dz = a.dg_dz.ptr<float>()[t * n.D + i];
+            const float z = g + dt_bias[i];
+            if (kc.gate_lower_bound) {
+                const float lb = static_cast<float>(*kc.gate_lower_bound);
+                const float s = ops::sigmoid(sa * z);
+                g = lb * s;
+                dz = lb * sa * s * (1.0f - s);
+            } else {
+                g = -sa * ops::softplus(z);
+                dz = -sa * ops::sigmoid(z);
+            }
+        }
+    }
+}
+
+// The scan of every sequence from a zero state: a.o and the chunk checkpoints.
+void scan_forward(const Dims& n, const SeqBatch& batch, int chunk, KdaActs& a) {
+    a.o = Buffer(DType::f32, {a.q.view().dim(0), n.D});
+    a.ckpt.clear();
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        const int64_t r = batch.offsets[s], T = batch.length(s);
+        Buffer S(DType::f32, {n.H, n.K, n.K});  // zeros: a fresh sequence
+        a.ckpt.emplace_back(DType::f32,
+                            Shape{std::max<int64_t>(1, (T + chunk - 1) / chunk), n.H, n.K, n.K});
+        KdaScanParams p{T,
+                        static_cast<int>(n.H),
+                        static_cast<int>(n.K),
+                        static_cast<int>(n.K),
+                        a.q.ptr<float>() + r * n.D,
+                        a.k.ptr<float>() + r * n.D,
+                        a.v.ptr<float>() + r * n.D,
+                        a.g.ptr<float>() + r * n.D,
+                        a.beta.ptr<float>() + r * n.H,
+                        S.ptr<float>(),
+                        a.o.ptr<float>() + r * n.D};
+        kda_chunked_checkpoints(p, a.ckpt.back().ptr<float>(), chunk);
+    }
+}
+
+// The forward of kda_forward for fresh sequences, keeping the activations.
+KdaActs recompute_forward(const ModelConfig& cfg,
+                          const KdaWeights& w,
+                          const Tensor& x,
+                          const SeqBatch& batch,
+                          int chunk) {
+    const Dims n(cfg);
+    const int64_t n_tok = x.dim(0);
+    KdaActs a;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
+    project_conv(x, w.q_proj, w.lora.q, w.q_conv1d, batch, n, a.cq);
+    project_conv(x, w.k_proj, w.lora.k, w.k_conv1d, batch, n, a.ck);
+    project_conv(x, w.v_proj, w.lora.v, w.v_conv1d, batch, n, a.cv);
+    silu_l2(a.cq, true, scale, n, a.q);
+    silu_l2(a.ck, true, 1.0f, n, a.k);
+    silu_l2(a.cv, false, 1.0f, n, a.v);
+    decay_gate(cfg.kda, w, x, n, a);
+    a.beta = Buffer(DType::f32, {n_tok, n.H});
+    ops::linear(x, w.b_proj.view(), a.beta.view());
+    ops::sigmoid_inplace(a.beta.view());
+    scan_forward(n, batch, chunk, a);
+
+    Buffer low(DType::f32, {n_tok, n.K});
+    a.gate = Buffer(DType::f32, {n_tok, n.D});
+    ops::linear(x, w.g_a_proj.view(), low.view());
+    ops::linear(low.view(), w.g_b_proj.view(), a.gate.view());
+    ops::sigmoid_inplace(a.gate.view());
+    a.nrm = Buffer(DType::f32, {n_tok, n.D});
+    Tensor heads{a.o.ptr<float>(), DType::f32, Device::cpu, {n_tok * n.H, n.K}};
+    Tensor nrm_heads{a.nrm.ptr<float>(), DType::f32, Device::cpu, {n_tok * n.H, n.K}};
+    ops::rms_norm(heads, w.o_norm.view(), static_cast<float>(cfg.rms_norm_eps), nrm_heads);
+    a.on = Buffer(DType::f32, {n_tok, n.D});
+    for (int64_t i = 0; i < n_tok * n.D; ++i)
+        a.on.ptr<float>()[i] = a.nrm.ptr<float>()[i] * a.gate.ptr<float>()[i];
+    return a;
+}
+
+// From dy [n_tok, d] back to dO [n_tok, D], the scan output's gradient; the output gate's path
+// (g_a, g_b) is added to dx, the o adapter's gradients accumulated.
+void output_backward(const ModelConfig& cfg,
+                     const KdaWeights& w,
+                     const SeqBatch& batch,
+                     const KdaActs& a,
+                     const Tensor& dy,
+                     Buffer& dO,
+                     Tensor& dx) {
+    const Dims n(cfg);
+    const int64_t n_tok = dy.dim(0);
+    Buffer don(DType::f32, {n_tok, n.D});  // ∂L/∂on
+    matmul(n_tok, n.D, n.d, dy.ptr<float>(), w.o_proj.ptr<float>(), don.ptr<float>(), 0.0f);
+    Tensor don_t = don.view();
+    lora_backward(w.lora.o, batch, a.on.view(), dy, don_t);
+
+    Buffer dgate(DType::f32, {n_tok, n.D});  // ∂L/∂(g_b g_a x), before σ
+    dO = Buffer(DType::f32, {n_tok, n.D});
+    const float* on_w = w.o_norm.ptr<float>();  // [K]
+    const float eps = static_cast<float>(cfg.rms_norm_eps);
+    for (int64_t row = 0; row < n_tok * n.H; ++row) {  // one head of one token
+        const float* o = a.o.ptr<float>() + row * n.K;
+        const float* nrm = a.nrm.ptr<float>() + row * n.K;
+        const float* sg = a.gate.ptr<float>() + row * n.K;
+        const float* dn = don.ptr<float>() + row * n.K;
+        float* dgt = dgate.ptr<float>() + row * n.K;
+        float* d_o = dO.ptr<float>() + row * n.K;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n.K; ++i)
+            ss += o[i] * o[i];
+        const float r = 1.0f / std::sqrt(ss / static_cast<float>(n.K) + eps);
+        float dot = 0.0f;  // Σ dm ⊙ m, m = o r, dm = dnrm ⊙ w
+        for (int64_t i = 0; i < n.K; ++i) {
+            dgt[i] = dn[i] * nrm[i] * sg[i] * (1.0f - sg[i]);
+            d_o[i] = dn[i] * sg[i] * on_w[i];  // dm
+            dot += d_o[i] * o[i] * r;
+        }
+        const float mean = dot / static_cast<float>(n.K);
+        for (int64_t i = 0; i < n.K; ++i)  // do = r (dm − m·mean(dm ⊙ m))
+            d_o[i] = r * (d_o[i] - o[i] * r * mean);
+    }
+    Buffer dlow(DType::f32, {n_tok, n.K});
+    matmul(n_tok, n.K, n.D, dgate.ptr<float>(), w.g_b_proj.ptr<float>(), dlow.ptr<float>(), 0.0f);
+    matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.g_a_proj.ptr<float>(), dx.ptr<float>(), 1.0f);
+}
+
+// From the scan's dq (or dk, dv) [n_tok, D] back to dx: l2 (when `l2`, with q's `scale`), SiLU,
+// the time-reversed conv per sequence, the projection and its adapter.
+void qkv_backward(const Tensor& x,
+                  const SeqBatch& batch,
+                  const Buffer& c,  // [n_tok, D] the conv output
+                  bool l2,
+                  float scale,
+                  const Buffer& conv,  // [D, 1, W]
+                  const Buffer& proj,  // [D, d]
+                  LoraSlot* slot,
+                  const Dims& n,
+                  Buffer& grad,  // [n_tok, D] in: ∂L/∂(scan input); overwritten
+                  Tensor& dx) {
+    const int64_t n_tok = x.dim(0);
+    float* dc = grad.ptr<float>();
+    for (int64_t row = 0; row < n_tok * n.H; ++row) {  // ∂L/∂SiLU(c), then ∂L/∂c
+        const float* cr = c.ptr<float>() + row * n.K;
+        float* dr = dc + row * n.K;
+        if (l2) {  // y = s·x̃ r: dx̃ = r(dŷ − ŷ(ŷ·dŷ)), ŷ = x̃ r, dŷ = s dy
+            float ss = 0.0f, dot = 0.0f;
+            for (int64_t i = 0; i < n.K; ++i)
+                ss += ops::silu(cr[i]) * ops::silu(cr[i]);
+            const float r = 1.0f / std::sqrt(ss + 1e-6f);
+            for (int64_t i = 0; i < n.K; ++i)
+                dot += ops::silu(cr[i]) * r * dr[i] * scale;
+            for (int64_t i = 0; i < n.K; ++i)
+                dr[i] = r * (dr[i] * scale - ops::silu(cr[i]) * r * dot);
+        }
+        for (int64_t i = 0; i < n.K; ++i) {
+            const float sg = ops::sigmoid(cr[i]);
+            dr[i] *= sg * (1.0f + cr[i] * (1.0f - sg));
+        }
+    }
+    // du_s = Σ_i w[·, i] dc_{s+W−1−i} within each sequence
+    Buffer du(DType::f32, {n_tok, n.D});
+    const float* w = conv.ptr<float>();  // [D, W]
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        const int64_t r0 = batch.offsets[s], T = batch.length(s);
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t i = 0; i < n.W; ++i) {
+                const int64_t src = t - (n.W - 1) + i;  // the input step w[·, i] read for t
+                if (src < 0)
+                    continue;
+                for (int64_t ch = 0; ch < n.D; ++ch)
+                    du.ptr<float>()[(r0 + src) * n.D + ch] +=
+                        w[ch * n.W + i] * dc[(r0 + t) * n.D + ch];
+            }
+    }
+    matmul(n_tok, n.d, n.D, du.ptr<float>(), proj.ptr<float>(), dx.ptr<float>(), 1.0f);
+    lora_backward(slot, batch, x, du.view(), dx);
+}
+
+}  // namespace
+
+void kda_backward(const ModelConfig& cfg,
+                  const KdaWeights& w,
+                  const Tensor& x,
+                  const SeqBatch& batch,
+                  const Tensor& dy,
+                  Tensor& dx,
+                  int chunk) {
+    const Dims n(cfg);
+    const int64_t n_tok = x.numel() / n.d;
+    HYMOE_CHECK(x.shape == (Shape{n_tok, n.d}) && dy.shape == x.shape && dx.shape == x.shape &&
+                    batch.n_tok() == n_tok && chunk > 0,
+                "kda_backward: x ",
+                shape_string(x.shape),
+                " dy ",
+                shape_string(dy.shape),
+                " dx ",
+                shape_string(dx.shape),
+                ", ",
+                batch.n_tok(),
+                " tokens, chunk ",
+                chunk);
+    for (int64_t p0 : batch.pos0)
+        HYMOE_CHECK(p0 == 0, "kda_backward: sequences must start fresh (pos0 ", p0, ")");
+
+    const KdaActs a = recompute_forward(cfg, w, x, batch, chunk);
+    std::fill(dx.ptr<float>(), dx.ptr<float>() + n_tok * n.d, 0.0f);
+    Buffer dO;
+    output_backward(cfg, w, batch, a, dy, dO, dx);
+
+    Buffer dq(DType::f32, {n_tok, n.D}), dk(DType::f32, {n_tok, n.D}), dv(DType::f32, {n_tok, n.D});
+    Buffer dg(DType::f32, {n_tok, n.D}), dbeta(DType::f32, {n_tok, n.H});
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        const int64_t r = batch.offsets[s];
+        KdaScanParams p{batch.length(s),
+                        static_cast<int>(n.H),
+                        static_cast<int>(n.K),
+                        static_cast<int>(n.K),
+                        a.q.ptr<float>() + r * n.D,
+                        a.k.ptr<float>() + r * n.D,
+                        a.v.ptr<float>() + r * n.D,
+                        a.g.ptr<float>() + r * n.D,
+                        a.beta.ptr<float>() + r * n.H,
+                        nullptr,
+                        nullptr};
+        const KdaScanGrads d{dO.ptr<float>() + r * n.D,
+                             dq.ptr<float>() + r * n.D,
+                             dk.ptr<float>() + r * n.D,
+                             dv.ptr<float>() + r * n.D,
+                             dg.ptr<float>() + r * n.D,
+                             dbeta.ptr<float>() + r * n.H};
+        kda_scan_backward(p, a.ckpt[s].ptr<float>(), d, chunk);
+    }
+
+    // β = σ(b_proj x): dlogit = dβ β(1 − β)
+    for (int64_t i = 0; i < n_tok * n.H; ++i)
+        dbeta.ptr<float>()[i] *= a.beta.ptr<float>()[i] * (1.0f - a.beta.ptr<float>()[i]);
+    matmul(n_tok, n.d, n.H, dbeta.ptr<float>(), w.b_proj.ptr<float>(), dx.ptr<float>(), 1.0f);
+    // g = gate(f_b f_a x + dt_bias)
+    for (int64_t i = 0; i < n_tok * n.D; ++i)
+        dg.ptr<float>()[i] *= a.dg_dz.ptr<float>()[i];
+    Buffer dlow(DType::f32, {n_tok, n.K});
+    matmul(n_tok, n.K, n.D, dg.ptr<float>(), w.f_b_proj.ptr<float>(), dlow.ptr<float>(), 0.0f);
+    matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.f_a_proj.ptr<float>(), dx.ptr<float>(), 1.0f);
+
+    const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
+    qkv_backward(x, batch, a.cq, true, scale, w.q_conv1d, w.q_proj, w.lora.q, n, dq, dx);
+    qkv_backward(x, batch, a.ck, true, 1.0f, w.k_conv1d, w.k_proj, w.lora.k, n, dk, dx);
+    qkv_backward(x, batch, a.cv, false, 1.0f, w.v_conv1d, w.v_proj, w.lora.v, n, dv, dx);
+}
+
+}  // namespace hymoe::model
