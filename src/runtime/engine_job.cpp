@@ -13,6 +13,7 @@
 #include "hymoe/core/timer.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/lora_adapters.h"
 #include "hymoe/runtime/memory.h"
 #include "hymoe/runtime/profile.h"
 #include "hymoe/runtime/rebalance.h"
@@ -62,6 +63,8 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
     o.prompt_logprobs = inf.prompt_logprobs;
     o.top_logprobs = top_n;
+    const InferAdapters adapters = load_infer_adapters(job, m);
+    o.adapter_ids = adapters.ids;
     int64_t n_stop = 0, n_length = 0;
     auto sink = [&](Finished&& f) {
         ++(f.finish == Finish::stop ? n_stop : n_length);

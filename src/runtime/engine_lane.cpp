@@ -58,6 +58,8 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
             if (!may_preempt || !preempt_one(&s, stats))
                 return false;
         st.batch.pos0.push_back(s.state.n_tokens);
+        st.batch.adapter.push_back(
+            s.out.req.adapter.empty() ? -1 : o_.adapter_ids.at(s.out.req.adapter));
         if (s.decoding()) {
             st.tokens.push_back(s.next_token);
         } else {

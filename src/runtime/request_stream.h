@@ -58,8 +58,8 @@ struct Stream {
                            " is outside the vocabulary (",
                            job.model.vocab_size,
                            " tokens)");
-        if (!r.adapter.empty())
-            return "adapter '" + r.adapter + "': LoRA adapters are not available in this build yet";
+        if (!r.adapter.empty() && !job.deck.inference.adapters.count(r.adapter))
+            return "adapter '" + r.adapter + "' is not one of inference.adapters";
         return "";
     }
     bool in_shard() const {  // array jobs: this shard's share of the request indexes

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <limits>
 #include <string>
 #include <vector>
@@ -56,6 +57,8 @@ struct EngineOptions {
                                       //   the run at that tick boundary (EngineStats::stopped)
     int64_t rebalance_every = 0;      // call rebalance() after every this many ticks (0: never);
     std::function<void()> rebalance;  // collective: every rank calls it at the same tick
+    std::map<std::string, int> adapter_ids;  // LoRA adapter name → id (model/lora.h); a request
+                                             //   with adapter "" runs on the base model
 };
 
 // A request with its index in the file (0-based over request lines, bad ones included).
