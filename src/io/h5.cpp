@@ -208,6 +208,58 @@ void H5Writer::rows(const std::string& name,
         HYMOE_FAIL_ONE(Exit::internal, "HDF5: writing rows of ", name, " in ", path_);
 }
 
+void H5Writer::slab(const std::string& name,
+                    const Tensor& local,
+                    const Shape& full,
+                    int dim,
+                    int64_t begin,
+                    bool write,
+                    const Shape& chunk) {
+    std::vector<hsize_t> dims = dims_of(full);
+    H5Id space(full.empty() ? H5Screate(H5S_SCALAR)
+                            : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+               H5Sclose,
+               "dataspace for " + name);
+    H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "dataset properties");
+    if (!chunk.empty() && shape_numel(full) > 0) {
+        std::vector<hsize_t> c = dims_of(chunk);
+        H5Pset_chunk(dcpl.get(), static_cast<int>(c.size()), c.data());
+    }
+    const hid_t type = h5_type(local.dtype);
+    H5Id d(H5Dcreate2(file_.get(),
+                      name.c_str(),
+                      type,
+                      space.get(),
+                      link_props().get(),
+                      dcpl.get(),
+                      H5P_DEFAULT),
+           H5Dclose,
+           "creating " + name + " in " + path_);
+    std::vector<hsize_t> start(full.size(), 0), count = dims;
+    if (dim >= 0) {
+        start[dim] = static_cast<hsize_t>(begin);
+        count[dim] = static_cast<hsize_t>(local.shape.at(dim));
+    }
+    H5Id file_space(H5Dget_space(d.get()), H5Sclose, "dataspace of " + name);
+    if (!full.empty())
+        H5Sselect_hyperslab(
+            file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    H5Id mem_space(full.empty()
+                       ? H5Screate(H5S_SCALAR)
+                       : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
+                   H5Sclose,
+                   "memory dataspace");
+    if (!write || shape_numel(full) == 0) {
+        H5Sselect_none(file_space.get());
+        H5Sselect_none(mem_space.get());
+    }
+    H5Id xfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "transfer properties");
+    if (parallel_)
+        H5Pset_dxpl_mpio(xfer.get(), H5FD_MPIO_COLLECTIVE);
+    if (H5Dwrite(d.get(), type, mem_space.get(), file_space.get(), xfer.get(), local.data) < 0)
+        HYMOE_FAIL_ONE(Exit::internal, "HDF5: writing ", name, " in ", path_);
+}
+
 namespace {
 
 // The rows of an extendible dataset: created [0, ...] with unlimited axis 0 and chunks of about
@@ -385,6 +437,32 @@ std::vector<std::string> H5Reader::strings(const std::string& name) const {
         out.push_back(s.substr(0, s.find('\0')));
     }
     return out;
+}
+
+void H5Reader::slab(const std::string& name, int dim, int64_t begin, Tensor& dest) const {
+    H5Id d(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose, path_ + ": " + name);
+    H5Id space(H5Dget_space(d.get()), H5Sclose, "space of " + name);
+    const Shape full = shape(name);
+    HYMOE_CHECK(full.size() == dest.shape.size(),
+                name,
+                " is ",
+                shape_string(full),
+                ", read into ",
+                shape_string(dest.shape));
+    std::vector<hsize_t> start(full.size(), 0), count = dims_of(dest.shape);
+    if (dim >= 0)
+        start[dim] = static_cast<hsize_t>(begin);
+    if (!full.empty() &&
+        H5Sselect_hyperslab(
+            space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
+        HYMOE_FAIL_ONE(Exit::internal, "HDF5: selecting a slab of ", name, " in ", path_);
+    H5Id mem(full.empty() ? H5Screate(H5S_SCALAR)
+                          : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
+             H5Sclose,
+             "memory space");
+    if (dest.numel() > 0 &&
+        H5Dread(d.get(), h5_type(dest.dtype), mem.get(), space.get(), H5P_DEFAULT, dest.data) < 0)
+        HYMOE_FAIL_ONE(Exit::internal, "HDF5: reading ", name, " in ", path_);
 }
 
 std::vector<float> H5Reader::floats(const std::string& name) const {

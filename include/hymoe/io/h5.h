@@ -52,6 +52,17 @@ public:
     void array(const std::string& name, const Tensor& t);
     // Collective: dataset [total_rows, ...]; each rank writes its rows at row_offset.
     void rows(const std::string& name, const Tensor& local, int64_t row_offset, int64_t total_rows);
+    // Collective: dataset `full` (created with chunks of shape `chunk` when given, else
+    // contiguous); the ranks with write = true put local at [begin, begin + local.shape[dim])
+    // along dim (dim < 0: local is the whole tensor). Every rank calls it for every dataset, with
+    // local's dtype equal on all.
+    void slab(const std::string& name,
+              const Tensor& local,
+              const Shape& full,
+              int dim,
+              int64_t begin,
+              bool write,
+              const Shape& chunk = {});
     // Streaming (serial writers only): append rows along axis 0 of an extendible, chunked
     // dataset, created by the first call with the rows' trailing shape. An empty append still
     // creates the dataset. local [n, ...]
@@ -82,6 +93,9 @@ public:
     std::vector<int64_t> ints(const std::string& name) const;  // any integer dataset, widened
     // Elements [begin, begin + count) of a 1-D integer dataset (streaming readers).
     std::vector<int64_t> ints(const std::string& name, int64_t begin, int64_t count) const;
+    // [begin, begin + dest.shape[dim]) along dim (dim < 0: the whole dataset) into dest, whose
+    // dtype names the memory type (bf16 and f16 read the stored bits).
+    void slab(const std::string& name, int dim, int64_t begin, Tensor& dest) const;
     // Fixed-length or variable-length string datasets.
     std::vector<std::string> strings(const std::string& name) const;
 

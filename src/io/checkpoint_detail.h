@@ -1,0 +1,42 @@
+// Helpers the checkpoint files share (io/checkpoint.h): strings over a communicator, a collective
+// agreement on a failure, dtype names, fsync.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hymoe/core/error.h"
+#include "hymoe/parallel/comm.h"
+
+namespace hymoe::io::detail {
+
+// Every rank's string, in rank order, on every rank.
+std::vector<std::string> all_gather_strings(const std::string& s, const comm::Comm& c);
+// root's string on every rank.
+std::string broadcast_string(const std::string& s, int root, const comm::Comm& c);
+
+// Runs body on every rank; if it threw a hymoe::Error on any, every rank raises one collective
+// error with `code` and the first failing rank's sentence (so rank 0 prints it once and every
+// rank exits cleanly with the code).
+template <typename F>
+void agree(const comm::Comm& c, Exit code, F&& body) {
+    std::string problem;
+    try {
+        body();
+    } catch (const Error& e) {
+        problem = e.what();
+    }
+    const int first = static_cast<int>(
+        comm::all_reduce_value(problem.empty() ? c.size() : c.rank(), c, comm::ReduceOp::min));
+    if (first == c.size())
+        return;
+    HYMOE_FAIL(code, broadcast_string(problem, first, c));
+}
+
+const char* dtype_name(DType t);  // "f32", "bf16", ...
+DType dtype_from_name(const std::string& s, const std::string& where);
+
+// fsync a file or a folder: a crash after this cannot lose it (or, for a folder, a rename in it).
+void sync_path(const std::string& path);
+
+}  // namespace hymoe::io::detail
