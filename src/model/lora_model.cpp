@@ -90,7 +90,7 @@ LoraModel attach_lora(Model& m, const std::vector<std::string>& targets, bool pe
     std::set<std::string> matched;
     const int64_t n_expert = m.cfg.moe.n_routed_experts;
     for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i) {
-        std::map<std::string, LoraModule*> shared;  // per projection: the layer's expert adapter
+        std::map<std::string, size_t> shared;  // per projection: the layer's expert adapter
         const bool q_latent = m.local.mla.q_lora_rank > 0;
         for (const Site& site : layer_sites(m.local.layers[i], m.layers[i], q_latent)) {
             bool take = false;
@@ -102,10 +102,10 @@ LoraModel attach_lora(Model& m, const std::vector<std::string>& targets, bool pe
             const TensorSpec& w = specs.at(site.weight);
             const std::string module = module_of(w.name);
             if (site.group == "experts" && !per_expert) {
-                LoraModule*& mod = shared[site.proj];
-                if (mod) {  // one more hosted expert under the layer's adapter
-                    mod->adapted.push_back(w.dest);
-                    *site.slot = mod->slot;
+                auto [at, first] = shared.try_emplace(site.proj, lm.modules.size());
+                if (!first) {  // one more hosted expert under the layer's adapter
+                    lm.modules[at->second].adapted.push_back(w.dest);
+                    *site.slot = lm.modules[at->second].slot;
                     continue;
                 }
                 const std::string proj = module.substr(module.rfind('.') + 1);
@@ -114,7 +114,6 @@ LoraModel attach_lora(Model& m, const std::vector<std::string>& targets, bool pe
                 for (int64_t e = 0; e < n_expert; ++e)
                     added.peft_names.push_back(
                         expert_module(module, site.expert_id, std::to_string(e)));
-                mod = &added;
             } else {
                 LoraModule& added = lm.modules.emplace_back();
                 added.name = module;
