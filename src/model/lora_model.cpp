@@ -77,7 +77,7 @@ std::string expert_module(const std::string& module, int e, const std::string& i
     const std::string key = "experts." + std::to_string(e) + ".";
     const size_t at = module.find(key);
     HYMOE_CHECK(at != std::string::npos, "lora: expert module ", module, " has no ", key);
-    return module.substr(0, at) + "experts." + id + module.substr(at + key.size());
+    return module.substr(0, at) + "experts." + id + "." + module.substr(at + key.size());
 }
 
 }  // namespace

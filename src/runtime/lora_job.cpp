@@ -276,6 +276,37 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
         log::info(cat("checkpoint: ", ckpt_root, "/step_", steps_done));
     };
 
+    // evaluation: domain and general loss and accuracy on the fixed eval rows
+    auto run_eval = [&](int64_t steps_done) {
+        auto measure = [&](const EvalSet& e, double& l, double& acc) {
+            l = acc = std::nan("");
+            if (e.rows.empty())
+                return;
+            const model::LossSums s = evaluate(m, e, ft.seq_len, micro, grid);
+            const auto n = static_cast<double>(std::max<int64_t>(s.targets, 1));
+            l = s.loss / n;
+            acc = static_cast<double>(s.correct) / n;
+        };
+        double dl, da, gl, ga;
+        measure(eval_domain, dl, da);
+        measure(eval_general, gl, ga);
+        hist.eval_step.push_back(static_cast<double>(steps_done));
+        hist.domain_loss.push_back(dl), hist.domain_accuracy.push_back(da);
+        hist.general_loss.push_back(gl), hist.general_accuracy.push_back(ga);
+        log::info(cat("eval at step ",
+                      steps_done,
+                      ": domain loss ",
+                      fixed(dl, 4),
+                      ", accuracy ",
+                      fixed(da, 4),
+                      "; general loss ",
+                      fixed(gl, 4),
+                      ", accuracy ",
+                      fixed(ga, 4)));
+    };
+    if (ft.eval_every > 0 && start == 0)
+        run_eval(0);  // the base model
+
     const StopSignals stop_signals;
     const double max_seconds = 0.99 * 3600 * job.deck.job.max_hours;
     std::vector<double> recent;  // the last losses (spike guard)
@@ -285,11 +316,15 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
         std::vector<model::TrainBatch> batches;
         for (int64_t a = 0; a < accum; ++a)
             batches.push_back(mix.load(plan, (a * dp + grid.me.dp) * micro, micro));
-        int64_t targets = 0;
-        for (const model::TrainBatch& b : batches)
-            targets +=
-                std::count_if(b.targets.begin(), b.targets.end(), [](int64_t t) { return t >= 0; });
-        const int64_t all_targets = comm::all_reduce_value(targets, grid.comms.dp);
+        std::vector<double> counts = {0, 0};  // targets, tokens of the global batch
+        for (const model::TrainBatch& b : batches) {
+            counts[0] += static_cast<double>(std::count_if(
+                b.targets.begin(), b.targets.end(), [](int64_t t) { return t >= 0; }));
+            counts[1] += static_cast<double>(b.tokens.size());
+        }
+        comm::all_reduce_sum(counts, grid.comms.dp);
+        const auto all_targets = static_cast<int64_t>(counts[0]);
+        const double all_tokens = counts[1];
         zero_grads(lm);
         model::LossSums sums;
         std::vector<std::vector<int64_t>> load(job.model.layers.size());
@@ -378,8 +413,8 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
         const double lr = learning_rate(ft.optimizer, step, ft.steps);
         hist.step.push_back(static_cast<double>(step + 1));
         hist.loss.push_back(loss), hist.lr.push_back(lr), hist.grad_norm.push_back(norm);
-        hist.tokens.push_back(static_cast<double>(all_targets)), hist.seconds.push_back(seconds);
-        hist.tokens_per_s.push_back(static_cast<double>(all_targets) / seconds);
+        hist.tokens.push_back(all_tokens), hist.seconds.push_back(seconds);
+        hist.tokens_per_s.push_back(all_tokens / seconds);
         hist.skipped.push_back(bad ? 1 : 0);
         hist.load.insert(hist.load.end(), shares.begin(), shares.end());
         hist.overlap.insert(hist.overlap.end(), ov.begin(), ov.end());
@@ -395,7 +430,7 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
                       ", grad norm ",
                       fixed(norm, 4),
                       ", ",
-                      fixed(static_cast<double>(all_targets) / seconds, 1),
+                      fixed(all_tokens / seconds, 1),
                       " tokens/s",
                       L > 0 ? cat(", router top-k overlap ",
                                   fixed(ov[0], 3),
@@ -404,33 +439,8 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
                                   ")")
                             : ""));
         const bool last = step + 1 == ft.steps;
-        if (ft.eval_every > 0 && ((step + 1) % ft.eval_every == 0 || last)) {
-            auto measure = [&](const EvalSet& e, double& l, double& acc) {
-                l = acc = std::nan("");
-                if (e.rows.empty())
-                    return;
-                const model::LossSums s = evaluate(m, e, ft.seq_len, micro, grid);
-                l = s.loss / static_cast<double>(std::max<int64_t>(s.targets, 1));
-                acc = static_cast<double>(s.correct) /
-                      static_cast<double>(std::max<int64_t>(s.targets, 1));
-            };
-            double dl, da, gl, ga;
-            measure(eval_domain, dl, da);
-            measure(eval_general, gl, ga);
-            hist.eval_step.push_back(static_cast<double>(step + 1));
-            hist.domain_loss.push_back(dl), hist.domain_accuracy.push_back(da);
-            hist.general_loss.push_back(gl), hist.general_accuracy.push_back(ga);
-            log::info(cat("eval at step ",
-                          step + 1,
-                          ": domain loss ",
-                          fixed(dl, 4),
-                          ", accuracy ",
-                          fixed(da, 4),
-                          "; general loss ",
-                          fixed(gl, 4),
-                          ", accuracy ",
-                          fixed(ga, 4)));
-        }
+        if (ft.eval_every > 0 && ((step + 1) % ft.eval_every == 0 || last))
+            run_eval(step + 1);
         const bool stopping =
             comm::all_reduce_value(
                 stop_signal() != 0 || (max_seconds > 0 && wall_seconds() - t0 >= max_seconds),
@@ -448,7 +458,8 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
             return static_cast<int>(Exit::stopped);
         }
     }
-    save(ft.steps);
+    if (ft.checkpoint_every == 0 || ft.steps % ft.checkpoint_every != 0)
+        save(ft.steps);
     const io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
     export_adapters(job, m, lm, grid);
     if (grid.rank == 0)
