@@ -79,6 +79,8 @@ JobProfile gather_profile(const Job& job,
     secs[4 * L + 1] = static_cast<float>(mine.attn.indexer_seconds);
     secs[4 * L + 2] = static_cast<float>(mine.attn.attention_seconds);
     secs[4 * L + 3] = static_cast<float>(mine.pipeline_seconds);
+    p.rank_layer_seconds.assign(secs.begin(), secs.begin() + 4 * L);
+    p.rank_seconds.assign(secs.begin() + 4 * L, secs.begin() + 4 * L + 4);
     Tensor st = view_of(secs);
     comm::all_reduce(st, all);
     const float per_stage = static_cast<float>(job.layout.tp * job.layout.dp);
@@ -243,6 +245,7 @@ void write_profile(const Job& job,
     const std::string path = job.deck.job.output + "/profile.h5";
     io::H5Writer file(path, grid.comms.world);
     io::write_meta(file, {&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
+    const auto L = static_cast<int64_t>(job.model.layers.size());
     std::vector<std::string> mixer, ffn;
     for (const model::LayerSpec& spec : job.model.layers) {
         mixer.emplace_back(model::to_string(spec.mixer));
@@ -272,7 +275,6 @@ void write_profile(const Job& job,
     file.array("/peaks", view_of(peaks));
     file.attr("/peaks", "columns", "gemm_gflops read_gb_s");
     if (!p.imbalance.empty() && job.deck.profile.experts) {
-        const auto L = static_cast<int64_t>(job.model.layers.size());
         std::vector<int64_t> tpe = p.tokens_per_expert, tpr = p.tokens_per_rank;
         file.array("/experts/tokens_per_expert",
                    view_of(tpe, {L, static_cast<int64_t>(tpe.size()) / L}));
@@ -287,6 +289,19 @@ void write_profile(const Job& job,
         file.array("/experts/combine_seconds", view_of(comb));
         file.attr("/experts/combine_seconds", "unit", "s");
     }
+    std::vector<float> layer_secs = p.rank_layer_seconds, secs = p.rank_seconds;
+    file.rows("/ranks/layer_seconds",
+              Tensor{layer_secs.data(), DType::f32, Device::cpu, {1, 4, L}},
+              grid.rank,
+              job.layout.world());
+    file.attr("/ranks/layer_seconds", "columns", "mixer ffn dispatch combine");
+    file.attr("/ranks/layer_seconds", "unit", "s");
+    file.rows("/ranks/seconds",
+              Tensor{secs.data(), DType::f32, Device::cpu, {1, 4}},
+              grid.rank,
+              job.layout.world());
+    file.attr("/ranks/seconds", "columns", "head indexer attention_other pipeline");
+    file.attr("/ranks/seconds", "unit", "s");
     std::vector<float> mine(memory.begin(), memory.end());
     Tensor row{mine.data(), DType::f32, Device::cpu, {1, kMemoryColumns}};
     file.rows("/memory/ranks", row, grid.rank, job.layout.world());
