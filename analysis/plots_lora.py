@@ -34,7 +34,7 @@ def loss(run):
     ax.set_ylabel("loss (nats per token)")
     ax.set_title("training and evaluation loss")
     ax.legend(fontsize=8)
-    return fig, "; ".join(notes)
+    return fig, "; ".join(dict.fromkeys(notes))
 
 
 def accuracy(run):
@@ -108,18 +108,20 @@ def expert_load(run):
 
 def drift(run):
     step = run.get("results", "/train/step")
-    layers = run.get("results", "/experts/layers")
-    overlap = run.get("results", "/drift/top_k_overlap")
-    kl = run.get("results", "/drift/kl")
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
-    for k, layer in enumerate(layers):
-        ax.plot(step, overlap[:, k], label=f"layer {layer}")
-        ax2.plot(step, kl[:, k], label=f"layer {layer}")
-    ax.set_title("routing drift: top-k overlap with the base router")
-    ax.set_xlabel("step")
-    ax.set_ylim(0, 1.05)
-    ax2.set_title("routing drift: KL divergence of the routing")
-    ax2.set_xlabel("step")
-    ax.legend(fontsize=7)
+    layers = (run.get("results", "/experts/layers") if run.has("results", "/experts/layers")
+              else None)
+    panels = [("/drift/top_k_overlap", "routing drift: top-k overlap with the base router"),
+              ("/drift/kl", "routing drift: KL divergence of the routing")]
+    have = [(p, t) for p, t in panels if run.has("results", p)]
+    if not have:
+        raise Missing("results.h5 has no /drift")
+    fig, axes = plt.subplots(1, len(have), figsize=(5.5 * len(have), 3.6), squeeze=False)
+    for ax, (path, title) in zip(axes[0], have):
+        v = run.get("results", path)  # [S, L]
+        for k in range(v.shape[1]):
+            ax.plot(step, v[:, k], label=f"layer {layers[k]}" if layers is not None else f"column {k}")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
     fig.tight_layout()
-    return fig
+    return fig, "; ".join(f"results.h5 has no {p}" for p, _ in panels if not run.has("results", p))

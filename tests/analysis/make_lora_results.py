@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""make_lora_results.py OUT_DIR [--seed N] [--steps S]: writes a synthetic lora results.h5 in the
+"""make_lora_results.py OUT_DIR [--seed N] [--steps S] [--drop PATH]...: writes a synthetic lora results.h5 in the
 schema the trainer writes (README, "results.h5 (lora)"), so analysis/report.py's and compare.py's
 lora paths run before the trainer does. Curves are smooth functions plus seeded noise: a decaying
 loss, cosine lr with warmup, eval every 10 steps (general accuracy not measured: NaN), expert load
-drifting from uniform, and routing drift growing with the steps. Not a reference for any number."""
+drifting from uniform, and routing drift growing with the steps. --drop leaves a group or dataset
+out (a run that lacks it). Not a reference for any number."""
 import argparse
 import os
 
@@ -20,7 +21,7 @@ finetune:
 """
 
 
-def write(out_dir, seed=1, steps=60, layers=(1, 2, 3), experts=8, every=10):
+def write(out_dir, seed=1, steps=60, drop=(), layers=(1, 2, 3), experts=8, every=10):
     rng = np.random.default_rng(seed)
     os.makedirs(out_dir, exist_ok=True)
     S, L, E = steps, len(layers), experts
@@ -60,6 +61,8 @@ def write(out_dir, seed=1, steps=60, layers=(1, 2, 3), experts=8, every=10):
         f["/experts/load"] = load
         f["/drift/top_k_overlap"] = overlap
         f["/drift/kl"] = kl
+        for p in drop:
+            del f[p]
     return path
 
 
@@ -68,5 +71,6 @@ if __name__ == "__main__":
     ap.add_argument("out_dir")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--drop", action="append", default=[], help="a group or dataset to leave out")
     a = ap.parse_args()
-    print(write(a.out_dir, a.seed, a.steps))
+    print(write(a.out_dir, a.seed, a.steps, a.drop))
