@@ -20,7 +20,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import agreement  # noqa: E402
 from h5read import Missing, Run  # noqa: E402
 from page import Page, table  # noqa: E402
-from plots_infer import layer_phases  # noqa: E402
+from plots_infer import COLOURS, layer_phases  # noqa: E402
 
 
 def agreement_plot(res):
@@ -76,15 +76,13 @@ def layers_plot(a, b):
     L = len(a.get("profile", "/layers/mixer"))
     if len(b.get("profile", "/layers/mixer")) != L:
         raise Missing("the runs have different numbers of layers")
-    labels = sorted({k for k, _ in pa} | {k for k, _ in pb}, key=[k for k, _ in pa + pb].index)
-    colors = {k: f"C{i}" for i, k in enumerate(labels)}
     x = np.arange(L)
     fig, ax = plt.subplots(figsize=(10, 4))
     labelled = set()
     for phases, dx, hatch in ((pa, -0.2, ""), (pb, 0.2, "//")):
         bottom = np.zeros(L)
         for k, v in phases:
-            ax.bar(x + dx, v, width=0.38, bottom=bottom, color=colors[k], hatch=hatch,
+            ax.bar(x + dx, v, width=0.38, bottom=bottom, color=COLOURS[k], hatch=hatch,
                    edgecolor="w", label=None if k in labelled else k)
             labelled.add(k)
             bottom += v
@@ -182,7 +180,8 @@ def compare(dir_a, dir_b, out=None):
             page.raw("<p>least agreeing requests</p>" + table(
                 [(r["id"], r["len_a"], r["len_b"], f"{r['rate']:.3f}", r["first_divergence"],
                   f"{r['lp_max']:.3g}") for r in worst],
-                ["id", "tokens A", "tokens B", "match rate", "first divergence", "max |Δ logprob|"]))
+                ["id", "tokens A", "tokens B", "match rate", "first divergence",
+                 "max |Δ logprob|"]))
     page.section("Timings")
     page.plot("layers", "per-layer time by phase", layers_plot, a, b)
     path = os.path.join(page.out_dir, "index.html")

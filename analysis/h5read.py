@@ -25,7 +25,8 @@ class Missing(Exception):
 def out_dir(path):
     """A job folder (holding out/) or its out/ folder itself -> the out/ folder."""
     inner = os.path.join(path, "out")
-    if not any(os.path.exists(os.path.join(path, f + ".h5")) for f in FILES) and os.path.isdir(inner):
+    has_h5 = any(os.path.exists(os.path.join(path, f + ".h5")) for f in FILES)
+    if not has_h5 and os.path.isdir(inner):
         return inner
     return path
 
@@ -41,7 +42,10 @@ class Run:
             if os.path.exists(p):
                 self.files[name] = h5py.File(p, "r")
         log = os.path.join(self.dir, "log")
-        self.log = open(log, encoding="utf-8", errors="replace").read() if os.path.exists(log) else ""
+        self.log = ""
+        if os.path.exists(log):
+            with open(log, encoding="utf-8", errors="replace") as f:
+                self.log = f.read()
 
     def close(self):
         for f in self.files.values():

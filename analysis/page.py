@@ -51,11 +51,12 @@ class Page:
         self.blocks.append(("plot", title, png, note))
 
     def write(self, path):
-        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}"
-                 "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+        title = html.escape(self.title)
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>",
+                 "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
                  "img{max-width:100%}.note{color:#a40}table{border-collapse:collapse}"
-                 "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body>",
-                 f"<h1>{html.escape(self.title)}</h1>"]
+                 "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style>",
+                 f"</head><body><h1>{title}</h1>"]
         for b in self.blocks:
             if b[0] == "h2":
                 parts.append(f"<h2>{html.escape(b[1])}</h2>")

@@ -11,6 +11,9 @@ from h5read import Missing
 
 ATTENTION = ("mla", "dsa")
 MOE = ("moe", "latent_moe")
+PHASES = ("KDA", "attention (MLA/DSA, indexer incl.)", "dense FFN", "MoE route + experts",
+          "MoE dispatch", "MoE combine")  # layer_phases' labels; a phase keeps its colour
+COLOURS = {k: f"C{i}" for i, k in enumerate(PHASES)}
 
 
 def _optional(run, path, default):
@@ -48,12 +51,9 @@ def layer_phases(run):
     compute = np.clip(ffn_s - disp - comb, 0, None)
     is_att = np.isin(mixer, ATTENTION)
     is_moe = np.isin(ffn, MOE)
-    phases = [("KDA", np.where(mixer == "kda", mixer_s, 0)),
-              ("attention (MLA/DSA, indexer incl.)", np.where(is_att, mixer_s, 0)),
-              ("dense FFN", np.where(is_moe, 0, compute)),
-              ("MoE route + experts", np.where(is_moe, compute, 0)),
-              ("MoE dispatch", disp), ("MoE combine", comb)]
-    return [(k, v) for k, v in phases if np.any(v > 0)]
+    values = [np.where(mixer == "kda", mixer_s, 0), np.where(is_att, mixer_s, 0),
+              np.where(is_moe, 0, compute), np.where(is_moe, compute, 0), disp, comb]
+    return [(k, v) for k, v in zip(PHASES, values) if np.any(v > 0)]
 
 
 def layer_latency(run):
@@ -65,7 +65,7 @@ def layer_latency(run):
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12.5, 4.2), gridspec_kw={"width_ratios": [3, 1.6]})
     bottom = np.zeros(L)
     for label, v in phases:
-        ax.bar(x, v, bottom=bottom, label=label)
+        ax.bar(x, v, bottom=bottom, label=label, color=COLOURS[label])
         bottom += v
     notes = ["the MoE route is timed with the experts (no separate route timer)"]
     if run.has("profile", "/ranks/layer_seconds"):
@@ -127,8 +127,8 @@ def expert_load(run):
     tpe = run.get("profile", "/experts/tokens_per_expert").astype(float)  # [L, E]
     rows = _moe_rows(run, tpe)
     has_rank = run.has("profile", "/experts/tokens_per_rank")
-    fig, axes = plt.subplots(1, 2 if has_rank else 1, figsize=(12 if has_rank else 7, 1.5 + 0.5 * len(rows)),
-                             squeeze=False)
+    fig, axes = plt.subplots(1, 2 if has_rank else 1, squeeze=False,
+                             figsize=(12 if has_rank else 7, 1.5 + 0.5 * len(rows)))
     _share_map(axes[0, 0], fig, tpe, rows, "routed expert", "assignments per expert")
     if has_rank:
         tpr = run.get("profile", "/experts/tokens_per_rank").astype(float)  # [L, W]
@@ -194,7 +194,8 @@ def roofline(run):
     ax.set_ylabel("GFLOP/s")
     ax.set_title("roofline by layer class (mixer + FFN; labels: layer)")
     ax.legend(fontsize=8)
-    return fig, "MoE layers' weight bytes count every expert (an upper bound: untouched experts are not read)"
+    return fig, ("MoE layers' weight bytes count every expert (an upper bound: untouched experts "
+                 "are not read)")
 
 
 def memory_ranks(run):

@@ -119,7 +119,8 @@ def drift(run):
     for ax, (path, title) in zip(axes[0], have):
         v = run.get("results", path)  # [S, L]
         for k in range(v.shape[1]):
-            ax.plot(step, v[:, k], label=f"layer {layers[k]}" if layers is not None else f"column {k}")
+            name = f"layer {layers[k]}" if layers is not None else f"column {k}"
+            ax.plot(step, v[:, k], label=name)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.legend(fontsize=7)

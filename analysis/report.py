@@ -18,7 +18,8 @@ from page import Page, run_summary  # noqa: E402
 
 # (section, [(png name, title, draw function)]) per family of outputs
 PROFILE = [
-    ("Latency", [("layers", "per-layer latency by phase, min/max over ranks", plots_infer.layer_latency),
+    ("Latency", [("layers", "per-layer latency by phase, min/max over ranks",
+                  plots_infer.layer_latency),
                  ("rank_layers", "layer time per rank", plots_infer.rank_layer_time),
                  ("roofline", "roofline of each layer class", plots_infer.roofline)]),
     ("Experts and communication", [

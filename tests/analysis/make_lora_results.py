@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""make_lora_results.py OUT_DIR [--seed N] [--steps S] [--drop PATH]...: writes a synthetic lora results.h5 in the
-schema the trainer writes (README, "results.h5 (lora)"), so analysis/report.py's and compare.py's
-lora paths run before the trainer does. Curves are smooth functions plus seeded noise: a decaying
-loss, cosine lr with warmup, eval every 10 steps (general accuracy not measured: NaN), expert load
-drifting from uniform, and routing drift growing with the steps. --drop leaves a group or dataset
-out (a run that lacks it). Not a reference for any number."""
+"""make_lora_results.py OUT_DIR [--seed N] [--steps S] [--drop PATH]...: writes a synthetic lora
+results.h5 in the schema the trainer is to write (listed in the README's Analysis section), so the
+lora paths of analysis/report.py and compare.py run before the trainer does. Curves are smooth
+functions plus seeded noise: a decaying loss, cosine lr with warmup, eval every 10 steps (general
+accuracy not measured: NaN), expert load drifting from uniform, and routing drift growing with
+the steps. --drop leaves a group or dataset out (a run that lacks it). Not a reference for any
+number."""
 import argparse
 import os
 
@@ -49,8 +50,9 @@ def write(out_dir, seed=1, steps=60, drop=(), layers=(1, 2, 3), experts=8, every
         f["/meta/build/git_sha"] = "synthetic"
         f["/meta/model"] = "tiny (synthetic lora results)"
         f["/train/step"] = step
-        for name, v in (("loss", loss), ("lr", lr), ("grad_norm", 1.0 / np.sqrt(step) + 0.1),
-                        ("tokens", tokens), ("seconds", seconds), ("tokens_per_s", tokens / seconds)):
+        train = {"loss": loss, "lr": lr, "grad_norm": 1.0 / np.sqrt(step) + 0.1, "tokens": tokens,
+                 "seconds": seconds, "tokens_per_s": tokens / seconds}
+        for name, v in train.items():
             f["/train/" + name] = v.astype(np.float64)
         f["/eval/step"] = ev
         f["/eval/domain_loss"] = dom

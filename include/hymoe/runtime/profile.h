@@ -42,10 +42,10 @@ struct JobProfile {
     std::vector<float> dispatch_seconds, combine_seconds;  // [n_layer] mean over ranks
     std::vector<int64_t> remote_bytes;  // [n_layer] dispatch + combine payload sent to other
                                         //   ranks, all ranks together (runtime/plan.h's ep bytes)
-    std::vector<float> rank_layer_seconds;  // [4, n_layer] this rank's own mixer, ffn, dispatch,
-                                            //   combine seconds (0 for other stages' layers)
-    std::vector<float> rank_seconds;        // [4] this rank's head, indexer, other attention and
-                                            //   pipeline seconds
+    std::vector<float> rank_layer_seconds;  // [world, 4, n_layer] each rank's own mixer, ffn,
+                                            //   dispatch, combine seconds (0: another stage's)
+    std::vector<float> rank_seconds;        // [world, 4] each rank's head, indexer, other
+                                            //   attention and pipeline seconds
 };
 
 // Every rank's stats combined; collective over the world.
