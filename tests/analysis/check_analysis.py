@@ -85,6 +85,10 @@ def check_progress():
         assert p["prompt_tok_s"].tolist() == [60.5, 76.8]
         assert p["running"].tolist() == [1, 3] and p["pages"].tolist() == [2, 7]
         assert p["pages_total"].tolist() == [405468, 405468]
+        with open(os.path.join(d, "log"), "w") as f:  # one run at dp 1: no "(replica 0)"
+            f.write("\n".join(LOG.splitlines()[:2]))
+        p = Run(d).progress()
+        assert p["seconds"].tolist() == [5.0] and p["pages"].tolist() == [1]
 
 
 def check_rank_spread():
