@@ -59,7 +59,7 @@ DEB_PKGS := make g++ pkg-config bc openmpi-bin libopenmpi-dev libhdf5-openmpi-de
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all
-.PHONY: all run test check bench format format-check deps help clean FORCE
+.PHONY: all run test check bench report format format-check deps help clean FORCE
 
 all: $(BINS) build/hymoe  ## build hymoe and the test binaries (CUDA=1 adds the CUDA backend, SAN=asan sanitizers)
 
@@ -134,6 +134,11 @@ bench: deps  ## speed as ratios measured in the same run
 	@for np in 2 4; do OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np $$np $(OUT)/bench_comm; done
 	@for np in 2 4; do OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np $$np $(OUT)/bench_moe; done
 	@OMP_NUM_THREADS=1 $(OUT)/bench_model 1 $(if $(filter 1,$(NPROC)),,2)
+
+PYTHON ?= /usr/bin/python3
+report:  ## plots and an HTML page of a job's outputs: make report JOB=jobs/NAME (-> JOB/out/report/)
+	@test -n "$(JOB)" || { echo "usage: make report JOB=jobs/NAME"; exit 2; }
+	@$(PYTHON) analysis/report.py $(JOB)/out
 
 deps:  ## install the missing Debian packages (spec/toolchain.md's apt line)
 	@missing=""; for p in $(DEB_PKGS); do \

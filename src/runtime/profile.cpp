@@ -79,6 +79,15 @@ JobProfile gather_profile(const Job& job,
     secs[4 * L + 1] = static_cast<float>(mine.attn.indexer_seconds);
     secs[4 * L + 2] = static_cast<float>(mine.attn.attention_seconds);
     secs[4 * L + 3] = static_cast<float>(mine.pipeline_seconds);
+    // every rank's own seconds in its row, the other rows 0: the sum over ranks is the table
+    p.rank_layer_seconds.assign(static_cast<size_t>(world * 4 * L), 0.0f);
+    p.rank_seconds.assign(static_cast<size_t>(world * 4), 0.0f);
+    std::copy(secs.begin(), secs.begin() + 4 * L, p.rank_layer_seconds.begin() + grid.rank * 4 * L);
+    std::copy(
+        secs.begin() + 4 * L, secs.begin() + 4 * L + 4, p.rank_seconds.begin() + grid.rank * 4);
+    Tensor rl = view_of(p.rank_layer_seconds), rs = view_of(p.rank_seconds);
+    comm::all_reduce(rl, all);
+    comm::all_reduce(rs, all);
     Tensor st = view_of(secs);
     comm::all_reduce(st, all);
     const float per_stage = static_cast<float>(job.layout.tp * job.layout.dp);
@@ -92,11 +101,17 @@ JobProfile gather_profile(const Job& job,
     m.head_seconds = secs[4 * L], m.attn.indexer_seconds = secs[4 * L + 1];
     m.attn.attention_seconds = secs[4 * L + 2];
     m.pipeline_seconds = secs[4 * L + 3];
-    // roofline: GEMM FLOPs per weight byte read, against the machine's FLOP-per-byte ridge
-    p.peaks = peaks;
+    // roofline: GEMM FLOPs per weight byte read, against the machine's FLOP-per-byte ridge;
+    // rank 0's peaks on every rank, so that all ranks agree on each layer's bound (a string of
+    // another length would give the ranks different profile.h5 layouts)
+    std::vector<float> peak{static_cast<float>(peaks.gemm_gflops),
+                            static_cast<float>(peaks.read_gb_s)};
+    Tensor pt = view_of(peak);
+    comm::broadcast(pt, 0, all);
+    p.peaks = {peak[0], peak[1]};
     const double steps =
         static_cast<double>(comm::all_reduce_value(mine.steps, all, comm::ReduceOp::max));
-    const double ridge = peaks.gemm_gflops / std::max(peaks.read_gb_s, 1e-9);
+    const double ridge = p.peaks.gemm_gflops / std::max(p.peaks.read_gb_s, 1e-9);
     for (int64_t i = 0; i < L; ++i) {
         const double s = std::max(static_cast<double>(secs[i] + secs[L + i]), 1e-12);
         const double flops = static_cast<double>(secs[4 * L + 4 + i]);
@@ -243,6 +258,7 @@ void write_profile(const Job& job,
     const std::string path = job.deck.job.output + "/profile.h5";
     io::H5Writer file(path, grid.comms.world);
     io::write_meta(file, {&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
+    const auto L = static_cast<int64_t>(job.model.layers.size());
     std::vector<std::string> mixer, ffn;
     for (const model::LayerSpec& spec : job.model.layers) {
         mixer.emplace_back(model::to_string(spec.mixer));
@@ -272,7 +288,6 @@ void write_profile(const Job& job,
     file.array("/peaks", view_of(peaks));
     file.attr("/peaks", "columns", "gemm_gflops read_gb_s");
     if (!p.imbalance.empty() && job.deck.profile.experts) {
-        const auto L = static_cast<int64_t>(job.model.layers.size());
         std::vector<int64_t> tpe = p.tokens_per_expert, tpr = p.tokens_per_rank;
         file.array("/experts/tokens_per_expert",
                    view_of(tpe, {L, static_cast<int64_t>(tpe.size()) / L}));
@@ -287,6 +302,15 @@ void write_profile(const Job& job,
         file.array("/experts/combine_seconds", view_of(comb));
         file.attr("/experts/combine_seconds", "unit", "s");
     }
+    std::vector<float> layer_secs = p.rank_layer_seconds, secs = p.rank_seconds;
+    const int64_t world = job.layout.world();
+    file.array("/ranks/layer_seconds",
+               Tensor{layer_secs.data(), DType::f32, Device::cpu, {world, 4, L}});
+    file.attr("/ranks/layer_seconds", "columns", "mixer ffn dispatch combine");
+    file.attr("/ranks/layer_seconds", "unit", "s");
+    file.array("/ranks/seconds", Tensor{secs.data(), DType::f32, Device::cpu, {world, 4}});
+    file.attr("/ranks/seconds", "columns", "head indexer attention_other pipeline");
+    file.attr("/ranks/seconds", "unit", "s");
     std::vector<float> mine(memory.begin(), memory.end());
     Tensor row{mine.data(), DType::f32, Device::cpu, {1, kMemoryColumns}};
     file.rows("/memory/ranks", row, grid.rank, job.layout.world());

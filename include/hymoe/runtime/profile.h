@@ -42,6 +42,10 @@ struct JobProfile {
     std::vector<float> dispatch_seconds, combine_seconds;  // [n_layer] mean over ranks
     std::vector<int64_t> remote_bytes;  // [n_layer] dispatch + combine payload sent to other
                                         //   ranks, all ranks together (runtime/plan.h's ep bytes)
+    std::vector<float> rank_layer_seconds;  // [world, 4, n_layer] each rank's own mixer, ffn,
+                                            //   dispatch, combine seconds (0: another stage's)
+    std::vector<float> rank_seconds;        // [world, 4] each rank's head, indexer, other
+                                            //   attention and pipeline seconds
 };
 
 // Every rank's stats combined; collective over the world.
@@ -62,7 +66,9 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p);
 // with MoE layers /experts/tokens_per_expert [n_layer, E], /experts/tokens_per_rank
 // [n_layer, world], /experts/remote_bytes [n_layer] (i64), /experts/imbalance,
 // /experts/dispatch_seconds, /experts/combine_seconds [n_layer] (f32; rows of dense layers are 0).
-// Also /memory/ranks [world, 9] (bytes, f32; attr columns: runtime/memory.h) and the same columns.
+// Also /memory/ranks [world, 9] (bytes, f32; attr columns: runtime/memory.h) and the same columns;
+// every rank's own seconds, not averaged: /ranks/layer_seconds [world, 4, n_layer] and
+// /ranks/seconds [world, 4] (f32, attr columns).
 void write_profile(const Job& job,
                    const parallel::Grid& grid,
                    const JobProfile& p,
