@@ -73,7 +73,22 @@ def base_model_docs(n, seed):
     return docs, [[1] * len(d) for d in docs]
 
 
+def cipher_prompts(path, n, seed):
+    """Held-out cipher prompts for jobs/lora-infer: BOS, 7 pairs and an 8th symbol; the answer
+    p(x8) is in "expect" (a field hymoe ignores). Each prompt twice: with the adapter, and on the
+    base model."""
+    docs, _ = cipher_docs(n, seed)
+    with open(path, "w") as f:
+        for i, d in enumerate(docs):
+            for tag, adapter in (("lora", "cipher"), ("base", "")):
+                line = {"id": "%s-%03d" % (tag, i), "tokens": d[:-1], "expect": d[-1]}
+                if adapter:
+                    line["adapter"] = adapter
+                f.write(json.dumps(line) + "\n")
+
+
 if __name__ == "__main__":
+    cipher_prompts(os.path.join(HERE, "cipher_prompts.jsonl"), 64, 5)
     write(os.path.join(HERE, "domain.h5"), *cipher_docs(4096, 1))
     write(os.path.join(HERE, "domain_eval.h5"), *cipher_docs(128, 2))
     write(os.path.join(HERE, "general.h5"), *base_model_docs(1024, 3))
