@@ -62,6 +62,7 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
     o.prompt_logprobs = inf.prompt_logprobs;
     o.top_logprobs = top_n;
+    o.image_pool = inf.image_pool;
     int64_t n_stop = 0, n_length = 0;
     auto sink = [&](Finished&& f) {
         ++(f.finish == Finish::stop ? n_stop : n_length);
