@@ -178,7 +178,7 @@ void Lane::splice_rows(Step& st) const {
     std::vector<std::pair<const Seq*, int64_t>> src;  // (sequence, its image token) per row
     for (size_t r = 0; r < st.rows.size(); ++r) {
         const Seq& s = *st.rows[r].seq;
-        if (s.decoding() || s.media.view().numel() == 0)
+        if (s.decoding() || s.media.view().shape.empty())  // no images, or not the first stage
             continue;
         const std::vector<int64_t>& t = s.out.req.tokens;
         int64_t k = std::count(t.begin(), t.begin() + s.n_prefilled, id);  // images before it
