@@ -5,10 +5,11 @@
 //     decoded and encoded alone (model::vision_forward), spliced over its placeholder rows of one
 //     whole-prompt forward (model::MediaSplice), then decoded token by token; logprobs ≤ 1e-4;
 //   - profile.h5 holds /vision/* with the images and tokens of the workload;
-//   - tp2 and pp2 runs (the tower replicated on the first stage's ranks) equal the one-rank run;
+//   - tp2 and pp2 runs (the tower replicated on the first stage's ranks) and a run that preempts
+//     image requests equal the one-rank run;
 //   - an unreadable image, an oversized one and a placeholder count that does not match its
 //     images exit 3 naming the request and the file; with on_bad_request: skip the job finishes
-//     the other requests.
+//     the other requests; images.pool 2 cuts the image tokens by 4 (the placeholders then differ).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "hymoe/io/h5.h"
 #include "hymoe/io/image.h"
 #include "hymoe/io/requests.h"
+#include "hymoe/io/safetensors.h"
 #include "hymoe/model/model.h"
 #include "run_binary.h"
 
@@ -177,17 +179,30 @@ BOOST_AUTO_TEST_CASE(engine_with_images_equals_encoding_and_splicing_by_hand) {
     BOOST_TEST(prof.floats("/vision/seconds")[0] > 0.0f);
 }
 
-BOOST_AUTO_TEST_CASE(two_ranks_equal_one_rank) {
+// tp2 and pp2 (np 2), and a 7-page KV pool that preempts image requests (np 1: a preempted
+// sequence keeps its image tokens and restarts from its prompt), against the one-rank run.
+BOOST_AUTO_TEST_CASE(two_ranks_and_preemption_equal_one_rank) {
     fs::remove_all(kDir + "out");
     auto one = run_hymoe(kDeck + " --set job.output=out/np1");
     BOOST_REQUIRE_MESSAGE(one.code == 0, one.err);
     const auto ref = read_results(kDir + "out/np1/results.h5");
-    for (const std::string layout : {"tp", "pp"}) {
-        BOOST_TEST_CONTEXT(layout << "2") {
-            auto two = run_hymoe(
-                kDeck + " --set job.output=out/" + layout + "2 --set parallel." + layout + "=2", 2);
+    struct Variant {
+        std::string name, sets;
+        int np;
+    };
+    const Variant variants[] = {
+        {"tp2", " --set parallel.tp=2", 2},
+        {"pp2", " --set parallel.pp=2", 2},
+        {"preempt", " --set inference.kv_cache.pages=7 --set inference.kv_cache.page_tokens=8", 0},
+    };
+    for (const Variant& v : variants) {
+        BOOST_TEST_CONTEXT(v.name) {
+            auto two = run_hymoe(kDeck + " --set job.output=out/" + v.name + v.sets, v.np);
             BOOST_REQUIRE_MESSAGE(two.code == 0, two.err);
-            const auto got = read_results(kDir + "out/" + layout + "2/results.h5");
+            if (v.name == "preempt")
+                BOOST_TEST((two.out + two.err).find(", 0 preemptions") == std::string::npos,
+                           two.out);
+            const auto got = read_results(kDir + "out/" + v.name + "/results.h5");
             BOOST_TEST(got.size() == ref.size());
             for (const auto& [id, o] : ref) {
                 BOOST_REQUIRE(got.count(id) == 1);
@@ -196,8 +211,8 @@ BOOST_AUTO_TEST_CASE(two_ranks_equal_one_rank) {
                     BOOST_TEST(std::fabs(got.at(id).logprobs[k] - o.logprobs[k]) <=
                                1e-5f * std::max(1.0f, std::fabs(o.logprobs[k])));
             }
-            io::H5Reader prof(kDir + "out/" + layout + "2/profile.h5");
-            BOOST_TEST(prof.ints("/vision/images")[0] == 4);  // counted once per replica
+            io::H5Reader prof(kDir + "out/" + v.name + "/profile.h5");
+            BOOST_TEST(prof.ints("/vision/tokens")[0] == 47);  // once per image, whatever the tp
         }
     }
     fs::remove_all(kDir + "out");
@@ -240,7 +255,58 @@ BOOST_AUTO_TEST_CASE(bad_images_exit_3_naming_the_request_and_file) {
     BOOST_TEST(big.err.find("request img-1") != std::string::npos, big.err);
     BOOST_TEST(big.err.find("gradient.png") != std::string::npos, big.err);
     BOOST_TEST(big.err.find("oversized") != std::string::npos, big.err);
+    // pooling 2×2 cuts img-1's 24 tokens to 6: its 24 placeholders no longer match
+    auto pooled = run_hymoe(kDeck + " --set inference.images.pool=2");
+    BOOST_TEST(pooled.code == 3, pooled.err);
+    BOOST_TEST(pooled.err.find("request img-1: 24 media placeholder tokens (id 3) but its 1 "
+                               "image(s) make 6 image tokens") != std::string::npos,
+               pooled.err);
     fs::remove_all(kDir + "out-bad");
+    fs::remove_all(kDir + "out");
+}
+
+// The vision weights load by their Kimi-VL names from safetensors: the seeded model written as one
+// fp32 model.safetensors with the preset as a native config.json gives the init: random run's
+// results exactly.
+BOOST_AUTO_TEST_CASE(vision_weights_load_from_safetensors_by_name) {
+    const std::string dir = fs::absolute(kDir + "out-st").string();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, kSeed);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    int vision = 0;
+    for (const model::TensorSpec& t : model::model_tensors(m)) {
+        tensors.emplace_back(t.name, t.dest->view());
+        vision +=
+            t.name.starts_with("vision_tower.") || t.name.starts_with("multi_modal_projector.");
+    }
+    BOOST_TEST(vision == 3 + 2 * 12 + 2 + 6);  // patch + pos, 2 blocks, final LN, projector
+    io::write_safetensors(dir + "/model.safetensors", tensors, {}, DType::f32);
+    std::ofstream(dir + "/config.json") << model::to_json(m.cfg);
+    fs::remove_all(kDir + "out");
+    auto ref = run_hymoe(kDeck + " --set job.output=out/random");
+    BOOST_REQUIRE_MESSAGE(ref.code == 0, ref.err);
+    std::ofstream(dir + "/deck.yaml")
+        << "job: {kind: infer, seed: 11, output: out}\n"
+           "model: {config: config.json, weights: ., dtype: fp32}\n"
+           "inference:\n"
+           "  dataset: "
+        << fs::absolute(kDir + "requests.jsonl").string()
+        << "\n"
+           "  max_new_tokens: 8\n"
+           "  prompt_logprobs: true\n"
+           "  batch: {max_tokens: 64, max_seqs: 4, prefill_chunk: 16}\n";
+    auto st = run_hymoe(dir + "/deck.yaml");
+    BOOST_REQUIRE_MESSAGE(st.code == 0, st.err);
+    const auto a = read_results(kDir + "out/random/results.h5");
+    const auto b = read_results(dir + "/out/results.h5");
+    BOOST_REQUIRE(a.size() == b.size());
+    for (const auto& [id, o] : a) {
+        BOOST_TEST(b.at(id).tokens == o.tokens, boost::test_tools::per_element());
+        BOOST_TEST(b.at(id).logprobs == o.logprobs, boost::test_tools::per_element());
+    }
+    fs::remove_all(dir);
     fs::remove_all(kDir + "out");
 }
 
