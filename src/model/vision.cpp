@@ -323,7 +323,6 @@ void vision_forward(const ModelConfig& cfg,
         widest = std::max(widest, im.grid_h * im.grid_w);
     const int64_t block = n * (C + 3 * C + C + C + M) + widest * widest;
     const int64_t floats = n * 3 * p * p + n * C + std::max(block, 2 * np * C + np * C + np * C);
-    ++stats->calls;
     stats->images += static_cast<int64_t>(images.size());
     stats->patches += n;
     stats->tokens += tokens;

@@ -88,7 +88,7 @@ void vision_project(const VisionConfig& v,
 
 // What the encoder did, summed over calls (profile.h5 /vision/*).
 struct VisionStats {
-    int64_t calls = 0, images = 0, patches = 0, tokens = 0;
+    int64_t images = 0, patches = 0, tokens = 0;
     double seconds = 0;
     double flops = 0;            // GEMM FLOPs
     int64_t peak_act_bytes = 0;  // the largest call's activation buffers

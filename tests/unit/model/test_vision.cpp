@@ -174,9 +174,11 @@ BOOST_AUTO_TEST_CASE(embedding_and_one_block_match_torch) {
     Golden g;
     Buffer x = g.embed();
     const double e0 = rel_err(x.ptr<float>(), g.h5.floats("x_embed"));
+    BOOST_TEST_MESSAGE("x_embed rel err " << e0);
     BOOST_TEST(e0 <= g.rtol, "x_embed rel err " << e0);
     vision_block(g.cfg.vision, g.w.blocks[0], g.images, x.view());
     const double e1 = rel_err(x.ptr<float>(), g.h5.floats("x_block0"));
+    BOOST_TEST_MESSAGE("x_block0 rel err " << e1);
     BOOST_TEST(e1 <= g.rtol, "x_block0 rel err " << e1);
 }
 
@@ -194,11 +196,13 @@ BOOST_AUTO_TEST_CASE(merger_projector_and_whole_tower_match_torch) {
     Tensor mt{mer.data(), DType::f32, Device::cpu, {N, 4 * C}};
     vision_project(g.cfg.vision, g.w, mt, out.view());
     const double ep = rel_err(out.ptr<float>(), tok);
+    BOOST_TEST_MESSAGE("projector rel err " << ep);
     BOOST_TEST(ep <= g.rtol, "projector rel err " << ep);
     Buffer all(DType::f32, {N, d});
     VisionStats stats;
     vision_forward(g.cfg, g.w, g.images, 1, all.view(), &stats);
     const double ea = rel_err(all.ptr<float>(), tok);
+    BOOST_TEST_MESSAGE("tower rel err " << ea);
     BOOST_TEST(ea <= g.rtol, "tower rel err " << ea);
     BOOST_TEST(stats.images == 2);
     BOOST_TEST(stats.patches == L);
