@@ -8,7 +8,7 @@ CONFIG    := $(if $(filter 1,$(CUDA)),cuda,cpu)$(if $(SAN),-$(SAN))
 OUT       := build/$(CONFIG)
 
 CXX       := mpicxx
-PKGS      := hdf5-openmpi openblas yaml-cpp nlohmann_json
+PKGS      := hdf5-openmpi openblas yaml-cpp nlohmann_json libpng
 # '=' (not ':='): pkg-config runs when a recipe needs it, after `make deps` has installed the packages
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
@@ -18,7 +18,7 @@ OPT       ?= -O2 -g
 CPPFLAGS   = -Iinclude -DOMPI_SKIP_MPICXX=1 $(PKG_CFLAGS) \
              $(if $(filter 1,$(CUDA)),-DHYMOE_CUDA=1 -isystem $(CUDA_HOME)/include)
 CXXFLAGS   = -std=c++20 $(OPT) $(WARN) -MMD -MP $(SAN_FLAGS)
-LDLIBS     = $(PKG_LIBS) $(if $(filter 1,$(CUDA)),$(CUDA_LIBS))
+LDLIBS     = $(PKG_LIBS) -ljpeg $(if $(filter 1,$(CUDA)),$(CUDA_LIBS))
 
 ifeq ($(SAN),asan)
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer
@@ -55,7 +55,7 @@ export BOOST_TEST_COLOR_OUTPUT := no
 
 DEB_PKGS := make g++ pkg-config bc openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools \
             libboost-test-dev libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev \
-            slurm-wlm munge libpmix-dev python3-h5py python3-matplotlib
+            slurm-wlm munge libpmix-dev python3-h5py python3-matplotlib libpng-dev libjpeg62-turbo-dev
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all

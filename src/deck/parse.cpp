@@ -207,6 +207,13 @@ void read_inference(Section s, InferenceSection& in) {
         in.offload = k.choice("offload", std::string("none"), {"none", "host", "file"});
         k.finish();
     }
+    {
+        Section im = s.section("images");
+        in.image_max_patches = im.integer("max_patches", 4096, 1, int64_t{1} << 24);
+        in.image_max_pixels = im.integer("max_pixels", int64_t{1} << 26, 1, int64_t{1} << 34);
+        in.image_pool = static_cast<int>(im.integer("pool", 1, 1, 16));
+        im.finish();
+    }
     s.finish();
 }
 

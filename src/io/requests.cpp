@@ -1,6 +1,7 @@
 // The JSONL request reader and the choice of reader by file type (see io/requests.h).
 #include "hymoe/io/requests.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +87,17 @@ bool JsonlReader::next(Request& r) {
         if (!j["adapter"].is_string())
             bad("\"adapter\" must be a string");
         r.adapter = j["adapter"].get<std::string>();
+    }
+    if (j.contains("images")) {
+        if (!j["images"].is_array())
+            bad("\"images\" must be a list of image file paths");
+        const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+        for (const auto& im : j["images"]) {
+            if (!im.is_string() || im.get<std::string>().empty())
+                bad("\"images\" holds " + im.dump() + ", not an image file path");
+            const std::filesystem::path f = im.get<std::string>();
+            r.images.push_back(f.is_absolute() ? f.string() : (dir / f).string());
+        }
     }
     return true;
 }

@@ -64,6 +64,10 @@ TensorList model_tensors(Model& m) {
             ffn_tensors(cfg, spec, dense ? &lw.dense : nullptr, dense ? nullptr : &lw.moe, &hosted),
             ffn_prefix(cfg, i));
     }
+    if (sh.first_stage() && cfg.vision.present) {  // replicated: every tp rank holds it whole
+        TensorList vision = vision_tensors(cfg, m.vision);
+        list.insert(list.end(), vision.begin(), vision.end());
+    }
     if (sh.last_stage()) {
         list.push_back({"model.norm.weight", {d}, &m.final_norm, Init::ones});
         if (!cfg.tie_word_embeddings)
@@ -203,6 +207,24 @@ void embed_tokens(const Model& m, const std::vector<int64_t>& tokens, Tensor& h)
         comm::all_reduce(h, m.comms->tp);
 }
 
+// h [n_tok, d]: rows media.rows replaced by media.embeds.
+void splice_media(const MediaSplice& media, Tensor& h) {
+    const int64_t d = h.dim(1), n = static_cast<int64_t>(media.rows.size());
+    HYMOE_CHECK(n == 0 || (media.embeds.view().dim(0) == n && media.embeds.view().dim(1) == d),
+                "forward: ",
+                n,
+                " media rows for embeds of ",
+                media.embeds.view().numel(),
+                " floats");
+    for (int64_t i = 0; i < n; ++i) {
+        HYMOE_CHECK(media.rows[i] >= 0 && media.rows[i] < h.dim(0),
+                    "forward: media row ",
+                    media.rows[i],
+                    " outside the batch");
+        std::copy_n(media.embeds.ptr<float>() + i * d, d, h.ptr<float>() + media.rows[i] * d);
+    }
+}
+
 // logits [r, V] = normed [r, d] · headᵀ; under tp each rank computes its V/tp columns and an
 // all-gather over tp assembles them.
 void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
@@ -284,6 +306,8 @@ void forward(const Model& m,
     if (sh.first_stage()) {
         ScopedTimer timer(stats.head_seconds);
         embed_tokens(m, tokens, h.view());
+        if (options.media)
+            splice_media(*options.media, h.view());
     } else if (has_rows) {
         ScopedTimer timer(stats.pipeline_seconds);
         comm::recv(h.view(), m.comms->pp_prev, m.comms->pp, 0);

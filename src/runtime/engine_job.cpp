@@ -65,6 +65,7 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     o.top_logprobs = top_n;
     const InferAdapters adapters = load_infer_adapters(job, m);
     o.adapter_ids = adapters.ids;
+    o.image_pool = inf.image_pool;
     int64_t n_stop = 0, n_length = 0;
     auto sink = [&](Finished&& f) {
         ++(f.finish == Finish::stop ? n_stop : n_length);

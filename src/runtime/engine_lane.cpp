@@ -93,6 +93,7 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
             s = std::make_unique<Seq>();
             s->out.index = p->index;
             s->out.req = std::move(p->req);
+            s->images = std::move(p->images);
             s->max_new =
                 s->out.req.max_new_tokens >= 0 ? s->out.req.max_new_tokens : o_.max_new_tokens;
             reset_state(*s);
@@ -110,6 +111,8 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
     }
     for (auto& s : running_)
         s->in_step = false;
+    encode_images();
+    splice_rows(st);
     if (st.rows.empty() && !(running_.empty() && preempted_.empty())) {
         // alone in the lane and still without room: it can never run
         const Seq& s = running_.empty() ? *preempted_.front() : *running_.front();
@@ -128,6 +131,72 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
     }
     st.all_rows = o_.prompt_logprobs && any_prefill;
     return st;
+}
+
+void Lane::encode_images() {
+    if (!m_.shard.first_stage() || !m_.cfg.vision.present) {  // later stages never need pixels
+        for (auto& s : running_)
+            s->images = {};
+        return;
+    }
+    std::vector<Seq*> todo;
+    std::vector<model::VisionImage> images;
+    std::vector<int64_t> counts;  // [todo] image tokens of each sequence
+    int64_t tokens = 0;
+    for (auto& s : running_) {
+        if (s->images.empty())
+            continue;
+        todo.push_back(s.get());
+        counts.push_back(0);
+        for (const io::Image& im : s->images) {
+            images.push_back({im.grid_h, im.grid_w, im.pixels.data()});
+            counts.back() +=
+                model::vision_tokens(m_.cfg.vision, im.grid_h, im.grid_w, o_.image_pool);
+        }
+        tokens += counts.back();
+    }
+    if (todo.empty())
+        return;
+    const int64_t d = m_.cfg.hidden_size;
+    Buffer out(DType::f32, {tokens, d});  // [Σ image tokens, d]
+    model::VisionStats scratch;
+    model::vision_forward(m_.cfg,
+                          m_.vision,
+                          images,
+                          o_.image_pool,
+                          out.view(),
+                          o_.layer_stats ? &o_.layer_stats->vision : &scratch);
+    int64_t row = 0;
+    for (size_t i = 0; i < todo.size(); ++i) {
+        todo[i]->media = Buffer(DType::f32, {counts[i], d});
+        std::copy_n(out.ptr<float>() + row * d, counts[i] * d, todo[i]->media.ptr<float>());
+        row += counts[i];
+        todo[i]->images = {};
+    }
+}
+
+void Lane::splice_rows(Step& st) const {
+    const int64_t id = m_.cfg.vision.media_token_id, d = m_.cfg.hidden_size;
+    std::vector<std::pair<const Seq*, int64_t>> src;  // (sequence, its image token) per row
+    for (size_t r = 0; r < st.rows.size(); ++r) {
+        const Seq& s = *st.rows[r].seq;
+        if (s.decoding() || s.media.view().shape.empty())  // no images, or not the first stage
+            continue;
+        const std::vector<int64_t>& t = s.out.req.tokens;
+        int64_t k = std::count(t.begin(), t.begin() + s.n_prefilled, id);  // images before it
+        for (int64_t i = 0; i < st.rows[r].n; ++i)
+            if (t[s.n_prefilled + i] == id) {
+                st.media.rows.push_back(st.batch.offsets[r] + i);
+                src.emplace_back(&s, k++);
+            }
+    }
+    if (src.empty())
+        return;
+    st.media.embeds = Buffer(DType::f32, {static_cast<int64_t>(src.size()), d});
+    for (size_t i = 0; i < src.size(); ++i)
+        std::copy_n(src[i].first->media.ptr<float>() + src[i].second * d,
+                    d,
+                    st.media.embeds.ptr<float>() + static_cast<int64_t>(i) * d);
 }
 
 void Lane::retire(const FinishedSink& sink, EngineStats& stats) {

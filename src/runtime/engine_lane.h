@@ -25,6 +25,8 @@ struct Seq {
     bool done = false;
     bool in_step = false;  // has a row in the step being built
     model::SequenceState state;
+    std::vector<io::Image> images;  // decoded images still to encode (cleared once encoded)
+    Buffer media;                   // [n_media, d] projected image tokens (first stage)
     int64_t prompt_len() const { return static_cast<int64_t>(out.req.tokens.size()); }
     bool decoding() const { return n_prefilled == prompt_len(); }
 };
@@ -43,6 +45,7 @@ struct Step {
     model::SeqBatch batch{{0}, {}, {}};
     std::vector<model::SequenceState*> states;  // [n_seq]
     bool all_rows = false;                      // logits of every row (prompt logprobs)
+    model::MediaSplice media;                   // image tokens of its prefill rows (first stage)
 };
 
 // The request source with one request of look-ahead, shared by the lanes.
@@ -75,6 +78,10 @@ private:
     void reset_state(Seq& s);
     // Frees the latest admitted sequence not in the step (other than keep); false when none.
     bool preempt_one(const Seq* keep, EngineStats& stats);
+    // First stage: the images of running sequences not yet encoded, packed into one encoder call.
+    void encode_images();
+    // First stage: st's placeholder rows and their image tokens.
+    void splice_rows(Step& st) const;
 
     const model::Model& m_;
     const EngineOptions& o_;

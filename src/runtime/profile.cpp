@@ -3,6 +3,7 @@
 #include "hymoe/runtime/profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -27,6 +28,36 @@ Tensor view_of(std::vector<int64_t>& v, Shape shape) {
 
 bool any_moe(const model::ModelConfig& cfg) {
     return count_layers(cfg, model::Ffn::moe) + count_layers(cfg, model::Ffn::latent_moe) > 0;
+}
+
+// The vision encoder's figures: every first-stage rank encodes its replica's images (the tower is
+// replicated over tp), so sums over the world are divided by tp.
+void gather_vision(const Job& job,
+                   const parallel::Grid& grid,
+                   model::Model& model,
+                   const model::VisionStats& mine,
+                   JobProfile& p) {
+    if (!job.model.vision.present)
+        return;
+    const comm::Comm& all = grid.comms.world;
+    std::vector<float> sums{static_cast<float>(mine.seconds),
+                            static_cast<float>(mine.flops),
+                            static_cast<float>(mine.images),
+                            static_cast<float>(mine.patches),
+                            static_cast<float>(mine.tokens)};
+    Tensor t = view_of(sums);
+    comm::all_reduce(t, all);
+    const auto tp = static_cast<float>(job.layout.tp);
+    model::VisionStats& v = p.vision;
+    v.seconds = sums[0] / tp, v.flops = sums[1] / tp;
+    v.images = std::llround(sums[2] / tp), v.patches = std::llround(sums[3] / tp);
+    v.tokens = std::llround(sums[4] / tp);
+    v.peak_act_bytes = comm::all_reduce_value(mine.peak_act_bytes, all, comm::ReduceOp::max);
+    int64_t bytes = 0;
+    for (const model::TensorSpec& s : model::model_tensors(model))
+        if (s.name.starts_with("vision_tower.") || s.name.starts_with("multi_modal_projector."))
+            bytes += shape_numel(s.shape) * static_cast<int64_t>(sizeof(float));
+    p.vision_weight_bytes = comm::all_reduce_value(bytes, all, comm::ReduceOp::max);
 }
 
 }  // namespace
@@ -123,6 +154,7 @@ JobProfile gather_profile(const Job& job,
                              : flops / std::max(bytes, 1.0) >= ridge ? "compute"
                                                                      : "memory");
     }
+    gather_vision(job, grid, model, mine.vision, p);
     if (!any_moe(job.model))
         return p;
 
@@ -216,6 +248,21 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
                   p.peaks.gemm_gflops,
                   p.peaks.read_gb_s);
     out += line;
+    if (cfg.vision.present) {
+        const model::VisionStats& v = p.vision;
+        std::snprintf(line,
+                      sizeof line,
+                      "vision encoder: %lld images, %lld patches -> %lld tokens in %.4f s "
+                      "(%.2f GFLOP/s); weights %.2f MB, activations at most %.2f MB\n",
+                      static_cast<long long>(v.images),
+                      static_cast<long long>(v.patches),
+                      static_cast<long long>(v.tokens),
+                      v.seconds,
+                      v.seconds > 0 ? v.flops / v.seconds / 1e9 : 0.0,
+                      static_cast<double>(p.vision_weight_bytes) / 1e6,
+                      static_cast<double>(v.peak_act_bytes) / 1e6);
+        out += line;
+    }
     if (p.imbalance.empty())
         return out;
     const int64_t E = cfg.moe.n_routed_experts;
@@ -311,6 +358,21 @@ void write_profile(const Job& job,
     file.array("/ranks/seconds", Tensor{secs.data(), DType::f32, Device::cpu, {world, 4}});
     file.attr("/ranks/seconds", "columns", "head indexer attention_other pipeline");
     file.attr("/ranks/seconds", "unit", "s");
+    if (job.model.vision.present) {
+        const model::VisionStats& v = p.vision;
+        seconds("/vision/seconds", {v.seconds});
+        std::vector<int64_t> counts{v.images, v.patches, v.tokens};
+        const char* names[3] = {"/vision/images", "/vision/patches", "/vision/tokens"};
+        for (int i = 0; i < 3; ++i)
+            file.array(names[i], Tensor{&counts[i], DType::i64, Device::cpu, {1}});
+        std::vector<float> gflop{static_cast<float>(v.flops / 1e9)};
+        file.array("/vision/gflop", view_of(gflop));
+        std::vector<int64_t> bytes{v.peak_act_bytes, p.vision_weight_bytes};
+        file.array("/vision/activation_bytes", Tensor{&bytes[0], DType::i64, Device::cpu, {1}});
+        file.attr("/vision/activation_bytes", "unit", "bytes");
+        file.array("/vision/weight_bytes", Tensor{&bytes[1], DType::i64, Device::cpu, {1}});
+        file.attr("/vision/weight_bytes", "unit", "bytes");
+    }
     std::vector<float> mine(memory.begin(), memory.end());
     Tensor row{mine.data(), DType::f32, Device::cpu, {1, kMemoryColumns}};
     file.rows("/memory/ranks", row, grid.rank, job.layout.world());

@@ -9,7 +9,9 @@
 
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
+#include "hymoe/io/image.h"
 #include "hymoe/io/requests.h"
+#include "hymoe/model/vision.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/results.h"
 
@@ -19,7 +21,10 @@ namespace hymoe::runtime {
 // skips the requests a journal already holds (their lines must match), and deals the rest to the
 // dp replicas: each request goes to the replica with the fewest tokens dealt so far (prompt +
 // max_new_tokens; ties to the lower replica). Every rank reads the whole file and deals alike,
-// and keeps its own replica's requests.
+// and keeps its own replica's requests. A request's images are read by the ranks of the replica
+// it is dealt to (every stage, so that all of them agree on a bad one): an unreadable or
+// oversized image, or a count of placeholder tokens other than its images' tokens, makes it a bad
+// request.
 struct Stream {
     const Job& job;
     const std::vector<DoneRequest>& done;
@@ -62,6 +67,48 @@ struct Stream {
             return "adapter '" + r.adapter + "' is not one of inference.adapters";
         return "";
     }
+    // r's images decoded, resized and normalised into out; false when r was a bad request
+    // (skipped; with on_bad_request: fail the error is thrown).
+    bool load_images(const io::Request& r, std::vector<io::Image>& out) {
+        if (r.images.empty())
+            return true;
+        const model::VisionConfig& v = job.model.vision;
+        const auto& in = job.deck.inference;
+        const std::string where = cat(in.dataset, ":", r.line, ": request ", r.id, ": ");
+        try {
+            if (!v.present)
+                HYMOE_FAIL(Exit::bad_input, where, "the model has no vision tower for its images");
+            const io::ImageOptions o{
+                v.patch_size, v.merge * in.image_pool, in.image_max_patches, in.image_max_pixels};
+            int64_t tokens = 0;
+            for (const std::string& f : r.images) {
+                try {
+                    out.push_back(io::load_image(f, o));
+                } catch (const Error& e) {
+                    HYMOE_FAIL(e.code(), where, e.what());
+                }
+                tokens +=
+                    model::vision_tokens(v, out.back().grid_h, out.back().grid_w, in.image_pool);
+            }
+            const auto placeholders =
+                std::count(r.tokens.begin(), r.tokens.end(), v.media_token_id);
+            if (placeholders != tokens)
+                HYMOE_FAIL(Exit::bad_input,
+                           where,
+                           placeholders,
+                           " media placeholder tokens (id ",
+                           v.media_token_id,
+                           ") but its ",
+                           r.images.size(),
+                           " image(s) make ",
+                           tokens,
+                           " image tokens");
+        } catch (const Error& e) {
+            bad(e);
+            return false;
+        }
+        return true;
+    }
     bool in_shard() const {  // array jobs: this shard's share of the request indexes
         return index % job.deck.inference.shards == job.deck.inference.shard;
     }
@@ -98,8 +145,11 @@ struct Stream {
             }
             if (!mine(r))
                 continue;
+            std::vector<io::Image> images;
+            if (!load_images(r, images))
+                continue;
             ++read;
-            p = Pending{index, std::move(r)};
+            p = Pending{index, std::move(r), std::move(images)};
             return true;
         }
         if (next_done < done.size())

@@ -94,8 +94,14 @@ struct InferenceSection {
     int top_k = 0;  // 0 = no top-k filter
     int max_tokens = 8192, max_seqs = 64, prefill_chunk = 2048;
     int page_tokens = 64;
-    int64_t pages = 0;             // 0 = auto: what memory allows
-    std::string offload = "none";  // none | host | file
+    int64_t pages = 0;                 // 0 = auto: what memory allows
+    std::string offload = "none";      // none | host | file
+    int64_t image_max_patches = 4096;  // images.max_patches: patches per image (scaled down
+                                       //   above it, io/image.h)
+    int64_t image_max_pixels = int64_t{1} << 26;  // images.max_pixels: decoded H·W above it is a
+                                                  //   bad request (oversized)
+    int image_pool = 1;  // images.pool: mean-pool pool×pool patches before the 2×2 merger (image
+                         //   tokens ÷ pool²)
 };
 
 struct ProfileSection {

@@ -1,7 +1,10 @@
 // Streaming readers of inference requests, never holding the whole file:
 //   JSONL, one JSON object per line:
-//     {"id": "q1", "tokens": [1, 2, 3], "max_new_tokens": 64, "adapter": "legal"}
+//     {"id": "q1", "tokens": [1, 2, 3], "max_new_tokens": 64, "adapter": "legal",
+//      "images": ["cat.png"]}
 //   Only "tokens" is required ("id" defaults to the line number); unknown fields are ignored.
+//   "images" lists PNG/JPEG files (relative paths from the request file's folder) whose image
+//   tokens replace the prompt's media placeholder tokens in order (model-math §8).
 //   HDF5 token dataset (.h5, .hdf5): /tokens [T] (any integer type) holding every prompt one
 //   after the other, /offsets [N + 1] (int64, from 0, non-decreasing, ending at T): request i is
 //   tokens [offsets[i], offsets[i + 1]); optional /max_new_tokens [N]. Ids are "row-<i>", and
@@ -20,9 +23,10 @@ namespace hymoe::io {
 struct Request {
     std::string id;
     std::vector<int64_t> tokens;
-    int max_new_tokens = -1;  // −1: the deck's inference.max_new_tokens
-    std::string adapter;      // "" = base model
-    int64_t line = 0;         // 1-based line in the file
+    int max_new_tokens = -1;          // −1: the deck's inference.max_new_tokens
+    std::string adapter;              // "" = base model
+    std::vector<std::string> images;  // image files, resolved paths, in placeholder order
+    int64_t line = 0;                 // 1-based line in the file
 };
 
 class RequestReader {

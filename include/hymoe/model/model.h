@@ -23,6 +23,7 @@
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/moe_parallel.h"
 #include "hymoe/model/shard.h"
+#include "hymoe/model/vision.h"
 #include "hymoe/parallel/comms.h"
 
 namespace hymoe::model {
@@ -46,6 +47,8 @@ struct Model {
     std::vector<LayerWeights> layers;  // [n_layer], filled for this stage's layers only
     Buffer final_norm;                 // [d] model.norm.weight (last stage)
     Buffer lm_head;                    // [V/tp, d] lm_head.weight (last stage; empty when tied)
+    VisionWeights vision;              // vision tower + projector (first stage, replicated over
+                                       //   its tp ranks; when cfg.vision.present)
     const Buffer& head() const { return cfg.tie_word_embeddings ? embed : lm_head; }
 };
 
@@ -104,15 +107,24 @@ struct ForwardStats {
     double pipeline_seconds = 0;        // waiting for the previous stage's residual stream (pp)
     std::vector<MoeCommStats> moe;      // [n_layer] MoE layers: tokens per hosted expert and,
                                         //   under tp/ep, the dispatch and combine phases
+    VisionStats vision;                 // the vision encoder (runtime: images at admission)
+};
+
+// Image tokens spliced into a forward's embeddings (model-math §8): after embed_tokens, row
+// rows[i] of the packed batch is replaced by embeds row i. First stage only.
+struct MediaSplice {
+    std::vector<int64_t> rows;  // [n_media] token rows of the batch, each a placeholder token
+    Buffer embeds;              // [n_media, d] projected image tokens
 };
 
 struct ForwardOptions {
     Logits logits = Logits::all;
     KdaMode kda_mode = KdaMode::automatic;
     AttnMode attn_mode = AttnMode::automatic;
-    ForwardStats* stats = nullptr;  // filled when given
-    Buffer* stage_out = nullptr;    // not the last stage: when given, the residual stream is
-                                    // left here for send_to_next_stage() instead of sent
+    ForwardStats* stats = nullptr;       // filled when given
+    Buffer* stage_out = nullptr;         // not the last stage: when given, the residual stream is
+                                         // left here for send_to_next_stage() instead of sent
+    const MediaSplice* media = nullptr;  // image tokens replacing placeholder rows (first stage)
 };
 
 // tokens [n_tok] packed as batch; states [n_seq] advance by each sequence's length (batch.pos0

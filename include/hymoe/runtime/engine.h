@@ -20,6 +20,11 @@
 // tick together, a replica with nothing to run joining with an empty batch, while any has work:
 // their MoE layers share ep groups. MLA/DSA caches are paged (model/kv_cache.h): every lane
 // has a pool of kv_pages/pp pages and preempts when it runs out (src/runtime/engine_lane.h).
+// Images (model-math §8): a request's images are encoded when it is admitted, all images admitted
+// in one step packed into one vision_forward, on the first stage's ranks (the tower is replicated
+// on each of them; later stages never see pixels). The projected tokens stay with the sequence
+// (a preempted sequence keeps them) and replace its prompt's placeholder rows, in order, in each
+// prefill chunk's embeddings (model::MediaSplice); requests with and without images share steps.
 // Not here: offload of pages to a slower tier.
 #pragma once
 
@@ -30,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "hymoe/io/image.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
@@ -59,12 +65,14 @@ struct EngineOptions {
     std::function<void()> rebalance;  // collective: every rank calls it at the same tick
     std::map<std::string, int> adapter_ids;  // LoRA adapter name → id (model/lora.h); a request
                                              //   with adapter "" runs on the base model
+    int image_pool = 1;  // vision feature pooling (inference.images.pool; model/vision.h)
 };
 
 // A request with its index in the file (0-based over request lines, bad ones included).
 struct Pending {
     int64_t index = 0;
     io::Request req;
+    std::vector<io::Image> images;  // req.images decoded, resized and normalised
 };
 
 struct Finished {

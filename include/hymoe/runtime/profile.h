@@ -46,6 +46,10 @@ struct JobProfile {
                                             //   dispatch, combine seconds (0: another stage's)
     std::vector<float> rank_seconds;        // [world, 4] each rank's head, indexer, other
                                             //   attention and pipeline seconds
+    model::VisionStats vision;  // the vision encoder over the whole run: images, patches, tokens,
+                                //   FLOPs and seconds summed over the dp replicas (each counted
+                                //   once, not per tp rank), the largest call's activations
+    int64_t vision_weight_bytes = 0;  // the tower + projector held by one first-stage rank
 };
 
 // Every rank's stats combined; collective over the world.
@@ -66,6 +70,8 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p);
 // with MoE layers /experts/tokens_per_expert [n_layer, E], /experts/tokens_per_rank
 // [n_layer, world], /experts/remote_bytes [n_layer] (i64), /experts/imbalance,
 // /experts/dispatch_seconds, /experts/combine_seconds [n_layer] (f32; rows of dense layers are 0).
+// With a vision tower: /vision/{seconds, images, patches, tokens, gflop, activation_bytes,
+// weight_bytes} (one value each; seconds and counts summed over dp replicas).
 // Also /memory/ranks [world, 9] (bytes, f32; attr columns: runtime/memory.h) and the same columns;
 // every rank's own seconds, not averaged: /ranks/layer_seconds [world, 4, n_layer] and
 // /ranks/seconds [world, 4] (f32, attr columns).
