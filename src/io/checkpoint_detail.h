@@ -6,12 +6,11 @@
 #include <vector>
 
 #include "hymoe/core/error.h"
+#include "hymoe/io/checkpoint.h"
 #include "hymoe/parallel/comm.h"
 
 namespace hymoe::io::detail {
 
-// Every rank's string, in rank order, on every rank.
-std::vector<std::string> all_gather_strings(const std::string& s, const comm::Comm& c);
 // root's string on every rank.
 std::string broadcast_string(const std::string& s, int root, const comm::Comm& c);
 

@@ -23,8 +23,6 @@ namespace hymoe::io {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace detail {
-
 std::vector<std::string> all_gather_strings(const std::string& s, const comm::Comm& c) {
     Buffer len(DType::i64, {1}), lens(DType::i64, {c.size()});
     len.ptr<int64_t>()[0] = static_cast<int64_t>(s.size());
@@ -41,6 +39,8 @@ std::vector<std::string> all_gather_strings(const std::string& s, const comm::Co
                          static_cast<size_t>(lens.ptr<int64_t>()[r]));
     return out;
 }
+
+namespace detail {
 
 std::string broadcast_string(const std::string& s, int root, const comm::Comm& c) {
     const int64_t n = comm::broadcast_value(static_cast<int64_t>(s.size()), root, c);
@@ -230,7 +230,7 @@ std::string write_tensors(const comm::Comm& world,
                           const std::vector<CkptEntry>& entries,
                           bool chunked) {
     std::map<std::string, TensorPlan> plan =
-        make_plan(detail::all_gather_strings(describe_entries(entries).dump(), world));
+        make_plan(all_gather_strings(describe_entries(entries).dump(), world));
     std::map<std::string, const CkptEntry*> mine;  // name -> this rank's entry
     for (const CkptEntry& e : entries)
         if (!mine.emplace(e.name, &e).second)
@@ -268,7 +268,7 @@ std::string write_tensors(const comm::Comm& world,
         }
         w.commit();
     }
-    for (const std::string& text : detail::all_gather_strings(hashes.dump(), world)) {
+    for (const std::string& text : all_gather_strings(hashes.dump(), world)) {
         const json rank_hashes = json::parse(text);
         for (const auto& [name, by_begin] : rank_hashes.items())
             for (const auto& [begin, sha] : by_begin.items())

@@ -74,6 +74,9 @@ std::string write_tensors(const comm::Comm& world,
                           const std::vector<CkptEntry>& entries,
                           bool chunked);
 
+// Every rank's string, in rank order, on every rank (manifests gather per-rank JSON this way).
+std::vector<std::string> all_gather_strings(const std::string& s, const comm::Comm& c);
+
 // Rank 0 only: dir/manifest.json ← text, atomically (written, fsynced, renamed).
 void write_manifest(const std::string& dir, const std::string& json_text);
 // dir/manifest.json's text; missing or unreadable: Exit::checkpoint naming it (this rank only).
