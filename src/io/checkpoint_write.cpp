@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -239,35 +240,49 @@ std::string write_tensors(const comm::Comm& world,
     for (const auto& [name, t] : plan)
         files[t.file].push_back(name);
 
-    json hashes = json::object();  // name -> {begin: sha256} of the pieces this rank wrote
+    // A file whose pieces all come from one rank is written by that rank alone (serial HDF5, no
+    // collective metadata), the ranks' own files at the same time; the others collectively.
+    std::map<std::string, int> solo;  // file -> its one writing rank, or -1: several
     for (const auto& [file, names] : files) {
-        H5Writer w(dir + "/" + file, world);
-        for (const std::string& name : names) {
-            const TensorPlan& t = plan.at(name);
-            auto it = mine.find(name);
-            const CkptEntry* e = it == mine.end() ? nullptr : it->second;
-            const int64_t begin = e && t.split_dim >= 0 ? e->begin : 0;
-            const bool writes = e && t.pieces.at(begin).owner == world.rank();
-            Tensor local = e ? e->local : Tensor{};
-            local.dtype = detail::dtype_from_name(t.dtype, name);
-            if (!e) {  // nothing to write, but the memory space needs a shape of the right rank
-                local.shape = t.shape;
-                if (t.split_dim >= 0)
-                    local.shape[t.split_dim] = 0;
-            }
-            w.slab("/" + name,
-                   local,
-                   t.shape,
-                   t.split_dim,
-                   begin,
-                   writes,
-                   chunked ? chunk_of(t) : Shape{});
-            w.attr("/" + name, "dtype", t.dtype);
-            if (writes)
-                hashes[name][std::to_string(begin)] = sha256_of(local);
-        }
-        w.commit();
+        std::set<int> writers;
+        for (const std::string& name : names)
+            for (const auto& [begin, p] : plan.at(name).pieces)
+                writers.insert(p.owner);
+        solo[file] = writers.size() == 1 ? *writers.begin() : -1;
     }
+    json hashes = json::object();  // name -> {begin: sha256} of the pieces this rank wrote
+    const comm::Comm self = comm::self_comm();
+    for (const bool collective : {true, false})
+        for (const auto& [file, names] : files) {
+            if (collective != (solo[file] < 0) || (!collective && solo[file] != world.rank()))
+                continue;
+            H5Writer w(dir + "/" + file, collective ? world : self);
+            for (const std::string& name : names) {
+                const TensorPlan& t = plan.at(name);
+                auto it = mine.find(name);
+                const CkptEntry* e = it == mine.end() ? nullptr : it->second;
+                const int64_t begin = e && t.split_dim >= 0 ? e->begin : 0;
+                const bool writes = e && t.pieces.at(begin).owner == world.rank();
+                Tensor local = e ? e->local : Tensor{};
+                local.dtype = detail::dtype_from_name(t.dtype, name);
+                if (!e) {  // nothing to write, but the memory space needs a shape of the right rank
+                    local.shape = t.shape;
+                    if (t.split_dim >= 0)
+                        local.shape[t.split_dim] = 0;
+                }
+                w.slab("/" + name,
+                       local,
+                       t.shape,
+                       t.split_dim,
+                       begin,
+                       writes,
+                       chunked ? chunk_of(t) : Shape{});
+                w.attr("/" + name, "dtype", t.dtype);
+                if (writes)
+                    hashes[name][std::to_string(begin)] = sha256_of(local);
+            }
+            w.commit();
+        }
     for (const std::string& text : all_gather_strings(hashes.dump(), world)) {
         const json rank_hashes = json::parse(text);
         for (const auto& [name, by_begin] : rank_hashes.items())
