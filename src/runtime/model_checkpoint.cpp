@@ -3,6 +3,7 @@
 #include "hymoe/runtime/model_checkpoint.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -14,8 +15,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 bool is_model_checkpoint(const std::string& dir) {
-    std::error_code ec;
-    return fs::is_regular_file(fs::path(dir) / "manifest.json", ec);
+    std::ifstream f(fs::path(dir) / "manifest.json");
+    const json m = json::parse(f, nullptr, false);  // a missing or broken file: discarded
+    return m.is_object() && m.value("format", "").starts_with("hymoe-");
 }
 
 model::ReadTensor open_model_checkpoint(const std::string& dir, const model::ModelConfig& cfg) {

@@ -15,7 +15,8 @@
 
 namespace hymoe::runtime {
 
-// Whether dir holds a model checkpoint (a manifest.json), rather than a safetensors folder.
+// Whether dir holds a hymoe checkpoint (a manifest.json of a hymoe format), rather than a
+// safetensors folder. A training checkpoint is refused by open_model_checkpoint.
 bool is_model_checkpoint(const std::string& dir);
 
 // The checkpoint at dir opened for a job whose model is cfg: a different model config or family
