@@ -228,6 +228,40 @@ BOOST_FIXTURE_TEST_CASE(damaged_or_mismatched_checkpoints_exit_4, Converted) {
     BOOST_TEST(r.code == 4, r.err);
 }
 
+// The layout as README "Checkpoints" documents it, checked independently with h5py and hashlib:
+// every dataset's shape and dtype attribute, every piece's sha256 over its own row-major bytes,
+// each tensor's sha256 of its pieces' digests, and bf16 bits that decode to the norms' ones.
+BOOST_FIXTURE_TEST_CASE(h5py_reads_a_checkpoint_and_checks_its_hashes, Folder) {
+    BOOST_REQUIRE(convert("ckpt", kTp2Pp2Ep2).code == 0);
+    const std::string script =
+        "import h5py, hashlib, json, sys, numpy as np\n"
+        "d = sys.argv[1]; m = json.load(open(d + '/manifest.json'))\n"
+        "assert m['format'] == 'hymoe-model' and m['layout']['pp'] == 2\n"
+        "n = 0\n"
+        "for name, t in m['tensors'].items():\n"
+        "    x = h5py.File(d + '/' + t['file'], 'r')[name]\n"
+        "    assert list(x.shape) == t['shape'] and x.attrs['dtype'].decode() == t['dtype'], name\n"
+        "    a, s, digests = x[()], t['split_dim'], ''\n"
+        "    for p in t['pieces']:\n"
+        "        part = a if s < 0 else np.take(a, range(p['begin'], p['begin'] + p['rows']), s)\n"
+        "        h = hashlib.sha256(np.ascontiguousarray(part).tobytes()).hexdigest()\n"
+        "        assert h == p['sha256'], name\n"
+        "        digests += h\n"
+        "    assert hashlib.sha256(digests.encode()).hexdigest() == t['sha256'], name\n"
+        "    if name.endswith('layernorm.weight'):\n"
+        "        assert ((a.astype(np.uint32) << 16).view(np.float32) == 1).all(), name\n"
+        "    n += 1\n"
+        "print('checked', n)\n";
+    std::ofstream(kDir + "/check.py") << script;
+    const int rc = std::system(
+        ("/usr/bin/python3 " + kDir + "/check.py " + kDir + "/ckpt >" + kDir + "/check.txt 2>&1")
+            .c_str());
+    BOOST_TEST(rc == 0, testing::read_text(kDir + "/check.txt"));
+    model::Model whole = model::make_model(model::load_model_config(cfg_path()));
+    const std::string checked = cat("checked ", model::model_tensors(whole).size(), "\n");
+    BOOST_TEST(testing::read_text(kDir + "/check.txt") == checked);
+}
+
 BOOST_FIXTURE_TEST_CASE(convert_refuses_another_jobs_output, Folder) {
     auto r = testing::run_hymoe(kDir + "/infer.yaml");  // the infer job's out/ holds results.h5
     BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
