@@ -281,6 +281,7 @@ BOOST_AUTO_TEST_CASE(a_writer_killed_mid_checkpoint_leaves_the_previous_one_load
     const char* bin = std::getenv("HYMOE_BIN");
     const std::string test_mpi =
         (fs::canonical(bin ? bin : "build/hymoe").parent_path() / "test_mpi").string();
+    BOOST_REQUIRE_MESSAGE(fs::exists(test_mpi), test_mpi << " is not built (make all)");
     const std::string root = kDir + "-kill";
     fs::remove_all(root);
     fs::create_directories(root);
