@@ -52,10 +52,6 @@ std::string broadcast_string(const std::string& s, int root, const comm::Comm& c
     return std::string(bytes.ptr<char>(), static_cast<size_t>(n));
 }
 
-const char* dtype_name(DType t) {
-    return to_string(t);
-}
-
 DType dtype_from_name(const std::string& s, const std::string& where) {
     for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8})
         if (s == to_string(t))
@@ -113,7 +109,7 @@ json describe_entries(const std::vector<CkptEntry>& entries) {
                     shape_string(e.local.shape));
         out.push_back({{"name", e.name},
                        {"file", e.file.empty() ? "tensors.h5" : e.file},
-                       {"dtype", detail::dtype_name(e.local.dtype)},
+                       {"dtype", to_string(e.local.dtype)},
                        {"shape", global_shape(e)},
                        {"split_dim", e.split_dim},
                        {"begin", e.split_dim < 0 ? 0 : e.begin},

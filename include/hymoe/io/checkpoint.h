@@ -63,7 +63,8 @@ void load_checkpoint(const comm::Comm& world,
 
 // ---- the parts both checkpoint kinds share ---------------------------------------------------
 
-// Collective: the entries into HDF5 files under dir (each written as NAME.partial and renamed);
+// Collective: the entries into HDF5 files under dir (each written as NAME.partial and renamed;
+// with MPI-IO by all ranks, or by its one writing rank alone when only one writes into it);
 // returns (on every rank) the manifest's "tensors" object as JSON text:
 // {name: {"file", "dtype", "shape", "split_dim", "sha256", "pieces": [{"begin", "rows",
 // "sha256"}]}}
