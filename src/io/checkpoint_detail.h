@@ -1,17 +1,16 @@
-// Helpers the checkpoint files share (io/checkpoint.h): strings over a communicator, a collective
-// agreement on a failure, dtype names, fsync.
+// Helpers the checkpoint files share (io/checkpoint.h): a string broadcast over a communicator, a
+// collective agreement on a failure, dtype names, fsync.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "hymoe/core/error.h"
+#include "hymoe/io/checkpoint.h"
 #include "hymoe/parallel/comm.h"
 
 namespace hymoe::io::detail {
 
-// Every rank's string, in rank order, on every rank.
-std::vector<std::string> all_gather_strings(const std::string& s, const comm::Comm& c);
 // root's string on every rank.
 std::string broadcast_string(const std::string& s, int root, const comm::Comm& c);
 
@@ -33,7 +32,7 @@ void agree(const comm::Comm& c, Exit code, F&& body) {
     HYMOE_FAIL(code, broadcast_string(problem, first, c));
 }
 
-const char* dtype_name(DType t);  // "f32", "bf16", ...
+// The DType that to_string(DType) names ("f32", "bf16", ...); else Exit::checkpoint naming where.
 DType dtype_from_name(const std::string& s, const std::string& where);
 
 // fsync a file or a folder: a crash after this cannot lose it (or, for a folder, a rename in it).

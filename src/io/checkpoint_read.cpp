@@ -204,18 +204,16 @@ void TensorStore::read(
         Sha256 h;
         h.update(buf.view().data, buf.view().bytes());
         if (h.hex_digest() != p.sha256)
-            HYMOE_FAIL_ONE(Exit::checkpoint,
-                           "tensor ",
-                           name,
-                           " in ",
-                           path,
-                           " does not match its checksum in manifest.json (rows ",
-                           p.begin,
-                           "..",
-                           p.begin + p.rows,
-                           " of dim ",
-                           m.split_dim,
-                           "): the file is corrupt");
+            HYMOE_FAIL_ONE(
+                Exit::checkpoint,
+                "tensor ",
+                name,
+                m.split_dim < 0
+                    ? std::string()
+                    : cat(" (rows ", p.begin, "..", p.begin + p.rows, " of dim ", m.split_dim, ")"),
+                " in ",
+                path,
+                " does not match its checksum in manifest.json: the file is corrupt");
         copy_overlap(buf.view(), piece_off, dest, dest_off);
     }
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -22,8 +23,6 @@ namespace hymoe::io {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-namespace detail {
 
 std::vector<std::string> all_gather_strings(const std::string& s, const comm::Comm& c) {
     Buffer len(DType::i64, {1}), lens(DType::i64, {c.size()});
@@ -42,6 +41,8 @@ std::vector<std::string> all_gather_strings(const std::string& s, const comm::Co
     return out;
 }
 
+namespace detail {
+
 std::string broadcast_string(const std::string& s, int root, const comm::Comm& c) {
     const int64_t n = comm::broadcast_value(static_cast<int64_t>(s.size()), root, c);
     Buffer bytes(DType::u8, {std::max<int64_t>(n, 1)});
@@ -49,10 +50,6 @@ std::string broadcast_string(const std::string& s, int root, const comm::Comm& c
         std::copy(s.begin(), s.end(), bytes.ptr<char>());
     comm::broadcast(bytes.view(), root, c);
     return std::string(bytes.ptr<char>(), static_cast<size_t>(n));
-}
-
-const char* dtype_name(DType t) {
-    return to_string(t);
 }
 
 DType dtype_from_name(const std::string& s, const std::string& where) {
@@ -112,7 +109,7 @@ json describe_entries(const std::vector<CkptEntry>& entries) {
                     shape_string(e.local.shape));
         out.push_back({{"name", e.name},
                        {"file", e.file.empty() ? "tensors.h5" : e.file},
-                       {"dtype", detail::dtype_name(e.local.dtype)},
+                       {"dtype", to_string(e.local.dtype)},
                        {"shape", global_shape(e)},
                        {"split_dim", e.split_dim},
                        {"begin", e.split_dim < 0 ? 0 : e.begin},
@@ -230,7 +227,7 @@ std::string write_tensors(const comm::Comm& world,
                           const std::vector<CkptEntry>& entries,
                           bool chunked) {
     std::map<std::string, TensorPlan> plan =
-        make_plan(detail::all_gather_strings(describe_entries(entries).dump(), world));
+        make_plan(all_gather_strings(describe_entries(entries).dump(), world));
     std::map<std::string, const CkptEntry*> mine;  // name -> this rank's entry
     for (const CkptEntry& e : entries)
         if (!mine.emplace(e.name, &e).second)
@@ -239,36 +236,50 @@ std::string write_tensors(const comm::Comm& world,
     for (const auto& [name, t] : plan)
         files[t.file].push_back(name);
 
-    json hashes = json::object();  // name -> {begin: sha256} of the pieces this rank wrote
+    // A file whose pieces all come from one rank is written by that rank alone (serial HDF5, no
+    // collective metadata), the ranks' own files at the same time; the others collectively.
+    std::map<std::string, int> solo;  // file -> its one writing rank, or -1: several
     for (const auto& [file, names] : files) {
-        H5Writer w(dir + "/" + file, world);
-        for (const std::string& name : names) {
-            const TensorPlan& t = plan.at(name);
-            auto it = mine.find(name);
-            const CkptEntry* e = it == mine.end() ? nullptr : it->second;
-            const int64_t begin = e && t.split_dim >= 0 ? e->begin : 0;
-            const bool writes = e && t.pieces.at(begin).owner == world.rank();
-            Tensor local = e ? e->local : Tensor{};
-            local.dtype = detail::dtype_from_name(t.dtype, name);
-            if (!e) {  // nothing to write, but the memory space needs a shape of the right rank
-                local.shape = t.shape;
-                if (t.split_dim >= 0)
-                    local.shape[t.split_dim] = 0;
-            }
-            w.slab("/" + name,
-                   local,
-                   t.shape,
-                   t.split_dim,
-                   begin,
-                   writes,
-                   chunked ? chunk_of(t) : Shape{});
-            w.attr("/" + name, "dtype", t.dtype);
-            if (writes)
-                hashes[name][std::to_string(begin)] = sha256_of(local);
-        }
-        w.commit();
+        std::set<int> writers;
+        for (const std::string& name : names)
+            for (const auto& [begin, p] : plan.at(name).pieces)
+                writers.insert(p.owner);
+        solo[file] = writers.size() == 1 ? *writers.begin() : -1;
     }
-    for (const std::string& text : detail::all_gather_strings(hashes.dump(), world)) {
+    json hashes = json::object();  // name -> {begin: sha256} of the pieces this rank wrote
+    const comm::Comm self = comm::self_comm();
+    for (const bool collective : {true, false})
+        for (const auto& [file, names] : files) {
+            if (collective != (solo[file] < 0) || (!collective && solo[file] != world.rank()))
+                continue;
+            H5Writer w(dir + "/" + file, collective ? world : self);
+            for (const std::string& name : names) {
+                const TensorPlan& t = plan.at(name);
+                auto it = mine.find(name);
+                const CkptEntry* e = it == mine.end() ? nullptr : it->second;
+                const int64_t begin = e && t.split_dim >= 0 ? e->begin : 0;
+                const bool writes = e && t.pieces.at(begin).owner == world.rank();
+                Tensor local = e ? e->local : Tensor{};
+                local.dtype = detail::dtype_from_name(t.dtype, name);
+                if (!e) {  // nothing to write, but the memory space needs a shape of the right rank
+                    local.shape = t.shape;
+                    if (t.split_dim >= 0)
+                        local.shape[t.split_dim] = 0;
+                }
+                w.slab("/" + name,
+                       local,
+                       t.shape,
+                       t.split_dim,
+                       begin,
+                       writes,
+                       chunked ? chunk_of(t) : Shape{});
+                w.attr("/" + name, "dtype", t.dtype);
+                if (writes)
+                    hashes[name][std::to_string(begin)] = sha256_of(local);
+            }
+            w.commit();
+        }
+    for (const std::string& text : all_gather_strings(hashes.dump(), world)) {
         const json rank_hashes = json::parse(text);
         for (const auto& [name, by_begin] : rank_hashes.items())
             for (const auto& [begin, sha] : by_begin.items())

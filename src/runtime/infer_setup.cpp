@@ -1,5 +1,6 @@
 // The infer job's setup: this rank's weights from the job's source (random, or read slice by
-// slice from safetensors) and the KV page budget (inference.kv_cache.pages, or auto).
+// slice from safetensors or a model checkpoint) and the KV page budget (inference.kv_cache.pages,
+// or auto).
 #include <algorithm>
 #include <fstream>
 #include <limits>
@@ -8,6 +9,7 @@
 #include "hymoe/core/error.h"
 #include "hymoe/io/safetensors.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/model_checkpoint.h"
 
 namespace hymoe::runtime {
 
@@ -16,6 +18,12 @@ WeightFill weight_fill(const Job& job, const model::ModelShard& shard) {
         return [&job, shard](const model::TensorList& list) {
             model::init_tensors_random(list, shard, job.deck.job.seed);
         };
+    if (is_model_checkpoint(job.deck.model.weights)) {  // a convert job's output
+        model::ReadTensor read = open_model_checkpoint(job.deck.model.weights, job.model);
+        return [shard, read](const model::TensorList& list) {
+            model::load_tensors(list, shard, read);
+        };
+    }
     // each rank reads only its part: the rows or columns of its slice out of the memory map
     auto folder = std::make_shared<io::SafetensorsFolder>(job.deck.model.weights);
     auto read = [&job, folder](

@@ -1,6 +1,6 @@
-// Job dispatch by kind (infer: the inference engine; plan: the memory and communication plan of
-// runtime/plan.h in the log and in plan.h5, with /meta and every rank's grid coordinates), and the
-// log header.
+// Job dispatch by kind (infer: the inference engine; convert: runtime/model_checkpoint.h; plan: the
+// memory and communication plan of runtime/plan.h in the log and in plan.h5, with /meta and every
+// rank's grid coordinates), and the log header.
 #include "hymoe/runtime/run.h"
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include "hymoe/io/meta.h"
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/plan.h"
 #include "hymoe/runtime/trainer.h"
 
@@ -72,17 +73,15 @@ void write_plan(const Job& job, const parallel::Grid& grid, const io::RunMeta& m
 int run_job(const Job& job, const parallel::Grid& grid) {
     const deck::JobKind kind = job.deck.job.kind;
     if (kind == deck::JobKind::convert)
-        HYMOE_FAIL(Exit::invalid,
-                   job.deck.locate("job.kind"),
-                   ": ",
-                   deck::to_string(kind),
-                   " jobs are not available in this build yet (validate the deck with --check)");
+        check_convert_output(job);
     make_output_folder(job.deck.job.output);
     log::to_file(job.deck.job.output + "/log");
     if (kind == deck::JobKind::infer)
         return run_infer(job, grid);
     if (kind == deck::JobKind::lora)
         return run_lora(job, grid);
+    if (kind == deck::JobKind::convert)
+        return run_convert(job, grid);
     io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
     write_plan(job, grid, meta);
     return 0;

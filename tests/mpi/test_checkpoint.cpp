@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <hdf5.h>
@@ -73,13 +74,18 @@ struct Fixture {
     int n = hymoe::testing::world_size();
     parallel::Grid g = parallel::make_grid(parallel::Layout{n, 1, 1, 1, 1});
     int r = g.rank;
-    std::string root = (fs::temp_directory_path() / ("hymoe_ckpt_np" + std::to_string(n))).string();
+    std::string root =
+        (fs::temp_directory_path() /
+         ("hymoe_ckpt_" + std::to_string(comm::broadcast_value(getpid(), 0, g.comms.world))))
+            .string();
     std::vector<Spec> specs = {
         {"a", 0, DType::f32, {4 * n, 24}},           // split along dim 0
         {"b", 1, DType::bf16, {5, 3 * n}},           // split along dim 1
         {"opt/c", 2, DType::f32, {7}},               // whole, held by all
         {"d", 3, DType::i64, {3 + 2 * (n - 1), 2}},  // uneven split along dim 0
         {"e", 4, DType::f32, {3, 3}},                // whole, held by the last rank only
+        {"f", 5, DType::f32, {2, 3, 4 * n}},         // split along its last dim
+        {"s", 6, DType::i64, {}},                    // a scalar
     };
     std::vector<Buffer> held;
 
@@ -99,8 +105,9 @@ struct Fixture {
         std::vector<io::CkptEntry> out;
         auto add = [&](const Spec& s, int dim, int64_t begin, int64_t rows, bool writer) {
             held.push_back(make_slice(s, dim, begin, rows));
+            const std::string file = s.name == "e" ? "last.h5" : "";  // a file one rank writes
             out.push_back(
-                {s.name, held.back().view(), dim, begin, dim < 0 ? 0 : s.shape[dim], writer, ""});
+                {s.name, held.back().view(), dim, begin, dim < 0 ? 0 : s.shape[dim], writer, file});
         };
         held.reserve(8);
         add(specs[0], 0, 4 * r, 4, true);
@@ -109,6 +116,8 @@ struct Fixture {
         add(specs[3], 0, r == 0 ? 0 : 3 + 2 * (r - 1), r == 0 ? 3 : 2, true);
         if (r == n - 1)
             add(specs[4], -1, 0, 0, true);
+        add(specs[5], 2, 4 * r, 4, true);
+        add(specs[6], -1, 0, 0, r == 0);
         return out;
     }
 };
@@ -151,7 +160,7 @@ BOOST_FIXTURE_TEST_CASE(round_trip_at_the_same_layout_is_bit_exact, Fixture) {
     io::save_checkpoint(g.comms.world, root, 3, saved, R"({"step": 3, "rng": [1, 2]})", 2);
     const std::string dir = io::latest_checkpoint(root);
     bool ok = dir == root + "/step_3" && fs::exists(dir + "/tensors.h5") &&
-              !fs::exists(root + "/step_3.partial");
+              fs::exists(dir + "/last.h5") && !fs::exists(root + "/step_3.partial");
     Target t;
     t.add(specs[0], 0, 4 * r, 4, DType::f32);
     t.add(specs[1], 1, 3 * r, 3, DType::bf16);
@@ -159,6 +168,8 @@ BOOST_FIXTURE_TEST_CASE(round_trip_at_the_same_layout_is_bit_exact, Fixture) {
     t.add(specs[3], 0, r == 0 ? 0 : 3 + 2 * (r - 1), r == 0 ? 3 : 2, DType::i64);
     if (r == n - 1)
         t.add(specs[4], -1, 0, 0, DType::f32);
+    t.add(specs[5], 2, 4 * r, 4, DType::f32);
+    t.add(specs[6], -1, 0, 0, DType::i64);
     std::string state;
     io::load_checkpoint(g.comms.world, dir, t.entries, state);
     ok = ok && state == R"({"step": 3, "rng": [1, 2]})";
@@ -175,8 +186,10 @@ BOOST_FIXTURE_TEST_CASE(load_at_other_splits_gives_the_same_values, Fixture) {
     t.add(specs[0], 0, 4 * q, 4, DType::f32);
     t.add(specs[1], -1, 0, 0, DType::f32);  // bf16 widened, whole
     t.add(specs[3], -1, 0, 0, DType::i64);
-    t.add(specs[4], -1, 0, 0, DType::f32);  // every rank reads what one rank saved
-    t.add(specs[2], 0, 0, 3, DType::f32);   // saved whole, read in part
+    t.add(specs[4], -1, 0, 0, DType::f32);     // every rank reads what one rank saved
+    t.add(specs[2], 0, 0, 3, DType::f32);      // saved whole, read in part
+    t.add(specs[5], 0, q % 2, 1, DType::f32);  // saved along dim 2, read along dim 0
+    t.add(specs[6], -1, 0, 0, DType::i64);
     std::string state;
     io::load_checkpoint(g.comms.world, root + "/step_1", t.entries, state);
     std::vector<Buffer> want;
@@ -189,6 +202,8 @@ BOOST_FIXTURE_TEST_CASE(load_at_other_splits_gives_the_same_values, Fixture) {
     want.push_back(make_slice(specs[3], -1, 0, 0));
     want.push_back(make_slice(specs[4], -1, 0, 0));
     want.push_back(make_slice(specs[2], 0, 0, 3));
+    want.push_back(make_slice(specs[5], 0, q % 2, 1));
+    want.push_back(make_slice(specs[6], -1, 0, 0));
     bool ok = true;
     for (size_t i = 0; i < want.size(); ++i)
         ok = ok && same_bytes(t.entries[i].local, want[i].view());

@@ -63,7 +63,8 @@ void load_checkpoint(const comm::Comm& world,
 
 // ---- the parts both checkpoint kinds share ---------------------------------------------------
 
-// Collective: the entries into HDF5 files under dir (each written as NAME.partial and renamed);
+// Collective: the entries into HDF5 files under dir (each written as NAME.partial and renamed;
+// with MPI-IO by all ranks, or by its one writing rank alone when only one writes into it);
 // returns (on every rank) the manifest's "tensors" object as JSON text:
 // {name: {"file", "dtype", "shape", "split_dim", "sha256", "pieces": [{"begin", "rows",
 // "sha256"}]}}
@@ -73,6 +74,9 @@ std::string write_tensors(const comm::Comm& world,
                           const std::string& dir,
                           const std::vector<CkptEntry>& entries,
                           bool chunked);
+
+// Every rank's string, in rank order, on every rank (manifests gather per-rank JSON this way).
+std::vector<std::string> all_gather_strings(const std::string& s, const comm::Comm& c);
 
 // Rank 0 only: dir/manifest.json ← text, atomically (written, fsynced, renamed).
 void write_manifest(const std::string& dir, const std::string& json_text);
