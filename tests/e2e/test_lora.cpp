@@ -6,10 +6,14 @@
 // loss-spike guard names the step and stops with exit 3; and the demo: lora-quickstart learns the
 // cipher (domain accuracy from chance to ≥ 0.9, general eval loss within 10%) and lora-infer
 // answers held-out prompts with the adapter and not without it, in the same batches.
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <boost/test/unit_test.hpp>
 #include <nlohmann/json.hpp>
@@ -97,6 +101,47 @@ BOOST_AUTO_TEST_CASE(a_stopped_run_resumes_bit_identically_and_at_another_layout
         train(moved, no_dropout + "--set parallel.dp=2 --set job.max_hours=1e-9", 2).code, 75);
     BOOST_REQUIRE_EQUAL(train(moved, no_dropout + "--set finetune.batch.grad_accum=2").code, 0);
     BOOST_TEST(max_rel(losses(moved), losses(wide)) <= 1e-5);
+}
+
+// The binary started in the background with a checkpoint every step; `sig` sent once step_2 is
+// on disk (so mid-step or mid-write); returns the exit code.
+int interrupted_run(const std::string& out, int sig) {
+    const char* bin = std::getenv("HYMOE_BIN");
+    const std::string exe = bin ? bin : "build/hymoe", pidfile = out + ".pid", rcfile = out + ".rc";
+    std::system(
+        ("(" + exe + " " + kDeck + " --set job.output=" + out +
+         " --set finetune.steps=12 --set finetune.checkpoint.every=1 >/dev/null 2>&1 & echo $! >" +
+         pidfile + "; wait $!; echo $? >" + rcfile + ") &")
+            .c_str());
+    for (int i = 0; i < 400 && !fs::exists(pidfile); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const pid_t pid = std::stoi(testing::read_text(pidfile));
+    for (int i = 0; i < 4000 && !fs::exists(out + "/checkpoints/step_2/manifest.json"); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ::kill(pid, sig);
+    for (int i = 0; i < 4000 && !fs::exists(rcfile); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return std::stoi(testing::read_text(rcfile));
+}
+
+// kill -9 while checkpoints are being written every step: the rerun resumes from the newest
+// complete one and ends bit-identical to an uninterrupted run; SIGUSR1 stops at the next step
+// boundary with a checkpoint and exit 75, naming the signal.
+BOOST_AUTO_TEST_CASE(kill_9_and_sigusr1_mid_run_then_resume) {
+    const std::string ref = scratch("ref12"), killed = scratch("killed"), usr1 = scratch("usr1");
+    const std::string twelve = "--set finetune.steps=12 --set finetune.checkpoint.every=1";
+    BOOST_REQUIRE_EQUAL(train(ref, twelve).code, 0);
+    BOOST_TEST(interrupted_run(killed, SIGKILL) == 128 + SIGKILL);
+    BOOST_REQUIRE(!fs::exists(killed + "/results.h5"));
+    const testing::RunResult again = train(killed, twelve);
+    BOOST_REQUIRE_EQUAL(again.code, 0);
+    BOOST_TEST(again.out.find("resuming from") != std::string::npos, again.out);
+    BOOST_TEST(losses(killed) == losses(ref));
+    BOOST_TEST(interrupted_run(usr1, SIGUSR1) == 75);
+    BOOST_TEST(testing::read_text(usr1 + "/log").find("(SIGUSR1)") != std::string::npos);
+    BOOST_REQUIRE_EQUAL(train(usr1, twelve).code, 0);
+    BOOST_TEST(losses(usr1) == losses(ref));
 }
 
 BOOST_AUTO_TEST_CASE(a_corrupt_or_foreign_checkpoint_is_refused_with_4) {
