@@ -135,6 +135,7 @@ bench: deps  ## speed as ratios measured in the same run
 	@for np in 2 4; do OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np $$np $(OUT)/bench_comm; done
 	@for np in 2 4; do OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np $$np $(OUT)/bench_moe; done
 	@OMP_NUM_THREADS=1 $(OUT)/bench_model 1 $(if $(filter 1,$(NPROC)),,2)
+	@$(OUT)/bench_tokenizer
 
 deps:  ## install the missing Debian packages (spec/toolchain.md's apt line) and the npm tiktoken peer
 	@missing=""; for p in $(DEB_PKGS); do \
