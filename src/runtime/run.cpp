@@ -1,6 +1,6 @@
-// Job dispatch by kind (infer: the inference engine; plan: the memory and communication plan of
-// runtime/plan.h in the log and in plan.h5, with /meta and every rank's grid coordinates), and the
-// log header.
+// Job dispatch by kind (infer: the inference engine; tokenize: runtime/tokenize.h; plan: the memory
+// and communication plan of runtime/plan.h in the log and in plan.h5, with /meta and every rank's
+// grid coordinates), and the log header.
 #include "hymoe/runtime/run.h"
 
 #include <filesystem>
@@ -11,6 +11,7 @@
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/plan.h"
+#include "hymoe/runtime/tokenize.h"
 
 namespace hymoe::runtime {
 
@@ -80,6 +81,8 @@ int run_job(const Job& job, const parallel::Grid& grid) {
     log::to_file(job.deck.job.output + "/log");
     if (kind == deck::JobKind::infer)
         return run_infer(job, grid);
+    if (kind == deck::JobKind::tokenize)
+        return run_tokenize(job, grid);
     io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
     write_plan(job, grid, meta);
     return 0;
