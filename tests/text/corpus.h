@@ -99,9 +99,8 @@ inline std::string unicode_sample_doc(const std::string& derived_age) {
 inline std::vector<std::string> handwritten_docs() {
     return {
         "漢字とひらがなとカタカナ、한국어 텍스트, 中文分词测试：我们今天去北京大学。",
-        "Emoji: 👍🏽 👨‍👩‍👧‍👦 🇫🇷🇯🇵 ❤️‍🔥 🧑🏿‍🚀 1️⃣ ✌︎ 🏳️‍🌈 "
-        "and "
-        "text",
+        std::string("Emoji: 👍🏽 👨‍👩‍👧‍👦 🇫🇷🇯🇵") +
+            " ❤️‍🔥 🧑🏿‍🚀" + " 1️⃣ ✌︎" + " 🏳️‍🌈 and text",
         "العربية: مرحبا بالعالم. हिन्दी: नमस्ते दुनिया। ไทย: สวัสดีชาวโลก",
         "Combining: e\u0301 a\u0308 n\u0303 Ǻ ḉ ṩ ὦ ᾇ Z̤͔ͧ̑̓ä͖̭̈̇lͮ̒ͫǧ̗͚̚o̙̔ͮ̇͐̇",
         "IT'S THE CAT'S. We'LL go, you'RE here, they've, I'm, he'd. It’s ’re 'S 'ſ",
