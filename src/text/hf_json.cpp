@@ -4,6 +4,8 @@
 // use_regex the GPT-2 pattern), alone or in a Sequence, decoder ByteLevel, added_tokens. Anything
 // else is an Exit::invalid error naming the field, rather than tokens that differ from HF's.
 // Vocabulary strings are in GPT-2's byte-to-unicode alphabet and are mapped back to bytes here.
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "hymoe/core/error.h"
@@ -113,8 +115,13 @@ Tokenizer parse_hf_tokenizer(const std::string& text, const std::string& path) {
 
     Tokenizer tok;
     const std::vector<int> inv = unicode_to_byte();
+    std::set<std::string> added;  // their vocab entries (if any) are not byte-level strings
+    for (const auto& a : j.value("added_tokens", json::array()))
+        added.insert(a.at("content").get<std::string>());
     std::string bytes;
     for (const auto& [s, id] : model["vocab"].items()) {
+        if (added.contains(s))
+            continue;
         if (!to_bytes(s, inv, bytes))
             c.fail("model.vocab",
                    "'" + s + "' is not in the byte-level alphabet (not byte-level BPE)");

@@ -27,8 +27,28 @@ void Tokenizer::add_token(std::string bytes, int32_t id) {
     HYMOE_CHECK(id >= 0, "token id ", id);
     if (static_cast<size_t>(id) >= bytes_.size())
         bytes_.resize(static_cast<size_t>(id) + 1);
-    bytes_[static_cast<size_t>(id)] = bytes;
-    ranks_.emplace(std::move(bytes), id);
+    if (rank_of(bytes) >= 0)
+        return;  // the first id of the same bytes wins
+    bytes_[static_cast<size_t>(id)] = std::move(bytes);
+    index_token(id);
+}
+
+void Tokenizer::index_token(int32_t id) {
+    if (2 * (n_tokens_ + 1) > static_cast<int64_t>(slots_.size())) {
+        std::vector<uint64_t> old(std::max<size_t>(1024, 2 * slots_.size()), 0);
+        old.swap(slots_);
+        n_tokens_ = 0;
+        for (uint64_t s : old)
+            if (s != 0)
+                index_token(static_cast<int32_t>((s & 0xffffffffu) - 1));
+    }
+    const uint64_t h = Utf8Hash{}(bytes_[static_cast<size_t>(id)]);
+    const size_t mask = slots_.size() - 1;
+    size_t i = h & mask;
+    while (slots_[i] != 0)
+        i = (i + 1) & mask;
+    slots_[i] = (h >> 32 << 32) | static_cast<uint32_t>(id + 1);
+    ++n_tokens_;
 }
 
 void Tokenizer::add_merge(int32_t left, int32_t right, int32_t rank) {
@@ -85,8 +105,20 @@ void Tokenizer::finish() {
 }
 
 int32_t Tokenizer::rank_of(std::string_view bytes) const {
-    auto it = ranks_.find(bytes);
-    return it == ranks_.end() ? -1 : it->second;
+    if (slots_.empty())
+        return -1;
+    const uint64_t h = Utf8Hash{}(bytes);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        const uint64_t s = slots_[i];
+        if (s == 0)
+            return -1;
+        if (s >> 32 == h >> 32) {
+            const auto id = static_cast<int32_t>((s & 0xffffffffu) - 1);
+            if (bytes_[static_cast<size_t>(id)] == bytes)
+                return id;
+        }
+    }
 }
 
 int32_t Tokenizer::special_id(std::string_view text) const {
@@ -104,7 +136,7 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
 std::string Tokenizer::describe() const {
     return cat(kind_,
                ", ",
-               ranks_.size(),
+               n_tokens_,
                " tokens, ",
                specials_.size(),
                " special, ",
@@ -182,7 +214,8 @@ void Tokenizer::merge_ranks(std::string_view piece, std::vector<int32_t>& out) c
     constexpr int32_t kNone = INT32_MAX;
     struct Part {
         size_t start;
-        int32_t rank;
+        int32_t rank;  // of this part joined with the next
+        int32_t id;    // this part's token
     };
     std::vector<Part> parts(piece.size() + 1);
     auto joined_rank = [&](size_t i, size_t skip) {  // rank of parts i..i+skip joined
@@ -193,7 +226,7 @@ void Tokenizer::merge_ranks(std::string_view piece, std::vector<int32_t>& out) c
         return r < 0 ? kNone : r;
     };
     for (size_t i = 0; i < parts.size(); ++i)
-        parts[i] = {i, kNone};
+        parts[i] = {i, kNone, i < piece.size() ? byte_id_[static_cast<uint8_t>(piece[i])] : -1};
     for (size_t i = 0; i + 2 < parts.size(); ++i)
         parts[i].rank = joined_rank(i, 1);
     while (parts.size() > 2) {
@@ -203,13 +236,14 @@ void Tokenizer::merge_ranks(std::string_view piece, std::vector<int32_t>& out) c
                 best = i;
         if (parts[best].rank == kNone)
             break;
+        parts[best].id = parts[best].rank;
         parts[best].rank = joined_rank(best, 2);
         if (best > 0)
             parts[best - 1].rank = joined_rank(best - 1, 2);
         parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
     }
     for (size_t i = 0; i + 1 < parts.size(); ++i)
-        out.push_back(rank_of(piece.substr(parts[i].start, parts[i + 1].start - parts[i].start)));
+        out.push_back(parts[i].id);
 }
 
 // HF BPE: merge the adjacent pair with the lowest merge rank (leftmost on ties) until none is left.

@@ -68,10 +68,14 @@ private:
     void merge_pairs(std::string_view piece, std::vector<int32_t>& out) const;
     void split(size_t stage, std::string_view text, std::vector<int32_t>& out) const;
     int32_t rank_of(std::string_view bytes) const;  // −1 when not a token
+    void index_token(int32_t id);                   // into slots_, growing it at half full
 
     std::string kind_ = "tiktoken BPE";
     std::vector<std::string> bytes_;  // [n_vocab] id -> bytes
-    std::unordered_map<std::string, int32_t, Utf8Hash, std::equal_to<>> ranks_;  // bytes -> id
+    // bytes -> id of the mergeable tokens, open addressing (linear probing, power-of-two size):
+    // a slot holds hash >> 32 << 32 | (id + 1), 0 = empty
+    std::vector<uint64_t> slots_;
+    int64_t n_tokens_ = 0;
     std::unordered_map<uint64_t, uint64_t> merges_;  // left << 32 | right -> rank << 32 | id
     bool ignore_merges_ = false;
     int32_t byte_id_[256];

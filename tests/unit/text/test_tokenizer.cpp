@@ -52,6 +52,7 @@ std::string small_tokenizer_json() {
         vocab[a + b] = id++;
         m.push_back(a + " " + b);
     }
+    vocab["<|eot|>"] = 262;
     nlohmann::json j = {
         {"version", "1.0"},
         {"normalizer", nullptr},
@@ -64,7 +65,8 @@ std::string small_tokenizer_json() {
              {"invert", false}},
             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}},
         {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", m}}},
-        {"added_tokens", {{{"id", 262}, {"content", "<|eot|>"}, {"special", true}}}},
+        {"added_tokens",
+         {{{"id", 262}, {"content", "<|eot|>"}, {"special", true}}}},  // in vocab too
         {"decoder", {{"type", "ByteLevel"}}}};
     return j.dump();
 }
