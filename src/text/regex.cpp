@@ -10,6 +10,9 @@ namespace hymoe::text {
 
 namespace {
 
+constexpr size_t kJitStackBytes = size_t{256} << 20;  // reserved, committed as used
+constexpr uint32_t kHeapLimitKiB = 4u << 20;          // 4 GiB
+
 // Unicode White_Space (what \s means in Rust's regex), as the inside of a character class.
 constexpr const char* kSpace =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
@@ -120,9 +123,21 @@ Regex::Regex(const std::string& pattern, bool translate)
     jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
     code_ = code;
     match_ = pcre2_match_data_create_from_pattern(code, nullptr);
+    // Long runs under a repeated group with a lookahead (Kimi's letter classes) need more than
+    // PCRE2's default 32 KiB JIT stack and 20 MB interpreter heap; both grow on demand.
+    auto* context = pcre2_match_context_create(nullptr);
+    pcre2_set_heap_limit(context, kHeapLimitKiB);
+    if (jit_) {
+        auto* stack = pcre2_jit_stack_create(32 * 1024, kJitStackBytes, nullptr);
+        pcre2_jit_stack_assign(context, nullptr, stack);
+        stack_ = stack;
+    }
+    context_ = context;
 }
 
 Regex::~Regex() {
+    pcre2_match_context_free(static_cast<pcre2_match_context*>(context_));
+    pcre2_jit_stack_free(static_cast<pcre2_jit_stack*>(stack_));
     pcre2_match_data_free(static_cast<pcre2_match_data*>(match_));
     pcre2_code_free(static_cast<pcre2_code*>(code_));
 }
@@ -130,11 +145,14 @@ Regex::~Regex() {
 bool Regex::find(std::string_view text, size_t from, size_t& begin, size_t& end) const {
     auto* code = static_cast<pcre2_code*>(code_);
     auto* md = static_cast<pcre2_match_data*>(match_);
+    auto* context = static_cast<pcre2_match_context*>(context_);
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     while (from < text.size()) {
-        const int rc =
-            jit_ ? pcre2_jit_match(code, subject, text.size(), from, 0, md, nullptr)
-                 : pcre2_match(code, subject, text.size(), from, PCRE2_NO_UTF_CHECK, md, nullptr);
+        int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), from, 0, md, context)
+                      : PCRE2_ERROR_JIT_STACKLIMIT;
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // no JIT, or its stack is full: the interpreter
+            rc = pcre2_match(
+                code, subject, text.size(), from, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, context);
         if (rc == PCRE2_ERROR_NOMATCH)
             return false;
         HYMOE_CHECK(rc > 0, "pcre2 match error ", rc, " for pattern ", pattern_);

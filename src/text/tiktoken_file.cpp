@@ -31,6 +31,7 @@ constexpr const char* kKimi =
     R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 constexpr int kKimiReserved = 256;
+constexpr int64_t kKimiMaxChars = 400'000, kKimiMaxRun = 25'000;  // tokenization_kimi.py
 
 std::vector<SpecialToken> preset_specials(const std::string& name) {
     if (name == "cl100k_base")
@@ -141,6 +142,8 @@ Tokenizer load_tiktoken(const std::string& path, const std::string& pattern) {
     if (fs::exists(config))
         for (const auto& s : config_specials(config))
             tok.add_special(s);
+    if (preset == "kimi")
+        tok.set_chunking(kKimiMaxChars, kKimiMaxRun);
     if (preset == "kimi")
         for (int i = 0; i < kKimiReserved; ++i)
             if (tok.n_vocab() <= n_ranks + i ||

@@ -150,9 +150,71 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
         HYMOE_FAIL(Exit::bad_input, "invalid UTF-8 at byte ", bad);
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 1);
+    if (max_chunk_chars_ == 0)
+        encode_span(text, allow_special, out);
+    else
+        for_each_chunk(text, [&](std::string_view s) { encode_span(s, allow_special, out); });
+    return out;
+}
+
+namespace {
+
+// The code point at s[i] (valid UTF-8) and its length.
+uint32_t code_point(std::string_view s, size_t i, size_t& len) {
+    const auto b = static_cast<uint8_t>(s[i]);
+    len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    uint32_t cp = len == 1 ? b : b & (0x7F >> len);
+    for (size_t k = 1; k < len; ++k)
+        cp = cp << 6 | (static_cast<uint8_t>(s[i + k]) & 0x3Fu);
+    return cp;
+}
+
+// Python's str.isspace: Unicode White_Space and the separators U+001C..U+001F.
+bool python_space(uint32_t c) {
+    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+}  // namespace
+
+// Kimi's cut of long texts (tokenization_kimi.py, as Llama 3's): windows of max_chunk_chars_ code
+// points, each cut again where a run of space or non-space code points grows past max_run_chars_.
+void Tokenizer::for_each_chunk(std::string_view text,
+                               const std::function<void(std::string_view)>& f) const {
+    auto runs = [&](std::string_view w) {
+        size_t start = 0, len = 0, n = 0;
+        bool space = !w.empty() && python_space(code_point(w, 0, n));
+        int64_t run = 0;
+        for (size_t i = 0; i < w.size(); i += len) {
+            const bool now = python_space(code_point(w, i, len));
+            if (now != space) {
+                run = 1, space = now;
+            } else if (++run > max_run_chars_) {
+                f(w.substr(start, i - start));
+                start = i, run = 1;
+            }
+        }
+        f(w.substr(start));
+    };
+    size_t window = 0, len = 0;
+    int64_t count = 0;
+    for (size_t i = 0; i < text.size(); i += len) {
+        code_point(text, i, len);
+        if (count++ == max_chunk_chars_) {
+            runs(text.substr(window, i - window));
+            window = i, count = 1;
+        }
+    }
+    runs(text.substr(window));
+}
+
+void Tokenizer::encode_span(std::string_view text,
+                            bool allow_special,
+                            std::vector<int32_t>& out) const {
     if (!allow_special) {
         encode_ordinary(text, out);
-        return out;
+        return;
     }
     auto plain = [&](std::string_view s) {
         size_t b = 0, e = 0;
@@ -167,7 +229,6 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
         at = e;
     }
     plain(text.substr(at));
-    return out;
 }
 
 void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {

@@ -29,8 +29,10 @@ public:
 
 private:
     std::string pattern_;
-    void* code_ = nullptr;   // pcre2_code_8*
-    void* match_ = nullptr;  // pcre2_match_data_8* (one thread per object)
+    void* code_ = nullptr;     // pcre2_code_8*
+    void* match_ = nullptr;    // pcre2_match_data_8* (one thread per object)
+    void* context_ = nullptr;  // pcre2_match_context_8*: heap limit, JIT stack
+    void* stack_ = nullptr;    // pcre2_jit_stack_8*
     bool jit_ = false;
 };
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -60,9 +61,17 @@ public:
     void add_special(const SpecialToken& t);
     void set_kind(std::string kind) { kind_ = std::move(kind); }
     void set_ignore_merges(bool on) { ignore_merges_ = on; }  // HF: a whole-piece token wins
+    // Kimi: encode windows of max_chars code points, cut where a run of space or non-space
+    // characters exceeds max_run (for_each_chunk); 0 = the text whole.
+    void set_chunking(int64_t max_chars, int64_t max_run) {
+        max_chunk_chars_ = max_chars, max_run_chars_ = max_run;
+    }
     void finish();  // checks every byte has a token; compiles the special-token regex
 
 private:
+    void for_each_chunk(std::string_view text,
+                        const std::function<void(std::string_view)>& f) const;
+    void encode_span(std::string_view text, bool allow_special, std::vector<int32_t>& out) const;
     void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
     void merge_ranks(std::string_view piece, std::vector<int32_t>& out) const;
     void merge_pairs(std::string_view piece, std::vector<int32_t>& out) const;
@@ -78,6 +87,7 @@ private:
     int64_t n_tokens_ = 0;
     std::unordered_map<uint64_t, uint64_t> merges_;  // left << 32 | right -> rank << 32 | id
     bool ignore_merges_ = false;
+    int64_t max_chunk_chars_ = 0, max_run_chars_ = 0;
     int32_t byte_id_[256];
     std::vector<std::unique_ptr<Regex>> stages_;
     std::vector<SpecialToken> specials_;
@@ -106,7 +116,8 @@ std::string tiktoken_preset_pattern(const std::string& name);
 // A tiktoken rank file ("<base64 token> <rank>" per line). pattern: a preset name or a regex;
 // "" = the preset named by the file (cl100k_base*, o200k_base*) or else "kimi". Special tokens:
 // the preset's, then those of tokenizer_config.json beside the file (added_tokens_decoder), and
-// for kimi the 256 reserved ids above the ranks as <|reserved_token_N|>.
+// for kimi the 256 reserved ids above the ranks as <|reserved_token_N|>; kimi also cuts long
+// texts as tokenization_kimi.py does (set_chunking(400000, 25000)).
 Tokenizer load_tiktoken(const std::string& path, const std::string& pattern = "");
 // An HF tokenizer.json of a byte-level BPE model (text in `json`, `path` for messages).
 Tokenizer parse_hf_tokenizer(const std::string& json, const std::string& path);

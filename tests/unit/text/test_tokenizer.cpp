@@ -208,6 +208,17 @@ BOOST_AUTO_TEST_CASE(tiktoken_folder_with_kimi_specials) {
     std::vector<int32_t> want = bytes_of("漢字");
     want.push_back(256);
     BOOST_TEST(tok.encode(han) == want);
+    // Kimi cuts a run of more than 25000 non-space characters: "b" + "ab" x 13000 is encoded as
+    // its first 25000 characters, then the rest, so the pair at the cut is not joined
+    std::string run = "b";
+    for (int i = 0; i < 13000; ++i)
+        run += "ab";
+    std::vector<int32_t> cut = {'b'};
+    cut.insert(cut.end(), 12499, 256);
+    cut.push_back('a'), cut.push_back('b');
+    cut.insert(cut.end(), 500, 256);
+    BOOST_TEST(tok.encode(run) == cut);
+    BOOST_TEST(tok.decode(tok.encode(run)) == run);
 }
 
 BOOST_AUTO_TEST_CASE(pattern_translation) {
