@@ -1,11 +1,16 @@
 // Exactness against a real peer: the npm package `tiktoken` (OpenAI's tokenizer as WASM, run by
 // node through tests/text/tiktoken_peer.cjs) encodes the multilingual corpus of tests/text/corpus.h
 // with cl100k_base and o200k_base; hymoe loads the rank files the script writes from the package's
-// own data and must produce the same ids for every document, and decode(encode(x)) == x.
+// own data and must produce the same ids for every document, and decode(encode(x)) == x; so must
+// the same ranks converted to a tokenizer.json (the merge-list path).
 // Needs node and build/node/node_modules/tiktoken (`make deps` installs both).
+#include <algorithm>
 #include <filesystem>
+#include <map>
+#include <unordered_map>
 
 #include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
 
 #include "../../text/corpus.h"
 #include "hymoe/text/tokenizer.h"
@@ -28,13 +33,87 @@ struct Peer {
     }
 };
 
-void compare_with_peer(const std::string& name) {
-    static Peer peer;
-    BOOST_TEST_REQUIRE(testing::run_peer("encode " + name + " " + kDir + "/corpus.docs " + kDir +
-                                         "/" + name + ".ids") == 0);
-    const auto want = testing::read_ids(kDir + "/" + name + ".ids");
-    BOOST_TEST_REQUIRE(want.size() == peer.docs.size());
-    const text::Tokenizer tok = text::load_tiktoken(kDir + "/" + name + ".tiktoken", name);
+// GPT-2's byte-to-unicode alphabet (tokenizer.json vocabularies are written in it).
+std::string byte_level(const std::string& bytes) {
+    std::string s;
+    for (unsigned char b : bytes) {
+        int c = b;
+        if (!((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
+            c = 256;  // the n-th byte outside the printable ranges maps to U+0100 + n
+            for (int x = 0; x < b; ++x)
+                c += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+        }
+        if (c < 0x80)
+            s += static_cast<char>(c);
+        else
+            s += static_cast<char>(0xC0 | c >> 6), s += static_cast<char>(0x80 | (c & 0x3F));
+    }
+    return s;
+}
+
+// A tokenizer.json equivalent to a tiktoken encoding, built the way HF converts tiktoken files:
+// vocabulary = the ranks, merges = every split of every token into two tokens, ordered by the
+// joined token's rank, pre-tokenizer Split(pattern) + ByteLevel without regex; ignore_merges off,
+// so every piece goes through the merge list.
+std::string tokenizer_json_of(const text::Tokenizer& tok,
+                              int32_t n_ranks,
+                              const std::string& pattern) {
+    nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
+    std::unordered_map<std::string, int32_t> rank;
+    for (int32_t id = 0; id < n_ranks; ++id) {
+        rank[tok.token_bytes(id)] = id;
+        vocab[byte_level(tok.token_bytes(id))] = id;
+    }
+    for (int32_t id = 0; id < n_ranks; ++id) {
+        const std::string& t = tok.token_bytes(id);
+        std::vector<std::pair<int32_t, int32_t>> splits;
+        for (size_t i = 1; i < t.size(); ++i) {
+            auto l = rank.find(t.substr(0, i)), r = rank.find(t.substr(i));
+            if (l != rank.end() && r != rank.end())
+                splits.push_back({l->second, r->second});
+        }
+        std::sort(splits.begin(), splits.end());
+        for (const auto& [l, r] : splits)
+            merges.push_back(byte_level(tok.token_bytes(l)) + " " + byte_level(tok.token_bytes(r)));
+    }
+    nlohmann::json j = {
+        {"normalizer", nullptr},
+        {"pre_tokenizer",
+         {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", pattern}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+        {"model",
+         {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"ignore_merges", false}}},
+        {"added_tokens", nlohmann::json::array()},
+        {"decoder", {{"type", "ByteLevel"}}}};
+    return j.dump();
+}
+
+const Peer& peer() {
+    static Peer p;
+    return p;
+}
+
+// The peer's ids for the corpus (encoded once per encoding).
+const std::vector<std::vector<int32_t>>& peer_ids(const std::string& name) {
+    static std::map<std::string, std::vector<std::vector<int32_t>>> ids;
+    if (!ids.contains(name)) {
+        const std::string out = kDir + "/" + name + ".ids";
+        BOOST_TEST_REQUIRE(
+            testing::run_peer("encode " + name + " " + kDir + "/corpus.docs " + out) == 0);
+        ids[name] = testing::read_ids(out);
+        BOOST_TEST_REQUIRE(ids[name].size() == peer().docs.size());
+    }
+    return ids[name];
+}
+
+void compare_with_peer(const std::string& name, const text::Tokenizer& tok) {
+    const Peer& peer = ::peer();
+    const auto& want = peer_ids(name);
     size_t bytes = 0, ids = 0, differ = 0, round_trip = 0;
     for (size_t d = 0; d < peer.docs.size(); ++d) {
         const std::vector<int32_t> got = tok.encode(peer.docs[d], false);
@@ -63,11 +142,29 @@ void compare_with_peer(const std::string& name) {
 BOOST_AUTO_TEST_SUITE(text_peer)
 
 BOOST_AUTO_TEST_CASE(cl100k_base_equals_npm_tiktoken) {
-    compare_with_peer("cl100k_base");
+    peer();
+    compare_with_peer("cl100k_base",
+                      text::load_tiktoken(kDir + "/cl100k_base.tiktoken", "cl100k_base"));
 }
 
 BOOST_AUTO_TEST_CASE(o200k_base_equals_npm_tiktoken) {
-    compare_with_peer("o200k_base");
+    peer();
+    compare_with_peer("o200k_base",
+                      text::load_tiktoken(kDir + "/o200k_base.tiktoken", "o200k_base"));
+}
+
+// The tokenizer.json path (merge list, Split + ByteLevel, byte-level vocabulary) at scale: the
+// cl100k_base ranks converted to a tokenizer.json encode the corpus as npm tiktoken does.
+BOOST_AUTO_TEST_CASE(cl100k_base_as_tokenizer_json_equals_npm_tiktoken) {
+    peer();
+    const std::string path = kDir + "/cl100k_base.tiktoken";
+    const text::Tokenizer ranks = text::load_tiktoken(path, "cl100k_base");
+    const int32_t n_ranks = 100256;
+    const text::Tokenizer hf = text::parse_hf_tokenizer(
+        tokenizer_json_of(ranks, n_ranks, text::tiktoken_preset_pattern("cl100k_base")),
+        "cl100k_base.json");
+    BOOST_TEST(hf.describe().find("HF byte-level BPE, 100256 tokens") == 0u);
+    compare_with_peer("cl100k_base", hf);
 }
 
 // Special tokens written in the text (allowed_special "all" on the peer side).
