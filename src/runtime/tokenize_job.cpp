@@ -1,5 +1,6 @@
 // The tokenize job: JSONL lines -> token documents with loss masks, chunked over the ranks, with
 // resume and progress lines (runtime/tokenize.h).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -173,7 +174,7 @@ int run_tokenize(const Job& job, const parallel::Grid& grid) {
     const Encoder enc{tok, job.deck, eos};
     const int world_n = world.size();
     const double t0 = wall_seconds();
-    const auto file_bytes = static_cast<double>(fs::file_size(tk.dataset));
+    const double file_bytes = std::max(1.0, static_cast<double>(fs::file_size(tk.dataset)));
     std::ifstream in(tk.dataset, std::ios::binary);
     if (!in)
         HYMOE_FAIL(Exit::bad_input, tk.dataset, ": cannot open the dataset");
