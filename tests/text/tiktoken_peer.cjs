@@ -6,6 +6,8 @@
 //   node tiktoken_peer.cjs encode ENCODING DOCS OUT [special]
 //       DOCS: [u32 n_bytes][bytes] per document; OUT: [u32 n_ids][u32 ids] per document, each
 //       document encoded alone (special: with allowed_special "all")
+//   node tiktoken_peer.cjs pattern ENCODING
+//       prints the package's pre-tokenizer pattern, then one "<special token> <id>" per line
 //   node tiktoken_peer.cjs bench ENCODING DOCS REPEATS
 //       prints "peer_mb_s <MB/s>" (encode only, best of REPEATS passes over all documents)
 "use strict";
@@ -68,6 +70,11 @@ if (cmd === "files") {
     }
     fs.writeFileSync(c, Buffer.concat(chunks));
     enc.free();
+} else if (cmd === "pattern") {
+    const e = encoder_json(a);
+    console.log(e.pat_str);
+    for (const [text, id] of Object.entries(e.special_tokens))
+        console.log(text + " " + id);
 } else if (cmd === "bench") {
     const enc = make_encoder(a);
     const docs = read_docs(b);
@@ -82,6 +89,6 @@ if (cmd === "files") {
     console.log("peer_mb_s " + (bytes / 1e6 / best).toFixed(3));
     enc.free();
 } else {
-    console.error("usage: node tiktoken_peer.cjs files OUT_DIR | encode ENC DOCS OUT [special] | bench ENC DOCS REPEATS");
+    console.error("usage: node tiktoken_peer.cjs files OUT_DIR | encode ENC DOCS OUT [special] | pattern ENC | bench ENC DOCS REPEATS");
     process.exit(2);
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <unordered_map>
 
 #include <boost/test/unit_test.hpp>
@@ -165,6 +166,26 @@ BOOST_AUTO_TEST_CASE(cl100k_base_as_tokenizer_json_equals_npm_tiktoken) {
         "cl100k_base.json");
     BOOST_TEST(hf.describe().find("HF byte-level BPE, 100256 tokens") == 0u);
     compare_with_peer("cl100k_base", hf);
+}
+
+// The built-in patterns and special tokens are the package's.
+BOOST_AUTO_TEST_CASE(presets_equal_the_package) {
+    peer();
+    for (const std::string name : {"cl100k_base", "o200k_base"}) {
+        std::istringstream out(
+            testing::run_capture("node tests/text/tiktoken_peer.cjs pattern " + name));
+        std::string pattern;
+        std::getline(out, pattern);
+        BOOST_TEST(pattern == text::tiktoken_preset_pattern(name));
+        const text::Tokenizer tok = text::load_tiktoken(kDir + "/" + name + ".tiktoken", name);
+        size_t n = 0;
+        for (std::string special; out >> special; ++n) {
+            int32_t id = -1;
+            out >> id;
+            BOOST_TEST(tok.special_id(special) == id, name << " " << special);
+        }
+        BOOST_TEST(n == tok.specials().size());
+    }
 }
 
 // Special tokens written in the text (allowed_special "all" on the peer side).
