@@ -8,7 +8,7 @@ CONFIG    := $(if $(filter 1,$(CUDA)),cuda,cpu)$(if $(SAN),-$(SAN))
 OUT       := build/$(CONFIG)
 
 CXX       := mpicxx
-PKGS      := hdf5-openmpi openblas yaml-cpp nlohmann_json libpng
+PKGS      := hdf5-openmpi openblas yaml-cpp nlohmann_json libpng libpcre2-8
 # '=' (not ':='): pkg-config runs when a recipe needs it, after `make deps` has installed the packages
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
@@ -55,7 +55,9 @@ export BOOST_TEST_COLOR_OUTPUT := no
 
 DEB_PKGS := make g++ pkg-config bc openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools \
             libboost-test-dev libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev \
-            slurm-wlm munge libpmix-dev python3-h5py python3-matplotlib libpng-dev libjpeg62-turbo-dev
+            slurm-wlm munge libpmix-dev python3-h5py python3-matplotlib libpng-dev libjpeg62-turbo-dev \
+            libpcre2-dev
+NPM_PKGS := tiktoken@1.0.22
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all
@@ -136,13 +138,14 @@ bench: deps  ## speed as ratios measured in the same run
 	@OMP_NUM_THREADS=1 $(OUT)/bench_model 1 $(if $(filter 1,$(NPROC)),,2)
 	@OMP_NUM_THREADS=1 $(OUT)/bench_train
 	@OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np 2 $(OUT)/bench_checkpoint
+	@$(OUT)/bench_tokenizer
 
 PYTHON ?= /usr/bin/python3
 report:  ## plots and an HTML page of a job's outputs: make report JOB=jobs/NAME (-> JOB/out/report/)
 	@test -n "$(JOB)" || { echo "usage: make report JOB=jobs/NAME"; exit 2; }
 	@$(PYTHON) analysis/report.py $(JOB)/out
 
-deps:  ## install the missing Debian packages (spec/toolchain.md's apt line)
+deps:  ## install the missing Debian packages (spec/toolchain.md's apt line) and the npm tiktoken peer
 	@missing=""; for p in $(DEB_PKGS); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
@@ -152,6 +155,15 @@ deps:  ## install the missing Debian packages (spec/toolchain.md's apt line)
 	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q \
 	        --no-install-recommends $$missing; \
 	fi
+	@# the tokenizer tests' peer: node + the npm package tiktoken in build/node (git-ignored);
+	@# nodejs and npm from Debian only when no node is there (a NodeSource node carries its npm)
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q \
+	        --no-install-recommends nodejs npm; \
+	fi
+	@[ -f build/node/node_modules/tiktoken/package.json ] || \
+	    npm install --silent --no-audit --no-fund --prefix build/node $(NPM_PKGS)
 
 FORMAT_SRC = $(shell find include src tests -name '*.h' -o -name '*.cpp' -o -name '*.cu' | sort)
 format:  ## clang-format every C++ and CUDA file in place

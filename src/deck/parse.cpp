@@ -37,11 +37,13 @@ DType parse_dtype(const std::string& s) {
 }
 
 void read_job(Section s, JobSection& job, const std::string& deck_dir) {
-    std::string kind = s.choice("kind", std::nullopt, {"infer", "lora", "convert", "plan"});
+    std::string kind =
+        s.choice("kind", std::nullopt, {"infer", "lora", "convert", "plan", "tokenize"});
     job.kind = kind == "infer"     ? JobKind::infer
                : kind == "lora"    ? JobKind::lora
                : kind == "convert" ? JobKind::convert
-                                   : JobKind::plan;
+               : kind == "plan"    ? JobKind::plan
+                                   : JobKind::tokenize;
     std::string folder = fs::absolute(deck_dir).lexically_normal().filename().string();
     job.name = s.text("name", folder.empty() ? std::string("job") : folder);
     job.seed = static_cast<uint64_t>(s.integer("seed", 0, 0, INT64_MAX));
@@ -70,7 +72,7 @@ void read_model(Section s, ModelSection& m, JobKind kind) {
     const bool has_weights = !m.weights.empty();
     if (has_weights && m.init_random)
         s.fail("init", "give either model.weights or model.init: random, not both");
-    bool needs_weights = kind != JobKind::plan;
+    bool needs_weights = kind != JobKind::plan && kind != JobKind::tokenize;
     if (needs_weights && !has_weights && !m.init_random)
         s.fail("weights",
                "required for this job kind: model.weights (a folder) or model.init: random");
@@ -214,6 +216,47 @@ void read_inference(Section s, InferenceSection& in) {
         in.image_pool = static_cast<int>(im.integer("pool", 1, 1, 16));
         im.finish();
     }
+    s.finish();
+}
+
+void read_chat_role(Section s, text::ChatRole& role) {
+    role.prefix = s.text("prefix", role.prefix);
+    role.suffix = s.text("suffix", role.suffix);
+    s.finish();
+}
+
+void read_tokenizer(Section s, TokenizerSection& t) {
+    t.present = true;
+    t.path = s.path("path", true, PathKind::file_or_dir, true);
+    t.pattern = s.text("pattern", std::string());
+    std::vector<std::string> chats = {"none"};
+    chats.insert(chats.end(), text::kChatPresets.begin(), text::kChatPresets.end());
+    t.chat = s.choice("chat", std::string("none"), chats);
+    text::ChatTemplate& c = t.chat_template;
+    if (t.chat != "none")
+        c = text::chat_preset(t.chat);
+    c.bos = s.text("bos", c.bos);
+    {
+        Section r = s.section("roles");
+        for (const char* role : {"system", "user", "assistant"})
+            read_chat_role(r.section(role), c.roles[role]);
+        r.finish();
+    }
+    c.generation_prefix = s.text("generation_prefix", c.generation_prefix);
+    s.finish();
+}
+
+void read_tokenize(Section s, TokenizeSection& t, const std::string& output_dir) {
+    t.present = true;
+    t.dataset = s.path("dataset", true, PathKind::file, true);
+    const std::string out = s.text("output", std::string("tokens.h5"));
+    t.output = (fs::path(out).is_relative() ? fs::path(output_dir) / out : fs::path(out))
+                   .lexically_normal()
+                   .string();
+    t.eos = s.text("eos", std::string());
+    t.max_line_bytes = s.integer("max_line_bytes", 1 << 24, 16, int64_t{1} << 32);
+    t.on_bad_request = s.choice("on_bad_request", std::string("fail"), {"fail", "skip"});
+    t.chunk_lines = s.integer("chunk_lines", 4096, 1, 1 << 24);
     s.finish();
 }
 
@@ -366,6 +409,21 @@ Deck parse_deck(const std::string& text,
     } else {
         top.allow("inference");
     }
+    if (top.has("tokenizer"))
+        read_tokenizer(top.section("tokenizer"), deck.tokenizer);
+    else if (kind == JobKind::tokenize)
+        top.fail("tokenizer", "required for a tokenize job (at least tokenizer.path)");
+    else
+        top.allow("tokenizer");
+    if (top.has("tokenize")) {
+        if (kind != JobKind::tokenize)
+            top.fail("tokenize", "allowed only when job.kind is tokenize");
+        read_tokenize(top.section("tokenize"), deck.tokenize, deck.job.output);
+    } else if (kind == JobKind::tokenize) {
+        top.fail("tokenize", "required for a tokenize job (at least tokenize.dataset)");
+    } else {
+        top.allow("tokenize");
+    }
     read_profile(top.section("profile"), deck.profile);
     read_hardware(top.section("hardware"), deck.hardware);
     read_plan(top.section("plan"), deck.plan);
@@ -402,6 +460,8 @@ const char* to_string(JobKind kind) {
             return "convert";
         case JobKind::plan:
             return "plan";
+        case JobKind::tokenize:
+            return "tokenize";
     }
     return "?";
 }

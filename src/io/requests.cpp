@@ -8,6 +8,7 @@
 
 #include "hymoe/core/error.h"
 #include "hymoe/io/h5.h"
+#include "hymoe/text/utf8.h"
 
 namespace hymoe::io {
 
@@ -47,27 +48,60 @@ std::unique_ptr<RequestReader> open_requests(const std::string& path) {
     return std::make_unique<JsonlReader>(path);
 }
 
+std::vector<text::ChatMessage> messages_from_json(const nlohmann::json& j) {
+    if (!j.is_array() || j.empty())
+        HYMOE_FAIL(Exit::bad_input, "\"messages\" must be a non-empty list");
+    std::vector<text::ChatMessage> out;
+    for (const auto& m : j) {
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
+            !m.contains("content") || !m["content"].is_string())
+            HYMOE_FAIL(Exit::bad_input,
+                       "\"messages\" holds ",
+                       m.dump().substr(0, 80),
+                       ", not {\"role\": string, \"content\": string}");
+        out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    return out;
+}
+
 bool JsonlReader::next(Request& r) {
-    std::string text;
+    std::string line;
     do {
-        if (!std::getline(in_, text))
+        if (!std::getline(in_, line))
             return false;
         ++line_;
-    } while (text.find_first_not_of(" \t\r") == std::string::npos);  // blank lines are skipped
+    } while (line.find_first_not_of(" \t\r") == std::string::npos);  // blank lines are skipped
     r = Request{};
     r.line = line_;
     auto bad = [&](const std::string& what) {
         HYMOE_FAIL(Exit::bad_input, path_, ":", line_, ": ", what);
     };
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (const size_t at = text::utf8_first_invalid(line); at != std::string::npos)
+        bad(cat("invalid UTF-8 at byte ", at, " of the line"));
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object())
         bad("not a JSON object");
-    if (!j.contains("tokens") || !j["tokens"].is_array() || j["tokens"].empty())
-        bad("\"tokens\" must be a non-empty list of token ids");
-    for (const auto& t : j["tokens"]) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0)
-            bad("\"tokens\" holds " + t.dump() + ", not a token id");
-        r.tokens.push_back(t.get<int64_t>());
+    const int prompts = j.contains("tokens") + j.contains("text") + j.contains("messages");
+    if (prompts != 1)
+        bad("give the prompt as exactly one of \"tokens\", \"text\" or \"messages\"");
+    if (j.contains("text")) {
+        if (!j["text"].is_string() || j["text"].get_ref<const std::string&>().empty())
+            bad("\"text\" must be a non-empty string");
+        r.text = j["text"].get<std::string>();
+    } else if (j.contains("messages")) {
+        try {
+            r.messages = messages_from_json(j["messages"]);
+        } catch (const Error& e) {
+            bad(e.what());
+        }
+    } else {
+        if (!j["tokens"].is_array() || j["tokens"].empty())
+            bad("\"tokens\" must be a non-empty list of token ids");
+        for (const auto& t : j["tokens"]) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0)
+                bad("\"tokens\" holds " + t.dump() + ", not a token id");
+            r.tokens.push_back(t.get<int64_t>());
+        }
     }
     if (j.contains("id")) {
         const auto& id = j["id"];

@@ -51,7 +51,14 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
         top_n,
         {grid.comms.world, grid.comms.self, writer ? grid.me.dp : -1, job.layout.dp},
         std::clamp(4 * inf.max_seqs, 8, 4096));
-    Stream stream(job, journal.done(), grid.me.dp);
+    std::optional<text::Tokenizer> tokenizer;
+    if (job.deck.tokenizer.present) {
+        tokenizer.emplace(
+            text::load_tokenizer(job.deck.tokenizer.path, job.deck.tokenizer.pattern));
+        log::info("tokenizer: " + tokenizer->describe());
+        journal.set_tokenizer(&*tokenizer);
+    }
+    Stream stream(job, journal.done(), grid.me.dp, tokenizer ? &*tokenizer : nullptr);
     ops::set_batch_invariant(inf.batch_invariant);
     EngineOptions o;
     o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;

@@ -14,6 +14,7 @@
 #include "hymoe/model/vision.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/results.h"
+#include "hymoe/text/tokenizer.h"
 
 namespace hymoe::runtime {
 
@@ -24,19 +25,22 @@ namespace hymoe::runtime {
 // and keeps its own replica's requests. A request's images are read by the ranks of the replica
 // it is dealt to (every stage, so that all of them agree on a bad one): an unreadable or
 // oversized image, or a count of placeholder tokens other than its images' tokens, makes it a bad
-// request.
+// request. Text and chat requests are encoded by the deck's tokenizer (chat messages rendered by
+// tokenizer.chat's template first).
 struct Stream {
     const Job& job;
     const std::vector<DoneRequest>& done;
+    const text::Tokenizer* tokenizer;  // null: the deck has no tokenizer
     std::unique_ptr<io::RequestReader> reader;
     int replica;
     std::vector<int64_t> dealt;  // [dp] tokens dealt to each replica
     int64_t index = -1, read = 0, skipped = 0, resumed = 0;
     size_t next_done = 0;
 
-    Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank)
+    Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank, const text::Tokenizer* tok)
         : job(j),
           done(d),
+          tokenizer(tok),
           reader(io::open_requests(j.deck.inference.dataset)),
           replica(dp_rank),
           dealt(static_cast<size_t>(j.layout.dp), 0) {}
@@ -54,6 +58,23 @@ struct Stream {
             throw e;
         log::warn(cat(e.what(), " (skipped)"));
         ++skipped;
+    }
+    std::string encode(io::Request& r) const {  // text or messages -> tokens; "" if done
+        if (!r.tokens.empty())
+            return "";
+        if (!tokenizer)
+            return "a text or chat request needs a tokenizer (deck key tokenizer.path)";
+        try {
+            const std::string s =
+                r.messages.empty()
+                    ? r.text
+                    : text::render_chat(job.deck.tokenizer.chat_template, r.messages);
+            for (int32_t id : tokenizer->encode(s))
+                r.tokens.push_back(id);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return r.tokens.empty() ? "the prompt encodes to no tokens" : "";
     }
     std::string check(const io::Request& r) const {  // "" if the request can run
         for (int64_t t : r.tokens)
@@ -126,7 +147,10 @@ struct Stream {
             ++index;
             if (!in_shard())
                 continue;
-            if (std::string why = check(r); !why.empty()) {
+            std::string why = encode(r);
+            if (why.empty())
+                why = check(r);
+            if (!why.empty()) {
                 try {
                     HYMOE_FAIL(Exit::bad_input, job.deck.inference.dataset, ":", r.line, ": ", why);
                 } catch (const Error& e) {

@@ -14,6 +14,7 @@
 #include "hymoe/core/log.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/io/h5.h"
+#include "hymoe/text/tokenizer.h"
 
 namespace hymoe::runtime {
 
@@ -24,6 +25,16 @@ namespace {
 template <typename T>
 Tensor view_of(const std::vector<T>& v, DType dtype) {
     return Tensor{const_cast<T*>(v.data()), dtype, Device::cpu, {static_cast<int64_t>(v.size())}};
+}
+
+// The generated tokens as text, through the streaming detokenizer (what a client streaming the
+// output would have shown; ill-formed bytes as U+FFFD).
+std::string detokenize(const text::Tokenizer& tok, const std::vector<int64_t>& tokens) {
+    text::Detokenizer d(tok);
+    std::string s;
+    for (int64_t t : tokens)
+        s += t < tok.n_vocab() ? d.push(static_cast<int32_t>(t)) : "\uFFFD";
+    return s + d.finish();
 }
 
 std::string segment_name(int n) {
@@ -61,6 +72,7 @@ struct Segment {
     std::vector<int64_t> tokens, out_begin, plp_begin;  // out_begin, plp_begin: [n + 1] prefixes
     std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
     std::vector<std::string> id, adapter;
+    std::vector<std::string> text;    // [n] generated text, when the deck has a tokenizer
     std::vector<int64_t> top_tokens;  // [Σ n_out, N]
     std::vector<float> top_logprobs;  // [Σ n_out, N]
 };
@@ -76,6 +88,8 @@ Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
     s.logprobs = r.floats("/logprobs"), s.id = r.strings("/id"), s.adapter = r.strings("/adapter");
     if (prompt_logprobs)
         s.prompt_logprobs = r.floats("/prompt_logprobs");
+    if (r.exists("/text"))
+        s.text = r.strings("/text");
     s.out_begin.assign(1, 0), s.plp_begin.assign(1, 0);
     for (size_t i = 0; i < s.index.size(); ++i) {
         s.out_begin.push_back(s.out_begin.back() + s.n_out[i]);
@@ -125,6 +139,8 @@ Segment read_results(const std::string& path) {
     s.logprobs = r.floats("/requests/output_logprobs");
     s.id = r.strings("/requests/id"), s.adapter = r.strings("/requests/adapter");
     s.out_begin = r.ints("/requests/output_offsets");
+    if (r.exists("/requests/output_text"))
+        s.text = r.strings("/requests/output_text");
     for (const std::string& f : r.strings("/requests/finish_reason"))
         s.finish.push_back(static_cast<int64_t>(f == "stop" ? Finish::stop : Finish::length));
     for (size_t i = 0; i < s.index.size(); ++i)
@@ -149,7 +165,7 @@ Segment read_results(const std::string& path) {
 
 // The final file's columns for a run of requests, appended every few thousand requests.
 struct Columns {
-    std::vector<std::string> id, finish, adapter;
+    std::vector<std::string> id, finish, adapter, text;
     std::vector<int64_t> index, line, prompt_len, out_end, tokens, plp_end, greedy_token;
     std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
     std::vector<int64_t> top_tokens;
@@ -160,6 +176,8 @@ struct Columns {
 
     void add(const Segment& s, size_t i) {
         id.push_back(s.id[i]), adapter.push_back(s.adapter[i]);
+        if (!s.text.empty())
+            text.push_back(s.text[i]);
         finish.push_back(to_string(static_cast<Finish>(s.finish[i])));
         index.push_back(s.index[i]), line.push_back(s.line[i]);
         prompt_len.push_back(s.prompt_len[i]), done.push_back(1);
@@ -192,6 +210,8 @@ struct Columns {
         w.append("/requests/output_logprobs", view_of(logprobs, DType::f32));
         w.append_strings("/requests/finish_reason", finish);
         w.append_strings("/requests/adapter", adapter);
+        if (!text.empty())
+            w.append_strings("/requests/output_text", text);
         w.append("/requests/done", view_of(done, DType::u8));
         if (with_plp) {
             w.append("/requests/logprob_offsets", view_of(plp_end, DType::i64));
@@ -276,8 +296,10 @@ void ResultsJournal::flush() {
     std::vector<int64_t> index, line, prompt_len, n_out, greedy_token, tokens;
     std::vector<int32_t> finish;
     std::vector<float> logprobs, plp, greedy_logprob;
-    std::vector<std::string> id, adapter;
+    std::vector<std::string> id, adapter, text;
     for (const Finished& f : buffer_) {
+        if (tokenizer_)
+            text.push_back(detokenize(*tokenizer_, f.tokens));
         index.push_back(f.index), line.push_back(f.req.line), id.push_back(f.req.id);
         prompt_len.push_back(static_cast<int64_t>(f.req.tokens.size()));
         n_out.push_back(static_cast<int64_t>(f.tokens.size()));
@@ -301,6 +323,8 @@ void ResultsJournal::flush() {
     w.array("/greedy_logprob", view_of(greedy_logprob, DType::f32));
     w.strings("/id", id);
     w.strings("/adapter", adapter);
+    if (tokenizer_)
+        w.strings("/text", text);
     if (prompt_logprobs_)
         w.array("/prompt_logprobs", view_of(plp, DType::f32));
     if (top_n_ > 0) {

@@ -1,6 +1,7 @@
-// Job dispatch by kind (infer: the inference engine; convert: runtime/model_checkpoint.h; plan: the
-// memory and communication plan of runtime/plan.h in the log and in plan.h5, with /meta and every
-// rank's grid coordinates), and the log header.
+// Job dispatch by kind (infer: the inference engine; lora: runtime/trainer.h; convert:
+// runtime/model_checkpoint.h; tokenize: runtime/tokenize.h; plan: the memory and communication
+// plan of runtime/plan.h in the log and in plan.h5, with /meta and every rank's grid
+// coordinates), and the log header.
 #include "hymoe/runtime/run.h"
 
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/plan.h"
 #include "hymoe/runtime/trainer.h"
+#include "hymoe/runtime/tokenize.h"
 
 namespace hymoe::runtime {
 
@@ -82,6 +84,8 @@ int run_job(const Job& job, const parallel::Grid& grid) {
         return run_lora(job, grid);
     if (kind == deck::JobKind::convert)
         return run_convert(job, grid);
+    if (kind == deck::JobKind::tokenize)
+        return run_tokenize(job, grid);
     io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
     write_plan(job, grid, meta);
     return 0;

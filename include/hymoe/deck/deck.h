@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "hymoe/core/types.h"
+#include "hymoe/text/chat.h"
 
 namespace hymoe::deck {
 
-enum class JobKind { infer, lora, convert, plan };
+enum class JobKind { infer, lora, convert, plan, tokenize };
 enum class DeviceChoice { automatic, cpu, cuda };
 
 struct JobSection {
@@ -104,6 +105,26 @@ struct InferenceSection {
                          //   tokens ÷ pool²)
 };
 
+// The tokenizer of text requests and tokenize jobs (text/tokenizer.h, text/chat.h).
+struct TokenizerSection {
+    bool present = false;
+    std::string path;     // resolved tokenizer file or model folder
+    std::string pattern;  // tiktoken files: cl100k_base | o200k_base | kimi | a regex; "" = by name
+    std::string chat = "none";  // the preset the template starts from: none | kimi | deepseek
+    text::ChatTemplate chat_template;  // the preset with the deck's bos, roles, generation_prefix
+};
+
+// kind: tokenize: JSONL text -> HDF5 token dataset (runtime/tokenize_job.cpp).
+struct TokenizeSection {
+    bool present = false;
+    std::string dataset;                  // resolved JSONL path
+    std::string output;                   // resolved HDF5 path (default <job.output>/tokens.h5)
+    std::string eos;                      // a special token appended after each text; "" none
+    int64_t max_line_bytes = 1 << 24;     // longer lines are bad input
+    std::string on_bad_request = "fail";  // fail | skip
+    int64_t chunk_lines = 4096;           // lines per journal chunk (the resume granularity)
+};
+
 struct ProfileSection {
     bool layers = true, experts = true;
 };
@@ -134,6 +155,8 @@ struct Deck {
     ParallelSection parallel;
     FinetuneSection finetune;
     InferenceSection inference;
+    TokenizerSection tokenizer;
+    TokenizeSection tokenize;
     ProfileSection profile;
     HardwareSection hardware;
     PlanSection plan;

@@ -2,7 +2,10 @@
 //   JSONL, one JSON object per line:
 //     {"id": "q1", "tokens": [1, 2, 3], "max_new_tokens": 64, "adapter": "legal",
 //      "images": ["cat.png"]}
-//   Only "tokens" is required ("id" defaults to the line number); unknown fields are ignored.
+//   The prompt is exactly one of "tokens" (ids), "text" (a string the deck's tokenizer encodes,
+//   special tokens included) or "messages" ([{"role": "user", "content": "..."}, ...], rendered
+//   by the deck's chat template, then encoded); the reader keeps text and messages as they are
+//   and the runtime encodes them. "id" defaults to the line number; unknown fields are ignored.
 //   "images" lists PNG/JPEG files (relative paths from the request file's folder) whose image
 //   tokens replace the prompt's media placeholder tokens in order (model-math §8).
 //   HDF5 token dataset (.h5, .hdf5): /tokens [T] (any integer type) holding every prompt one
@@ -18,15 +21,21 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "hymoe/text/chat.h"
+
 namespace hymoe::io {
 
 struct Request {
     std::string id;
-    std::vector<int64_t> tokens;
-    int max_new_tokens = -1;          // −1: the deck's inference.max_new_tokens
-    std::string adapter;              // "" = base model
-    std::vector<std::string> images;  // image files, resolved paths, in placeholder order
-    int64_t line = 0;                 // 1-based line in the file
+    std::vector<int64_t> tokens;              // empty when the prompt is text or messages
+    std::string text;                         // "text"
+    std::vector<text::ChatMessage> messages;  // "messages"
+    int max_new_tokens = -1;                  // −1: the deck's inference.max_new_tokens
+    std::string adapter;                      // "" = base model
+    std::vector<std::string> images;          // image files, resolved paths, in placeholder order
+    int64_t line = 0;                         // 1-based line in the file
 };
 
 class RequestReader {
@@ -36,6 +45,10 @@ public:
     // after consuming it, so the caller may continue with the next one.
     virtual bool next(Request& r) = 0;
 };
+
+// "messages" of a request or a tokenize line: a non-empty list of {"role": str, "content": str}.
+// Throws Exit::bad_input with what is wrong (the caller adds file and line).
+std::vector<text::ChatMessage> messages_from_json(const nlohmann::json& j);
 
 // The reader for the file's format (by extension); Exit::bad_input if it cannot be opened.
 std::unique_ptr<RequestReader> open_requests(const std::string& path);

@@ -12,8 +12,9 @@
 //   - A segment holds its requests sorted by index: /deck_sha256 (of the resolved deck, so a
 //     --set that changes the results also starts afresh), /index /line /prompt_len
 //     /n_out /greedy_token [n] i64, /finish [n] i32, /greedy_logprob [n] f32, /id /adapter [n]
-//     strings, /tokens /logprobs [Σ n_out], /prompt_logprobs [Σ (prompt_len − 1)] when asked,
-//     /top_tokens /top_logprobs [Σ n_out · K] with inference.logprobs = K.
+//     strings, /text [n] strings with a tokenizer (set_tokenizer), /tokens /logprobs [Σ n_out],
+//     /prompt_logprobs [Σ (prompt_len − 1)] when asked, /top_tokens /top_logprobs [Σ n_out · K]
+//     with inference.logprobs = K.
 // Resume: when results.parts/ exists and its segments carry this deck's sha256, their requests
 // are done: the reader skips them (their line numbers must match, or the dataset changed and the
 // job stops with Exit::bad_input), unfinished ones run again. A journal of another deck is
@@ -30,7 +31,8 @@
 //   /requests/line [N] (1-based line in the file), /requests/prompt_len [N],
 //   /requests/output_offsets [N+1], /requests/output_tokens [Σ], /requests/output_logprobs [Σ],
 //   /requests/finish_reason [N] str ("stop" | "length"), /requests/adapter [N] str ("" = base),
-//   /requests/done [N] u8 (all 1 in a finished file);
+//   /requests/done [N] u8 (all 1 in a finished file); with the deck's tokenizer also
+//   /requests/output_text [N] str (the output tokens detokenised, U+FFFD for ill-formed bytes);
 //   with inference.prompt_logprobs also /requests/logprob_offsets [N+1],
 //   /requests/prompt_logprobs [Σ (prompt_len − 1)] (token t+1 given 0..t),
 //   /requests/greedy_token [N], /requests/greedy_logprob [N] (after the whole prompt); with
@@ -45,6 +47,10 @@
 #include "hymoe/io/meta.h"
 #include "hymoe/parallel/comm.h"
 #include "hymoe/runtime/engine.h"
+
+namespace hymoe::text {
+class Tokenizer;
+}
 
 namespace hymoe::runtime {
 
@@ -73,6 +79,8 @@ public:
                    double flush_seconds = 10);
     // Requests finished by an earlier run, sorted by index.
     const std::vector<DoneRequest>& done() const { return done_; }
+    // With a tokenizer, segments and results.h5 hold the generated text beside the tokens.
+    void set_tokenizer(const text::Tokenizer* tok) { tokenizer_ = tok; }
     void add(Finished&& f);  // buffered; writes a segment when due
     void flush();            // write the buffer as one segment now
     // Flush, merge every segment into out_dir/results.h5 with meta, remove the journal.
@@ -91,6 +99,7 @@ private:
     int next_segment_ = 0;
     std::vector<DoneRequest> done_;
     std::vector<Finished> buffer_;
+    const text::Tokenizer* tokenizer_ = nullptr;
 };
 
 // hymoe --gather: the results.h5 of every shard folder (array jobs: inference.shard of

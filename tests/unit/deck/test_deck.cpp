@@ -108,7 +108,8 @@ BOOST_AUTO_TEST_CASE(error_lines_name_file_line_column_and_key) {
         error_of(kInfer + "finetune: {steps: 3}\n", p) ==
         p + ":5:11: finetune: not allowed when job.kind is infer (finetune belongs to kind: lora)");
     BOOST_TEST(error_of("job: {kind: train}\n", p) ==
-               p + ":1:13: job.kind: 'train' is not allowed (allowed: infer, lora, convert, plan)");
+               p + ":1:13: job.kind: 'train' is not allowed (allowed: infer, lora, convert, plan, "
+                   "tokenize)");
     BOOST_TEST(error_of("", p) == p + ":1:1: (deck): the deck is empty (it needs at least job: " +
                                       "{kind: ...} and model:)");
 }
