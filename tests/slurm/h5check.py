@@ -4,6 +4,7 @@
   h5check.py same FILE REF            the same requests, ids and output tokens as REF, and
                                       log-probabilities within 1e-5 * max(1, |ref|)
   h5check.py meta FILE NAME=VALUE...  /meta/slurm/NAME == VALUE (VALUE '-': the dataset is absent)
+  h5check.py curve FILE REF           a lora results.h5: /train/loss and /eval/* bit-identical to REF
 
 Prints one line saying what it found; exit 0 when the check holds, 1 when not.
 """
@@ -50,6 +51,14 @@ def same(path, ref_path):
           f" (logprobs within {err.max() if err.size else 0:.2g})")
 
 
+def curve(path, ref_path):
+    with h5py.File(path, "r") as f, h5py.File(ref_path, "r") as g:
+        for k in ("train/step", "train/loss", "train/grad_norm", "eval/domain_loss"):
+            if not np.array_equal(f[k][()], g[k][()]):
+                fail(f"{path}: /{k} differs from {ref_path}")
+        print(f"{path}: {len(f['train/loss'])} steps, losses bit-identical to {ref_path}")
+
+
 def meta(path, pairs):
     with h5py.File(path, "r") as f:
         for pair in pairs:
@@ -69,5 +78,7 @@ if __name__ == "__main__":
         same(args[0], args[1])
     elif cmd == "meta":
         meta(args[0], args[1:])
+    elif cmd == "curve":
+        curve(args[0], args[1])
     else:
         fail(f"unknown check {cmd}")
