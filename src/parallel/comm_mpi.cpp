@@ -141,13 +141,10 @@ int64_t broadcast_value(int64_t value, int root, const Comm& c) {
 void all_reduce_sum(std::vector<double>& x, const Comm& c) {
     if (c.size() == 1 || x.empty())
         return;
-    HYMOE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE,
-                                  x.data(),
-                                  static_cast<int>(x.size()),
-                                  MPI_DOUBLE,
-                                  MPI_SUM,
-                                  c.impl().mpi),
-                    "all_reduce_sum");
+    HYMOE_MPI_CHECK(
+        MPI_Allreduce(
+            MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_DOUBLE, MPI_SUM, c.impl().mpi),
+        "all_reduce_sum");
 }
 
 Comm self_comm() {

@@ -13,8 +13,8 @@
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/plan.h"
-#include "hymoe/runtime/trainer.h"
 #include "hymoe/runtime/tokenize.h"
+#include "hymoe/runtime/trainer.h"
 
 namespace hymoe::runtime {
 

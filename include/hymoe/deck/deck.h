@@ -75,9 +75,9 @@ struct FinetuneSection {
     int eval_batches = 8;
     int checkpoint_every = 0;  // 0 = only at the end and on signal
     int checkpoint_keep = 3;
-    bool recompute = false;  // per-layer activation checkpointing
+    bool recompute = false;             // per-layer activation checkpointing
     std::string on_nonfinite = "stop";  // a NaN/Inf loss or gradient: skip the batch | stop
-    double loss_spike = 0;  // > 0: a loss above this × the mean of the last 20 counts as bad
+    double loss_spike = 0;       // > 0: a loss above this × the mean of the last 20 counts as bad
     bool export_merged = false;  // also write the merged weights (safetensors) at the end
 };
 

@@ -30,8 +30,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
