@@ -74,9 +74,9 @@ struct FinetuneSection {
     int eval_batches = 8;
     int checkpoint_every = 0;  // 0 = only at the end and on signal
     int checkpoint_keep = 3;
-    bool recompute = false;  // per-layer activation checkpointing
+    bool recompute = false;             // per-layer activation checkpointing
     std::string on_nonfinite = "stop";  // a NaN/Inf loss or gradient: skip the batch | stop
-    double loss_spike = 0;  // > 0: a loss above this × the mean of the last 20 counts as bad
+    double loss_spike = 0;       // > 0: a loss above this × the mean of the last 20 counts as bad
     bool export_merged = false;  // also write the merged weights (safetensors) at the end
 };
 
@@ -96,6 +96,7 @@ struct InferenceSection {
     int page_tokens = 64;
     int64_t pages = 0;                 // 0 = auto: what memory allows
     std::string offload = "none";      // none | host | file
+    std::string offload_path;          // file: the spill files' folder; "" = job.output
     int64_t image_max_patches = 4096;  // images.max_patches: patches per image (scaled down
                                        //   above it, io/image.h)
     int64_t image_max_pixels = int64_t{1} << 26;  // images.max_pixels: decoded H·W above it is a
