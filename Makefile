@@ -135,6 +135,7 @@ bench: deps  ## speed as ratios measured in the same run
 	@for np in 2 4; do OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np $$np $(OUT)/bench_moe; done
 	@OMP_NUM_THREADS=1 $(OUT)/bench_model 1 $(if $(filter 1,$(NPROC)),,2)
 	@OMP_NUM_THREADS=1 $(OUT)/bench_train
+	@OMP_NUM_THREADS=1 $(OUT)/bench_offload
 
 PYTHON ?= /usr/bin/python3
 report:  ## plots and an HTML page of a job's outputs: make report JOB=jobs/NAME (-> JOB/out/report/)

@@ -62,10 +62,11 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     o.kv_pages = kv_pages(job, page_bytes, grid);
     SpillStats spill;  // the spill files' figures, added as each lane's store goes
     const std::string spill_dir = inf.offload_path.empty() ? job.deck.job.output : inf.offload_path;
+    auto slots = std::make_shared<SpillSlots>();  // one pair for the rank's lanes
     if (inf.offload == "file")
         o.kv_store = [&](const model::KvLayout& layout) -> std::unique_ptr<model::KvStore> {
             return std::make_unique<SpillKvStore>(
-                layout, spill_dir, "inference.kv_cache.offload_path", &spill);
+                layout, spill_dir, "inference.kv_cache.offload_path", &spill, slots);
         };
     else if (inf.offload == "host")
         log::info("kv_cache.offload: host keeps the pages in memory in this CPU build (as none)");

@@ -29,8 +29,14 @@ void advise(const char* map, int64_t from, int64_t to, int advice) {
 SpillKvStore::SpillKvStore(const model::KvLayout& layout,
                            const std::string& dir,
                            const std::string& key,
-                           SpillStats* totals)
-    : layout_(layout), dir_(dir), key_(key), totals_(totals), base_(layout.width.size(), 0) {
+                           SpillStats* totals,
+                           std::shared_ptr<SpillSlots> slots)
+    : layout_(layout),
+      dir_(dir),
+      key_(key),
+      totals_(totals),
+      base_(layout.width.size(), 0),
+      rows_(slots ? std::move(slots) : std::make_shared<SpillSlots>()) {
     std::string name = dir + "/hymoe-kv-XXXXXX";
     fd_ = ::mkstemp(name.data());
     if (fd_ < 0)
@@ -105,7 +111,7 @@ float* SpillKvStore::page(int layer, int32_t page, bool write) {
     const int32_t k = position_[static_cast<size_t>(page)];
     if (write)
         s.dirty[static_cast<size_t>(k)] = 1;
-    return s.rows.data() + k * layout_.layer_page_floats(layer);
+    return rows_->rows[current_].data() + k * layout_.layer_page_floats(layer);
 }
 
 int SpillKvStore::next_layer(int layer) const {
@@ -134,12 +140,14 @@ void SpillKvStore::begin_step(const std::vector<int32_t>& pages) {
     const int first = next_layer(-1);
     for (int k = 0; k < 2; ++k) {  // a stage with one MLA/DSA layer needs one slot
         Slot& s = slots_[k];
-        if (s.rows.size() < floats && (k == 0 ? first >= 0 : first >= 0 && next_layer(first) >= 0))
-            s.rows.resize(floats);
+        std::vector<float>& rows = rows_->rows[k];
+        if (rows.size() < floats && (k == 0 ? first >= 0 : first >= 0 && next_layer(first) >= 0)) {
+            peak_ += static_cast<int64_t>((floats - rows.size()) * sizeof(float));
+            rows.resize(floats);
+        }
         s.dirty.assign(pages.size(), 0);
         s.layer = -1;
     }
-    peak_ = std::max(peak_, resident_bytes());
     current_ = -1;
     if (first >= 0) {
         fetch(0, first);
@@ -177,10 +185,6 @@ void SpillKvStore::end_step() {
     current_ = -1;
 }
 
-int64_t SpillKvStore::resident_bytes() const {
-    return static_cast<int64_t>((slots_[0].rows.size() + slots_[1].rows.size()) * sizeof(float));
-}
-
 SpillStats SpillKvStore::stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
@@ -202,7 +206,7 @@ void SpillKvStore::fetch(int slot, int layer) {
         for (int32_t p : pages_)  // the kernel reads them ahead, in parallel with the copies
             advise(map_, base + p * bytes, base + (p + 1) * bytes, MADV_WILLNEED);
         for (size_t k = 0; k < pages_.size(); ++k)
-            std::memcpy(s.rows.data() + static_cast<int64_t>(k) * floats,
+            std::memcpy(rows_->rows[slot].data() + static_cast<int64_t>(k) * floats,
                         map_ + base + pages_[k] * bytes,
                         static_cast<size_t>(bytes));
         advise(map_, base, base + used * bytes, MADV_DONTNEED);  // out of the resident set
@@ -224,7 +228,7 @@ void SpillKvStore::write_back(int slot) {
             if (!s.dirty[k])
                 continue;
             s.dirty[k] = 0;
-            const char* from = reinterpret_cast<const char*>(s.rows.data() + k * floats);
+            const char* from = reinterpret_cast<const char*>(rows_->rows[slot].data() + k * floats);
             const int64_t at = base_[static_cast<size_t>(layer)] + pages_[k] * bytes;
             for (int64_t done = 0; done < bytes;) {
                 const ssize_t n =

@@ -9,13 +9,15 @@
 // mapped read-only: a fetch advises MADV_WILLNEED over the step's pages, copies them into the
 // slot and drops the mapping's pages again (MADV_DONTNEED), so the process holds only the slots;
 // write-backs are pwrite()s of the changed pages. The file's pages sit in the kernel's page
-// cache, which the kernel reclaims under memory pressure.
+// cache, which the kernel reclaims under memory pressure. The stores of a rank's lanes can share
+// one pair of slots (SpillSlots): only one forward runs at a time on a rank.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -34,14 +36,24 @@ struct SpillStats {
     int64_t spilled_bytes = 0;  // pages ever used × their bytes over the layers
 };
 
+// The two slots' rows: [step pages, page_tokens, width] of the layer a slot holds.
+struct SpillSlots {
+    std::vector<float> rows[2];
+    int64_t bytes() const {
+        return static_cast<int64_t>((rows[0].size() + rows[1].size()) * sizeof(float));
+    }
+};
+
 class SpillKvStore final : public model::KvStore {
 public:
     // Fails (exit 2, naming `key`) when no spill file can be made in `dir`. `totals`, when
-    // given, gets this store's stats added at destruction (the loads list aside).
+    // given, gets this store's stats added at destruction (the loads list aside). `slots`: rows
+    // shared with other stores whose forwards never overlap this one's (null: its own).
     SpillKvStore(const model::KvLayout& layout,
                  const std::string& dir,
                  const std::string& key,
-                 SpillStats* totals = nullptr);
+                 SpillStats* totals = nullptr,
+                 std::shared_ptr<SpillSlots> slots = nullptr);
     ~SpillKvStore() override;
     SpillKvStore(const SpillKvStore&) = delete;
     SpillKvStore& operator=(const SpillKvStore&) = delete;
@@ -51,13 +63,14 @@ public:
     void begin_step(const std::vector<int32_t>& pages) override;
     void enter_layer(int layer) override;
     void end_step() override;
-    int64_t resident_bytes() const override;
+    // The slots' bytes; at most: what this store grew them by (summed over the stores sharing
+    // them, the shared slots' size).
+    int64_t resident_bytes() const override { return rows_->bytes(); }
     int64_t peak_resident_bytes() const override { return peak_; }
     SpillStats stats() const;
 
 private:
     struct Slot {
-        std::vector<float> rows;  // [step pages, page_tokens, width] of `layer`
         std::vector<char> dirty;  // [step pages] changed since fetched
         int layer = -1;           // −1: none
         bool ready = false;       // its fetch has finished
@@ -80,7 +93,8 @@ private:
     std::vector<int32_t> pages_;     // the step's pages
     std::vector<int32_t> position_;  // [used] a page's position in pages_; −1: not in the step
     Slot slots_[2];
-    int current_ = -1;  // the slot of the running layer
+    std::shared_ptr<SpillSlots> rows_;  // the slots' rows
+    int current_ = -1;                  // the slot of the running layer
     SpillStats stats_;
 
     mutable std::mutex mutex_;
