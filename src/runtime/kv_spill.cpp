@@ -162,6 +162,8 @@ void SpillKvStore::enter_layer(int layer) {
                 "spill tier: layer ",
                 layer,
                 " has no KV pages here");
+    if (current_ >= 0 && slots_[current_].layer == layer)
+        return;  // running already
     if (current_ >= 0)
         write_back(current_);
     int b = slot_of(layer);
