@@ -33,11 +33,10 @@ public:
     float* page(int layer, int32_t page, bool) override {
         return memory_[static_cast<size_t>(page)].get() + offset_[static_cast<size_t>(layer)];
     }
-    int64_t resident_bytes() const override {
+    int64_t peak_resident_bytes() const override {  // pages are never given back
         return static_cast<int64_t>(memory_.size()) * page_floats_ *
                static_cast<int64_t>(sizeof(float));
     }
-    int64_t peak_resident_bytes() const override { return resident_bytes(); }
 
 private:
     std::vector<int64_t> offset_;  // [n_layer] a layer's rows in a page

@@ -131,6 +131,10 @@ int SpillKvStore::slot_of(int layer) const {
 void SpillKvStore::begin_step(const std::vector<int32_t>& pages) {
     wait([this] { return tasks_.empty() && !busy_; });
     pages_ = pages;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stats_.loads.clear();
+    }
     position_.assign(static_cast<size_t>(used_), -1);
     for (size_t k = 0; k < pages.size(); ++k) {
         HYMOE_CHECK(pages[k] >= 0 && pages[k] < used_, "spill tier: page ", pages[k]);

@@ -47,8 +47,7 @@ public:
     virtual void enter_layer(int /*layer*/) {}
     // The step's layers are done: every change is stored.
     virtual void end_step() {}
-    // Bytes of rows held in memory now and at most so far.
-    virtual int64_t resident_bytes() const = 0;
+    // Bytes of rows held in memory at most so far.
     virtual int64_t peak_resident_bytes() const = 0;
 };
 using KvStoreFactory = std::function<std::unique_ptr<KvStore>(const KvLayout&)>;

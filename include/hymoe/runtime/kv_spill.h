@@ -28,7 +28,7 @@
 namespace hymoe::runtime {
 
 struct SpillStats {
-    std::vector<int> loads;     // the layers fetched, in the order the fetches were issued
+    std::vector<int> loads;     // the layers fetched in the latest step, in the order issued
     int64_t bytes_read = 0;     // copied from the file into the slots
     int64_t bytes_written = 0;  // written back
     double read_seconds = 0;    // the helper thread's time in fetches
@@ -39,9 +39,6 @@ struct SpillStats {
 // The two slots' rows: [step pages, page_tokens, width] of the layer a slot holds.
 struct SpillSlots {
     std::vector<float> rows[2];
-    int64_t bytes() const {
-        return static_cast<int64_t>((rows[0].size() + rows[1].size()) * sizeof(float));
-    }
 };
 
 class SpillKvStore final : public model::KvStore {
@@ -63,9 +60,7 @@ public:
     void begin_step(const std::vector<int32_t>& pages) override;
     void enter_layer(int layer) override;
     void end_step() override;
-    // The slots' bytes; at most: what this store grew them by (summed over the stores sharing
-    // them, the shared slots' size).
-    int64_t resident_bytes() const override { return rows_->bytes(); }
+    // What this store grew the slots by (summed over the stores sharing them: their size).
     int64_t peak_resident_bytes() const override { return peak_; }
     SpillStats stats() const;
 
