@@ -139,6 +139,7 @@ bench: deps  ## speed as ratios measured in the same run
 	@OMP_NUM_THREADS=1 $(OUT)/bench_train
 	@OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np 2 $(OUT)/bench_checkpoint
 	@$(OUT)/bench_tokenizer
+	@OMP_NUM_THREADS=1 $(OUT)/bench_offload
 
 PYTHON ?= /usr/bin/python3
 report:  ## plots and an HTML page of a job's outputs: make report JOB=jobs/NAME (-> JOB/out/report/)

@@ -207,6 +207,7 @@ void read_inference(Section s, InferenceSection& in) {
         in.page_tokens = static_cast<int>(k.integer("page_tokens", 64, 1, 1 << 20));
         in.pages = k.integer_or_auto("pages", 1, kBig);
         in.offload = k.choice("offload", std::string("none"), {"none", "host", "file"});
+        in.offload_path = k.path("offload_path", false, PathKind::dir, true);
         k.finish();
     }
     {

@@ -113,7 +113,7 @@ void append_tokens(AttnCache& cache,
                     cache.n + count);
         for (int64_t t = 0; t < count; ++t) {
             const int64_t u = cache.n + t;
-            float* row = cache.pool->row(cache.layer, (*cache.pages)[u / pt], u % pt);
+            float* row = cache.pool->write_row(cache.layer, (*cache.pages)[u / pt], u % pt);
             std::copy_n(c_kv.ptr<float>() + (row0 + t) * r_kv, r_kv, row);
             std::copy_n(k_r.ptr<float>() + (row0 + t) * d_r, d_r, row + r_kv);
             if (k_idx)

@@ -1,6 +1,7 @@
-// The paged attention cache pool (model/kv_cache.h).
+// The paged attention cache pool and its in-memory store (model/kv_cache.h).
 #include "hymoe/model/kv_cache.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "hymoe/core/error.h"
@@ -14,8 +15,46 @@ int64_t kv_row_floats(const ModelConfig& cfg, Mixer mixer) {
            (mixer == Mixer::dsa ? cfg.indexer.head_dim : 0);
 }
 
-KvPool::KvPool(const ModelConfig& local, const ModelShard& shard, int page_tokens, int64_t capacity)
-    : page_tokens_(page_tokens), capacity_(capacity), width_(local.layers.size(), 0) {
+namespace {
+
+// One allocation per page holding its rows of every layer, layer after layer.
+class MemoryKvStore final : public KvStore {
+public:
+    explicit MemoryKvStore(const KvLayout& layout) : offset_(layout.width.size(), 0) {
+        for (size_t l = 0; l < layout.width.size(); ++l) {
+            offset_[l] = page_floats_;
+            page_floats_ += layout.layer_page_floats(static_cast<int>(l));
+        }
+    }
+    void grow(int64_t n) override {
+        while (static_cast<int64_t>(memory_.size()) < n)
+            memory_.push_back(std::make_unique<float[]>(static_cast<size_t>(page_floats_)));
+    }
+    float* page(int layer, int32_t page, bool) override {
+        return memory_[static_cast<size_t>(page)].get() + offset_[static_cast<size_t>(layer)];
+    }
+    int64_t peak_resident_bytes() const override {  // pages are never given back
+        return static_cast<int64_t>(memory_.size()) * page_floats_ *
+               static_cast<int64_t>(sizeof(float));
+    }
+
+private:
+    std::vector<int64_t> offset_;  // [n_layer] a layer's rows in a page
+    int64_t page_floats_ = 0;
+    std::vector<std::unique_ptr<float[]>> memory_;  // [pages ever used] all layers' rows
+};
+
+}  // namespace
+
+std::unique_ptr<KvStore> make_memory_kv_store(const KvLayout& layout) {
+    return std::make_unique<MemoryKvStore>(layout);
+}
+
+KvPool::KvPool(const ModelConfig& local,
+               const ModelShard& shard,
+               int page_tokens,
+               int64_t capacity,
+               const KvStoreFactory& make_store) {
     HYMOE_CHECK(
         page_tokens >= 1 && capacity >= 0 && capacity <= std::numeric_limits<int32_t>::max(),
         "KvPool: ",
@@ -23,18 +62,23 @@ KvPool::KvPool(const ModelConfig& local, const ModelShard& shard, int page_token
         " pages of ",
         page_tokens,
         " tokens");
-    offset_.assign(local.layers.size(), 0);
-    for (int i = shard.first_layer; i < shard.end_layer; ++i) {
-        width_[i] = kv_row_floats(local, local.layers[i].mixer);
-        if (width_[i] == 0)
-            continue;
-        offset_[i] = page_floats_;
-        page_floats_ += width_[i] * page_tokens;
-    }
+    layout_.page_tokens = page_tokens;
+    layout_.capacity = capacity;
+    layout_.width.assign(local.layers.size(), 0);
+    for (int i = shard.first_layer; i < shard.end_layer; ++i)
+        layout_.width[i] = kv_row_floats(local, local.layers[i].mixer);
+    store_ = make_store ? make_store(layout_) : make_memory_kv_store(layout_);
 }
 
 int64_t KvPool::page_bytes() const {
-    return page_floats_ * static_cast<int64_t>(sizeof(float));
+    int64_t bytes = 0;
+    for (size_t l = 0; l < layout_.width.size(); ++l)
+        bytes += layer_page_bytes(static_cast<int>(l));
+    return bytes;
+}
+
+int64_t KvPool::layer_page_bytes(int layer) const {
+    return layout_.layer_page_floats(layer) * static_cast<int64_t>(sizeof(float));
 }
 
 bool KvPool::reserve(std::vector<int32_t>& table, int64_t tokens) {
@@ -45,8 +89,8 @@ bool KvPool::reserve(std::vector<int32_t>& table, int64_t tokens) {
         return false;
     for (int64_t k = 0; k < more; ++k) {
         if (free_.empty()) {  // a page never used before: its memory now
-            memory_.push_back(std::make_unique<float[]>(static_cast<size_t>(page_floats_)));
-            table.push_back(static_cast<int32_t>(memory_.size() - 1));
+            store_->grow(used_ + 1);
+            table.push_back(static_cast<int32_t>(used_++));
         } else {
             table.push_back(free_.back());
             free_.pop_back();
@@ -62,13 +106,21 @@ void KvPool::release(std::vector<int32_t>& table) {
     table.clear();
 }
 
-float* KvPool::row(int layer, int32_t page, int64_t slot) {
-    HYMOE_CHECK(page >= 0 && static_cast<size_t>(page) < memory_.size() && width_[layer] > 0,
+float* KvPool::at(int layer, int32_t page, int64_t slot, bool write) {
+    HYMOE_CHECK(page >= 0 && page < used_ && row_width(layer) > 0,
                 "KvPool: page ",
                 page,
                 " of layer ",
                 layer);
-    return memory_[static_cast<size_t>(page)].get() + offset_[layer] + slot * width_[layer];
+    return store_->page(layer, page, write) + slot * row_width(layer);
+}
+
+const float* KvPool::row(int layer, int32_t page, int64_t slot) {
+    return at(layer, page, slot, false);
+}
+
+float* KvPool::write_row(int layer, int32_t page, int64_t slot) {
+    return at(layer, page, slot, true);
 }
 
 }  // namespace hymoe::model

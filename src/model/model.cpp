@@ -8,6 +8,7 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/model/kv_cache.h"
 
 namespace hymoe::model {
 
@@ -245,6 +246,40 @@ void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
                         logits.ptr<float>() + i * V + p * part);
 }
 
+// The pools the step's caches page into (the engine's lane: one), told the step's pages, each
+// MLA/DSA layer as it starts and the step's end, so that an offload tier can fetch a layer's
+// pages ahead (model/kv_cache.h). Block tables are disjoint: their concatenation is the set.
+class KvStep {
+public:
+    KvStep(const ModelShard& sh, const std::vector<SequenceState*>& states) {
+        std::vector<std::vector<int32_t>> pages;
+        for (const SequenceState* s : states)
+            for (int i = sh.first_layer; i < sh.end_layer; ++i) {
+                KvPool* pool = s->attn.empty() ? nullptr : s->attn[i].pool;
+                if (pool == nullptr)
+                    continue;
+                const size_t k = std::find(pools_.begin(), pools_.end(), pool) - pools_.begin();
+                if (k == pools_.size())
+                    pools_.push_back(pool), pages.emplace_back();
+                pages[k].insert(pages[k].end(), s->pages.begin(), s->pages.end());
+                break;
+            }
+        for (size_t k = 0; k < pools_.size(); ++k)
+            pools_[k]->begin_step(pages[k]);
+    }
+    void enter_layer(int layer) const {
+        for (KvPool* pool : pools_)
+            pool->enter_layer(layer);
+    }
+    void end() const {
+        for (KvPool* pool : pools_)
+            pool->end_step();
+    }
+
+private:
+    std::vector<KvPool*> pools_;
+};
+
 // Adds the GEMM FLOPs done in its lifetime to `out` (per-layer profile).
 struct FlopSpan {
     double& out;
@@ -315,6 +350,7 @@ void forward(const Model& m,
     Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});  // [n_tok, d] normed input, block out
     std::vector<KdaState*> kda_states(states.size());
     std::vector<AttnCache*> caches(states.size());
+    const KvStep kv_step(sh, states);
     for (int i = sh.first_layer; i < sh.end_layer; ++i) {
         const LayerSpec& spec = cfg.layers[i];
         const LayerWeights& lw = m.layers[i];
@@ -327,6 +363,7 @@ void forward(const Model& m,
                     kda_states[s] = &states[s]->kda[i];
                 kda_forward(cfg, lw.kda, xn.view(), batch, kda_states, y.view(), options.kda_mode);
             } else {
+                kv_step.enter_layer(i);
                 for (size_t s = 0; s < states.size(); ++s)
                     caches[s] = &states[s]->attn[i];
                 attention_forward(cfg,
@@ -369,6 +406,7 @@ void forward(const Model& m,
         }
         ops::add_inplace(h.view(), y.view());
     }
+    kv_step.end();
     for (int64_t s = 0; s < batch.n_seq(); ++s)
         states[s]->n_tokens += batch.length(s);
     if (!sh.last_stage()) {

@@ -223,6 +223,10 @@ EngineStats run_engine(const model::Model& m,
         for (const Lane& lane : lanes)
             stats.pages_in_use += lane.pages_in_use();
         stats.peak_pages = std::max(stats.peak_pages, stats.pages_in_use);
+        int64_t n_seqs = 0;
+        for (const Lane& lane : lanes)
+            n_seqs += lane.running();
+        stats.peak_seqs = std::max(stats.peak_seqs, n_seqs);
         bool active = !queue.exhausted();
         for (const Lane& lane : lanes)
             active = active || !lane.empty();
@@ -275,6 +279,8 @@ EngineStats run_engine(const model::Model& m,
     }
     sending.wait();
     stats.seconds = wall_seconds() - t0;
+    for (const Lane& lane : lanes)
+        stats.kv_resident_bytes += lane.kv_resident_bytes();
     return stats;
 }
 

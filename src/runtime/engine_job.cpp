@@ -13,6 +13,7 @@
 #include "hymoe/core/timer.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/kv_spill.h"
 #include "hymoe/runtime/lora_adapters.h"
 #include "hymoe/runtime/memory.h"
 #include "hymoe/runtime/profile.h"
@@ -66,6 +67,16 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     o.page_tokens = inf.page_tokens;
     const int64_t page_bytes = model::KvPool(m.local, m.shard, o.page_tokens, 0).page_bytes();
     o.kv_pages = kv_pages(job, page_bytes, grid);
+    SpillStats spill;  // the spill files' figures, added as each lane's store goes
+    const std::string spill_dir = inf.offload_path.empty() ? job.deck.job.output : inf.offload_path;
+    auto slots = std::make_shared<SpillSlots>();  // one pair for the rank's lanes
+    if (inf.offload == "file")
+        o.kv_store = [&](const model::KvLayout& layout) -> std::unique_ptr<model::KvStore> {
+            return std::make_unique<SpillKvStore>(
+                layout, spill_dir, "inference.kv_cache.offload_path", &spill, slots);
+        };
+    else if (inf.offload == "host")
+        log::info("kv_cache.offload: host keeps the pages in memory in this CPU build (as none)");
     o.sampling = {inf.temperature, inf.top_k, inf.top_p};
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
     o.prompt_logprobs = inf.prompt_logprobs;
@@ -223,15 +234,39 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   " MB on rank 0), ",
                   s.preemptions,
                   " preemptions"));
+    if (inf.offload == "file")
+        log::info(cat(
+            "kv offload: file in ",
+            spill_dir,
+            ": at most ",
+            fixed(static_cast<double>(s.kv_resident_bytes) / 1e6, 2),
+            " MB of KV rows in memory (two layers of a step's pages) instead of ",
+            fixed(static_cast<double>(s.peak_pages * page_bytes) / 1e6, 2),
+            " MB on rank 0; spill files ",
+            fixed(static_cast<double>(spill.spilled_bytes) / 1e6, 2),
+            " MB used (sparse), ",
+            fixed(static_cast<double>(spill.bytes_read) / 1e6, 1),
+            " MB read at ",
+            fixed(static_cast<double>(spill.bytes_read) / std::max(spill.read_seconds, 1e-9) / 1e9,
+                  2),
+            " GB/s, ",
+            fixed(static_cast<double>(spill.bytes_written) / 1e6, 1),
+            " MB written"));
     if (rebalancing)
         log::info(rebalance->summary());
-    const RankMemory memory = rank_memory(job, m, s.peak_pages * page_bytes);
+    const RankMemory memory = rank_memory(job, m, s.peak_pages * page_bytes, s.kv_resident_bytes);
     log::info(memory_line(memory));
     std::string outputs = job.deck.job.output + "/results.h5, ";
     if (profiling) {
         // the references after the run: their 256 MiB probe would otherwise count in the peak
         // resident set of the memory report above
-        const JobProfile prof = gather_profile(job, grid, m, layer_stats, measure_peaks());
+        const JobProfile prof =
+            gather_profile(job,
+                           grid,
+                           m,
+                           layer_stats,
+                           measure_peaks(),
+                           layer_memory(m, o.page_tokens, s.peak_pages, s.peak_seqs));
         log::info(profile_table(job.model, prof));
         write_profile(job, grid, prof, memory);
         outputs += job.deck.job.output + "/profile.h5, ";

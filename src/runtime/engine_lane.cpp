@@ -18,7 +18,7 @@ Lane::Lane(const model::Model& m, const EngineOptions& o, int index, int max_seq
       o_(o),
       index_(index),
       max_seqs_(max_seqs),
-      pool_(m.local, m.shard, o.page_tokens, pages) {}
+      pool_(m.local, m.shard, o.page_tokens, pages, o.kv_store) {}
 
 void Lane::reset_state(Seq& s) {
     pool_.release(s.state.pages);

@@ -72,6 +72,7 @@ public:
     bool empty() const { return running_.empty() && preempted_.empty(); }
     int64_t running() const { return static_cast<int64_t>(running_.size()); }
     int64_t pages_in_use() const { return pool_.capacity() - pool_.free_pages(); }
+    int64_t kv_resident_bytes() const { return pool_.peak_resident_bytes(); }
 
 private:
     // A fresh state for s, paged into this lane's pool.

@@ -14,6 +14,8 @@
 #include "hymoe/core/timer.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/io/meta.h"
+#include "hymoe/model/kda.h"
+#include "hymoe/model/kv_cache.h"
 
 namespace hymoe::runtime {
 
@@ -62,6 +64,27 @@ void gather_vision(const Job& job,
 
 }  // namespace
 
+LayerMemory layer_memory(const model::Model& m,
+                         int page_tokens,
+                         int64_t peak_pages,
+                         int64_t peak_seqs) {
+    const size_t L = m.cfg.layers.size();
+    LayerMemory out{std::vector<int64_t>(L, 0), std::vector<int64_t>(L, 0)};
+    int64_t kda_bytes = 0;  // one sequence's state and conv tails in one KDA layer
+    if (count_layers(m.local, model::Mixer::kda) > 0) {
+        const model::KdaState st = model::make_kda_state(m.local);
+        for (const Buffer* b : {&st.S, &st.q_tail, &st.k_tail, &st.v_tail})
+            kda_bytes += b->view().bytes();
+    }
+    for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i) {
+        const model::Mixer mixer = m.cfg.layers[i].mixer;
+        out.kv_bytes[i] = peak_pages * page_tokens * model::kv_row_floats(m.local, mixer) *
+                          static_cast<int64_t>(sizeof(float));
+        out.kda_state_bytes[i] = mixer == model::Mixer::kda ? peak_seqs * kda_bytes : 0;
+    }
+    return out;
+}
+
 Peaks measure_peaks() {
     Peaks p;
     const int64_t n = 512;
@@ -85,7 +108,8 @@ JobProfile gather_profile(const Job& job,
                           const parallel::Grid& grid,
                           model::Model& model,
                           const model::ForwardStats& mine,
-                          const Peaks& peaks) {
+                          const Peaks& peaks,
+                          const LayerMemory& memory) {
     const auto L = static_cast<int64_t>(job.model.layers.size());
     const int64_t E = job.model.moe.n_routed_experts, world = job.layout.world();
     const comm::Comm& all = grid.comms.world;
@@ -155,6 +179,12 @@ JobProfile gather_profile(const Job& job,
                                                                      : "memory");
     }
     gather_vision(job, grid, model, mine.vision, p);
+    p.memory = memory;
+    p.memory.kv_bytes.resize(static_cast<size_t>(L), 0);
+    p.memory.kda_state_bytes.resize(static_cast<size_t>(L), 0);
+    Tensor kv = view_of(p.memory.kv_bytes, {L}), kda = view_of(p.memory.kda_state_bytes, {L});
+    comm::all_reduce(kv, all, comm::ReduceOp::max);
+    comm::all_reduce(kda, all, comm::ReduceOp::max);
     if (!any_moe(job.model))
         return p;
 
@@ -205,10 +235,12 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
     for (size_t i = 0; i < stats.mixer_seconds.size(); ++i)
         total += stats.mixer_seconds[i] + stats.ffn_seconds[i];
     char line[320];
-    std::string out = "per-layer wall time (all forward steps, mean over the stage's ranks):\n";
+    std::string out =
+        "per-layer wall time (all forward steps, mean over the stage's ranks) and cache memory "
+        "(the most at once on a rank):\n";
     std::snprintf(line,
                   sizeof line,
-                  "  %5s  %-5s %10s  %-10s %10s  %7s %9s %8s  %s\n",
+                  "  %5s  %-5s %10s  %-10s %10s  %7s %9s %8s  %-7s %9s %9s\n",
                   "layer",
                   "mixer",
                   "seconds",
@@ -217,14 +249,16 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
                   "share",
                   "GFLOP/s",
                   "wt GB/s",
-                  "bound");
+                  "bound",
+                  "KV MB",
+                  "KDA MB");
     out += line;
     for (size_t i = 0; i < stats.mixer_seconds.size(); ++i) {
         const model::LayerSpec& spec = cfg.layers[i];
         const double s = stats.mixer_seconds[i] + stats.ffn_seconds[i];
         std::snprintf(line,
                       sizeof line,
-                      "  %5zu  %-5s %10.4f  %-10s %10.4f  %6.1f%% %9.2f %8.2f  %s\n",
+                      "  %5zu  %-5s %10.4f  %-10s %10.4f  %6.1f%% %9.2f %8.2f  %-7s %9.3f %9.3f\n",
                       i,
                       model::to_string(spec.mixer),
                       stats.mixer_seconds[i],
@@ -233,7 +267,9 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
                       total > 0 ? 100 * s / total : 0.0,
                       static_cast<double>(p.gflops[i]),
                       static_cast<double>(p.weight_gb_s[i]),
-                      p.bound[i].c_str());
+                      p.bound[i].c_str(),
+                      static_cast<double>(p.memory.kv_bytes[i]) / 1e6,
+                      static_cast<double>(p.memory.kda_state_bytes[i]) / 1e6);
         out += line;
     }
     std::snprintf(line,
@@ -330,6 +366,11 @@ void write_profile(const Job& job,
     file.array("/layers/weight_gb_s", view_of(gb_s));
     file.attr("/layers/weight_gb_s", "unit", "GB/s");
     file.strings("/layers/bound", p.bound);
+    std::vector<int64_t> kv = p.memory.kv_bytes, kda = p.memory.kda_state_bytes;
+    file.array("/layers/kv_bytes", view_of(kv, {L}));
+    file.attr("/layers/kv_bytes", "unit", "bytes");
+    file.array("/layers/kda_state_bytes", view_of(kda, {L}));
+    file.attr("/layers/kda_state_bytes", "unit", "bytes");
     std::vector<float> peaks{static_cast<float>(p.peaks.gemm_gflops),
                              static_cast<float>(p.peaks.read_gb_s)};
     file.array("/peaks", view_of(peaks));

@@ -12,6 +12,7 @@
 #include "hymoe/deck/deck.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/model/model.h"
+#include "hymoe/runtime/memory.h"
 #include "hymoe/runtime/plan.h"
 #include "run_binary.h"
 
@@ -160,7 +161,7 @@ BOOST_AUTO_TEST_CASE(planned_memory_matches_a_real_run_at_two_layouts) {
             const std::vector<float> m =
                 hymoe::io::H5Reader(dir + "out/profile.h5").floats("/memory/ranks");
             BOOST_TEST_CONTEXT(model << " at tp " << tp) {
-                BOOST_REQUIRE(m.size() == static_cast<size_t>(9 * tp));
+                BOOST_REQUIRE(m.size() == static_cast<size_t>(hymoe::runtime::kMemoryColumns * tp));
                 BOOST_TEST(m[0] == m[4], boost::test_tools::tolerance(1e-6f));  // weights
                 BOOST_TEST(m[1] == m[5], boost::test_tools::tolerance(1e-6f));  // KV pages
                 BOOST_TEST(m[2] / m[8] >= 0.9f);

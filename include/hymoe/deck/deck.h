@@ -97,6 +97,7 @@ struct InferenceSection {
     int page_tokens = 64;
     int64_t pages = 0;                 // 0 = auto: what memory allows
     std::string offload = "none";      // none | host | file
+    std::string offload_path;          // file: the spill files' folder; "" = job.output
     int64_t image_max_patches = 4096;  // images.max_patches: patches per image (scaled down
                                        //   above it, io/image.h)
     int64_t image_max_pixels = int64_t{1} << 26;  // images.max_pixels: decoded H·W above it is a

@@ -5,9 +5,15 @@
 // (k_idx for DSA layers only). Pages get memory on first use and go back to a LIFO free list
 // when a sequence finishes or is preempted; the pool never holds more than capacity pages.
 // Invariant: a page is in at most one block table or in the free list, never both.
+// Where the rows live is the pool's KvStore: all in memory (the default), or an offload tier
+// (inference.kv_cache.offload; runtime/kv_spill.h) that keeps only the running layer's and the
+// next one's pages of a step in memory. The forward tells the pool the step's pages, each layer
+// as it starts and the step's end (begin_step, enter_layer, end_step), so that a tier can fetch
+// the next layer's pages while a layer runs.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -19,17 +25,53 @@ namespace hymoe::model {
 // Floats one token of a layer caches: [c_kv r_kv | k_r d_r | k_idx d_I (dsa)]; 0 for KDA.
 int64_t kv_row_floats(const ModelConfig& cfg, Mixer mixer);
 
+// What a store holds: `capacity` pages; a page of layer l is [page_tokens, width[l]] floats.
+struct KvLayout {
+    int page_tokens = 0;
+    int64_t capacity = 0;
+    std::vector<int64_t> width;  // [n_layer] floats a token; 0: not an MLA/DSA layer here
+    int64_t layer_page_floats(int layer) const { return page_tokens * width[layer]; }
+};
+
+// The rows of a pool. Not thread-safe: one forward at a time uses a pool.
+class KvStore {
+public:
+    virtual ~KvStore() = default;
+    // Pages [0, n) exist from now on (n only grows; a new page's rows are undefined).
+    virtual void grow(int64_t n) = 0;
+    // Page `page` of `layer` [page_tokens, width]; `write`: the caller changes rows of it.
+    virtual float* page(int layer, int32_t page, bool write) = 0;
+    // The next forward touches `pages` (its sequences' block tables) in every layer.
+    virtual void begin_step(const std::vector<int32_t>& /*pages*/) {}
+    // Layer `layer` starts: page() of its step pages works until the next enter_layer/end_step.
+    virtual void enter_layer(int /*layer*/) {}
+    // The step's layers are done: every change is stored.
+    virtual void end_step() {}
+    // Bytes of rows held in memory at most so far.
+    virtual int64_t peak_resident_bytes() const = 0;
+};
+using KvStoreFactory = std::function<std::unique_ptr<KvStore>(const KvLayout&)>;
+
+// Every page in memory, all of a page's layers together (allocated as pages are first used).
+std::unique_ptr<KvStore> make_memory_kv_store(const KvLayout& layout);
+
 class KvPool {
 public:
-    // Widths from the local config of the rank's stage (shard: its layers).
-    KvPool(const ModelConfig& local, const ModelShard& shard, int page_tokens, int64_t capacity);
+    // Widths from the local config of the rank's stage (shard: its layers); rows in the store
+    // make_store gives (default: make_memory_kv_store).
+    KvPool(const ModelConfig& local,
+           const ModelShard& shard,
+           int page_tokens,
+           int64_t capacity,
+           const KvStoreFactory& make_store = {});
 
-    int page_tokens() const { return page_tokens_; }
-    int64_t capacity() const { return capacity_; }
-    int64_t free_pages() const { return capacity_ - in_use_; }
-    int64_t pages_for(int64_t tokens) const { return (tokens + page_tokens_ - 1) / page_tokens_; }
-    // Bytes of one page over all the stage's MLA/DSA layers.
+    int page_tokens() const { return layout_.page_tokens; }
+    int64_t capacity() const { return layout_.capacity; }
+    int64_t free_pages() const { return capacity() - in_use_; }
+    int64_t pages_for(int64_t tokens) const { return (tokens + page_tokens() - 1) / page_tokens(); }
+    // Bytes of one page over all the stage's MLA/DSA layers, and in one layer.
     int64_t page_bytes() const;
+    int64_t layer_page_bytes(int layer) const;
 
     // Grows `table` to cover `tokens` tokens; false, with nothing changed, when the free pages
     // do not suffice.
@@ -37,18 +79,26 @@ public:
     // Every page of `table` back to the free list; table emptied.
     void release(std::vector<int32_t>& table);
 
-    int64_t row_width(int layer) const { return width_[static_cast<size_t>(layer)]; }
-    // The row of token slot `slot` (< page_tokens) of page `page` in `layer` [row_width floats].
-    float* row(int layer, int32_t page, int64_t slot);
+    int64_t row_width(int layer) const { return layout_.width[static_cast<size_t>(layer)]; }
+    // The row of token slot `slot` (< page_tokens) of page `page` in `layer` [row_width floats],
+    // to read, or to write (write_row).
+    const float* row(int layer, int32_t page, int64_t slot);
+    float* write_row(int layer, int32_t page, int64_t slot);
+
+    // The forward's hooks (see above), passed to the store.
+    void begin_step(const std::vector<int32_t>& pages) { store_->begin_step(pages); }
+    void enter_layer(int layer) { store_->enter_layer(layer); }
+    void end_step() { store_->end_step(); }
+    // Bytes of KV rows the store holds in memory, at most so far.
+    int64_t peak_resident_bytes() const { return store_->peak_resident_bytes(); }
 
 private:
-    int page_tokens_;
-    int64_t capacity_, in_use_ = 0;
-    std::vector<int64_t> width_;                    // [n_layer] floats a token; 0: none here
-    std::vector<std::unique_ptr<float[]>> memory_;  // [pages ever used] all layers' rows
-    std::vector<int64_t> offset_;                   // [n_layer] a layer's rows in a page
-    int64_t page_floats_ = 0;
-    std::vector<int32_t> free_;  // LIFO
+    float* at(int layer, int32_t page, int64_t slot, bool write);
+
+    KvLayout layout_;
+    int64_t in_use_ = 0, used_ = 0;  // pages in tables; pages ever used (ids [0, used_))
+    std::vector<int32_t> free_;      // LIFO
+    std::unique_ptr<KvStore> store_;
 };
 
 }  // namespace hymoe::model

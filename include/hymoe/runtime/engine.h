@@ -25,7 +25,8 @@
 // on each of them; later stages never see pixels). The projected tokens stay with the sequence
 // (a preempted sequence keeps them) and replace its prompt's placeholder rows, in order, in each
 // prefill chunk's embeddings (model::MediaSplice); requests with and without images share steps.
-// Not here: offload of pages to a slower tier.
+// KV offload (inference.kv_cache.offload): EngineOptions::kv_store gives each lane's pool its
+// store, e.g. the spill-file tier of runtime/kv_spill.h.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,7 @@
 
 #include "hymoe/io/image.h"
 #include "hymoe/io/requests.h"
+#include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/runtime/job.h"
@@ -52,6 +54,7 @@ struct EngineOptions {
     int max_new_tokens = 64;  // for requests that do not give their own
     int page_tokens = 64;     // KV cache page size (inference.kv_cache.page_tokens)
     int64_t kv_pages = std::numeric_limits<int32_t>::max();  // per dp replica, split over lanes
+    model::KvStoreFactory kv_store;  // where each lane's pages live; empty: all in memory
     SamplingParams sampling;
     uint64_t seed = 0;
     int64_t eos_id = -1;           // −1: no stop token
@@ -92,10 +95,12 @@ struct EngineStats {
     int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0;
     int64_t rows = 0, seqs = 0;  // Σ over steps of the forward's tokens and sequences
     double seconds = 0;
-    bool stopped = false;      // options.stop ended the run: unfinished requests were dropped
-    int64_t preemptions = 0;   // sequences restarted when the KV pages ran out
-    int64_t pages_in_use = 0;  // KV pages held after the latest step was built
-    int64_t peak_pages = 0;    // the most held at once
+    bool stopped = false;           // options.stop ended the run: unfinished requests were dropped
+    int64_t preemptions = 0;        // sequences restarted when the KV pages ran out
+    int64_t pages_in_use = 0;       // KV pages held after the latest step was built
+    int64_t peak_pages = 0;         // the most held at once
+    int64_t peak_seqs = 0;          // the most sequences running at once (their KDA states)
+    int64_t kv_resident_bytes = 0;  // the lanes' stores' most KV bytes in memory, summed
 };
 
 // Pull the next request; false when there are no more.

@@ -25,6 +25,17 @@ struct Peaks {
 };
 Peaks measure_peaks();
 
+// A rank's cache memory per layer at its most [n_layer] (0: not this rank's, or not that mixer):
+// MLA/DSA layers the KV pages in use × the layer's bytes a page; KDA layers the sequences
+// running × one sequence's state and conv tails.
+struct LayerMemory {
+    std::vector<int64_t> kv_bytes, kda_state_bytes;
+};
+LayerMemory layer_memory(const model::Model& m,
+                         int page_tokens,
+                         int64_t peak_pages,
+                         int64_t peak_seqs);
+
 struct JobProfile {
     model::ForwardStats mean;                // per-layer seconds, mean over the stage's ranks
     Peaks peaks;                             // rank 0's
@@ -50,6 +61,7 @@ struct JobProfile {
                                 //   FLOPs and seconds summed over the dp replicas (each counted
                                 //   once, not per tp rank), the largest call's activations
     int64_t vision_weight_bytes = 0;  // the tower + projector held by one first-stage rank
+    LayerMemory memory;               // the most over the ranks holding each layer
 };
 
 // Every rank's stats combined; collective over the world.
@@ -57,9 +69,11 @@ JobProfile gather_profile(const Job& job,
                           const parallel::Grid& grid,
                           model::Model& m,
                           const model::ForwardStats& mine,
-                          const Peaks& peaks);
+                          const Peaks& peaks,
+                          const LayerMemory& memory);
 
-// The log tables: one row per layer (mixer, seconds, FFN, seconds, share of the layer total),
+// The log tables: one row per layer (mixer, seconds, FFN, seconds, share of the layer total,
+// GFLOP/s, weight GB/s, bound, KV and KDA state MB),
 // then, when the model has MoE layers, one per MoE layer (assignments, imbalance, dispatch and
 // combine seconds).
 std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p);
@@ -72,7 +86,9 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p);
 // /experts/dispatch_seconds, /experts/combine_seconds [n_layer] (f32; rows of dense layers are 0).
 // With a vision tower: /vision/{seconds, images, patches, tokens, gflop, activation_bytes,
 // weight_bytes} (one value each; seconds and counts summed over dp replicas).
-// Also /memory/ranks [world, 9] (bytes, f32; attr columns: runtime/memory.h) and the same columns;
+// Also /layers/kv_bytes and /layers/kda_state_bytes [n_layer] (i64, the most at once on the rank
+// holding the layer; LayerMemory), /memory/ranks [world, 10] (bytes, f32; attr columns:
+// runtime/memory.h);
 // every rank's own seconds, not averaged: /ranks/layer_seconds [world, 4, n_layer] and
 // /ranks/seconds [world, 4] (f32, attr columns).
 void write_profile(const Job& job,
