@@ -108,10 +108,12 @@ BOOST_AUTO_TEST_CASE(a_stopped_run_resumes_bit_identically_and_at_another_layout
 int interrupted_run(const std::string& out, int sig) {
     const char* bin = std::getenv("HYMOE_BIN");
     const std::string exe = bin ? bin : "build/hymoe", pidfile = out + ".pid", rcfile = out + ".rc";
+    fs::remove(pidfile), fs::remove(rcfile);
     std::system(
         ("(" + exe + " " + kDeck + " --set job.output=" + out +
          " --set finetune.steps=12 --set finetune.checkpoint.every=1 >/dev/null 2>&1 & echo $! >" +
-         pidfile + "; wait $!; echo $? >" + rcfile + ") &")
+         pidfile + ".tmp; mv " + pidfile + ".tmp " + pidfile + "; wait $!; echo $? >" + rcfile +
+         ".tmp; mv " + rcfile + ".tmp " + rcfile + ") &")
             .c_str());
     for (int i = 0; i < 400 && !fs::exists(pidfile); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -193,7 +195,12 @@ BOOST_AUTO_TEST_CASE(the_loss_spike_guard_names_the_step) {
 BOOST_AUTO_TEST_CASE(the_demo_learns_the_cipher_and_infer_uses_the_adapter) {
     const std::string out = scratch("demo"), infer = scratch("demo-infer");
     BOOST_REQUIRE_EQUAL(
-        testing::run_hymoe("jobs/lora-quickstart/deck.yaml --set job.output=" + out, 1).code, 0);
+        testing::run_hymoe(
+            "jobs/lora-quickstart/deck.yaml --set finetune.export_merged=true --set job.output=" +
+                out,
+            1)
+            .code,
+        0);
     io::H5Reader r(out + "/results.h5");
     const std::vector<float> acc = r.floats("/eval/domain_accuracy");
     const std::vector<float> general = r.floats("/eval/general_loss");
@@ -230,6 +237,30 @@ BOOST_AUTO_TEST_CASE(the_demo_learns_the_cipher_and_infer_uses_the_adapter) {
     BOOST_TEST(total["lora"] == 64);
     BOOST_TEST(right["lora"] >= 58);  // ≥ 90%
     BOOST_TEST(right["base"] <= 6);
+
+    // the merged weights (out/merged: safetensors + config.json) answer like base + adapter
+    const std::string merged = scratch("demo-merged");
+    fs::create_directories(merged);
+    std::ofstream(merged + "/deck.yaml")
+        << "job: {kind: infer, seed: 1234, output: out}\n"
+        << "model: {config: " << out << "/merged/config.json, weights: " << out
+        << "/merged, dtype: fp32}\n"
+        << "inference:\n  dataset: "
+        << fs::absolute("inputs/data/lora-demo/cipher_prompts.jsonl").string()
+        << "\n  on_bad_request: skip\n  max_new_tokens: 1\n  sampling: {temperature: 0.0}\n";
+    BOOST_REQUIRE_EQUAL(testing::run_hymoe(merged + "/deck.yaml", 1).code, 0);
+    io::H5Reader mr(merged + "/out/results.h5");
+    const std::vector<std::string> mids = mr.strings("/requests/id");
+    const std::vector<int64_t> mtok = mr.ints("/requests/output_tokens");
+    std::map<std::string, int64_t> with_adapter;
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i].substr(0, 4) == "lora")
+            with_adapter[ids[i].substr(5)] = tokens[offsets[i]];
+    int same = 0;
+    for (size_t i = 0; i < mids.size(); ++i)  // the base-* rows (adapter rows are skipped here)
+        same += mtok[i] == with_adapter[mids[i].substr(5)];
+    BOOST_TEST(mids.size() == 64u);
+    BOOST_TEST(same == 64);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
