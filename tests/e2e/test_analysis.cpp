@@ -1,7 +1,8 @@
 // analysis/ on real outputs: the quickstart at 1 rank and at 4 (tp 2 × dp 2 × ep 2), then
-// analysis/report.py on each out/ folder and analysis/compare.py on the pair; a synthetic lora
-// results.h5 (tests/analysis/make_lora_results.py, the trainer's schema) through both scripts, and
-// one with datasets left out; and tests/analysis/check_analysis.py's hand cases. Every plot the
+// analysis/report.py on each out/ folder and analysis/compare.py on the pair; the lora-quickstart
+// at two learning rates through both; a synthetic lora results.h5
+// (tests/analysis/make_lora_results.py, the trainer's schema) through both scripts, and one with
+// datasets left out; and tests/analysis/check_analysis.py's hand cases. Every plot the
 // data allows must exist as a non-empty PNG that index.html shows; missing data must give a note
 // on the page, never a failure. The scripts run with HYMOE_PYTHON (default /usr/bin/python3).
 #include <cstdlib>
@@ -133,6 +134,25 @@ BOOST_AUTO_TEST_CASE(synthetic_lora_report_and_compare) {
     BOOST_TEST(c.code == 0, c.out);
     check_plots(a.string() + "/compare", {"loss"});
     BOOST_TEST(contains(c.out, "final train loss: A "), c.out);
+    fs::remove_all(scratch());
+}
+
+// The real lora-quickstart (shortened to 20 steps) and a run at another learning rate: every
+// lora plot from the trainer's own results.h5, and compare.py's loss curves of the pair.
+BOOST_AUTO_TEST_CASE(lora_quickstart_report_and_compare) {
+    const fs::path a = temp_dir("lq-a"), b = temp_dir("lq-b");
+    const std::string deck =
+        "jobs/lora-quickstart/deck.yaml --set finetune.steps=20 "
+        "--set finetune.eval.every=10 --set job.output=";
+    BOOST_REQUIRE_EQUAL(run_hymoe(deck + a.string(), 1).code, 0);
+    BOOST_REQUIRE_EQUAL(run_hymoe(deck + b.string() + " --set finetune.optimizer.lr=1e-3", 1).code,
+                        0);
+    Script s = python("analysis/report.py " + a.string());
+    BOOST_TEST(s.code == 0, s.out);
+    check_plots(a.string() + "/report", kLoraPlots);
+    Script c = python("analysis/compare.py " + a.string() + " " + b.string());
+    BOOST_TEST(c.code == 0, c.out);
+    check_plots(a.string() + "/compare", {"loss"});
     fs::remove_all(scratch());
 }
 
