@@ -7,21 +7,11 @@
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
+#include "kda_dims.h"
 
 namespace hymoe::model {
 
 namespace {
-
-// Block sizes from the config: d hidden, H heads, K = V head dim, D = H·K, W conv width.
-struct KdaDims {
-    int64_t d, H, K, D, W;
-    explicit KdaDims(const ModelConfig& cfg)
-        : d(cfg.hidden_size),
-          H(cfg.kda.n_head),
-          K(cfg.kda.head_dim),
-          D(H * K),
-          W(cfg.kda.conv_kernel) {}
-};
 
 // An fp32 host view of `p` with `shape` (a reshape of an existing buffer, or a row range of one).
 Tensor view(float* p, Shape shape) {

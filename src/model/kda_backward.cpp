@@ -13,21 +13,11 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/kda.h"
+#include "kda_dims.h"
 
 namespace hymoe::model {
 
 namespace {
-
-// Block sizes from the config: d hidden, H heads, K = V head dim, D = H·K, W conv width.
-struct Dims {
-    int64_t d, H, K, D, W;
-    explicit Dims(const ModelConfig& cfg)
-        : d(cfg.hidden_size),
-          H(cfg.kda.n_head),
-          K(cfg.kda.head_dim),
-          D(H * K),
-          W(cfg.kda.conv_kernel) {}
-};
 
 // What the backward reads from the forward, recomputed from x.
 struct KdaActs {
@@ -55,7 +45,7 @@ void project_conv(const Tensor& x,
                   const LoraSlot* slot,
                   const Buffer& conv,  // [D, 1, W]
                   const SeqBatch& batch,
-                  const Dims& n,
+                  const KdaDims& n,
                   Buffer& c) {
     const int64_t n_tok = x.dim(0);
     Buffer u(DType::f32, {n_tok, n.D});
@@ -75,7 +65,7 @@ void project_conv(const Tensor& x,
 }
 
 // out = SiLU(c), then l2-normalised per head and scaled when `l2`.
-void silu_l2(const Buffer& c, bool l2, float scale, const Dims& n, Buffer& out) {
+void silu_l2(const Buffer& c, bool l2, float scale, const KdaDims& n, Buffer& out) {
     const int64_t n_tok = c.view().dim(0);
     out = Buffer(DType::f32, {n_tok, n.D});
     for (int64_t i = 0; i < n_tok * n.D; ++i)
@@ -90,7 +80,7 @@ void silu_l2(const Buffer& c, bool l2, float scale, const Dims& n, Buffer& out) 
 // g and ∂g/∂z from the decay logits z = f_b f_a x + dt_bias: g = −a·softplus(z), ∂g/∂z = −a·σ(z),
 // or with a lower bound lb: g = lb·σ(a z), ∂g/∂z = lb·a·σ(a z)(1 − σ(a z)); a = e^{A_log_h}.
 void decay_gate(
-    const KdaConfig& kc, const KdaWeights& w, const Tensor& x, const Dims& n, KdaActs& a) {
+    const KdaConfig& kc, const KdaWeights& w, const Tensor& x, const KdaDims& n, KdaActs& a) {
     const int64_t n_tok = x.dim(0);
     Buffer low(DType::f32, {n_tok, n.K});
     a.g = Buffer(DType::f32, {n_tok, n.D});
@@ -119,7 +109,7 @@ void decay_gate(
 }
 
 // The scan of every sequence from a zero state: a.o and the chunk checkpoints.
-void scan_forward(const Dims& n, const SeqBatch& batch, int chunk, KdaActs& a) {
+void scan_forward(const KdaDims& n, const SeqBatch& batch, int chunk, KdaActs& a) {
     a.o = Buffer(DType::f32, {a.q.view().dim(0), n.D});
     a.ckpt.clear();
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
@@ -148,7 +138,7 @@ KdaActs recompute_forward(const ModelConfig& cfg,
                           const Tensor& x,
                           const SeqBatch& batch,
                           int chunk) {
-    const Dims n(cfg);
+    const KdaDims n(cfg);
     const int64_t n_tok = x.dim(0);
     KdaActs a;
     const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
@@ -188,7 +178,7 @@ void output_backward(const ModelConfig& cfg,
                      const Tensor& dy,
                      Buffer& dO,
                      Tensor& dx) {
-    const Dims n(cfg);
+    const KdaDims n(cfg);
     const int64_t n_tok = dy.dim(0);
     Buffer don(DType::f32, {n_tok, n.D});  // ∂L/∂on
     matmul(n_tok, n.D, n.d, dy.ptr<float>(), w.o_proj.ptr<float>(), don.ptr<float>(), 0.0f);
@@ -235,7 +225,7 @@ void qkv_backward(const Tensor& x,
                   const Buffer& conv,  // [D, 1, W]
                   const Buffer& proj,  // [D, d]
                   LoraSlot* slot,
-                  const Dims& n,
+                  const KdaDims& n,
                   Buffer& grad,  // [n_tok, D] in: ∂L/∂(scan input); overwritten
                   Tensor& dx) {
     const int64_t n_tok = x.dim(0);
@@ -286,7 +276,7 @@ void kda_backward(const ModelConfig& cfg,
                   const Tensor& dy,
                   Tensor& dx,
                   int chunk) {
-    const Dims n(cfg);
+    const KdaDims n(cfg);
     const int64_t n_tok = x.numel() / n.d;
     HYMOE_CHECK(x.shape == (Shape{n_tok, n.d}) && dy.shape == x.shape && dx.shape == x.shape &&
                     batch.n_tok() == n_tok && chunk > 0,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "hymoe/core/error.h"
 
@@ -88,22 +89,10 @@ void rope_backward(float* dx,
                    const int64_t* pos,
                    const RopeFreqs& freqs,
                    bool interleaved) {
-    const int64_t half = static_cast<int64_t>(freqs.theta.size());
-    for (int64_t t = 0; t < n_tok; ++t) {
-        for (int64_t i = 0; i < half; ++i) {
-            const double angle = static_cast<double>(pos[t]) * static_cast<double>(freqs.theta[i]);
-            const float c = static_cast<float>(std::cos(angle)) * freqs.mscale;
-            const float s = static_cast<float>(std::sin(angle)) * freqs.mscale;
-            for (int64_t h = 0; h < n_head; ++h) {
-                float* v = dx + t * token_stride + h * head_stride;
-                float* a = interleaved ? v + 2 * i : v + i;
-                float* b = interleaved ? v + 2 * i + 1 : v + i + half;
-                const float g0 = *a, g1 = *b;  // (a, b) = (x0 c − x1 s, x0 s + x1 c): transpose
-                *a = g0 * c + g1 * s;
-                *b = -g0 * s + g1 * c;
-            }
-        }
-    }
+    std::vector<int64_t> back(pos, pos + n_tok);  // R(pos·θ)ᵀ = R(−pos·θ)
+    for (int64_t& p : back)
+        p = -p;
+    rope(dx, n_tok, n_head, token_stride, head_stride, back.data(), freqs, interleaved);
 }
 
 }  // namespace hymoe::ops
