@@ -1,6 +1,9 @@
 // HDF5 token datasets (io/token_data.h): open checks, then one hyperslab read per document.
 #include "hymoe/io/token_data.h"
 
+#include <filesystem>
+#include <sstream>
+
 #include "hymoe/core/error.h"
 
 namespace hymoe::io {
@@ -25,9 +28,26 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path), file_(path) {
     for (size_t i = 1; i < offsets_.size(); ++i)
         if (offsets_[i] < offsets_[i - 1])
             HYMOE_FAIL(Exit::bad_input, path, ": /offsets decrease at document ", i - 1);
+    if (file_.exists("/images")) {
+        images_ = file_.strings("/images");
+        if (static_cast<int64_t>(images_.size()) != size())
+            HYMOE_FAIL(Exit::bad_input, path, ": /images does not have one entry per document");
+    }
     has_mask_ = file_.exists("/loss_mask");
     if (has_mask_ && shape_numel(file_.shape("/loss_mask")) != n_tokens)
         HYMOE_FAIL(Exit::bad_input, path, ": /loss_mask is not as long as /tokens");
+}
+
+std::vector<std::string> TokenDataset::images(int64_t i) const {
+    std::vector<std::string> files;
+    if (images_.empty())
+        return files;
+    const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+    std::istringstream list(images_[static_cast<size_t>(i)]);
+    for (std::string f; std::getline(list, f, ';');)
+        if (!f.empty())
+            files.push_back((dir / f).string());
+    return files;
 }
 
 void TokenDataset::read(int64_t i, std::vector<int64_t>& tokens, std::vector<uint8_t>& mask) const {

@@ -78,6 +78,10 @@ Stream forward_stream(const Model& m,
                     " outside the vocabulary");
         std::copy_n(m.embed.ptr<float>() + b.tokens[t] * d, d, h.ptr<float>() + t * d);
     }
+    for (size_t i = 0; i < b.media.rows.size(); ++i)
+        std::copy_n(b.media.embeds.ptr<float>() + static_cast<int64_t>(i) * d,
+                    d,
+                    h.ptr<float>() + b.media.rows[i] * d);
     Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});
     for (int i = 0; i < n_layer; ++i) {
         st.before_mixer[i] = Buffer(DType::f32, {n, d});

@@ -143,8 +143,12 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
     hist.n_expert = job.model.moe.n_routed_experts;
     const auto L = static_cast<int64_t>(hist.moe_layers.size()), E = hist.n_expert;
     EvalSet probe = eval_set(ft.domain_data, L > 0 ? micro : 0, ft.seq_len);
-    const model::TrainBatch probe_batch =
-        L > 0 ? load_rows(probe.rows, 0, micro, {&*probe.stream}, ft.seq_len) : model::TrainBatch{};
+    model::TrainBatch probe_batch;
+    if (L > 0) {
+        std::vector<DocImages> images;
+        probe_batch = load_rows(probe.rows, 0, micro, {&*probe.stream}, ft.seq_len, &images);
+        splice_images(m, images, probe_batch);
+    }
     const std::vector<Buffer> base_dist =
         L > 0 ? model::router_distributions(m, probe_batch) : std::vector<Buffer>{};
 
@@ -237,8 +241,11 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
         const double ts = wall_seconds();
         const std::vector<RowPlan> plan = mix.plan(micro * dp * accum);
         std::vector<model::TrainBatch> batches;
-        for (int64_t a = 0; a < accum; ++a)
-            batches.push_back(mix.load(plan, (a * dp + grid.me.dp) * micro, micro));
+        for (int64_t a = 0; a < accum; ++a) {
+            std::vector<DocImages> images;
+            batches.push_back(mix.load(plan, (a * dp + grid.me.dp) * micro, micro, &images));
+            splice_images(m, images, batches.back());
+        }
         std::vector<double> counts = {0, 0};  // targets, tokens of the global batch
         for (const model::TrainBatch& b : batches) {
             counts[0] += static_cast<double>(std::count_if(

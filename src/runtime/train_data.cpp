@@ -7,6 +7,8 @@
 
 #include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
+#include "hymoe/io/image.h"
+#include "hymoe/model/vision.h"
 
 namespace hymoe::runtime {
 
@@ -70,7 +72,8 @@ model::TrainBatch load_rows(const std::vector<RowPlan>& plan,
                             int64_t begin,
                             int64_t count,
                             const std::vector<const DocStream*>& sources,
-                            int64_t seq_len) {
+                            int64_t seq_len,
+                            std::vector<DocImages>* images) {
     model::TrainBatch b;
     b.batch.offsets = {0};
     std::vector<int64_t> tokens;
@@ -78,8 +81,15 @@ model::TrainBatch load_rows(const std::vector<RowPlan>& plan,
     for (int64_t r = begin; r < begin + count; ++r) {
         const RowPlan& row = plan[r];
         for (int64_t doc : row.docs) {
-            sources[row.source]->data().read(doc, tokens, mask);
+            const io::TokenDataset& data = sources[row.source]->data();
+            data.read(doc, tokens, mask);
             const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), seq_len);
+            std::vector<std::string> files = data.images(doc);
+            if (images && !files.empty())
+                images->push_back({cat(data.path(), ": document ", doc),
+                                   static_cast<int64_t>(b.tokens.size()),
+                                   n,
+                                   std::move(files)});
             for (int64_t t = 0; t < n; ++t) {
                 b.tokens.push_back(tokens[t]);
                 b.targets.push_back(t + 1 < n && mask[t + 1] ? tokens[t + 1] : -1);
@@ -89,6 +99,49 @@ model::TrainBatch load_rows(const std::vector<RowPlan>& plan,
         }
     }
     return b;
+}
+
+void splice_images(const model::Model& m,
+                   const std::vector<DocImages>& images,
+                   model::TrainBatch& b) {
+    if (images.empty())
+        return;
+    const model::VisionConfig& v = m.cfg.vision;
+    std::vector<io::Image> decoded;
+    for (const DocImages& doc : images) {
+        if (!v.present)
+            HYMOE_FAIL(Exit::bad_input, doc.where, " has images but the model has no vision tower");
+        int64_t tokens = 0;
+        for (const std::string& f : doc.files) {
+            try {
+                decoded.push_back(
+                    io::load_image(f, {v.patch_size, v.merge, 4096, int64_t{1} << 26}));
+            } catch (const Error& e) {
+                HYMOE_FAIL(e.code(), doc.where, ": ", e.what());
+            }
+            tokens += model::vision_tokens(v, decoded.back().grid_h, decoded.back().grid_w, 1);
+        }
+        int64_t placeholders = 0;
+        for (int64_t r = doc.first_row; r < doc.first_row + doc.rows; ++r)
+            if (b.tokens[r] == v.media_token_id)
+                b.media.rows.push_back(r), ++placeholders;
+        if (placeholders != tokens)
+            HYMOE_FAIL(Exit::bad_input,
+                       doc.where,
+                       ": ",
+                       placeholders,
+                       " media placeholder tokens (id ",
+                       v.media_token_id,
+                       ", within batch.seq_len) but its images make ",
+                       tokens,
+                       " image tokens");
+    }
+    std::vector<model::VisionImage> views;
+    for (const io::Image& im : decoded)
+        views.push_back({im.grid_h, im.grid_w, im.pixels.data()});
+    b.media.embeds =
+        Buffer(DType::f32, {static_cast<int64_t>(b.media.rows.size()), m.cfg.hidden_size});
+    model::vision_forward(m.cfg, m.vision, views, 1, b.media.embeds.view());
 }
 
 TrainMix::TrainMix(const std::string& domain,
@@ -116,11 +169,12 @@ std::vector<RowPlan> TrainMix::plan(int64_t rows) {
 
 model::TrainBatch TrainMix::load(const std::vector<RowPlan>& plan,
                                  int64_t begin,
-                                 int64_t count) const {
+                                 int64_t count,
+                                 std::vector<DocImages>* images) const {
     std::vector<const DocStream*> sources;
     for (const auto& s : streams_)
         sources.push_back(s.get());
-    return load_rows(plan, begin, count, sources, seq_len_);
+    return load_rows(plan, begin, count, sources, seq_len_, images);
 }
 
 std::vector<DocCursor> TrainMix::cursors() const {

@@ -28,7 +28,10 @@ model::LossSums evaluate(const model::Model& m,
     const int64_t n = static_cast<int64_t>(e.rows.size());
     for (int64_t r = grid.me.dp * micro; r < n; r += micro * grid.layout.dp) {
         const int64_t count = std::min(micro, n - r);
-        s.add(model::evaluate_loss(m, load_rows(e.rows, r, count, {&*e.stream}, seq_len)));
+        std::vector<DocImages> images;
+        model::TrainBatch b = load_rows(e.rows, r, count, {&*e.stream}, seq_len, &images);
+        splice_images(m, images, b);
+        s.add(model::evaluate_loss(m, b));
     }
     std::vector<double> v = {s.loss,
                              static_cast<double>(s.targets),

@@ -146,6 +146,30 @@ BOOST_AUTO_TEST_CASE(kill_9_and_sigusr1_mid_run_then_resume) {
     BOOST_TEST(losses(usr1) == losses(ref));
 }
 
+// Image-text data (tests/decks/lora/vision.h5: images spliced over the placeholders, captions
+// as targets): the tower is frozen (the adapter holds language-model modules only) and the
+// caption loss falls; a document whose placeholders miss an image token is exit 3 naming it.
+BOOST_AUTO_TEST_CASE(image_text_data_trains_with_the_tower_frozen) {
+    const std::string out = scratch("vision");
+    const std::string data =
+        "--set finetune.data.domain=vision.h5 --set finetune.data.domain_ratio=1 "
+        "--set finetune.data.general_ratio=0 --set finetune.batch.seq_len=64 ";
+    BOOST_REQUIRE_EQUAL(
+        train(out, data + "--set finetune.eval.domain=vision.h5 --set finetune.steps=12").code, 0);
+    const std::vector<float> d = io::H5Reader(out + "/results.h5").floats("/eval/domain_loss");
+    BOOST_TEST(d.back() < 0.9f * d.front());
+    const std::string cfg = testing::read_text(out + "/adapters/final/adapter_config.json");
+    for (const std::string m : nlohmann::json::parse(cfg)["target_modules"])
+        BOOST_TEST(m.find("vision") == std::string::npos, m);
+    const testing::RunResult bad = train(scratch("vision-bad"),
+                                         "--set finetune.data.domain=vision_bad.h5 "
+                                         "--set finetune.data.domain_ratio=1 "
+                                         "--set finetune.data.general_ratio=0 "
+                                         "--set finetune.batch.seq_len=64");
+    BOOST_TEST(bad.code == 3, bad.err);
+    BOOST_TEST(bad.err.find("vision_bad.h5: document 3") != std::string::npos, bad.err);
+}
+
 BOOST_AUTO_TEST_CASE(a_corrupt_or_foreign_checkpoint_is_refused_with_4) {
     const std::string out = scratch("corrupt");
     BOOST_REQUIRE_EQUAL(train(out, "--set job.max_hours=1e-9").code, 75);

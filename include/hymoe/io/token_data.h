@@ -3,7 +3,10 @@
 //   /offsets   integer [N + 1]  document i is tokens [offsets[i], offsets[i+1])
 //   /loss_mask integer [T]      optional: 1 where the token is a training target (the prompt
 //                               part of a prompt/completion pair is 0); absent: every token
-// The offsets are read whole at open (8 bytes per document); tokens are read per document.
+//   /images    string [N]       optional: document i's image files, ';'-separated, relative to
+//                               the dataset's folder ("" none); their image tokens replace the
+//                               document's media placeholder tokens in order (model-math §8)
+// The offsets (and image lists) are read whole at open; tokens are read per document.
 #pragma once
 
 #include <cstdint>
@@ -23,12 +26,15 @@ public:
     const std::string& path() const { return path_; }
     // Document i's tokens and loss mask (1 = target).
     void read(int64_t i, std::vector<int64_t>& tokens, std::vector<uint8_t>& mask) const;
+    // Document i's image files (resolved paths), in placeholder order; empty without /images.
+    std::vector<std::string> images(int64_t i) const;
 
 private:
     std::string path_;
     H5Reader file_;
     std::vector<int64_t> offsets_;
     bool has_mask_ = false;
+    std::vector<std::string> images_;  // [N] or empty
 };
 
 }  // namespace hymoe::io

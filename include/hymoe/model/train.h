@@ -21,6 +21,8 @@ struct TrainBatch {
     std::vector<int64_t> tokens;   // [n_tok]
     std::vector<int64_t> targets;  // [n_tok] the token to predict after each row; −1: no loss
     SeqBatch batch;                // the sequences over the rows, every pos0 = 0
+    MediaSplice media;             // image tokens replacing placeholder rows (frozen vision
+                                   //   tower: they are inputs and get no gradient)
 };
 
 // Sums over a batch (not means), so they add over micro-batches and ranks.

@@ -52,12 +52,29 @@ struct RowPlan {
 // Packs documents from `stream` into one row of at most seq_len tokens.
 RowPlan plan_row(DocStream& stream, int source, int64_t seq_len);
 
-// Rows [begin, begin + count) of `plan` as one packed batch (tokens, targets, sequences).
+// The images of one document of a packed batch (datasets with /images).
+struct DocImages {
+    std::string where;  // "FILE: document I", for errors
+    int64_t first_row = 0, rows = 0;
+    std::vector<std::string> files;
+};
+
+// Rows [begin, begin + count) of `plan` as one packed batch (tokens, targets, sequences); the
+// documents' images, when a dataset has them, go to `images` for splice_images.
 model::TrainBatch load_rows(const std::vector<RowPlan>& plan,
                             int64_t begin,
                             int64_t count,
                             const std::vector<const DocStream*>& sources,
-                            int64_t seq_len);
+                            int64_t seq_len,
+                            std::vector<DocImages>* images = nullptr);
+
+// Encodes the documents' images with the model's (frozen) vision tower, one call for the batch,
+// and sets b.media to replace each document's placeholder tokens in order. A document whose
+// placeholders do not match its images' tokens (or cut by seq_len), an unreadable image, or a
+// model without a vision tower: Exit::bad_input naming the document.
+void splice_images(const model::Model& m,
+                   const std::vector<DocImages>& images,
+                   model::TrainBatch& b);
 
 // The training mix of the deck's domain and general datasets.
 class TrainMix {
@@ -69,7 +86,10 @@ public:
              uint64_t seed);
     // The next `rows` rows of the global batch (the same on every rank).
     std::vector<RowPlan> plan(int64_t rows);
-    model::TrainBatch load(const std::vector<RowPlan>& plan, int64_t begin, int64_t count) const;
+    model::TrainBatch load(const std::vector<RowPlan>& plan,
+                           int64_t begin,
+                           int64_t count,
+                           std::vector<DocImages>* images = nullptr) const;
     std::vector<DocCursor> cursors() const;  // [domain, general]
     void seek(const std::vector<DocCursor>& cursors, int64_t rows_planned);
     int64_t rows_planned() const { return row_; }
