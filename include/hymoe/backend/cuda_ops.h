@@ -1,0 +1,75 @@
+// The CUDA kernels of the op interface (hymoe/backend/ops.h), one per CPU op with the CPU op's
+// exact semantics (ops.h is the reference; tests/cuda compares them). Every tensor is a device
+// tensor (Device::cuda), f32 or bf16 storage with fp32 arithmetic, and all tensors of one call
+// share that dtype unless stated. Calls are asynchronous on `s`; shapes are checked on the host.
+// CUDA builds only (src/backend/cuda/{norm,elementwise,softmax,rope,top_k,conv,embed}.cu).
+#pragma once
+
+#include <cstdint>
+
+#include "hymoe/backend/cuda_arena.h"
+#include "hymoe/backend/ops.h"
+#include "hymoe/tensor/tensor.h"
+
+namespace hymoe::backend::cuda {
+
+// ---- normalisation (norm.cu) -----------------------------------------------------------------
+
+// As ops::rms_norm / ops::layer_norm, per row of x.dim(-1); y may alias x.
+void rms_norm(const Stream& s, const Tensor& x, const Tensor& w, float eps, Tensor& y);
+void layer_norm(
+    const Stream& s, const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y);
+// As ops::l2_norm_rows over rows of x.dim(-1), in place.
+void l2_norm_rows(const Stream& s, Tensor& x, float eps = 1e-6f);
+
+// ---- elementwise (elementwise.cu) ------------------------------------------------------------
+
+void silu_inplace(const Stream& s, Tensor& x);
+void sigmoid_inplace(const Stream& s, Tensor& x);
+// y = SiLU(gate) ⊙ up; y may alias gate.
+void swiglu(const Stream& s, const Tensor& gate, const Tensor& up, Tensor& y);
+
+// ---- softmax (softmax.cu) --------------------------------------------------------------------
+
+// As ops::softmax_rows over rows of x.dim(-1), in place: −inf entries get 0, an all −inf row
+// becomes all 0.
+void softmax_rows(const Stream& s, Tensor& x);
+
+// ---- positions (rope.cu) ---------------------------------------------------------------------
+
+// As ops::rope on a device buffer of `dtype` (f32 or bf16): x is the first rotated element of
+// head 0 of token 0, strides in elements; pos [n_tok] int64 on the device. The frequencies travel
+// in the launch (at most kMaxRopePairs = 256 pairs, rot_dim ≤ 512).
+constexpr int kMaxRopePairs = 256;
+void rope(const Stream& s,
+          DType dtype,
+          void* x,
+          int64_t n_tok,
+          int64_t n_head,
+          int64_t token_stride,
+          int64_t head_stride,
+          const int64_t* pos,
+          const ops::RopeFreqs& freqs,
+          bool interleaved);
+
+// ---- selection (top_k.cu) --------------------------------------------------------------------
+
+// idx [rows, k] int64 = ops::top_k of every row of x [rows, n] (f32): the k largest, best
+// first, ties to the smaller index. One block per row, k passes over the row (O(k·n / 256) per
+// row): meant for routing (n = experts); the DSA indexer's large n needs a radix select.
+void top_k_rows(const Stream& s, const Tensor& x, int64_t k, Tensor& idx);
+
+// ---- causal depthwise conv (conv.cu) ---------------------------------------------------------
+
+// As ops::causal_conv for one sequence: u, y [T, C] (y may not alias u), w [C, W],
+// tail [W−1, C] read, then replaced by the last W−1 inputs.
+void causal_conv(const Stream& s, const Tensor& u, const Tensor& w, Tensor& tail, Tensor& y);
+
+// ---- embedding (embed.cu) --------------------------------------------------------------------
+
+// h [n, d] row t = table [rows, d] row tokens[t] − lo when lo ≤ tokens[t] < lo + rows, else 0
+// (the vocab-parallel embedding of model.cpp: each tp rank holds rows from lo). tokens [n] int64
+// on the device, already checked against the vocabulary on the host.
+void embed_rows(const Stream& s, const Tensor& table, const Tensor& tokens, int64_t lo, Tensor& h);
+
+}  // namespace hymoe::backend::cuda
