@@ -2,8 +2,9 @@
 // (inputs rounded to bf16 for both sides), by normalised error: RMSNorm, LayerNorm, l2norm,
 // SiLU, sigmoid, SwiGLU, softmax with −inf entries and an all-masked row, RoPE in both pair
 // layouts on strided heads at scattered positions, top-k with many ties (indices compared
-// exactly), the causal conv over three chunks continued through its tail (one chunk shorter than
-// the tail), and the vocab-parallel embedding gather (exact).
+// exactly), the causal conv over four chunks continued through its tail (two chunks shorter than
+// the tail), the residual add, the MoE dispatch (exact) and combine against model/moe.cpp's
+// loops, and the vocab-parallel embedding gather (exact).
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -88,6 +89,18 @@ BOOST_AUTO_TEST_CASE(silu_sigmoid_swiglu, *utf::precondition(need_gpu)) {
         ops::sigmoid_inplace(x2.view());
         cu::sigmoid_inplace(g.s, dx2);
         expect_close("sigmoid_inplace", dx2, x2, g.s);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(residual_add, *utf::precondition(need_gpu)) {
+    Gpu g;
+    for (DType t : kTypes) {
+        Buffer x = random({17, 300}, 25, t), y = random({17, 300}, 26, t);
+        Tensor dx = to_device(x.view(), t, g.arena, g.s);
+        Tensor dy = to_device(y.view(), t, g.arena, g.s);
+        ops::add_inplace(x.view(), y.view());
+        cu::add_inplace(g.s, dx, dy);
+        expect_close("add_inplace", dx, x, g.s);
     }
 }
 
@@ -192,6 +205,66 @@ BOOST_AUTO_TEST_CASE(causal_conv_continues_through_its_tail, *utf::precondition(
             expect_close("causal_conv y", dy, y, g.s);
             expect_close("causal_conv tail", dtail, tail, g.s);
         }
+    }
+}
+
+// The row map of model/moe.cpp's plan_dispatch for a hand-made routing: slot (t, i) of token t
+// to expert idx[t·k+i], dropped where kept is false; experts' rows contiguous, tokens ascending.
+BOOST_AUTO_TEST_CASE(moe_dispatch_and_combine, *utf::precondition(need_gpu)) {
+    Gpu g;
+    const int64_t n_tok = 11, k = 3, E = 5, width = 70;
+    std::vector<int64_t> idx(static_cast<size_t>(n_tok * k));
+    std::vector<bool> kept(idx.size());
+    std::vector<float> weight(idx.size());
+    Philox rng(9, 0, 0);
+    for (size_t a = 0; a < idx.size(); ++a) {
+        idx[a] = static_cast<int64_t>(a * 7 % static_cast<size_t>(E));
+        kept[a] = a % 5 != 3;
+        weight[a] = rng.uniform();
+    }
+    std::vector<int64_t> count(static_cast<size_t>(E), 0), offset(static_cast<size_t>(E + 1), 0);
+    for (size_t a = 0; a < idx.size(); ++a)
+        count[static_cast<size_t>(idx[a])] += kept[a] ? 1 : 0;
+    for (int64_t e = 0; e < E; ++e)
+        offset[static_cast<size_t>(e + 1)] =
+            offset[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
+    std::vector<int64_t> cursor(offset.begin(), offset.end() - 1), row(idx.size(), -1);
+    for (size_t a = 0; a < idx.size(); ++a)
+        if (kept[a])
+            row[a] = cursor[static_cast<size_t>(idx[a])]++;
+    const int64_t n_rows = offset.back();
+    Tensor drow = to_device_i64(row, g.arena, g.s);
+    Tensor dweight = g.arena.tensor(DType::f32, {n_tok * k});
+    cu::copy_to_device(dweight.data, weight.data(), weight.size() * sizeof(float), g.s);
+    for (DType t : kTypes) {
+        Buffer z = random({n_tok, width}, 70, t);
+        Buffer want_in(DType::f32, {n_rows, width});
+        for (size_t a = 0; a < row.size(); ++a)
+            if (row[a] >= 0)
+                for (int64_t j = 0; j < width; ++j)
+                    want_in.ptr<float>()[row[a] * width + j] =
+                        z.ptr<float>()[static_cast<int64_t>(a) / k * width + j];
+        Tensor dz = to_device(z.view(), t, g.arena, g.s);
+        Tensor din = g.arena.tensor(t, {n_rows, width});
+        cu::moe_permute(g.s, dz, drow, k, din);
+        Buffer got_in = to_host(din, g.s);
+        BOOST_TEST(rel_error(got_in.ptr<float>(), want_in.ptr<float>(), n_rows * width) == 0.0);
+
+        Buffer out = random({n_rows, width}, 71, t);  // stands for the experts' outputs
+        Buffer want(DType::f32, {n_tok, width});
+        for (int64_t tok = 0; tok < n_tok; ++tok)
+            for (int64_t i = 0; i < k; ++i) {
+                const int64_t r = row[static_cast<size_t>(tok * k + i)];
+                if (r >= 0)
+                    for (int64_t j = 0; j < width; ++j)
+                        want.ptr<float>()[tok * width + j] +=
+                            weight[static_cast<size_t>(tok * k + i)] *
+                            out.ptr<float>()[r * width + j];
+            }
+        Tensor dout = to_device(out.view(), t, g.arena, g.s);
+        Tensor dacc = g.arena.tensor(t, {n_tok, width});
+        cu::moe_unpermute(g.s, dout, drow, dweight, k, dacc);
+        expect_close("moe_unpermute", dacc, want, g.s);
     }
 }
 

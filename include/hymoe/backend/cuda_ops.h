@@ -2,7 +2,7 @@
 // exact semantics (ops.h is the reference; tests/cuda compares them). Every tensor is a device
 // tensor (Device::cuda), f32 or bf16 storage with fp32 arithmetic, and all tensors of one call
 // share that dtype unless stated. Calls are asynchronous on `s`; shapes are checked on the host.
-// CUDA builds only (src/backend/cuda/{norm,elementwise,softmax,rope,top_k,conv,embed}.cu).
+// CUDA builds only (src/backend/cuda/{norm,elementwise,softmax,rope,top_k,conv,moe,embed}.cu).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,8 @@ void silu_inplace(const Stream& s, Tensor& x);
 void sigmoid_inplace(const Stream& s, Tensor& x);
 // y = SiLU(gate) ⊙ up; y may alias gate.
 void swiglu(const Stream& s, const Tensor& gate, const Tensor& up, Tensor& y);
+// x ← x + y
+void add_inplace(const Stream& s, Tensor& x, const Tensor& y);
 
 // ---- softmax (softmax.cu) --------------------------------------------------------------------
 
@@ -64,6 +66,22 @@ void top_k_rows(const Stream& s, const Tensor& x, int64_t k, Tensor& idx);
 // As ops::causal_conv for one sequence: u, y [T, C] (y may not alias u), w [C, W],
 // tail [W−1, C] read, then replaced by the last W−1 inputs.
 void causal_conv(const Stream& s, const Tensor& u, const Tensor& w, Tensor& tail, Tensor& y);
+
+// ---- MoE dispatch and combine (moe.cu) -------------------------------------------------------
+
+// The dispatch of model/moe.cpp: in [n_rows, w] row row[a] = z [n_tok, w] row a / k for every
+// assignment a < n_tok·k with row[a] ≥ 0 (−1: dropped); row [n_tok·k] int64 on the device, from
+// the host's dispatch plan (each expert's rows contiguous). Rows no assignment names are kept.
+void moe_permute(const Stream& s, const Tensor& z, const Tensor& row, int64_t k, Tensor& in);
+// The combine of model/moe.cpp: acc [n_tok, w] row t = Σ_{i<k, row[t·k+i] ≥ 0} weight[t·k+i] ·
+// out [n_rows, w] row row[t·k+i], summed in fp32 in slot order (so it does not depend on the
+// order the experts ran in); weight [n_tok·k] f32 on the device.
+void moe_unpermute(const Stream& s,
+                   const Tensor& out,
+                   const Tensor& row,
+                   const Tensor& weight,
+                   int64_t k,
+                   Tensor& acc);
 
 // ---- embedding (embed.cu) --------------------------------------------------------------------
 

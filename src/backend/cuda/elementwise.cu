@@ -1,5 +1,6 @@
-// SiLU and sigmoid in place, and SwiGLU (hymoe/backend/cuda_ops.h): grid-stride loops, with
-// expf (not the fast __expf) so that σ(x) = 1 / (1 + e^{−x}) matches ops::sigmoid to ~1 ulp.
+// SiLU and sigmoid in place, SwiGLU and the residual add (hymoe/backend/cuda_ops.h): grid-stride
+// loops, with expf (not the fast __expf) so that σ(x) = 1 / (1 + e^{−x}) matches ops::sigmoid to ~1
+// ulp.
 #include "hymoe/backend/cuda_ops.h"
 #include "kernels.h"
 
@@ -29,6 +30,13 @@ __global__ void swiglu_kernel(const T* gate, const T* up, T* y, int64_t n) {
         const float g = load(gate, i);
         store(y, i, g * sigmoid_f(g) * load(up, i));
     }
+}
+
+template <class T>
+__global__ void add_kernel(T* x, const T* y, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        store(x, i, load(x, i) + load(y, i));
 }
 
 template <Act act>
@@ -72,6 +80,21 @@ void swiglu(const Stream& s, const Tensor& gate, const Tensor& up, Tensor& y) {
             gate.ptr<T>(), up.ptr<T>(), y.ptr<T>(), n);
     });
     check_launch("swiglu");
+}
+
+void add_inplace(const Stream& s, Tensor& x, const Tensor& y) {
+    check_float(x, "add_inplace", x.dtype);
+    check_float(y, "add_inplace", x.dtype);
+    HYMOE_CHECK(
+        x.numel() == y.numel(), "add: ", shape_string(x.shape), " + ", shape_string(y.shape));
+    const int64_t n = x.numel();
+    if (n == 0)
+        return;
+    dispatch(x.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        add_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s.get()>>>(x.ptr<T>(), y.ptr<T>(), n);
+    });
+    check_launch("add_inplace");
 }
 
 }  // namespace hymoe::backend::cuda
