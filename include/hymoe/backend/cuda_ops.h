@@ -2,7 +2,8 @@
 // exact semantics (ops.h is the reference; tests/cuda compares them). Every tensor is a device
 // tensor (Device::cuda), f32 or bf16 storage with fp32 arithmetic, and all tensors of one call
 // share that dtype unless stated. Calls are asynchronous on `s`; shapes are checked on the host.
-// CUDA builds only (src/backend/cuda/{norm,elementwise,softmax,rope,top_k,conv,moe,embed}.cu).
+// CUDA builds only (src/backend/cuda/{norm,elementwise,softmax,rope,top_k,sample,
+// conv,moe,embed}.cu).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,16 @@ void rope(const Stream& s,
 // first, ties to the smaller index. One block per row, k passes over the row (O(k·n / 256) per
 // row): meant for routing (n = experts); the DSA indexer's large n needs a radix select.
 void top_k_rows(const Stream& s, const Tensor& x, int64_t k, Tensor& idx);
+
+// ---- greedy decoding and logprobs (sample.cu) ------------------------------------------------
+
+// For every row of logits [rows, V] (f32): tokens [rows] int64 = the argmax, ties to the smallest
+// id (runtime::argmax_token), and logprobs [rows] f32 = its log_softmax, summed in double
+// (runtime::token_logprob). One block per row.
+void greedy_rows(const Stream& s, const Tensor& logits, Tensor& tokens, Tensor& logprobs);
+// logprobs [rows] f32 = runtime::token_logprob of the given tokens [rows] int64 (prompt
+// logprobs: the row of position t scored at token t + 1).
+void token_logprobs(const Stream& s, const Tensor& logits, const Tensor& tokens, Tensor& logprobs);
 
 // ---- causal depthwise conv (conv.cu) ---------------------------------------------------------
 
