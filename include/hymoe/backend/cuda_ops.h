@@ -3,7 +3,7 @@
 // tensor (Device::cuda), f32 or bf16 storage with fp32 arithmetic, and all tensors of one call
 // share that dtype unless stated. Calls are asynchronous on `s`; shapes are checked on the host.
 // CUDA builds only (src/backend/cuda/{norm,elementwise,softmax,rope,top_k,sample,
-// conv,moe,embed}.cu).
+// conv,moe,kda,embed}.cu).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,11 @@
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/tensor/tensor.h"
+
+namespace hymoe::model {
+struct KdaScanParams;  // hymoe/model/kda.h: the recurrence's POD parameters, shared by both
+                       // backends
+}
 
 namespace hymoe::backend::cuda {
 
@@ -93,6 +98,14 @@ void moe_unpermute(const Stream& s,
                    const Tensor& weight,
                    int64_t k,
                    Tensor& acc);
+
+// ---- KDA recurrence (kda.cu) -----------------------------------------------------------------
+
+// model::kda_recurrent on the device: the same KdaScanParams with every pointer a device pointer
+// (q, k, g [T, H, K], v, o [T, H, V], beta [T, H], S [H, K, V] fp32 state in and out). One thread
+// per (head, value column) owns that column of S through all T tokens, so the decode step (T = 1)
+// reads and writes the state once per pass; sums run over K in the CPU's order.
+void kda_recurrent(const Stream& s, const model::KdaScanParams& p);
 
 // ---- embedding (embed.cu) --------------------------------------------------------------------
 
