@@ -12,9 +12,9 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/tensor/tensor.h"
 
+// hymoe/model/kda.h: the KDA recurrence's POD parameters, filled by the host for both backends.
 namespace hymoe::model {
-struct KdaScanParams;  // hymoe/model/kda.h: the recurrence's POD parameters, shared by both
-                       // backends
+struct KdaScanParams;
 }
 
 namespace hymoe::backend::cuda {
