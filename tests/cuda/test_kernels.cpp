@@ -1,10 +1,10 @@
 // Every CUDA kernel against its CPU op (hymoe/backend/ops.h) on random inputs, in fp32 and bf16
 // (inputs rounded to bf16 for both sides), by normalised error: RMSNorm, LayerNorm, l2norm,
 // SiLU, sigmoid, SwiGLU, softmax with −inf entries and an all-masked row, RoPE in both pair
-// layouts on strided heads at scattered positions, top-k with many ties (indices compared
-// exactly), the causal conv over four chunks continued through its tail (two chunks shorter than
-// the tail), the residual add, the MoE dispatch (exact) and combine against model/moe.cpp's
-// loops, and the vocab-parallel embedding gather (exact).
+// layouts on strided heads at scattered positions, top-k on short and long rows with many ties
+// (indices compared exactly), the causal conv over four chunks continued through its tail (two
+// chunks shorter than the tail), the residual add, the MoE dispatch (exact) and combine against
+// model/moe.cpp's loops, and the vocab-parallel embedding gather (exact).
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -164,14 +164,30 @@ BOOST_AUTO_TEST_CASE(rope_both_layouts_strided, *utf::precondition(need_gpu)) {
     }
 }
 
+// Both top-k paths: k passes (short rows, or k above the sort's limit) and the radix select of
+// long rows, the latter with few and with many distinct values, a row masked (−inf) beyond its
+// first 1000 entries (as causal DSA scores: k reaches into the −inf ties) and −0 beside +0.
 BOOST_AUTO_TEST_CASE(top_k_ties_to_the_smaller_index, *utf::precondition(need_gpu)) {
     Gpu g;
-    for (auto [rows, n, k] : {std::array<int64_t, 3>{4, 256, 8}, {3, 64, 64}, {2, 5000, 37}}) {
+    for (auto [rows, n, k, levels] : {std::array<int64_t, 4>{4, 256, 8, 12},
+                                      {3, 64, 64, 12},
+                                      {1, 5000, 4500, 12},
+                                      {2, 5000, 37, 12},
+                                      {2, 131072, 2048, 12},
+                                      {3, 131072, 2048, 100000}}) {
         Buffer x(DType::f32, {rows, n});
-        Philox rng(5, static_cast<uint32_t>(n), 0);
-        for (int64_t i = 0; i < rows * n; ++i)  // few distinct values: many ties
-            x.ptr<float>()[i] = std::floor(rng.uniform() * 12.0f) - 6.0f;
-        x.ptr<float>()[3] = -INFINITY;
+        float* v = x.ptr<float>();
+        Philox rng(5, static_cast<uint32_t>(n + levels), 0);
+        for (int64_t i = 0; i < rows * n; ++i)  // `levels` distinct values: ties
+            v[i] = std::floor(rng.uniform() * static_cast<float>(levels)) -
+                   static_cast<float>(levels / 2);
+        for (int64_t i = 0; i < rows * n; i += 3)
+            if (v[i] == 0.0f)
+                v[i] = -0.0f;
+        v[3] = -INFINITY;
+        if (rows > 1)
+            for (int64_t i = 1000; i < n; ++i)
+                v[n + i] = -INFINITY;
         Tensor dx = to_device(x.view(), DType::f32, g.arena, g.s);
         Tensor didx = g.arena.tensor(DType::i64, {rows, k});
         cu::top_k_rows(g.s, dx, k, didx);
@@ -179,8 +195,8 @@ BOOST_AUTO_TEST_CASE(top_k_ties_to_the_smaller_index, *utf::precondition(need_gp
         cu::copy_to_host(got.data(), didx.data, got.size() * sizeof(int64_t), g.s);
         g.s.synchronize();
         for (int64_t r = 0; r < rows; ++r)
-            ops::top_k(x.ptr<float>() + r * n, n, k, want.data() + r * k);
-        BOOST_TEST_INFO("rows " << rows << " n " << n << " k " << k);
+            ops::top_k(v + r * n, n, k, want.data() + r * k);
+        BOOST_TEST_INFO("rows " << rows << " n " << n << " k " << k << " levels " << levels);
         BOOST_TEST(got == want, boost::test_tools::per_element());
     }
 }

@@ -63,8 +63,8 @@ void rope(const Stream& s,
 // ---- selection (top_k.cu) --------------------------------------------------------------------
 
 // idx [rows, k] int64 = ops::top_k of every row of x [rows, n] (f32): the k largest, best
-// first, ties to the smaller index. One block per row, k passes over the row (O(k·n / 256) per
-// row): meant for routing (n = experts); the DSA indexer's large n needs a radix select.
+// first, ties to the smaller index. One block per row: k passes over short rows (n ≤ 1024) or
+// when k > 4096; otherwise a radix select and a bitonic sort (the DSA indexer's long rows).
 void top_k_rows(const Stream& s, const Tensor& x, int64_t k, Tensor& idx);
 
 // ---- greedy decoding and logprobs (sample.cu) ------------------------------------------------
