@@ -3,7 +3,7 @@
 // tensor (Device::cuda), f32 or bf16 storage with fp32 arithmetic, and all tensors of one call
 // share that dtype unless stated. Calls are asynchronous on `s`; shapes are checked on the host.
 // CUDA builds only (src/backend/cuda/{norm,elementwise,softmax,rope,top_k,sample,
-// conv,moe,kda,embed}.cu).
+// conv,moe,kda,mla_decode,embed}.cu).
 #pragma once
 
 #include <cstdint>
@@ -106,6 +106,37 @@ void moe_unpermute(const Stream& s,
 // per (head, value column) owns that column of S through all T tokens, so the decode step (T = 1)
 // reads and writes the state once per pass; sums run over K in the CPU's order.
 void kda_recurrent(const Stream& s, const model::KdaScanParams& p);
+
+// ---- MLA absorbed decode over pages (mla_decode.cu) ------------------------------------------
+
+// One decode step of MLA in the absorbed (MQA) form (model/attention.cpp attend_absorbed, after
+// the q̂ projection and before the W_kvb[h, d_n:] output product), reading the latent cache in
+// place from its pages. For sequence b and head h, over the keys u of b (all of its n_keys, or
+// the valid entries of its DSA top-k list):
+//   s_u = τ · q̂_{b,h} · [c_kv | k_r]_u,   ō_{b,h} = Σ_u softmax(s)_u · c_kv_u
+// A key row is [c_kv r_kv | k_r d_r | ...] (KvPool's layer row); token u of b lives in page
+// block_table[b, u / page_tokens], slot u % page_tokens. Every pointer is a device pointer.
+struct MlaDecodeParams {
+    int n_seq = 0;                         // B
+    int n_head = 0;                        // H
+    int r_kv = 0;                          // latent width
+    int d_r = 0;                           // rope key width
+    float tau = 1.0f;                      // softmax scale
+    const float* q_hat = nullptr;          // [B, H, r_kv + d_r]
+    const float* pages = nullptr;          // this layer's row 0 of page 0
+    int64_t page_stride = 0;               // floats from a page's rows to the next page's
+    int64_t row_stride = 0;                // floats from one token row to the next in a page
+    int page_tokens = 0;                   // tokens a page
+    const int32_t* block_table = nullptr;  // [B, max_pages] page ids in token order
+    int max_pages = 0;
+    const int32_t* n_keys = nullptr;    // [B] tokens in the cache (the query is the last)
+    const int32_t* selected = nullptr;  // [B, n_selected] DSA keys (−1: none), or null: all
+    int n_selected = 0;
+    int max_keys = 0;         // ≥ every n_keys (and n_selected): scores' row
+    float* scores = nullptr;  // [B, H, max_keys] scratch
+    float* o_bar = nullptr;   // [B, H, r_kv] output
+};
+void mla_decode(const Stream& s, const MlaDecodeParams& p);
 
 // ---- embedding (embed.cu) --------------------------------------------------------------------
 
