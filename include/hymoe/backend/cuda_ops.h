@@ -3,7 +3,7 @@
 // tensor (Device::cuda), f32 or bf16 storage with fp32 arithmetic, and all tensors of one call
 // share that dtype unless stated. Calls are asynchronous on `s`; shapes are checked on the host.
 // CUDA builds only (src/backend/cuda/{norm,elementwise,softmax,rope,top_k,sample,
-// conv,moe,kda,mla_decode,embed}.cu).
+// conv,moe,kda,indexer,mla_decode,embed}.cu).
 #pragma once
 
 #include <cstdint>
@@ -106,6 +106,14 @@ void moe_unpermute(const Stream& s,
 // per (head, value column) owns that column of S through all T tokens, so the decode step (T = 1)
 // reads and writes the state once per pass; sums run over K in the CPU's order.
 void kda_recurrent(const Stream& s, const model::KdaScanParams& p);
+
+// ---- DSA lightning indexer (indexer.cu) -----------------------------------------------------
+
+// model::indexer_scores on the device, f32: scores [n_q, n_k] (t, s) = Σ_j w[t, j] ·
+// ReLU(q[t, j·d_I ..] · k[s]) for q [n_q, H_I·d_I], w [n_q, H_I] (already scaled), k [n_k, d_I];
+// every key, unmasked (the causal cut is the top-k's). H_I·d_I ≤ 12288 (a query in shared memory).
+void indexer_scores(
+    const Stream& s, const Tensor& q, const Tensor& w, const Tensor& k, Tensor& scores);
 
 // ---- MLA absorbed decode over pages (mla_decode.cu) ------------------------------------------
 
