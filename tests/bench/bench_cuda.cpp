@@ -5,6 +5,9 @@
 //              grouped launch, an fp32 product): TFLOP/s and the fraction of that peak
 //   bandwidth  device-to-device cudaMemcpy of 2 GiB: GB/s counted as bytes read + written
 //   kernels    RMSNorm and SwiGLU on large bf16 tensors: GB/s moved, fraction of that bandwidth
+//   decode     one decode step of the state-reading kernels, bytes that must move / time against
+//              that bandwidth: the KDA recurrence (fp32 state read and written) and MLA's absorbed
+//              decode over pages (the fp32 latent cache read once)
 // Times are the best of several runs between CUDA events, after a warm-up run.
 #include <algorithm>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/model/kda.h"
 
 using namespace hymoe;
 namespace cu = hymoe::backend::cuda;
@@ -211,6 +215,80 @@ int main() {
                     gbs,
                     gbs / bw);
         for (Tensor* t : {&g, &u, &y})
+            arena.free(t->data);
+    }
+
+    // ---- decode steps ------------------------------------------------------------------------
+    {
+        const int H = 32 * 64, K = 128, V = 128;  // 64 sequences' 32 heads as one batch of heads
+        Tensor S = filled(arena, s, DType::f32, {H, K, V});
+        Tensor qk = filled(arena, s, DType::f32, {3, H, K});  // q, k, g
+        Tensor v = filled(arena, s, DType::f32, {H, V}), beta = filled(arena, s, DType::f32, {H});
+        Tensor o = arena.tensor(DType::f32, {H, V});
+        model::KdaScanParams p;
+        p.n_tok = 1;
+        p.n_head = H;
+        p.d_k = K;
+        p.d_v = V;
+        p.q = qk.ptr<float>();
+        p.k = qk.ptr<float>() + int64_t{H} * K;
+        p.g = qk.ptr<float>() + 2 * int64_t{H} * K;
+        p.v = v.ptr<float>();
+        p.beta = beta.ptr<float>();
+        p.S = S.ptr<float>();
+        p.o = o.ptr<float>();
+        const double gbs = 2.0 * static_cast<double>(S.bytes()) / 1e9 /
+                           best_seconds(s, 10, [&] { cu::kda_recurrent(s, p); });
+        std::printf(
+            "  kda step  64 x 32 heads, 128x128 fp32 state: %.0f GB/s = %.2f of the copy"
+            " bandwidth\n",
+            gbs,
+            gbs / bw);
+        for (Tensor* t : {&S, &qk, &v, &beta, &o})
+            arena.free(t->data);
+    }
+    {
+        const int B = 32, H = 16, r_kv = 512, d_r = 64, pt = 64, n = 4096;
+        const int pages_per_seq = n / pt, d_lat = r_kv + d_r;
+        Tensor pool = filled(arena, s, DType::f32, {int64_t{B} * pages_per_seq, pt, d_lat});
+        Tensor q = filled(arena, s, DType::f32, {B, H, d_lat});
+        Tensor scores = arena.tensor(DType::f32, {B, H, n});
+        Tensor o = arena.tensor(DType::f32, {B, H, r_kv});
+        std::vector<int32_t> table(static_cast<size_t>(B * pages_per_seq)), n_keys(B, n);
+        for (size_t i = 0; i < table.size(); ++i)
+            table[i] = static_cast<int32_t>(i);
+        Tensor dtable = arena.tensor(DType::i32, {static_cast<int64_t>(table.size())});
+        Tensor dn = arena.tensor(DType::i32, {B});
+        cu::copy_to_device(dtable.data, table.data(), table.size() * sizeof(int32_t), s);
+        cu::copy_to_device(dn.data, n_keys.data(), n_keys.size() * sizeof(int32_t), s);
+        cu::MlaDecodeParams p;
+        p.n_seq = B;
+        p.n_head = H;
+        p.r_kv = r_kv;
+        p.d_r = d_r;
+        p.tau = 0.04f;
+        p.q_hat = q.ptr<float>();
+        p.pages = pool.ptr<float>();
+        p.page_stride = int64_t{pt} * d_lat;
+        p.row_stride = d_lat;
+        p.page_tokens = pt;
+        p.block_table = dtable.ptr<int32_t>();
+        p.max_pages = pages_per_seq;
+        p.n_keys = dn.ptr<int32_t>();
+        p.max_keys = n;
+        p.scores = scores.ptr<float>();
+        p.o_bar = o.ptr<float>();
+        const double gbs = static_cast<double>(pool.bytes()) / 1e9 /
+                           best_seconds(s, 5, [&] { cu::mla_decode(s, p); });
+        std::printf(
+            "  mla step  %d seqs x %d keys, %d heads, fp32 latent cache read once: %.0f GB/s"
+            " = %.2f of the copy bandwidth\n",
+            B,
+            n,
+            H,
+            gbs,
+            gbs / bw);
+        for (Tensor* t : {&pool, &q, &scores, &o, &dtable, &dn})
             arena.free(t->data);
     }
     return 0;
