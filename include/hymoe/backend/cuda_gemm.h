@@ -1,8 +1,8 @@
 // Matrix products on the GPU through cuBLAS, row-major like ops::gemm / ops::linear
 // (hymoe/backend/ops.h): fp32 (fp32 compute, no TF32, so it matches the CPU to ~1e-6) and bf16
 // inputs with fp32 accumulation (bf16 or fp32 output), plus one grouped GEMM per MoE layer for
-// its experts (cublasGemmGroupedBatchedEx: one launch, not one per expert). CUDA builds only
-// (src/backend/cuda/gemm.cu); no CUDA header here.
+// its experts (cublasGemmGroupedBatchedEx: one launch, not one per expert), and the attention core
+// built on them. CUDA builds only (src/backend/cuda/gemm.cu, attention.cu); no CUDA header here.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,7 @@ public:
                         const Tensor& w,
                         const std::vector<int64_t>& rows,
                         Tensor& y);
+    const Stream& stream() const { return stream_; }
 
 private:
     const Stream& stream_;
@@ -65,5 +66,17 @@ private:
     PinnedBuffer host_tables_;   // its host staging
     CUevent_st* tables_copied_;  // recorded after the staging copy: the staging is free again
 };
+
+// model::attention_core on the device (src/backend/cuda/attention.cu), f32 device tensors:
+// scratch [n_q, n_k] = mask, += τ q [n_q, d_qk] · k [n_k, d_qk]ᵀ (one GEMM with beta 1), softmax
+// over its rows (a fully masked row gives zeros), o [n_q, d_v] = scratch · v [n_k, d_v].
+void attention_core(Blas& blas,
+                    const Tensor& q,
+                    const Tensor& k,
+                    const Tensor& v,
+                    const Tensor& mask,
+                    float tau,
+                    Tensor& scratch,
+                    Tensor& o);
 
 }  // namespace hymoe::backend::cuda
