@@ -1,6 +1,8 @@
 // The DSA indexer on the GPU against model::indexer_scores (scores over every key, ReLU'd heads
-// weighted and summed), then the decode step's selection: top_k_rows of the one query's scores
-// equals what model::indexer_mask keeps.
+// weighted and summed), the decode step's selection (top_k_rows of the one query's scores keeps
+// what model::indexer_mask keeps), and the prefill's causal masks against model::indexer_mask on
+// scores with ties, on both top-k paths (short rows; long rows by radix select).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -52,6 +54,29 @@ BOOST_AUTO_TEST_CASE(scores_and_decode_selection_match_the_cpu, *utf::preconditi
             BOOST_TEST(std::vector<float>(mask.ptr<float>(), mask.ptr<float>() + n_k) == kept,
                        boost::test_tools::per_element());
         }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(causal_prefill_masks_match_the_cpu, *utf::precondition(need_gpu)) {
+    Gpu g;
+    for (auto [n_q, pos_first, top] : {std::array<int64_t, 3>{30, 10, 16}, {40, 2000, 512}}) {
+        const int64_t n_k = pos_first + n_q;
+        Buffer scores(DType::f32, {n_q, n_k});
+        Philox rng(11, static_cast<uint32_t>(n_k), 0);
+        for (int64_t i = 0; i < n_q * n_k; ++i)  // 50 levels: ties at every threshold
+            scores.ptr<float>()[i] = std::floor(rng.uniform() * 50.0f);
+        Buffer want(DType::f32, {n_q, n_k});
+        model::indexer_mask(scores.view(), pos_first, top, want.view());
+        Tensor ds = to_device(scores.view(), DType::f32, g.arena, g.s);
+        const int64_t k = std::min(top, n_k);
+        Tensor didx = g.arena.tensor(DType::i64, {n_q, k});
+        Tensor dmask = g.arena.tensor(DType::f32, {n_q, n_k});
+        cu::indexer_mask(g.s, ds, pos_first, top, didx, dmask);
+        Buffer got = to_host(dmask, g.s);
+        BOOST_TEST_INFO("n_q " << n_q << " first position " << pos_first << " top " << top);
+        BOOST_TEST(std::vector<float>(got.ptr<float>(), got.ptr<float>() + n_q * n_k) ==
+                       std::vector<float>(want.ptr<float>(), want.ptr<float>() + n_q * n_k),
+                   boost::test_tools::per_element());
     }
 }
 

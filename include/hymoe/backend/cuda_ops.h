@@ -66,6 +66,18 @@ void rope(const Stream& s,
 // first, ties to the smaller index. One block per row: k passes over short rows (n ≤ 1024) or
 // when k > 4096; otherwise a radix select and a bitonic sort (the DSA indexer's long rows).
 void top_k_rows(const Stream& s, const Tensor& x, int64_t k, Tensor& idx);
+// The same with a causal cut: row r ranks only its first pos_first + r + 1 entries and keeps
+// k_r = min(k, pos_first + r + 1) of them; idx [rows, k] entries past k_r are −1.
+void top_k_rows_causal(const Stream& s, const Tensor& x, int64_t pos_first, int64_t k, Tensor& idx);
+// model::indexer_mask on the device: mask [n_q, n_k] f32 = 0 at each query's causal top-k keys
+// (index_topk of keys 0 .. pos_first + i), −inf elsewhere; idx [n_q, min(index_topk, n_k)] int64
+// receives the kept keys (−1 padded), for the sparse attention to gather.
+void indexer_mask(const Stream& s,
+                  const Tensor& scores,
+                  int64_t pos_first,
+                  int64_t index_topk,
+                  Tensor& idx,
+                  Tensor& mask);
 
 // ---- greedy decoding and logprobs (sample.cu) ------------------------------------------------
 

@@ -8,6 +8,7 @@
 //    memory, and a bitonic sort puts them in the top-k order.
 // Rows are assumed free of NaN (as the CPU comparator needs them); −0 and +0 are equal, as on the
 // CPU.
+#include <algorithm>
 #include <cmath>
 
 #include "hymoe/backend/cuda_ops.h"
@@ -27,14 +28,23 @@ __device__ inline bool before(Pick a, Pick b) {
     return a.v > b.v || (a.v == b.v && a.i < b.i);
 }
 
-__global__ void top_k_kernel(const float* x, int64_t n, int64_t k, int64_t* idx) {
+// Row r's length: n, or with a causal cut (pos_first ≥ 0) its first pos_first + r + 1 entries.
+__device__ inline int64_t row_length(int64_t n, int64_t pos_first) {
+    return pos_first < 0 ? n : min(n, pos_first + static_cast<int64_t>(blockIdx.x) + 1);
+}
+
+__global__ void top_k_kernel(
+    const float* x, int64_t n, int64_t pos_first, int64_t k, int64_t* idx) {
     __shared__ Pick part[kBlock];
     __shared__ Pick last;
     const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+    const int64_t n_r = row_length(n, pos_first), k_r = min(k, n_r);
     const Pick none{-INFINITY, INT64_MAX};
-    for (int64_t p = 0; p < k; ++p) {
+    for (int64_t p = k_r + threadIdx.x; p < k; p += blockDim.x)
+        idx[static_cast<int64_t>(blockIdx.x) * k + p] = -1;
+    for (int64_t p = 0; p < k_r; ++p) {
         Pick best = none;
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        for (int64_t i = threadIdx.x; i < n_r; i += blockDim.x) {
             const Pick c{row[i], i};
             if ((p == 0 || before(last, c)) && before(c, best))
                 best = c;
@@ -64,14 +74,17 @@ __device__ inline uint32_t order_key(float v) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-__global__ void top_k_radix_kernel(const float* x, int64_t n, int k, int64_t* idx) {
+__global__ void top_k_radix_kernel(
+    const float* x, int64_t n_stride, int64_t pos_first, int k_max, int64_t* idx) {
     __shared__ int hist[256];
     __shared__ uint32_t prefix, mask;
     __shared__ int remaining, n_cand, taken_eq;
     __shared__ int warp_count[kRadixBlock / 32];
     __shared__ float cand_v[kMaxSortK];
     __shared__ int cand_i[kMaxSortK];
-    const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+    const float* row = x + static_cast<int64_t>(blockIdx.x) * n_stride;
+    const int64_t n = row_length(n_stride, pos_first);
+    const int k = static_cast<int>(min(static_cast<int64_t>(k_max), n));
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (tid == 0) {
         prefix = 0;
@@ -162,35 +175,96 @@ __global__ void top_k_radix_kernel(const float* x, int64_t n, int k, int64_t* id
             __syncthreads();
         }
     }
-    for (int i = tid; i < k; i += blockDim.x)
-        idx[static_cast<int64_t>(blockIdx.x) * k + i] = cand_i[i];
+    for (int i = tid; i < k_max; i += blockDim.x)
+        idx[static_cast<int64_t>(blockIdx.x) * k_max + i] = i < k ? cand_i[i] : -1;
+}
+
+__global__ void fill_kernel(float* x, int64_t n, float v) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        x[i] = v;
+}
+
+// mask [rows, n] entry (r, idx[r, j]) ← 0 for every kept (non-negative) idx
+__global__ void keep_kernel(const int64_t* idx, int64_t rows, int64_t k, int64_t n, float* mask) {
+    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < rows * k;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        if (idx[j] >= 0)
+            mask[j / k * n + idx[j]] = 0.0f;
+}
+
+}  // namespace
+
+namespace {
+
+void top_k_launch(
+    const Stream& s, const Tensor& x, int64_t pos_first, int64_t k, Tensor& idx, const char* op) {
+    HYMOE_CHECK(x.device == Device::cuda && x.dtype == DType::f32 && idx.device == Device::cuda &&
+                    idx.dtype == DType::i64,
+                op,
+                ": expected f32 scores and int64 indices on the device");
+    const int64_t n = x.dim(-1), rows = rows_of(x);
+    HYMOE_CHECK(k >= 0 && k <= n && idx.numel() == rows * k && rows <= INT32_MAX &&
+                    (pos_first < 0 || pos_first + rows <= n),
+                op,
+                ": k = ",
+                k,
+                " of x ",
+                shape_string(x.shape),
+                " into ",
+                shape_string(idx.shape),
+                " first position ",
+                pos_first);
+    if (rows == 0 || k == 0)
+        return;
+    if (n > kShortRow && k <= kMaxSortK) {
+        HYMOE_CHECK(n <= INT32_MAX, op, ": rows of ", n);
+        top_k_radix_kernel<<<static_cast<unsigned>(rows), kRadixBlock, 0, s.get()>>>(
+            x.ptr<float>(), n, pos_first, static_cast<int>(k), idx.ptr<int64_t>());
+    } else {
+        top_k_kernel<<<static_cast<unsigned>(rows), kBlock, 0, s.get()>>>(
+            x.ptr<float>(), n, pos_first, k, idx.ptr<int64_t>());
+    }
+    check_launch(op);
 }
 
 }  // namespace
 
 void top_k_rows(const Stream& s, const Tensor& x, int64_t k, Tensor& idx) {
-    HYMOE_CHECK(x.device == Device::cuda && x.dtype == DType::f32 && idx.device == Device::cuda &&
-                    idx.dtype == DType::i64,
-                "top_k_rows: expected f32 scores and int64 indices on the device");
-    const int64_t n = x.dim(-1), rows = rows_of(x);
-    HYMOE_CHECK(k >= 0 && k <= n && idx.numel() == rows * k && rows <= INT32_MAX,
-                "top_k_rows: k = ",
-                k,
-                " of x ",
-                shape_string(x.shape),
-                " into ",
-                shape_string(idx.shape));
-    if (rows == 0 || k == 0)
+    top_k_launch(s, x, -1, k, idx, "top_k_rows");
+}
+
+void top_k_rows_causal(
+    const Stream& s, const Tensor& x, int64_t pos_first, int64_t k, Tensor& idx) {
+    HYMOE_CHECK(pos_first >= 0, "top_k_rows_causal: first position ", pos_first);
+    top_k_launch(s, x, pos_first, k, idx, "top_k_rows_causal");
+}
+
+void indexer_mask(const Stream& s,
+                  const Tensor& scores,
+                  int64_t pos_first,
+                  int64_t index_topk,
+                  Tensor& idx,
+                  Tensor& mask) {
+    const int64_t n_q = scores.dim(0), n_k = scores.dim(-1), k = std::min(index_topk, n_k);
+    HYMOE_CHECK(mask.device == Device::cuda && mask.dtype == DType::f32 &&
+                    mask.shape == scores.shape && index_topk > 0 && idx.numel() == n_q * k,
+                "indexer_mask: scores ",
+                shape_string(scores.shape),
+                " mask ",
+                shape_string(mask.shape),
+                " indices ",
+                shape_string(idx.shape),
+                " top-k ",
+                index_topk);
+    top_k_rows_causal(s, scores, pos_first, k, idx);
+    if (n_q == 0)
         return;
-    if (n > kShortRow && k <= kMaxSortK) {
-        HYMOE_CHECK(n <= INT32_MAX, "top_k_rows: rows of ", n);
-        top_k_radix_kernel<<<static_cast<unsigned>(rows), kRadixBlock, 0, s.get()>>>(
-            x.ptr<float>(), n, static_cast<int>(k), idx.ptr<int64_t>());
-    } else {
-        top_k_kernel<<<static_cast<unsigned>(rows), kBlock, 0, s.get()>>>(
-            x.ptr<float>(), n, k, idx.ptr<int64_t>());
-    }
-    check_launch("top_k_rows");
+    fill_kernel<<<grid_for(n_q * n_k, kBlock), kBlock, 0, s.get()>>>(
+        mask.ptr<float>(), n_q * n_k, -INFINITY);
+    keep_kernel<<<grid_for(n_q * k, kBlock), kBlock, 0, s.get()>>>(
+        idx.ptr<int64_t>(), n_q, k, n_k, mask.ptr<float>());
+    check_launch("indexer_mask");
 }
 
 }  // namespace hymoe::backend::cuda
