@@ -1,6 +1,7 @@
 // The KDA recurrence on the GPU against model::kda_recurrent on random heads (q, k
 // l2-normalised, decays g ≤ 0 up to strong ones, β in (0, 1), a nonzero starting state): the
-// outputs and the carried state after a prefill-sized call, then after decode steps of one token.
+// outputs and the carried state after a prefill-sized call, then after decode steps of one token;
+// and the decay gate in both of its forms.
 #include <cmath>
 #include <cstdint>
 
@@ -72,6 +73,35 @@ BOOST_AUTO_TEST_CASE(recurrent_matches_the_cpu_scan_across_calls, *utf::precondi
         BOOST_TEST_INFO("call of " << T << " tokens: o " << err_o << " S " << err_S);
         BOOST_TEST(err_o < tolerance(DType::f32));
         BOOST_TEST(err_S < tolerance(DType::f32));
+    }
+}
+
+// model/kda.cpp's decay_gate (private there) written out: g = −e^{A_h}·softplus(f + dt_bias), or
+// lb·σ(e^{A_h}(f + dt_bias)) with a lower bound; f spans large values (softplus's linear branch).
+BOOST_AUTO_TEST_CASE(decay_gate_both_forms, *utf::precondition(need_gpu)) {
+    Gpu g;
+    const int64_t n_tok = 7, H = 4, K = 32, D = H * K;
+    Buffer f = random({n_tok, D}, 95, DType::f32, 12.0f);
+    Buffer a_log = random({H}, 96, DType::f32);
+    Buffer dt = random({D}, 97, DType::f32);
+    Tensor da = to_device(a_log.view(), DType::f32, g.arena, g.s);
+    Tensor ddt = to_device(dt.view(), DType::f32, g.arena, g.s);
+    for (bool lower : {false, true}) {
+        const float lb = -5.0f;
+        Buffer want(DType::f32, {n_tok, D});
+        for (int64_t t = 0; t < n_tok; ++t)
+            for (int64_t i = 0; i < D; ++i) {
+                const float a = std::exp(a_log.ptr<float>()[i / K]);
+                const float z = f.ptr<float>()[t * D + i] + dt.ptr<float>()[i];
+                want.ptr<float>()[t * D + i] =
+                    lower ? lb * ops::sigmoid(a * z) : -a * ops::softplus(z);
+            }
+        Tensor dg = to_device(f.view(), DType::f32, g.arena, g.s);
+        cu::kda_decay_gate(g.s, dg, da, ddt, lower, lb);
+        Buffer got = to_host(dg, g.s);
+        const double err = rel_error(got.ptr<float>(), want.ptr<float>(), n_tok * D);
+        BOOST_TEST_INFO((lower ? "lower bound" : "softplus") << ": normalised error " << err);
+        BOOST_TEST(err < tolerance(DType::f32));
     }
 }
 

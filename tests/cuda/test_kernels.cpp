@@ -3,8 +3,8 @@
 // SiLU, sigmoid, SwiGLU, softmax with −inf entries and an all-masked row, RoPE in both pair
 // layouts on strided heads at scattered positions, top-k on short and long rows with many ties
 // (indices compared exactly), the causal conv over four chunks continued through its tail (two
-// chunks shorter than the tail), the residual add, the MoE dispatch (exact) and combine against
-// model/moe.cpp's loops, and the vocab-parallel embedding gather (exact).
+// chunks shorter than the tail), the residual add, gate product and scale, the MoE dispatch (exact)
+// and combine against model/moe.cpp's loops, and the vocab-parallel embedding gather (exact).
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_CASE(silu_sigmoid_swiglu, *utf::precondition(need_gpu)) {
     }
 }
 
-BOOST_AUTO_TEST_CASE(residual_add, *utf::precondition(need_gpu)) {
+BOOST_AUTO_TEST_CASE(residual_add_gate_product_scale, *utf::precondition(need_gpu)) {
     Gpu g;
     for (DType t : kTypes) {
         Buffer x = random({17, 300}, 25, t), y = random({17, 300}, 26, t);
@@ -101,6 +101,11 @@ BOOST_AUTO_TEST_CASE(residual_add, *utf::precondition(need_gpu)) {
         ops::add_inplace(x.view(), y.view());
         cu::add_inplace(g.s, dx, dy);
         expect_close("add_inplace", dx, x, g.s);
+        for (int64_t i = 0; i < x.view().numel(); ++i)  // KDA's o ⊙ gate, then q · K^{-1/2}
+            x.ptr<float>()[i] = x.ptr<float>()[i] * y.ptr<float>()[i] * 0.125f;
+        cu::mul_inplace(g.s, dx, dy);
+        cu::scale_inplace(g.s, dx, 0.125f);
+        expect_close("mul_inplace, scale_inplace", dx, x, g.s);
     }
 }
 

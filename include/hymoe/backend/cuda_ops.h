@@ -36,6 +36,10 @@ void sigmoid_inplace(const Stream& s, Tensor& x);
 void swiglu(const Stream& s, const Tensor& gate, const Tensor& up, Tensor& y);
 // x ← x + y
 void add_inplace(const Stream& s, Tensor& x, const Tensor& y);
+// x ← x ⊙ y (the KDA output gate)
+void mul_inplace(const Stream& s, Tensor& x, const Tensor& y);
+// x ← c · x (KDA's q · K^{-1/2})
+void scale_inplace(const Stream& s, Tensor& x, float c);
 
 // ---- softmax (softmax.cu) --------------------------------------------------------------------
 
@@ -118,6 +122,15 @@ void moe_unpermute(const Stream& s,
 // per (head, value column) owns that column of S through all T tokens, so the decode step (T = 1)
 // reads and writes the state once per pass; sums run over K in the CPU's order.
 void kda_recurrent(const Stream& s, const model::KdaScanParams& p);
+// KDA's decay gate in place (model/kda.cpp decay_gate), f32: g [n_tok, H·K] holds the decay
+// logits f and becomes, with z = f + dt_bias [H·K] and a = e^{a_log[h]} (a_log [H]),
+//   −a · softplus(z)    or, with a lower bound lb (has_lower_bound),   lb · σ(a · z).
+void kda_decay_gate(const Stream& s,
+                    Tensor& g,
+                    const Tensor& a_log,
+                    const Tensor& dt_bias,
+                    bool has_lower_bound,
+                    float lower_bound);
 
 // ---- DSA lightning indexer (indexer.cu) -----------------------------------------------------
 

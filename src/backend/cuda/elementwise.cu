@@ -1,4 +1,5 @@
-// SiLU and sigmoid in place, SwiGLU and the residual add (hymoe/backend/cuda_ops.h): grid-stride
+// SiLU and sigmoid in place, SwiGLU, the residual add, the gate product and the scale
+// (hymoe/backend/cuda_ops.h): grid-stride
 // loops, with expf (not the fast __expf) so that σ(x) = 1 / (1 + e^{−x}) matches ops::sigmoid to ~1
 // ulp.
 #include "hymoe/backend/cuda_ops.h"
@@ -32,11 +33,37 @@ __global__ void swiglu_kernel(const T* gate, const T* up, T* y, int64_t n) {
     }
 }
 
-template <class T>
-__global__ void add_kernel(T* x, const T* y, int64_t n) {
+enum class Bin { add, mul };
+
+template <class T, Bin op>
+__global__ void binary_kernel(T* x, const T* y, int64_t n) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        store(x, i, load(x, i) + load(y, i));
+        store(x, i, op == Bin::add ? load(x, i) + load(y, i) : load(x, i) * load(y, i));
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, float c, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        store(x, i, c * load(x, i));
+}
+
+template <Bin op>
+void binary(const Stream& s, Tensor& x, const Tensor& y, const char* name) {
+    check_float(x, name, x.dtype);
+    check_float(y, name, x.dtype);
+    HYMOE_CHECK(
+        x.numel() == y.numel(), name, ": ", shape_string(x.shape), " and ", shape_string(y.shape));
+    const int64_t n = x.numel();
+    if (n == 0)
+        return;
+    dispatch(x.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        binary_kernel<T, op>
+            <<<grid_for(n, kBlock), kBlock, 0, s.get()>>>(x.ptr<T>(), y.ptr<T>(), n);
+    });
+    check_launch(name);
 }
 
 template <Act act>
@@ -83,18 +110,23 @@ void swiglu(const Stream& s, const Tensor& gate, const Tensor& up, Tensor& y) {
 }
 
 void add_inplace(const Stream& s, Tensor& x, const Tensor& y) {
-    check_float(x, "add_inplace", x.dtype);
-    check_float(y, "add_inplace", x.dtype);
-    HYMOE_CHECK(
-        x.numel() == y.numel(), "add: ", shape_string(x.shape), " + ", shape_string(y.shape));
+    binary<Bin::add>(s, x, y, "add_inplace");
+}
+
+void mul_inplace(const Stream& s, Tensor& x, const Tensor& y) {
+    binary<Bin::mul>(s, x, y, "mul_inplace");
+}
+
+void scale_inplace(const Stream& s, Tensor& x, float c) {
+    check_float(x, "scale_inplace", x.dtype);
     const int64_t n = x.numel();
     if (n == 0)
         return;
     dispatch(x.dtype, [&](auto tag) {
         using T = decltype(tag);
-        add_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s.get()>>>(x.ptr<T>(), y.ptr<T>(), n);
+        scale_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s.get()>>>(x.ptr<T>(), c, n);
     });
-    check_launch("add_inplace");
+    check_launch("scale_inplace");
 }
 
 }  // namespace hymoe::backend::cuda

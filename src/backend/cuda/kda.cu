@@ -1,7 +1,8 @@
-// The KDA recurrence on the device (hymoe/backend/cuda_ops.h), model::kda_recurrent's arithmetic
-// per column: for each token, S' = e^{g} ⊙ S, u = β (v − S'ᵀk), S = S' + k uᵀ, o = Sᵀq. Column y
-// of head h needs only column y of S_h, so one thread owns it; the state stays fp32 in global
-// memory (coalesced across the columns of a warp) and carries over to the next call.
+// The KDA recurrence and decay gate on the device (hymoe/backend/cuda_ops.h). The recurrence is
+// model::kda_recurrent's arithmetic per column: for each token, S' = e^{g} ⊙ S,
+// u = β (v − S'ᵀk), S = S' + k uᵀ, o = Sᵀq. Column y of head h needs only column y of S_h, so one
+// thread owns it; the state stays fp32 in global memory (coalesced across the columns of a warp)
+// and carries over to the next call. The gate is one thread per element.
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/model/kda.h"
 #include "kernels.h"
@@ -38,7 +39,58 @@ __global__ void kda_recurrent_kernel(const model::KdaScanParams p) {
     }
 }
 
+// g ← −a·softplus(z) or lb·σ(a·z), z = g + dt_bias, a = e^{a_log[h]}
+__global__ void decay_gate_kernel(float* g,
+                                  const float* a_log,
+                                  const float* dt_bias,
+                                  int64_t n_tok,
+                                  int64_t H,
+                                  int64_t K,
+                                  bool has_lb,
+                                  float lb) {
+    const int64_t D = H * K;
+    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n_tok * D;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t i = j % D;
+        const float a = expf(a_log[i / K]);
+        const float z = g[j] + dt_bias[i];
+        const float softplus = z > 20.0f ? z : log1pf(expf(z));
+        g[j] = has_lb ? lb * (1.0f / (1.0f + expf(-(a * z)))) : -a * softplus;
+    }
+}
+
 }  // namespace
+
+void kda_decay_gate(const Stream& s,
+                    Tensor& g,
+                    const Tensor& a_log,
+                    const Tensor& dt_bias,
+                    bool has_lower_bound,
+                    float lower_bound) {
+    check_float(g, "kda_decay_gate", DType::f32);
+    check_float(a_log, "kda_decay_gate", DType::f32);
+    check_float(dt_bias, "kda_decay_gate", DType::f32);
+    const int64_t H = a_log.numel(), D = dt_bias.numel();
+    HYMOE_CHECK(H > 0 && D % H == 0 && g.dim(-1) == D,
+                "kda_decay_gate: g ",
+                shape_string(g.shape),
+                " a_log ",
+                shape_string(a_log.shape),
+                " dt_bias ",
+                shape_string(dt_bias.shape));
+    const int64_t n_tok = g.numel() / D;
+    if (n_tok == 0)
+        return;
+    decay_gate_kernel<<<grid_for(n_tok * D, kBlock), kBlock, 0, s.get()>>>(g.ptr<float>(),
+                                                                           a_log.ptr<float>(),
+                                                                           dt_bias.ptr<float>(),
+                                                                           n_tok,
+                                                                           H,
+                                                                           D / H,
+                                                                           has_lower_bound,
+                                                                           lower_bound);
+    check_launch("kda_decay_gate");
+}
 
 void kda_recurrent(const Stream& s, const model::KdaScanParams& p) {
     HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && p.S != nullptr,
