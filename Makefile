@@ -42,9 +42,13 @@ LIB_OBJ   := $(LIB_SRC:%.cpp=$(OUT)/%.o) $(CU_SRC:%.cu=$(OUT)/%.cu.o) $(OUT)/gen
 UNIT_SRC  := $(shell find tests/unit -name '*.cpp' | sort)
 MPI_SRC   := $(shell find tests/mpi -name '*.cpp' | sort)
 E2E_SRC   := $(shell find tests/e2e -name '*.cpp' | sort)
-BENCH_SRC := $(shell find tests/bench -name '*.cpp' | sort)
+CUDA_TEST_SRC := $(if $(filter 1,$(CUDA)),$(shell find tests/cuda -name '*.cpp' | sort))
+# bench_cuda needs the CUDA backend: CUDA builds only
+BENCH_SRC := $(filter-out $(if $(filter 1,$(CUDA)),,tests/bench/bench_cuda.cpp), \
+               $(shell find tests/bench -name '*.cpp' | sort))
 BENCHES   := $(BENCH_SRC:tests/bench/%.cpp=$(OUT)/%)
-BINS      := $(OUT)/hymoe $(OUT)/test_unit $(OUT)/test_mpi $(OUT)/test_e2e $(BENCHES)
+BINS      := $(OUT)/hymoe $(OUT)/test_unit $(OUT)/test_mpi $(OUT)/test_e2e $(BENCHES) \
+             $(if $(filter 1,$(CUDA)),$(OUT)/test_cuda)
 
 # ---- MPI as root on a small machine (tests, run) --------------------------------------------------
 export OMPI_ALLOW_RUN_AS_ROOT := 1
@@ -61,7 +65,7 @@ NPM_PKGS := tiktoken@1.0.22
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all
-.PHONY: all run test check bench report format format-check deps help clean FORCE
+.PHONY: all run test test-cuda check bench report format format-check deps help clean FORCE
 
 all: $(BINS) build/hymoe  ## build hymoe and the test binaries (CUDA=1 adds the CUDA backend, SAN=asan sanitizers)
 
@@ -82,6 +86,13 @@ $(OUT)/test_mpi: $(OUT)/tests/main_mpi.o $(MPI_SRC:%.cpp=$(OUT)/%.o) $(OUT)/libh
 
 $(OUT)/test_e2e: $(OUT)/tests/main.o $(E2E_SRC:%.cpp=$(OUT)/%.o) $(OUT)/libhymoe.a
 	$(CXX) $(SAN_FLAGS) $^ $(TEST_LIBS) $(LDLIBS) -o $@
+
+ifeq ($(CUDA),1)
+# The CUDA parity tests (label `cuda`): every kernel and GEMM against the CPU op; each skips
+# with one line where no GPU is present.
+$(OUT)/test_cuda: $(OUT)/tests/main.o $(CUDA_TEST_SRC:%.cpp=$(OUT)/%.o) $(OUT)/libhymoe.a
+	$(CXX) $(SAN_FLAGS) $^ $(TEST_LIBS) $(LDLIBS) -o $@
+endif
 
 # Rewritten only when its content changes, so a new commit relinks but does not rebuild the world.
 $(OUT)/gen/build_info.cpp: FORCE
@@ -127,6 +138,10 @@ run: deps  ## install what is missing, build, run the quickstart job (tiny model
 test: deps  ## install what is missing, build, run every test tier; last line "N passed, N failed"
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory check
+
+test-cuda:  ## build with CUDA=1 and run the CUDA parity tests (each skips where no GPU is present)
+	@$(MAKE) --no-print-directory CUDA=1 -j$(NPROC) build/cuda$(if $(SAN),-$(SAN))/test_cuda
+	@build/cuda$(if $(SAN),-$(SAN))/test_cuda --run_test=@cuda
 
 check:  ## run the test tiers (unit, mpi, e2e, slurm) on what is built (no install, no build)
 	@OUT=$(OUT) tests/run_tiers

@@ -1,10 +1,12 @@
-// HYMOE_CUDA_CHECK and HYMOE_NCCL_CHECK: a CUDA runtime or NCCL call whose return code is not
-// success becomes a one-rank hymoe::Error (Exit::internal) naming the call, the library's own
-// error string and the caller's context. CUDA builds only (.cu files and CUDA-only host code).
+// HYMOE_CUDA_CHECK, HYMOE_CUBLAS_CHECK and HYMOE_NCCL_CHECK: a CUDA runtime, cuBLAS or NCCL call
+// whose return code is not success becomes a one-rank hymoe::Error (Exit::internal) naming the
+// call, the library's own error string and the caller's context. CUDA builds only (.cu files and
+// CUDA-only host code).
 #pragma once
 
 #include <string>
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -46,4 +48,16 @@ inline std::string nccl_error_text(ncclResult_t rc) {
                            ::hymoe::backend::cuda::nccl_error_text(hymoe_nccl_rc_), \
                            "): ",                                                   \
                            __VA_ARGS__);                                            \
+    } while (0)
+
+#define HYMOE_CUBLAS_CHECK(call, ...)                               \
+    do {                                                            \
+        cublasStatus_t hymoe_cublas_rc_ = (call);                   \
+        if (hymoe_cublas_rc_ != CUBLAS_STATUS_SUCCESS)              \
+            HYMOE_FAIL_ONE(::hymoe::Exit::internal,                 \
+                           #call,                                   \
+                           " failed (",                             \
+                           cublasGetStatusString(hymoe_cublas_rc_), \
+                           "): ",                                   \
+                           __VA_ARGS__);                            \
     } while (0)

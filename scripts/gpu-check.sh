@@ -1,0 +1,51 @@
+#!/bin/bash
+# The prepared GPU check (issue 12): on a machine with one NVIDIA GPU (sized for an H200: about
+# 8 minutes in all), build with `make CUDA=1`, run the CUDA parity tests (`make test-cuda`) and
+# the GPU benchmark (build/cuda/bench_cuda), and write a summary. Usage:
+#   scripts/gpu-check.sh [OUT_DIR]      (default build/gpu-check)
+# OUT_DIR receives summary.txt (the figures and verdicts) and one full log per step. Installs
+# nothing (the build's packages must already be there). Exit 0 iff every step passed; a step
+# past its time limit counts as failed and the next one still runs.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+out=${1:-build/gpu-check}
+mkdir -p "$out"
+summary=$out/summary.txt
+jobs=$(nproc 2>/dev/null || echo 4)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+export BOOST_TEST_COLOR_OUTPUT=no
+failed=0
+
+note() { echo "$*" | tee -a "$summary"; }
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, note rc and time
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    [ "$rc" -ne 0 ] && failed=1
+    note "== $name: rc $rc in $((SECONDS - t0)) s$([ "$rc" -eq 124 ] && echo " (timed out after $limit s)")"
+    return "$rc"
+}
+
+: >"$summary"
+note "gpu-check $(date -u +%FT%TZ) commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+if command -v nvidia-smi >/dev/null; then
+    note "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+else
+    note "gpu: no nvidia-smi on this machine"
+fi
+
+step build 240 make -j"$jobs" CUDA=1 all
+grep -E "warning:|error:|undefined reference|\*\*\*" "$out/build.log" | head -10 | tee -a "$summary"
+
+step test-cuda 90 make --no-print-directory test-cuda NPROC="$jobs"
+grep -E "FAILED|error:|^[0-9]+ passed, [0-9]+ failed" "$out/test-cuda.log" | head -20 |
+    tee -a "$summary"
+
+step bench 90 build/cuda/bench_cuda
+grep -vE "^$" "$out/bench.log" | head -20 | tee -a "$summary"
+
+note "gpu-check: $([ "$failed" -eq 0 ] && echo passed || echo FAILED)"
+exit "$failed"

@@ -1,0 +1,120 @@
+// Helpers of the CUDA parity tests (tests/cuda, CUDA builds only): the "is there a GPU"
+// precondition that turns every test into a one-line skip on a machine without one, host <->
+// device transfers with bf16 rounding, and the normalised error with its per-dtype tolerance.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+#include <cuda_runtime.h>
+
+#include "hymoe/backend/cuda_arena.h"
+#include "hymoe/core/rng.h"
+#include "hymoe/core/types.h"
+#include "hymoe/tensor/tensor.h"
+
+namespace hymoe::cuda_test {
+
+namespace cu = hymoe::backend::cuda;
+
+// True when the CUDA runtime counts at least one device (no driver counts as none).
+inline bool gpu_present() {
+    static const bool present = [] {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        return n > 0;
+    }();
+    return present;
+}
+
+// The precondition of every CUDA test: without a GPU the test is skipped with one line.
+inline boost::test_tools::assertion_result need_gpu(boost::unit_test::test_unit_id id) {
+    if (gpu_present())
+        return true;
+    const auto& tu = boost::unit_test::framework::get(id, boost::unit_test::TUT_ANY);
+    std::printf("%s: no CUDA device: skipped\n", tu.full_name().c_str());
+    std::fflush(stdout);
+    boost::test_tools::assertion_result r(false);
+    r.message() << "no CUDA device";
+    return r;
+}
+
+// The tolerance on rel_error for results stored in `t`: fp32 arithmetic differs from the CPU
+// in summation order only; bf16 adds one rounding of the output (2^-9 relative) and more.
+inline double tolerance(DType t) {
+    return t == DType::bf16 ? 1e-2 : 1e-5;
+}
+
+// ‖got − want‖₂ / ‖want‖₂ (0 when both are zero).
+inline double rel_error(const float* got, const float* want, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
+        num += d * d;
+        den += static_cast<double>(want[i]) * static_cast<double>(want[i]);
+    }
+    return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// fp32 N(0, 1) values, rounded to what `t` can hold (so the CPU reference sees the GPU's input).
+inline Buffer random(Shape shape, uint32_t stream, DType t, float scale = 1.0f) {
+    Buffer b(DType::f32, std::move(shape));
+    Philox rng(1234, stream, 0);
+    rng.fill_normal(b.ptr<float>(), static_cast<size_t>(b.view().numel()), 0.0f, scale);
+    if (t == DType::bf16)
+        for (int64_t i = 0; i < b.view().numel(); ++i)
+            b.ptr<float>()[i] = bf16_to_float(float_to_bf16(b.ptr<float>()[i]));
+    return b;
+}
+
+// A device copy of the fp32 host tensor `host`, stored as `t` (f32 or bf16); synchronous.
+inline Tensor to_device(const Tensor& host, DType t, cu::DeviceArena& arena, const cu::Stream& s) {
+    Tensor dev = arena.tensor(t, host.shape);
+    Buffer staged(t, host.shape);
+    for (int64_t i = 0; i < host.numel(); ++i) {
+        const float v = host.ptr<float>()[i];
+        if (t == DType::bf16)
+            staged.ptr<uint16_t>()[i] = float_to_bf16(v);
+        else
+            staged.ptr<float>()[i] = v;
+    }
+    cu::upload(staged.view(), dev, s);
+    s.synchronize();
+    return dev;
+}
+
+// The device tensor's values as fp32 on the host; synchronous.
+inline Buffer to_host(const Tensor& dev, const cu::Stream& s) {
+    Buffer staged(dev.dtype, dev.shape);
+    cu::download(dev, staged.view(), s);
+    s.synchronize();
+    Buffer out(DType::f32, dev.shape);
+    for (int64_t i = 0; i < dev.numel(); ++i)
+        out.ptr<float>()[i] = dev.dtype == DType::bf16 ? bf16_to_float(staged.ptr<uint16_t>()[i])
+                                                       : staged.ptr<float>()[i];
+    return out;
+}
+
+// A device int64 array holding `v`; synchronous.
+inline Tensor to_device_i64(const std::vector<int64_t>& v,
+                            cu::DeviceArena& arena,
+                            const cu::Stream& s) {
+    Tensor dev = arena.tensor(DType::i64, {static_cast<int64_t>(v.size())});
+    cu::copy_to_device(dev.data, v.data(), v.size() * sizeof(int64_t), s);
+    s.synchronize();
+    return dev;
+}
+
+// One test's device state: a stream and a 512 MiB arena on device 0.
+struct Gpu {
+    cu::Stream s;
+    cu::DeviceArena arena{size_t{512} << 20};
+};
+
+}  // namespace hymoe::cuda_test
