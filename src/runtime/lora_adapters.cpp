@@ -2,6 +2,7 @@
 // for the infer job with each rank reading its tensor-parallel part.
 #include "hymoe/runtime/lora_adapters.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -20,6 +21,17 @@ namespace fs = std::filesystem;
 // The last dotted component of a module path: "q_proj" of "model.layers.0.self_attn.q_proj".
 std::string leaf(const std::string& module) {
     return module.substr(module.rfind('.') + 1);
+}
+
+// Whether a PEFT key names a layer of another pipeline stage ("…model.layers.N.…", N outside
+// this stage's layers): such keys are another rank's to apply.
+bool other_stage(const std::string& key, const model::ModelShard& shard) {
+    const std::string tag = "model.layers.";
+    const size_t at = key.find(tag);
+    if (at == std::string::npos)
+        return false;
+    const int layer = std::atoi(key.c_str() + at + tag.size());
+    return !shard.owns_layer(layer);
 }
 
 }  // namespace
@@ -99,7 +111,7 @@ InferAdapters load_infer_adapters(const Job& job, model::Model& m) {
                 file.read(kb, p.B.view());
         }
         for (const std::string& key : file.names())
-            if (!used.count(key))
+            if (!used.count(key) && !other_stage(key, m.shard))
                 HYMOE_FAIL(Exit::bad_input,
                            dir,
                            ": adapter '",

@@ -262,6 +262,25 @@ BOOST_AUTO_TEST_CASE(the_demo_learns_the_cipher_and_infer_uses_the_adapter) {
     BOOST_TEST(right["lora"] >= 58);  // ≥ 90%
     BOOST_TEST(right["base"] <= 6);
 
+    // the adapters at tp2 and pp2: each rank takes its slices and its stage's modules
+    for (const std::string layout : {"parallel.tp=2", "parallel.pp=2"}) {
+        const std::string other = scratch("demo-infer-" + layout.substr(9, 2));
+        BOOST_REQUIRE_EQUAL(testing::run_hymoe("jobs/lora-infer/deck.yaml --set job.output=" +
+                                                   other + " --set inference.adapters.cipher=" +
+                                                   fs::absolute(out + "/adapters/final").string() +
+                                                   " --set " + layout,
+                                               2)
+                                .code,
+                            0);
+        io::H5Reader o(other + "/results.h5");
+        BOOST_TEST(o.ints("/requests/output_tokens") == tokens, layout);
+        const std::vector<float> a = o.floats("/requests/output_logprobs");
+        const std::vector<float> b = res.floats("/requests/output_logprobs");
+        BOOST_REQUIRE_EQUAL(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i)
+            BOOST_TEST(std::abs(a[i] - b[i]) <= 1e-5f, layout);
+    }
+
     // the merged weights (out/merged: safetensors + config.json) answer like base + adapter
     const std::string merged = scratch("demo-merged");
     fs::create_directories(merged);
