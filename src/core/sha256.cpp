@@ -7,6 +7,11 @@
 
 namespace hymoe {
 
+namespace detail {  // sha256_ni.cpp
+bool sha256_hardware();
+void sha256_blocks_hw(uint32_t* state, const uint32_t* k, const uint8_t* data, size_t blocks);
+}  // namespace detail
+
 namespace {
 
 constexpr std::array<uint32_t, 64> sha256_k = {
@@ -23,7 +28,27 @@ constexpr uint32_t rotr(uint32_t x, int n) {
     return (x >> n) | (x << (32 - n));
 }
 
+bool& use_hardware() {
+    static bool on = detail::sha256_hardware();
+    return on;
+}
+
 }  // namespace
+
+bool sha256_hardware_in_use() {
+    return use_hardware();
+}
+
+void sha256_use_hardware(bool on) {
+    use_hardware() = on && detail::sha256_hardware();
+}
+
+void Sha256::blocks(const uint8_t* data, size_t count) {
+    if (use_hardware())
+        return detail::sha256_blocks_hw(state_.data(), sha256_k.data(), data, count);
+    for (size_t b = 0; b < count; ++b)
+        compress(data + 64 * b);
+}
 
 Sha256::Sha256()
     : state_{0x6a09e667,
@@ -81,11 +106,12 @@ void Sha256::update(const void* data, size_t n) {
         n -= take;
         if (buffered_ < 64)
             return;
-        compress(buffer_.data());
+        blocks(buffer_.data(), 1);
         buffered_ = 0;
     }
-    for (; n >= 64; n -= 64, p += 64)
-        compress(p);
+    blocks(p, n / 64);
+    p += n / 64 * 64;
+    n %= 64;
     if (n > 0)
         std::memcpy(buffer_.data(), p, n);
     buffered_ = n;

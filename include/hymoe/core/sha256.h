@@ -20,7 +20,8 @@ public:
     std::string hex_digest() const;  // 64 lower-case hex digits
 
 private:
-    void compress(const uint8_t* block);  // one 64-byte block into state_
+    void compress(const uint8_t* block);             // one 64-byte block into state_
+    void blocks(const uint8_t* data, size_t count);  // count whole blocks, hardware if it can
 
     std::array<uint32_t, 8> state_;
     std::array<uint8_t, 64> buffer_{};  // the pending partial block
@@ -29,5 +30,11 @@ private:
 };
 
 std::string sha256_hex(std::string_view s);
+
+// Whole blocks go through the x86 SHA extensions (SHA-NI) when the CPU has them (checked once at
+// run time), else through the portable code; both give the same digests. Tests and benchmarks
+// may switch the hardware path off (process-global; set before hashing).
+bool sha256_hardware_in_use();
+void sha256_use_hardware(bool on);
 
 }  // namespace hymoe
