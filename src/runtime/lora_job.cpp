@@ -1,5 +1,5 @@
-// The lora job (runtime/trainer.h): setup, the step loop with its guard, evaluation, monitoring,
-// checkpoints and resume, and the adapters out.
+// The lora job (runtime/trainer.h) as a Trainer: setup, resume and checkpoints, one optimizer step
+// with its guard, the per-step monitoring and evaluation, and the adapters out.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -88,295 +88,340 @@ io::CkptEntry entry_of(const model::TensorSpec& t, const model::ModelShard& shar
     return e;
 }
 
-}  // namespace
+// The adapter's factor scale: alpha / r, or alpha / √r with rsLoRA.
+double lora_scale(const deck::LoraSection& l) {
+    return l.alpha /
+           (l.rslora ? std::sqrt(static_cast<double>(l.rank)) : static_cast<double>(l.rank));
+}
 
-int run_lora(const Job& job, const parallel::Grid& grid) {
-    const deck::FinetuneSection& ft = job.deck.finetune;
-    if (job.layout.tp * job.layout.pp * job.layout.ep > 1)
-        HYMOE_FAIL(Exit::invalid,
-                   job.deck.locate("parallel"),
-                   ": lora jobs run on data-parallel replicas of the whole model here "
-                   "(tp = pp = ep = 1; dp any)");
-    const double t0 = wall_seconds();
-    model::Model m = build_model(job, grid);
+// What one optimizer step measured.
+struct StepOutcome {
+    double loss = 0, grad_norm = 0, tokens = 0;
+    bool skipped = false;
+    std::vector<std::vector<int64_t>> load;  // [n_layer][E] assignments on this replica
+};
+
+class Trainer {
+public:
+    Trainer(const Job& job, const parallel::Grid& grid);
+    int run();
+
+private:
+    std::vector<io::CkptEntry> entries();
+    int64_t resume();  // the steps already done (0 without a checkpoint)
+    void save(int64_t steps_done);
+    void evaluate_at(int64_t steps_done);
+    StepOutcome train_step(int64_t step);
+    void record(int64_t step, const StepOutcome& out, double seconds);
+    // The guard: "" when the step is good, else what went wrong (naming layer and rank).
+    std::string check(double loss);
+
+    const Job& job_;
+    const parallel::Grid& grid_;
+    const deck::FinetuneSection& ft_;
+    const double t0_ = wall_seconds();
+    model::Model m_;
+    model::LoraModel lm_;
+    AdamW opt_;
+    TrainMix mix_;
+    const int64_t micro_, dp_, accum_;
+    EvalSet eval_domain_, eval_general_, probe_;
+    TrainHistory hist_;
+    model::TrainBatch probe_batch_;  // routing drift: the first micro_batch domain rows
+    std::vector<Buffer> base_dist_;  // their router distributions at step 0 (B = 0: the base)
+    const std::string ckpt_root_, config_sha_;
+    std::vector<double> recent_;  // the last losses (spike guard)
+};
+
+model::LoraModel attached(model::Model& m, const deck::FinetuneSection& ft, uint64_t seed) {
     model::LoraModel lm = model::attach_lora(m, ft.lora.target_modules, ft.lora.per_expert);
-    const double scale =
-        ft.lora.alpha / (ft.lora.rslora ? std::sqrt(static_cast<double>(ft.lora.rank))
-                                        : static_cast<double>(ft.lora.rank));
     model::add_lora_adapter(
-        lm, m.shard, ft.lora.rank, static_cast<float>(scale), job.deck.job.seed ^ 0x10AAu, true);
+        lm, m.shard, ft.lora.rank, static_cast<float>(lora_scale(ft.lora)), seed ^ 0x10AAu, true);
     for (model::LoraModule& mod : lm.modules)
         mod.slot->dropout = static_cast<float>(ft.lora.dropout);
-    const int64_t trainable = model::lora_local_params(lm);
+    return lm;
+}
+
+Trainer::Trainer(const Job& job, const parallel::Grid& grid)
+    : job_(job),
+      grid_(grid),
+      ft_(job.deck.finetune),
+      m_(build_model(job, grid)),
+      lm_(attached(m_, ft_, job.deck.job.seed)),
+      opt_(ft_.optimizer, lm_.tensors(0), lm_.tensors(0, true)),
+      mix_(ft_.domain_data,
+           ft_.general_ratio > 0 ? ft_.general_data : "",
+           ft_.domain_ratio,
+           ft_.seq_len,
+           job.deck.job.seed),
+      micro_(ft_.micro_batch),
+      dp_(job.layout.dp),
+      accum_(ft_.grad_accum),
+      eval_domain_(eval_set(ft_.eval_domain, ft_.eval_batches * micro_ * dp_, ft_.seq_len)),
+      eval_general_(eval_set(ft_.eval_general, ft_.eval_batches * micro_ * dp_, ft_.seq_len)),
+      ckpt_root_(job.deck.job.output + "/checkpoints"),
+      config_sha_(sha256_hex(model::to_json(job.model))) {
+    const int64_t trainable = model::lora_local_params(lm_);
     const int64_t total = model::count_params(job.model).total;
     log::info(cat("model ready in ",
-                  fixed(wall_seconds() - t0, 2),
+                  fixed(wall_seconds() - t0_, 2),
                   " s; LoRA r = ",
-                  ft.lora.rank,
+                  ft_.lora.rank,
                   ", alpha = ",
-                  ft.lora.alpha,
+                  ft_.lora.alpha,
                   " on ",
-                  lm.modules.size(),
+                  lm_.modules.size(),
                   " projections: ",
                   trainable,
                   " trainable parameters, ",
                   fixed(100.0 * static_cast<double>(trainable) / static_cast<double>(total), 4),
                   "% of ",
                   total));
-    AdamW opt(ft.optimizer, lm.tensors(0), lm.tensors(0, true));
-    const int64_t micro = ft.micro_batch, dp = job.layout.dp, accum = ft.grad_accum;
-    TrainMix mix(ft.domain_data,
-                 ft.general_ratio > 0 ? ft.general_data : "",
-                 ft.domain_ratio,
-                 ft.seq_len,
-                 job.deck.job.seed);
-    const int64_t eval_rows = ft.eval_batches * micro * dp;
-    const EvalSet eval_domain = eval_set(ft.eval_domain, eval_rows, ft.seq_len);
-    const EvalSet eval_general = eval_set(ft.eval_general, eval_rows, ft.seq_len);
-
-    // the probe batch of routing drift: the first micro_batch rows of the domain data, in order;
-    // the base distributions are those of step 0 (B = 0: the adapters add nothing yet)
-    TrainHistory hist;
     for (size_t i = 0; i < job.model.layers.size(); ++i)
         if (job.model.layers[i].ffn != model::Ffn::dense)
-            hist.moe_layers.push_back(static_cast<int64_t>(i));
-    hist.n_expert = job.model.moe.n_routed_experts;
-    const auto L = static_cast<int64_t>(hist.moe_layers.size()), E = hist.n_expert;
-    EvalSet probe = eval_set(ft.domain_data, L > 0 ? micro : 0, ft.seq_len);
-    model::TrainBatch probe_batch;
-    if (L > 0) {
+            hist_.moe_layers.push_back(static_cast<int64_t>(i));
+    hist_.n_expert = job.model.moe.n_routed_experts;
+    if (hist_.moe_layers.empty())
+        return;
+    probe_ = eval_set(ft_.domain_data, micro_, ft_.seq_len);
+    std::vector<DocImages> images;
+    probe_batch_ = load_rows(probe_.rows, 0, micro_, {&*probe_.stream}, ft_.seq_len, &images);
+    splice_images(m_, images, probe_batch_);
+    base_dist_ = model::router_distributions(m_, probe_batch_);
+}
+
+std::vector<io::CkptEntry> Trainer::entries() {
+    std::vector<io::CkptEntry> e;
+    for (const model::TensorSpec& t : lm_.tensors(0))
+        e.push_back(entry_of(t, m_.shard));
+    for (const model::TensorSpec& t : opt_.state())
+        e.push_back(entry_of(t, m_.shard));
+    for (io::CkptEntry& h : hist_.entries())
+        e.push_back(h);
+    return e;
+}
+
+int64_t Trainer::resume() {
+    const std::string latest = io::latest_checkpoint(ckpt_root_);
+    if (latest.empty())
+        return 0;
+    const nlohmann::json state = nlohmann::json::parse(
+        nlohmann::json::parse(io::read_manifest(latest)).at("state_json").get<std::string>());
+    if (state["model_config_sha256"] != config_sha_)
+        HYMOE_FAIL(Exit::checkpoint,
+                   latest,
+                   ": written for another model config (its sha256 ",
+                   state["model_config_sha256"].get<std::string>(),
+                   ", this deck's ",
+                   config_sha_,
+                   ")");
+    const auto done = state["steps_done"].get<int64_t>();
+    hist_.resize(done, state["evals_done"].get<int64_t>());
+    std::vector<io::CkptEntry> e = entries();
+    std::string state_json;
+    io::load_checkpoint(grid_.comms.world, latest, e, state_json);
+    std::vector<DocCursor> cursors;
+    for (const auto& c : state["cursors"])
+        cursors.push_back({c[0].get<int64_t>(), c[1].get<int64_t>()});
+    mix_.seek(cursors, state["mix_row"].get<int64_t>());
+    log::info(cat("resuming from ", latest, " after step ", done));
+    return done;
+}
+
+void Trainer::save(int64_t steps_done) {
+    nlohmann::json state;
+    state["steps_done"] = steps_done;
+    state["evals_done"] = hist_.eval_step.size();
+    state["mix_row"] = mix_.rows_planned();
+    state["model_config_sha256"] = config_sha_;
+    state["dropout"] = "keyed by (seed, step, micro-batch, module): no other random state";
+    for (const DocCursor& c : mix_.cursors())
+        state["cursors"].push_back({c.epoch, c.pos});
+    io::save_checkpoint(
+        grid_.comms.world, ckpt_root_, steps_done, entries(), state.dump(), ft_.checkpoint_keep);
+    log::info(cat("checkpoint: ", ckpt_root_, "/step_", steps_done));
+}
+
+void Trainer::evaluate_at(int64_t steps_done) {
+    auto measure = [&](const EvalSet& e, double& l, double& acc) {
+        l = acc = std::nan("");
+        if (e.rows.empty())
+            return;
+        const model::LossSums s = evaluate(m_, e, ft_.seq_len, micro_, grid_);
+        const auto n = static_cast<double>(std::max<int64_t>(s.targets, 1));
+        l = s.loss / n;
+        acc = static_cast<double>(s.correct) / n;
+    };
+    double dl, da, gl, ga;
+    measure(eval_domain_, dl, da);
+    measure(eval_general_, gl, ga);
+    hist_.eval_step.push_back(static_cast<double>(steps_done));
+    hist_.domain_loss.push_back(dl), hist_.domain_accuracy.push_back(da);
+    hist_.general_loss.push_back(gl), hist_.general_accuracy.push_back(ga);
+    log::info(cat("eval at step ",
+                  steps_done,
+                  ": domain loss ",
+                  fixed(dl, 4),
+                  ", accuracy ",
+                  fixed(da, 4),
+                  "; general loss ",
+                  fixed(gl, 4),
+                  ", accuracy ",
+                  fixed(ga, 4)));
+}
+
+std::string Trainer::check(double loss) {
+    const int bad_layer = nonfinite_layer(lm_);
+    const int64_t world = grid_.layout.world();
+    const int64_t worst =
+        comm::all_reduce_value(bad_layer < 0 ? INT64_MAX : int64_t{bad_layer} * world + grid_.rank,
+                               grid_.comms.world,
+                               comm::ReduceOp::min);
+    if (worst != INT64_MAX)
+        return cat("a non-finite gradient in layer ", worst / world, " on rank ", worst % world);
+    if (!std::isfinite(loss))
+        return cat("a non-finite loss (", loss, ")");
+    double mean = 0;
+    for (double r : recent_)
+        mean += r / static_cast<double>(recent_.size());
+    if (ft_.loss_spike > 0 && recent_.size() >= 5 && loss > ft_.loss_spike * mean)
+        return cat("loss ", loss, " is above ", ft_.loss_spike, " × the recent mean ", mean);
+    return "";
+}
+
+StepOutcome Trainer::train_step(int64_t step) {
+    const std::vector<RowPlan> plan = mix_.plan(micro_ * dp_ * accum_);
+    std::vector<model::TrainBatch> batches;
+    for (int64_t a = 0; a < accum_; ++a) {
         std::vector<DocImages> images;
-        probe_batch = load_rows(probe.rows, 0, micro, {&*probe.stream}, ft.seq_len, &images);
-        splice_images(m, images, probe_batch);
+        batches.push_back(mix_.load(plan, (a * dp_ + grid_.me.dp) * micro_, micro_, &images));
+        splice_images(m_, images, batches.back());
     }
-    const std::vector<Buffer> base_dist =
-        L > 0 ? model::router_distributions(m, probe_batch) : std::vector<Buffer>{};
-
-    // resume from the newest checkpoint of this output folder
-    const std::string ckpt_root = job.deck.job.output + "/checkpoints";
-    const std::string config_sha = sha256_hex(model::to_json(job.model));
-    auto entries = [&] {
-        std::vector<io::CkptEntry> e;
-        for (const model::TensorSpec& t : lm.tensors(0))
-            e.push_back(entry_of(t, m.shard));
-        for (const model::TensorSpec& t : opt.state())
-            e.push_back(entry_of(t, m.shard));
-        for (io::CkptEntry& h : hist.entries())
-            e.push_back(h);
-        return e;
-    };
-    int64_t start = 0;
-    const std::string latest = io::latest_checkpoint(ckpt_root);
-    if (!latest.empty()) {
-        const nlohmann::json state = nlohmann::json::parse(
-            nlohmann::json::parse(io::read_manifest(latest)).at("state_json").get<std::string>());
-        if (state["model_config_sha256"] != config_sha)
-            HYMOE_FAIL(Exit::checkpoint,
-                       latest,
-                       ": written for another model config (its sha256 ",
-                       state["model_config_sha256"].get<std::string>(),
-                       ", this deck's ",
-                       config_sha,
-                       ")");
-        hist.resize(state["steps_done"].get<int64_t>(), state["evals_done"].get<int64_t>());
-        std::vector<io::CkptEntry> e = entries();
-        std::string state_json;
-        io::load_checkpoint(grid.comms.world, latest, e, state_json);
-        start = state["steps_done"].get<int64_t>();
-        std::vector<DocCursor> cursors;
-        for (const auto& c : state["cursors"])
-            cursors.push_back({c[0].get<int64_t>(), c[1].get<int64_t>()});
-        mix.seek(cursors, state["mix_row"].get<int64_t>());
-        log::info(cat("resuming from ", latest, " after step ", start));
+    std::vector<double> counts = {0, 0};  // targets, tokens of the global batch
+    for (const model::TrainBatch& b : batches) {
+        counts[0] += static_cast<double>(
+            std::count_if(b.targets.begin(), b.targets.end(), [](int64_t t) { return t >= 0; }));
+        counts[1] += static_cast<double>(b.tokens.size());
     }
-    auto save = [&](int64_t steps_done) {
-        nlohmann::json state;
-        state["steps_done"] = steps_done;
-        state["evals_done"] = hist.eval_step.size();
-        state["mix_row"] = mix.rows_planned();
-        state["model_config_sha256"] = config_sha;
-        state["dropout"] = "keyed by (seed, step, micro-batch, module): no other random state";
-        for (const DocCursor& c : mix.cursors())
-            state["cursors"].push_back({c.epoch, c.pos});
-        io::save_checkpoint(
-            grid.comms.world, ckpt_root, steps_done, entries(), state.dump(), ft.checkpoint_keep);
-        log::info(cat("checkpoint: ", ckpt_root, "/step_", steps_done));
-    };
-
-    // evaluation: domain and general loss and accuracy on the fixed eval rows
-    auto run_eval = [&](int64_t steps_done) {
-        auto measure = [&](const EvalSet& e, double& l, double& acc) {
-            l = acc = std::nan("");
-            if (e.rows.empty())
-                return;
-            const model::LossSums s = evaluate(m, e, ft.seq_len, micro, grid);
-            const auto n = static_cast<double>(std::max<int64_t>(s.targets, 1));
-            l = s.loss / n;
-            acc = static_cast<double>(s.correct) / n;
-        };
-        double dl, da, gl, ga;
-        measure(eval_domain, dl, da);
-        measure(eval_general, gl, ga);
-        hist.eval_step.push_back(static_cast<double>(steps_done));
-        hist.domain_loss.push_back(dl), hist.domain_accuracy.push_back(da);
-        hist.general_loss.push_back(gl), hist.general_accuracy.push_back(ga);
-        log::info(cat("eval at step ",
-                      steps_done,
-                      ": domain loss ",
-                      fixed(dl, 4),
-                      ", accuracy ",
-                      fixed(da, 4),
-                      "; general loss ",
-                      fixed(gl, 4),
-                      ", accuracy ",
-                      fixed(ga, 4)));
-    };
-    if (ft.eval_every > 0 && start == 0)
-        run_eval(0);  // the base model
-
-    const StopSignals stop_signals;
-    const double max_seconds = 0.99 * 3600 * job.deck.job.max_hours;
-    std::vector<double> recent;  // the last losses (spike guard)
-    for (int64_t step = start; step < ft.steps; ++step) {
-        const double ts = wall_seconds();
-        const std::vector<RowPlan> plan = mix.plan(micro * dp * accum);
-        std::vector<model::TrainBatch> batches;
-        for (int64_t a = 0; a < accum; ++a) {
-            std::vector<DocImages> images;
-            batches.push_back(mix.load(plan, (a * dp + grid.me.dp) * micro, micro, &images));
-            splice_images(m, images, batches.back());
-        }
-        std::vector<double> counts = {0, 0};  // targets, tokens of the global batch
-        for (const model::TrainBatch& b : batches) {
-            counts[0] += static_cast<double>(std::count_if(
-                b.targets.begin(), b.targets.end(), [](int64_t t) { return t >= 0; }));
-            counts[1] += static_cast<double>(b.tokens.size());
-        }
-        comm::all_reduce_sum(counts, grid.comms.dp);
-        const auto all_targets = static_cast<int64_t>(counts[0]);
-        const double all_tokens = counts[1];
-        zero_grads(lm);
-        model::LossSums sums;
-        std::vector<std::vector<int64_t>> load(job.model.layers.size());
-        model::TrainOptions o;
-        o.recompute = ft.recompute;
-        o.grad_scale = 1.0 / static_cast<double>(std::max<int64_t>(all_targets, 1));
-        o.expert_load = &load;
-        for (int64_t a = 0; a < accum; ++a) {
-            for (model::LoraModule& mod : lm.modules)
-                mod.slot->dropout_seed = job.deck.job.seed ^ (static_cast<uint64_t>(step) << 20) ^
-                                         static_cast<uint64_t>(a * dp + grid.me.dp);
-            sums.add(model::train_forward_backward(m, batches[a], o));
-        }
-        all_reduce_grads(lm, grid.comms.dp);
-        std::vector<double> red = {sums.loss};
-        comm::all_reduce_sum(red, grid.comms.dp);
-        const double loss = red[0] / static_cast<double>(std::max<int64_t>(all_targets, 1));
-        const double norm = std::sqrt(sum_of_squares(lm.tensors(0, true)));
-        // the guard: a non-finite loss or gradient, or a loss spike, names the step, layer, rank
-        const int bad_layer = nonfinite_layer(lm);
-        const int64_t worst = comm::all_reduce_value(
-            bad_layer < 0 ? INT64_MAX : int64_t{bad_layer} * grid.layout.world() + grid.rank,
-            grid.comms.world,
-            comm::ReduceOp::min);
-        double mean_recent = 0;
-        for (double r : recent)
-            mean_recent += r / static_cast<double>(recent.size());
-        const bool spike =
-            ft.loss_spike > 0 && recent.size() >= 5 && loss > ft.loss_spike * mean_recent;
-        const bool bad = !std::isfinite(loss) || worst != INT64_MAX || spike;
-        if (bad) {
-            const std::string what = spike                ? cat("loss ",
-                                                 loss,
-                                                 " is above ",
-                                                 ft.loss_spike,
-                                                 " × the recent mean ",
-                                                 mean_recent)
-                                     : worst != INT64_MAX ? cat("a non-finite gradient in layer ",
-                                                                worst / grid.layout.world(),
-                                                                " on rank ",
-                                                                worst % grid.layout.world())
-                                                          : cat("a non-finite loss (", loss, ")");
-            if (ft.on_nonfinite == "stop")
-                HYMOE_FAIL(Exit::bad_input,
-                           "step ",
-                           step + 1,
-                           ": ",
-                           what,
-                           " (finetune.on_nonfinite: stop; the last checkpoint is kept)");
-            log::info(cat("warning: step ",
-                          step + 1,
-                          ": ",
-                          what,
-                          "; batch skipped (finetune.on_nonfinite: skip)"));
-        } else {
-            recent.push_back(loss);
-            if (recent.size() > 20)
-                recent.erase(recent.begin());
-            const double clip = ft.optimizer.grad_clip > 0
-                                    ? std::min(1.0, ft.optimizer.grad_clip / (norm + 1e-6))
-                                    : 1.0;
-            opt.step(learning_rate(ft.optimizer, step, ft.steps), clip, step + 1);
-        }
-        // monitoring: expert load (shares, summed over dp) and routing drift on the probe
-        std::vector<double> shares(static_cast<size_t>(L * E));
-        for (int64_t l = 0; l < L; ++l)
-            for (int64_t e = 0; e < E && !load[hist.moe_layers[l]].empty(); ++e)
-                shares[l * E + e] = static_cast<double>(load[hist.moe_layers[l]][e]);
-        comm::all_reduce_sum(shares, grid.comms.dp);
-        for (int64_t l = 0; l < L; ++l) {
-            double s = 0;
-            for (int64_t e = 0; e < E; ++e)
-                s += shares[l * E + e];
-            for (int64_t e = 0; e < E && s > 0; ++e)
-                shares[l * E + e] /= s;
-        }
-        std::vector<double> ov(static_cast<size_t>(L)), kl(static_cast<size_t>(L));
-        if (L > 0)
-            drift(base_dist,
-                  model::router_distributions(m, probe_batch),
-                  hist.moe_layers,
-                  job.model.moe.top_k,
-                  ov.data(),
-                  kl.data());
-        const double seconds = wall_seconds() - ts;
-        const double lr = learning_rate(ft.optimizer, step, ft.steps);
-        hist.step.push_back(static_cast<double>(step + 1));
-        hist.loss.push_back(loss), hist.lr.push_back(lr), hist.grad_norm.push_back(norm);
-        hist.tokens.push_back(all_tokens), hist.seconds.push_back(seconds);
-        hist.tokens_per_s.push_back(all_tokens / seconds);
-        hist.skipped.push_back(bad ? 1 : 0);
-        hist.load.insert(hist.load.end(), shares.begin(), shares.end());
-        hist.overlap.insert(hist.overlap.end(), ov.begin(), ov.end());
-        hist.kl.insert(hist.kl.end(), kl.begin(), kl.end());
-        log::info(cat("step ",
+    comm::all_reduce_sum(counts, grid_.comms.dp);
+    const double targets = std::max(counts[0], 1.0);
+    StepOutcome out;
+    out.tokens = counts[1];
+    out.load.resize(job_.model.layers.size());
+    zero_grads(lm_);
+    model::TrainOptions o;
+    o.recompute = ft_.recompute;
+    o.grad_scale = 1.0 / targets;  // the step's mean loss over every replica's targets
+    o.expert_load = &out.load;
+    std::vector<double> loss = {0};
+    for (int64_t a = 0; a < accum_; ++a) {
+        for (model::LoraModule& mod : lm_.modules)
+            mod.slot->dropout_seed = job_.deck.job.seed ^ (static_cast<uint64_t>(step) << 20) ^
+                                     static_cast<uint64_t>(a * dp_ + grid_.me.dp);
+        loss[0] += model::train_forward_backward(m_, batches[a], o).loss;
+    }
+    all_reduce_grads(lm_, grid_.comms.dp);
+    comm::all_reduce_sum(loss, grid_.comms.dp);
+    out.loss = loss[0] / targets;
+    out.grad_norm = std::sqrt(sum_of_squares(lm_.tensors(0, true)));
+    const std::string bad = check(out.loss);
+    if (!bad.empty()) {
+        if (ft_.on_nonfinite == "stop")
+            HYMOE_FAIL(Exit::bad_input,
+                       "step ",
+                       step + 1,
+                       ": ",
+                       bad,
+                       " (finetune.on_nonfinite: stop; the last checkpoint is kept)");
+        log::info(cat("warning: step ",
                       step + 1,
-                      "/",
-                      ft.steps,
-                      ": loss ",
-                      fixed(loss, 4),
-                      ", lr ",
-                      sci(lr),
-                      ", grad norm ",
-                      fixed(norm, 4),
-                      ", ",
-                      fixed(all_tokens / seconds, 1),
-                      " tokens/s",
-                      L > 0 ? cat(", router top-k overlap ",
-                                  fixed(ov[0], 3),
-                                  " (layer ",
-                                  hist.moe_layers[0],
-                                  ")")
-                            : ""));
-        const bool last = step + 1 == ft.steps;
-        if (ft.eval_every > 0 && ((step + 1) % ft.eval_every == 0 || last))
-            run_eval(step + 1);
+                      ": ",
+                      bad,
+                      "; batch skipped (finetune.on_nonfinite: skip)"));
+        out.skipped = true;
+        return out;
+    }
+    recent_.push_back(out.loss);
+    if (recent_.size() > 20)
+        recent_.erase(recent_.begin());
+    const double clip = ft_.optimizer.grad_clip > 0
+                            ? std::min(1.0, ft_.optimizer.grad_clip / (out.grad_norm + 1e-6))
+                            : 1.0;
+    opt_.step(learning_rate(ft_.optimizer, step, ft_.steps), clip, step + 1);
+    return out;
+}
+
+void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
+    // expert load as shares per MoE layer (summed over dp) and routing drift on the probe
+    const auto L = static_cast<int64_t>(hist_.moe_layers.size()), E = hist_.n_expert;
+    std::vector<double> shares(static_cast<size_t>(L * E));
+    for (int64_t l = 0; l < L; ++l)
+        for (int64_t e = 0; e < E && !out.load[hist_.moe_layers[l]].empty(); ++e)
+            shares[l * E + e] = static_cast<double>(out.load[hist_.moe_layers[l]][e]);
+    comm::all_reduce_sum(shares, grid_.comms.dp);
+    for (int64_t l = 0; l < L; ++l) {
+        double s = 0;
+        for (int64_t e = 0; e < E; ++e)
+            s += shares[l * E + e];
+        for (int64_t e = 0; e < E && s > 0; ++e)
+            shares[l * E + e] /= s;
+    }
+    std::vector<double> ov(static_cast<size_t>(L)), kl(static_cast<size_t>(L));
+    if (L > 0)
+        drift(base_dist_,
+              model::router_distributions(m_, probe_batch_),
+              hist_.moe_layers,
+              job_.model.moe.top_k,
+              ov.data(),
+              kl.data());
+    const double lr = learning_rate(ft_.optimizer, step, ft_.steps);
+    hist_.step.push_back(static_cast<double>(step + 1));
+    hist_.loss.push_back(out.loss), hist_.lr.push_back(lr),
+        hist_.grad_norm.push_back(out.grad_norm);
+    hist_.tokens.push_back(out.tokens), hist_.seconds.push_back(seconds);
+    hist_.tokens_per_s.push_back(out.tokens / seconds);
+    hist_.skipped.push_back(out.skipped ? 1 : 0);
+    hist_.load.insert(hist_.load.end(), shares.begin(), shares.end());
+    hist_.overlap.insert(hist_.overlap.end(), ov.begin(), ov.end());
+    hist_.kl.insert(hist_.kl.end(), kl.begin(), kl.end());
+    log::info(cat(
+        "step ",
+        step + 1,
+        "/",
+        ft_.steps,
+        ": loss ",
+        fixed(out.loss, 4),
+        ", lr ",
+        sci(lr),
+        ", grad norm ",
+        fixed(out.grad_norm, 4),
+        ", ",
+        fixed(out.tokens / seconds, 1),
+        " tokens/s",
+        L > 0
+            ? cat(", router top-k overlap ", fixed(ov[0], 3), " (layer ", hist_.moe_layers[0], ")")
+            : ""));
+}
+
+int Trainer::run() {
+    const int64_t start = resume();
+    if (ft_.eval_every > 0 && start == 0)
+        evaluate_at(0);  // the base model
+    const StopSignals stop_signals;
+    const double max_seconds = 0.99 * 3600 * job_.deck.job.max_hours;
+    for (int64_t step = start; step < ft_.steps; ++step) {
+        const double ts = wall_seconds();
+        const StepOutcome out = train_step(step);
+        record(step, out, wall_seconds() - ts);
+        const bool last = step + 1 == ft_.steps;
+        if (ft_.eval_every > 0 && ((step + 1) % ft_.eval_every == 0 || last))
+            evaluate_at(step + 1);
         const bool stopping =
             comm::all_reduce_value(
-                stop_signal() != 0 || (max_seconds > 0 && wall_seconds() - t0 >= max_seconds),
-                grid.comms.world,
+                stop_signal() != 0 || (max_seconds > 0 && wall_seconds() - t0_ >= max_seconds),
+                grid_.comms.world,
                 comm::ReduceOp::max) != 0;
-        if ((ft.checkpoint_every > 0 && (step + 1) % ft.checkpoint_every == 0) ||
+        if ((ft_.checkpoint_every > 0 && (step + 1) % ft_.checkpoint_every == 0) ||
             (stopping && !last))
             save(step + 1);
         if (stopping && !last) {
@@ -388,21 +433,32 @@ int run_lora(const Job& job, const parallel::Grid& grid) {
             return static_cast<int>(Exit::stopped);
         }
     }
-    if (ft.checkpoint_every == 0 || ft.steps % ft.checkpoint_every != 0)
-        save(ft.steps);
-    const io::RunMeta meta{&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()};
-    export_adapters(job, m, lm, grid);
-    if (grid.rank == 0)
-        hist.write(job.deck.job.output + "/results.h5", meta);
-    comm::barrier(grid.comms.world);
+    if (ft_.checkpoint_every == 0 || ft_.steps % ft_.checkpoint_every != 0)
+        save(ft_.steps);
+    export_adapters(job_, m_, lm_, grid_);
+    if (grid_.rank == 0)
+        hist_.write(job_.deck.job.output + "/results.h5",
+                    {&job_.deck, job_.layout, model::describe(job_.model), log::utc_timestamp()});
+    comm::barrier(grid_.comms.world);
     log::info(cat("done: ",
-                  ft.steps,
+                  ft_.steps,
                   " steps in ",
-                  fixed(wall_seconds() - t0, 1),
+                  fixed(wall_seconds() - t0_, 1),
                   " s; adapters in ",
-                  job.deck.job.output,
+                  job_.deck.job.output,
                   "/adapters/final"));
     return 0;
+}
+
+}  // namespace
+
+int run_lora(const Job& job, const parallel::Grid& grid) {
+    if (job.layout.tp * job.layout.pp * job.layout.ep > 1)
+        HYMOE_FAIL(Exit::invalid,
+                   job.deck.locate("parallel"),
+                   ": lora jobs run on data-parallel replicas of the whole model here "
+                   "(tp = pp = ep = 1; dp any)");
+    return Trainer(job, grid).run();
 }
 
 }  // namespace hymoe::runtime
