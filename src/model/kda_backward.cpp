@@ -108,26 +108,34 @@ void decay_gate(
     }
 }
 
+// Sequence s's scan inputs (rows of a.q, a.k, a.v, a.g, a.beta); state and output left null.
+KdaScanParams sequence_scan(const KdaActs& a, const KdaDims& n, const SeqBatch& batch, int64_t s) {
+    const int64_t r = batch.offsets[s];
+    return {batch.length(s),
+            static_cast<int>(n.H),
+            static_cast<int>(n.K),
+            static_cast<int>(n.K),
+            a.q.ptr<float>() + r * n.D,
+            a.k.ptr<float>() + r * n.D,
+            a.v.ptr<float>() + r * n.D,
+            a.g.ptr<float>() + r * n.D,
+            a.beta.ptr<float>() + r * n.H,
+            nullptr,
+            nullptr};
+}
+
 // The scan of every sequence from a zero state: a.o and the chunk checkpoints.
 void scan_forward(const KdaDims& n, const SeqBatch& batch, int chunk, KdaActs& a) {
     a.o = Buffer(DType::f32, {a.q.view().dim(0), n.D});
     a.ckpt.clear();
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
-        const int64_t r = batch.offsets[s], T = batch.length(s);
+        const int64_t T = batch.length(s);
         Buffer S(DType::f32, {n.H, n.K, n.K});  // zeros: a fresh sequence
         a.ckpt.emplace_back(DType::f32,
                             Shape{std::max<int64_t>(1, (T + chunk - 1) / chunk), n.H, n.K, n.K});
-        KdaScanParams p{T,
-                        static_cast<int>(n.H),
-                        static_cast<int>(n.K),
-                        static_cast<int>(n.K),
-                        a.q.ptr<float>() + r * n.D,
-                        a.k.ptr<float>() + r * n.D,
-                        a.v.ptr<float>() + r * n.D,
-                        a.g.ptr<float>() + r * n.D,
-                        a.beta.ptr<float>() + r * n.H,
-                        S.ptr<float>(),
-                        a.o.ptr<float>() + r * n.D};
+        KdaScanParams p = sequence_scan(a, n, batch, s);
+        p.S = S.ptr<float>();
+        p.o = a.o.ptr<float>() + batch.offsets[s] * n.D;
         kda_chunked_checkpoints(p, a.ckpt.back().ptr<float>(), chunk);
     }
 }
@@ -302,24 +310,13 @@ void kda_backward(const ModelConfig& cfg,
     Buffer dg(DType::f32, {n_tok, n.D}), dbeta(DType::f32, {n_tok, n.H});
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
         const int64_t r = batch.offsets[s];
-        KdaScanParams p{batch.length(s),
-                        static_cast<int>(n.H),
-                        static_cast<int>(n.K),
-                        static_cast<int>(n.K),
-                        a.q.ptr<float>() + r * n.D,
-                        a.k.ptr<float>() + r * n.D,
-                        a.v.ptr<float>() + r * n.D,
-                        a.g.ptr<float>() + r * n.D,
-                        a.beta.ptr<float>() + r * n.H,
-                        nullptr,
-                        nullptr};
         const KdaScanGrads d{dO.ptr<float>() + r * n.D,
                              dq.ptr<float>() + r * n.D,
                              dk.ptr<float>() + r * n.D,
                              dv.ptr<float>() + r * n.D,
                              dg.ptr<float>() + r * n.D,
                              dbeta.ptr<float>() + r * n.H};
-        kda_scan_backward(p, a.ckpt[s].ptr<float>(), d, chunk);
+        kda_scan_backward(sequence_scan(a, n, batch, s), a.ckpt[s].ptr<float>(), d, chunk);
     }
 
     // β = σ(b_proj x): dlogit = dβ β(1 − β)

@@ -19,8 +19,8 @@ int adapter_of(const SeqBatch& batch, int64_t s) {
 
 // Calls f(adapter, first row, rows) for each maximal run of sequences with one adapter that the
 // slot holds (runs of sequences without an adapter, or whose pair is empty, are skipped).
-template <typename F>
-void for_each_run(const LoraSlot& slot, const SeqBatch& batch, F&& f) {
+template <typename Slot, typename F>  // Slot: LoraSlot or const LoraSlot
+void for_each_run(Slot& slot, const SeqBatch& batch, F&& f) {
     int64_t s = 0;
     while (s < batch.n_seq()) {
         const int a = adapter_of(batch, s);
@@ -35,27 +35,29 @@ void for_each_run(const LoraSlot& slot, const SeqBatch& batch, F&& f) {
     }
 }
 
-// x̃ [rows, in] = x ⊙ mask/(1−p) for rows [row0, row0 + rows) of the call: the mask draws from
-// (seed, stream, row) at offset column, the same on every evaluation of the call.
-void dropped_input(const LoraSlot& slot, const Tensor& x, int64_t row0, int64_t rows, Buffer& xd) {
-    const int64_t in = x.dim(1);
-    xd = Buffer(DType::f32, {rows, in});
+// The inverted-dropout factors m/(1−p) ∈ {0, 1/(1−p)} [rows, in] of rows [row0, row0 + rows) of
+// the call: row r draws from (seed, stream, r), the same on every evaluation of the call.
+Buffer dropout_factors(const LoraSlot& slot, int64_t row0, int64_t rows, int64_t in) {
+    Buffer f(DType::f32, {rows, in});
     const float keep = 1.0f - slot.dropout;
     for (int64_t r = 0; r < rows; ++r) {
         Philox rng(slot.dropout_seed, slot.dropout_stream, static_cast<uint32_t>(row0 + r));
-        const float* src = x.ptr<float>() + (row0 + r) * in;
-        float* dst = xd.ptr<float>() + r * in;
         for (int64_t c = 0; c < in; ++c)
-            dst[c] = rng.uniform() < keep ? src[c] / keep : 0.0f;
+            f.ptr<float>()[r * in + c] = rng.uniform() < keep ? 1.0f / keep : 0.0f;
     }
+    return f;
 }
 
-// The adapter input of a run: x itself, or its dropped copy when the slot drops.
+// The adapter input of a run: x itself, or x̃ = x ⊙ factors (into xd) when the slot drops.
 Tensor adapter_input(
-    const LoraSlot& slot, const Tensor& x, int64_t row0, int64_t rows, Buffer& xd) {
-    if (slot.dropout <= 0.0f)
+    const Tensor& x, int64_t row0, int64_t rows, const Buffer* factors, Buffer& xd) {
+    if (!factors)
         return x.rows(row0, rows);
-    dropped_input(slot, x, row0, rows, xd);
+    const int64_t in = x.dim(1);
+    xd = Buffer(DType::f32, {rows, in});
+    const float* src = x.ptr<float>() + row0 * in;
+    for (int64_t i = 0; i < rows * in; ++i)
+        xd.ptr<float>()[i] = src[i] * factors->ptr<float>()[i];
     return xd.view();
 }
 
@@ -87,9 +89,12 @@ void lora_forward(const LoraSlot* slot, const SeqBatch& batch, const Tensor& x, 
         return;
     for_each_run(*slot, batch, [&](const LoraPair& p, int64_t row0, int64_t rows) {
         const int64_t r = p.A.view().dim(0);
-        Buffer xd;
-        const Tensor xin = adapter_input(*slot, x, row0, rows, xd);  // [rows, in]
-        Buffer a(DType::f32, {rows, r});                             // [rows, r] = x̃ Aᵀ
+        Buffer factors, xd;
+        if (slot->dropout > 0.0f)
+            factors = dropout_factors(*slot, row0, rows, x.dim(1));
+        const Tensor xin =  // [rows, in]
+            adapter_input(x, row0, rows, slot->dropout > 0.0f ? &factors : nullptr, xd);
+        Buffer a(DType::f32, {rows, r});  // [rows, r] = x̃ Aᵀ
         ops::linear(xin, p.A.view(), a.view());
         for (int64_t i = 0; i < rows * r; ++i)
             a.ptr<float>()[i] *= p.scale;
@@ -102,15 +107,17 @@ void lora_backward(
     LoraSlot* slot, const SeqBatch& batch, const Tensor& x, const Tensor& dy, Tensor& dx) {
     if (!slot)
         return;
-    for_each_run(*slot, batch, [&](const LoraPair& cp, int64_t row0, int64_t rows) {
-        auto& p = const_cast<LoraPair&>(cp);  // slot is mutable here; the walk is shared
+    for_each_run(*slot, batch, [&](LoraPair& p, int64_t row0, int64_t rows) {
         HYMOE_CHECK(p.dA.view().data != nullptr,
                     "lora_backward: an adapter made without gradients");
         const int64_t r = p.A.view().dim(0), in = x.dim(1), out = dy.dim(1);
-        Buffer xd;
-        const Tensor xin = adapter_input(*slot, x, row0, rows, xd);  // [rows, in]
-        const float* g = dy.ptr<float>() + row0 * out;               // [rows, out]
-        Buffer a(DType::f32, {rows, r});                             // x̃ Aᵀ
+        Buffer factors, xd;
+        if (slot->dropout > 0.0f)
+            factors = dropout_factors(*slot, row0, rows, in);
+        const Tensor xin =  // [rows, in]
+            adapter_input(x, row0, rows, slot->dropout > 0.0f ? &factors : nullptr, xd);
+        const float* g = dy.ptr<float>() + row0 * out;  // [rows, out]
+        Buffer a(DType::f32, {rows, r});                // x̃ Aᵀ
         ops::linear(xin, p.A.view(), a.view());
         Buffer gb(DType::f32, {rows, r});  // dy B
         ops::gemm(false,
@@ -168,20 +175,9 @@ void lora_backward(
                   0.0f,
                   dxd.ptr<float>(),
                   in);
-        float* d = dx.ptr<float>() + row0 * in;
-        if (slot->dropout <= 0.0f) {
-            for (int64_t i = 0; i < rows * in; ++i)
-                d[i] += dxd.ptr<float>()[i];
-            return;
-        }
-        // the mask again: x̃ = x·m/(1−p), so dx = dx̃·m/(1−p) = dx̃ where x̃ ≠ 0 scaled alike
-        const float keep = 1.0f - slot->dropout;
-        for (int64_t rr = 0; rr < rows; ++rr) {
-            Philox rng(slot->dropout_seed, slot->dropout_stream, static_cast<uint32_t>(row0 + rr));
-            for (int64_t c = 0; c < in; ++c)
-                if (rng.uniform() < keep)
-                    d[rr * in + c] += dxd.ptr<float>()[rr * in + c] / keep;
-        }
+        float* d = dx.ptr<float>() + row0 * in;  // dx += dx̃ ⊙ factors (x̃ = x ⊙ factors)
+        for (int64_t i = 0; i < rows * in; ++i)
+            d[i] += dxd.ptr<float>()[i] * (slot->dropout > 0.0f ? factors.ptr<float>()[i] : 1.0f);
     });
 }
 

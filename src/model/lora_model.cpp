@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
@@ -138,18 +139,32 @@ LoraModel attach_lora(Model& m, const std::vector<std::string>& targets, bool pe
     return lm;
 }
 
+namespace {
+
+// A module's factors as named tensors: A [r, in] and B [out, r] (local shapes), cut like the
+// weight (its input split → A's columns; its output split → B's rows), pointing at a and b.
+std::pair<TensorSpec, TensorSpec> factor_specs(const LoraModule& mod,
+                                               int64_t r,
+                                               Buffer* a,
+                                               Buffer* b) {
+    const Shape& w = mod.weight.shape;  // [out, in] local
+    std::pair<TensorSpec, TensorSpec> f{{mod.name + ".lora_A.weight", {r, w[1]}, a},
+                                        {mod.name + ".lora_B.weight", {w[0], r}, b}};
+    if (mod.weight.split_dim == 1)
+        f.first = split(1, f.first, mod.weight.split_over);
+    else if (mod.weight.split_dim == 0)
+        f.second = split(0, f.second, mod.weight.split_over);
+    return f;
+}
+
+}  // namespace
+
 TensorList LoraModel::tensors(int adapter, bool grads) {
     TensorList list;
     for (const LoraModule& mod : modules) {
         LoraPair& p = mod.slot->adapters.at(adapter);
-        const Shape& w = mod.weight.shape;  // [out, in] local
-        const int64_t r = p.A.view().dim(0);
-        TensorSpec a{mod.name + ".lora_A.weight", {r, w[1]}, grads ? &p.dA : &p.A};
-        TensorSpec b{mod.name + ".lora_B.weight", {w[0], r}, grads ? &p.dB : &p.B};
-        if (mod.weight.split_dim == 1)
-            a = split(1, a, mod.weight.split_over);
-        else if (mod.weight.split_dim == 0)
-            b = split(0, b, mod.weight.split_over);
+        auto [a, b] =
+            factor_specs(mod, p.A.view().dim(0), grads ? &p.dA : &p.A, grads ? &p.dB : &p.B);
         list.push_back(std::move(a));
         list.push_back(std::move(b));
     }
@@ -162,19 +177,12 @@ void add_lora_adapter(
     for (LoraModule& mod : lm.modules) {
         LoraPair& p = mod.slot->adapters.emplace_back();
         p.scale = scale;
-        const Shape& w = mod.weight.shape;
-        const int64_t in_whole =
-            w[1] * (mod.weight.split_dim == 1 ? shard.parts(mod.weight.split_over) : 1);
-        TensorSpec a{mod.name + ".lora_A.weight",
-                     {rank, w[1]},
-                     &p.A,
-                     Init::uniform,
-                     1.0f / std::sqrt(static_cast<float>(in_whole))};
-        TensorSpec b{mod.name + ".lora_B.weight", {w[0], rank}, &p.B, Init::zeros};
-        if (mod.weight.split_dim == 1)
-            a = split(1, a, mod.weight.split_over);
-        else if (mod.weight.split_dim == 0)
-            b = split(0, b, mod.weight.split_over);
+        auto [a, b] = factor_specs(mod, rank, &p.A, &p.B);
+        const int64_t in_whole =  // A: Kaiming-uniform over the whole input width
+            a.shape[1] * (a.split_dim == 1 ? shard.parts(a.split_over) : 1);
+        a.init = Init::uniform;
+        a.std = 1.0f / std::sqrt(static_cast<float>(in_whole));
+        b.init = Init::zeros;
         init.push_back(a);
         init.push_back(b);
         if (trainable) {

@@ -104,13 +104,6 @@ Shape full_shape(const TensorSpec& spec, const ModelShard& sh) {
     return s;
 }
 
-TensorPart part_of(const TensorSpec& spec, const ModelShard& sh) {
-    if (spec.split_dim < 0)
-        return {};
-    const int64_t n = spec.shape[spec.split_dim];
-    return {spec.split_dim, n * sh.part(spec.split_over), n * sh.parts(spec.split_over)};
-}
-
 // dest = the part of whole [.., full, ..] along part.dim that starts at part.begin.
 void copy_part(const Tensor& whole, const TensorPart& part, Tensor& dest) {
     int64_t outer = 1, inner = 1;
@@ -126,6 +119,13 @@ void copy_part(const Tensor& whole, const TensorPart& part, Tensor& dest) {
 }
 
 }  // namespace
+
+TensorPart part_of(const TensorSpec& spec, const ModelShard& sh) {
+    if (spec.split_dim < 0)
+        return {};
+    const int64_t n = spec.shape[spec.split_dim];
+    return {spec.split_dim, n * sh.part(spec.split_over), n * sh.parts(spec.split_over)};
+}
 
 TensorList expert_tensors(Model& m, int layer, const std::vector<int>& experts) {
     TensorList list;

@@ -147,12 +147,9 @@ int run_convert(const Job& job, const parallel::Grid& grid) {
     int64_t bytes = 0;
     for (const model::TensorSpec& spec : list) {
         const io::SafetensorsInfo& info = folder.info(spec.name);
-        io::CkptEntry e{spec.name, {}, spec.split_dim, 0, 0, true, file_of(spec.name, m.shard)};
-        if (spec.split_dim >= 0) {
-            const int64_t n = spec.shape[spec.split_dim];
-            e.begin = n * m.shard.part(spec.split_over);
-            e.full = n * m.shard.parts(spec.split_over);
-        }
+        const model::TensorPart part = model::part_of(spec, m.shard);
+        io::CkptEntry e{
+            spec.name, {}, part.dim, part.begin, part.full, true, file_of(spec.name, m.shard)};
         Shape whole = spec.shape;
         if (spec.split_dim >= 0)
             whole[spec.split_dim] = e.full;

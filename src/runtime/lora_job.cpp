@@ -79,13 +79,8 @@ void all_reduce_grads(model::LoraModel& lm, const comm::Comm& dp) {
 }
 
 io::CkptEntry entry_of(const model::TensorSpec& t, const model::ModelShard& shard) {
-    io::CkptEntry e{t.name, t.dest->view(), t.split_dim, 0, 0, true, ""};
-    if (t.split_dim >= 0) {
-        const int64_t n = t.shape[t.split_dim];
-        e.begin = n * shard.part(t.split_over);
-        e.full = n * shard.parts(t.split_over);
-    }
-    return e;
+    const model::TensorPart part = model::part_of(t, shard);
+    return {t.name, t.dest->view(), part.dim, part.begin, part.full, true, ""};
 }
 
 // The adapter's factor scale: alpha / r, or alpha / √r with rsLoRA.

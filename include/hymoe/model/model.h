@@ -69,6 +69,8 @@ struct TensorPart {
     int dim = -1;
     int64_t begin = 0, full = 0;
 };
+// The part of a tensor of this rank's list that `shard` holds (dim −1: the whole tensor).
+TensorPart part_of(const TensorSpec& spec, const ModelShard& shard);
 using ReadTensor =
     std::function<void(const std::string& name, const TensorPart& part, Tensor& dest)>;
 // Fill every tensor by name (safetensors folder, checkpoint, golden file).

@@ -92,6 +92,29 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
     return diff / scale;
 }
 
+// Σ −log softmax(logits)[target] over b's target rows, the logits from the inference forward of
+// the two-document batch (with b.media spliced in).
+double forward_cross_entropy(const Model& m, const TrainBatch& b) {
+    Buffer logits;
+    SequenceState st0 = make_sequence_state(m), st1 = make_sequence_state(m);
+    ForwardOptions o;
+    o.media = &b.media;
+    forward(m, b.tokens, b.batch, {&st0, &st1}, logits, o);
+    double ce = 0;
+    const int64_t V = m.cfg.vocab_size;
+    for (size_t t = 0; t < b.tokens.size(); ++t) {
+        if (b.targets[t] < 0)
+            continue;
+        const float* z = logits.ptr<float>() + static_cast<int64_t>(t) * V;
+        const double zmax = *std::max_element(z, z + V);
+        double sum = 0;
+        for (int64_t v = 0; v < V; ++v)
+            sum += std::exp(static_cast<double>(z[v]) - zmax);
+        ce += std::log(sum) + zmax - static_cast<double>(z[b.targets[t]]);
+    }
+    return ce;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(train_pass)
@@ -163,21 +186,7 @@ BOOST_DATA_TEST_CASE(fresh_adapter_leaves_the_base_loss, data::make(kPresets), p
     add_lora_adapter(lm, m.shard, 8, 2.0f, 1, true);
     BOOST_TEST(evaluate_loss(m, b).loss == base);
     // and the loss equals the forward's logits: −log softmax at the targets
-    Buffer logits;
-    SequenceState st0 = make_sequence_state(m), st1 = make_sequence_state(m);
-    forward(m, b.tokens, b.batch, {&st0, &st1}, logits);
-    double ce = 0;
-    const int64_t V = m.cfg.vocab_size;
-    for (size_t t = 0; t < b.tokens.size(); ++t) {
-        if (b.targets[t] < 0)
-            continue;
-        const float* z = logits.ptr<float>() + static_cast<int64_t>(t) * V;
-        const double zmax = *std::max_element(z, z + V);
-        double sum = 0;
-        for (int64_t v = 0; v < V; ++v)
-            sum += std::exp(static_cast<double>(z[v]) - zmax);
-        ce += std::log(sum) + zmax - static_cast<double>(z[b.targets[t]]);
-    }
+    const double ce = forward_cross_entropy(m, b);
     BOOST_TEST(std::abs(ce - base) <= 1e-4 * base);
 }
 
@@ -194,23 +203,7 @@ BOOST_AUTO_TEST_CASE(media_rows_splice_as_in_the_forward) {
     for (int64_t r : b.media.rows)
         b.tokens[r] = m.cfg.vision.media_token_id;
     const double loss = evaluate_loss(m, b).loss;
-    Buffer logits;
-    SequenceState st0 = make_sequence_state(m), st1 = make_sequence_state(m);
-    ForwardOptions o;
-    o.media = &b.media;
-    forward(m, b.tokens, b.batch, {&st0, &st1}, logits, o);
-    double ce = 0;
-    const int64_t V = m.cfg.vocab_size;
-    for (size_t t = 0; t < b.tokens.size(); ++t) {
-        if (b.targets[t] < 0)
-            continue;
-        const float* z = logits.ptr<float>() + static_cast<int64_t>(t) * V;
-        const double zmax = *std::max_element(z, z + V);
-        double sum = 0;
-        for (int64_t v = 0; v < V; ++v)
-            sum += std::exp(static_cast<double>(z[v]) - zmax);
-        ce += std::log(sum) + zmax - static_cast<double>(z[b.targets[t]]);
-    }
+    const double ce = forward_cross_entropy(m, b);
     BOOST_TEST(std::abs(ce - loss) <= 1e-4 * loss);
     b.media = MediaSplice{};
     BOOST_TEST(std::abs(evaluate_loss(m, b).loss - loss) > 1e-3);  // the splice mattered
