@@ -44,11 +44,12 @@ Tensor view_of(const float* p, Shape shape) {
 
 // The recomputed forward: what the backward reads.
 struct Recomputed {
-    detail::Projected p;  // a_q, c_q, q (rotated), a_kv, c_kv, k_r (rotated)
-    IndexerInputs idx;    // dsa only
-    Buffer kvb;           // [n_tok, H·(d_n+d_v)] per head [k_n | v]
-    Buffer o;             // [n_tok, H·d_v]       attention output, before the gate
-    Buffer g;             // [n_tok, H·d_v]       σ(W_g x) (gated only)
+    detail::Projected p;             // a_q, c_q, q (rotated), a_kv, c_kv, k_r (rotated)
+    IndexerInputs idx;               // dsa only
+    Buffer kvb;                      // [n_tok, H·(d_n+d_v)] per head [k_n | v]
+    Buffer o;                        // [n_tok, H·d_v]       attention output, before the gate
+    Buffer g;                        // [n_tok, H·d_v]       σ(W_g x) (gated only)
+    const comm::Comm* tp = nullptr;  // indexer heads split over tp: its scores are all-reduced
 };
 
 // One sequence's keys and values per head.
@@ -95,6 +96,8 @@ void block_mask(const ModelConfig& cfg,
                    view_of(rc.idx.w.ptr<float>() + (row0 + i0) * h_i, {n_b, h_i}),
                    view_of(rc.idx.k.ptr<float>() + row0 * d_i, {n_kb, d_i}),
                    scores.view());
+    if (rc.tp != nullptr && rc.tp->size() > 1)
+        comm::all_reduce(scores.view(), *rc.tp);  // Σ over every rank's heads
     indexer_mask(scores.view(), i0, cfg.indexer.top_k, mask);
 }
 
@@ -141,11 +144,13 @@ Recomputed recompute(const ModelConfig& cfg,
                      const MlaWeights& w,
                      const Tensor& x,
                      const SeqBatch& batch,
-                     const std::vector<int64_t>& pos) {
+                     const std::vector<int64_t>& pos,
+                     const comm::Comm* tp) {
     const MlaDims m = mla_dims(cfg);
     const int64_t n_tok = x.dim(0), ld_o = m.n_head * m.d_v;
     const bool dsa = spec.mixer == Mixer::dsa;
     Recomputed rc;
+    rc.tp = tp;
     rc.p = detail::mla_project(cfg, w, x, batch, pos, true);
     if (dsa)
         rc.idx = indexer_project(cfg, w.indexer, x, rc.p.c_q.view(), pos);
@@ -325,7 +330,8 @@ void attention_backward(const ModelConfig& cfg,
                         const Tensor& x,
                         const SeqBatch& batch,
                         const Tensor& dy,
-                        Tensor& dx) {
+                        Tensor& dx,
+                        const comm::Comm* tp) {
     check_call(cfg, spec, x, batch, dy, dx);
     const MlaDims m = mla_dims(cfg);
     const int64_t n_tok = x.dim(0), ld_o = m.n_head * m.d_v;
@@ -335,7 +341,7 @@ void attention_backward(const ModelConfig& cfg,
     for (int64_t s = 0; s < batch.n_seq(); ++s)
         for (int64_t t = batch.offsets[s]; t < batch.offsets[s + 1]; ++t)
             pos[t] = t - batch.offsets[s];
-    const Recomputed rc = recompute(cfg, spec, w, x, batch, pos);
+    const Recomputed rc = recompute(cfg, spec, w, x, batch, pos, tp);
     std::fill_n(dx.ptr<float>(), dx.numel(), 0.0f);
 
     // y = W_o u: du [n_tok, H·d_v] = dy W_o (+ o's adapter, whose input is u)

@@ -126,7 +126,7 @@ LoraModel attach_lora(Model& m, const std::vector<std::string>& targets, bool pe
             mod.layer = i;
             mod.expert = site.group == "experts";
             mod.slot = &lm.new_slot();
-            mod.slot->dropout_stream = static_cast<uint32_t>(lm.modules.size());
+            mod.slot->dropout_stream = name_stream(mod.name);
             *site.slot = mod.slot;
         }
     }

@@ -31,15 +31,14 @@ void append(TensorList& out, TensorList part, const std::string& prefix) {
     }
 }
 
-// 32-bit FNV-1a of a tensor name: its random-init stream.
+}  // namespace
+
 uint32_t name_stream(const std::string& name) {
     uint32_t h = 2166136261u;
     for (unsigned char c : name)
         h = (h ^ c) * 16777619u;
     return h;
 }
-
-}  // namespace
 
 TensorList model_tensors(Model& m) {
     const ModelConfig& cfg = m.local;
@@ -184,8 +183,6 @@ void attach_kv_pool(const Model& m, SequenceState& s, KvPool& pool) {
             s.attn[i].pool = &pool, s.attn[i].pages = &s.pages, s.attn[i].layer = i;
 }
 
-namespace {
-
 // h [n_tok, d] = the embedding rows of tokens; under tp each rank holds V/tp rows, writes the
 // rows of its tokens, and an all-reduce (one nonzero term per element: exact) completes h.
 void embed_tokens(const Model& m, const std::vector<int64_t>& tokens, Tensor& h) {
@@ -245,6 +242,8 @@ void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
                         part,
                         logits.ptr<float>() + i * V + p * part);
 }
+
+namespace {
 
 // The pools the step's caches page into (the engine's lane: one), told the step's pages, each
 // MLA/DSA layer as it starts and the step's end, so that an offload tier can fetch a layer's

@@ -1,23 +1,26 @@
-// The whole-model training pass: forward keeping the residual stream at block boundaries, the
-// masked cross-entropy head, and the reverse sweep through each block's backward.
+// The whole-model training pass: each stage's forward keeping the residual stream at block
+// boundaries, the masked cross-entropy head, the reverse sweep through each block's backward with
+// the tp reductions, and the 1F1B schedule that moves the stream and its gradient between stages.
 #include "hymoe/model/train.h"
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_backward.h"
 #include "hymoe/core/error.h"
+#include "hymoe/model/moe_parallel.h"
 
 namespace hymoe::model {
 
 namespace {
 
 constexpr int64_t kHeadRows = 256;  // LM head rows per chunk: bounds the [rows, V] logits
+constexpr int kStreamTag = 0;       // pp messages: the residual stream, forward
+constexpr int kGradTag = 1;         //              its gradient, backward
 
-void check_trainable(const Model& m, const TrainBatch& b) {
-    HYMOE_CHECK(m.shard.tp == 1 && m.shard.pp == 1 && m.shard.ep == 1,
-                "training runs on whole-model ranks (tp = pp = ep = 1)");
+void check_batch(const TrainBatch& b) {
     HYMOE_CHECK(b.tokens.size() == b.targets.size() &&
                     static_cast<int64_t>(b.tokens.size()) == b.batch.n_tok(),
                 "train: ",
@@ -30,60 +33,143 @@ void check_trainable(const Model& m, const TrainBatch& b) {
         HYMOE_CHECK(p == 0, "train: every sequence of a training batch starts at position 0");
 }
 
+const comm::Comm* tp_of(const Model& m) {
+    return m.shard.tp > 1 ? &m.comms->tp : nullptr;
+}
+
+// x ← Σ over tp of x: the partial outputs (forward) or input gradients (backward) of this rank's
+// heads and widths.
+void tp_sum(const Model& m, Tensor& x) {
+    if (m.shard.tp > 1)
+        comm::all_reduce(x, m.comms->tp);
+}
+
+void set_dropout_seed(const TrainOptions& o, const TrainBatch& b) {
+    for (LoraSlot* slot : o.dropout_slots)
+        slot->dropout_seed = b.dropout_seed;
+}
+
+bool moe_parallel(const Model& m) {
+    return m.shard.tp * m.shard.ep > 1;
+}
+
+MoeParallel moe_comms(const Model& m) {
+    return {&m.comms->tp, &m.comms->ep, m.shard.etp};
+}
+
 // y [n, d] = the mixer of layer i on xn [n, d], every sequence fresh.
 void mixer_forward(const Model& m, int i, const TrainBatch& b, const Tensor& xn, Tensor& y) {
-    const LayerSpec& spec = m.cfg.layers[i];
+    const LayerSpec& spec = m.local.layers[i];
     if (spec.mixer == Mixer::kda) {
         std::vector<KdaState> states(static_cast<size_t>(b.batch.n_seq()));
         std::vector<KdaState*> ptrs;
         for (KdaState& s : states)
-            s = make_kda_state(m.cfg), ptrs.push_back(&s);
-        kda_forward(m.cfg, m.layers[i].kda, xn, b.batch, ptrs, y);
+            s = make_kda_state(m.local), ptrs.push_back(&s);
+        kda_forward(m.local, m.layers[i].kda, xn, b.batch, ptrs, y);
     } else {
-        attention_forward(m.cfg, spec, m.layers[i].attn, xn, b.batch, {}, y, AttnMode::expanded);
+        attention_forward(m.local,
+                          spec,
+                          m.layers[i].attn,
+                          xn,
+                          b.batch,
+                          {},
+                          y,
+                          AttnMode::expanded,
+                          nullptr,
+                          tp_of(m));
+    }
+    tp_sum(m, y);
+}
+
+// dxn [n, d] = the full gradient of the mixer's input from dy [n, d].
+void mixer_backward(
+    const Model& m, int i, const TrainBatch& b, const Tensor& xn, const Tensor& dy, Tensor& dxn) {
+    const LayerSpec& spec = m.local.layers[i];
+    if (spec.mixer == Mixer::kda)
+        kda_backward(m.local, m.layers[i].kda, xn, b.batch, dy, dxn);
+    else
+        attention_backward(m.local, spec, m.layers[i].attn, xn, b.batch, dy, dxn, tp_of(m));
+    tp_sum(m, dxn);
+}
+
+void ffn_forward(const Model& m,
+                 int i,
+                 const Tensor& xn,
+                 Tensor& y,
+                 std::vector<std::vector<int64_t>>* expert_load) {
+    const LayerSpec& spec = m.local.layers[i];
+    const LayerWeights& lw = m.layers[i];
+    if (spec.ffn == Ffn::dense) {
+        dense_ffn_forward(lw.dense, ExpertAct::swiglu, xn, y);
+        tp_sum(m, y);
+        return;
+    }
+    std::vector<int64_t> load;  // [E] the assignments this rank's experts computed
+    if (moe_parallel(m)) {
+        MoeCommStats stats;
+        moe_forward_parallel(m.cfg, spec, lw.moe, xn, y, moe_comms(m), &stats);
+        load = std::move(stats.tokens_per_expert);
+    } else {
+        Routing routing;
+        moe_forward(m.local, spec, lw.moe, xn, y, &routing);
+        load = std::move(routing.tokens_per_expert);
+    }
+    if (!expert_load || m.shard.etp_rank != 0)
+        return;
+    std::vector<int64_t>& acc = (*expert_load)[i];
+    acc.resize(load.size());
+    for (size_t e = 0; e < load.size(); ++e)
+        acc[e] += load[e];
+}
+
+void ffn_backward(const Model& m, int i, const Tensor& xn, const Tensor& dy, Tensor& dxn) {
+    const LayerSpec& spec = m.local.layers[i];
+    const LayerWeights& lw = m.layers[i];
+    if (spec.ffn == Ffn::dense) {
+        dense_ffn_backward(lw.dense, ExpertAct::swiglu, xn, dy, dxn);
+        tp_sum(m, dxn);
+    } else if (moe_parallel(m)) {
+        moe_backward_parallel(m.cfg, spec, lw.moe, xn, dy, dxn, moe_comms(m));  // full dxn
+    } else {
+        moe_backward(m.local, spec, lw.moe, xn, dy, dxn);
     }
 }
 
-void ffn_forward(const Model& m, int i, const Tensor& xn, Tensor& y, Routing* routing) {
-    const LayerSpec& spec = m.cfg.layers[i];
-    if (spec.ffn == Ffn::dense)
-        dense_ffn_forward(m.layers[i].dense, ExpertAct::swiglu, xn, y);
-    else
-        moe_forward(m.cfg, spec, m.layers[i].moe, xn, y, routing);
-}
-
-// The residual stream at the block boundaries of one forward.
+// One micro-batch's residual stream at this stage's block boundaries.
 struct Stream {
-    std::vector<Buffer> before_mixer;  // [n_layer] [n, d] layer inputs
+    std::vector<Buffer> before_mixer;  // [n_layer] [n, d] layer inputs (this stage's layers)
     std::vector<Buffer> before_ffn;    // [n_layer] [n, d] (empty with recompute)
-    Buffer out;                        // [n, d] after the last layer
+    Buffer out;                        // [n, d] after the stage's last layer
 };
 
-Stream forward_stream(const Model& m,
-                      const TrainBatch& b,
-                      bool keep_mid,
-                      std::vector<std::vector<int64_t>>* expert_load,
-                      std::vector<Buffer>* ffn_inputs) {
+// The stage's input stream [n, d]: the embeddings with the media spliced in (first stage), or the
+// previous stage's output.
+Buffer stage_input(const Model& m, const TrainBatch& b) {
+    Buffer h(DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
+    if (m.shard.first_stage()) {
+        embed_tokens(m, b.tokens, h.view());
+        splice_media(b.media, h.view());
+    } else {
+        comm::recv(h.view(), m.comms->pp_prev, m.comms->pp, kStreamTag);
+    }
+    return h;
+}
+
+// This stage's layers on h. keep_mid keeps the stream before each FFN; ffn_inputs (when given)
+// receives each MoE layer's normed input.
+Stream forward_stage(const Model& m,
+                     const TrainBatch& b,
+                     Buffer h,
+                     bool keep_mid,
+                     std::vector<std::vector<int64_t>>* expert_load,
+                     std::vector<Buffer>* ffn_inputs) {
     const int64_t n = b.batch.n_tok(), d = m.cfg.hidden_size;
     const float eps = static_cast<float>(m.cfg.rms_norm_eps);
-    const int n_layer = static_cast<int>(m.cfg.layers.size());
     Stream st;
-    st.before_mixer.resize(n_layer);
-    st.before_ffn.resize(n_layer);
-    Buffer h(DType::f32, {n, d});
-    for (int64_t t = 0; t < n; ++t) {
-        HYMOE_CHECK(b.tokens[t] >= 0 && b.tokens[t] < m.cfg.vocab_size,
-                    "train: token id ",
-                    b.tokens[t],
-                    " outside the vocabulary");
-        std::copy_n(m.embed.ptr<float>() + b.tokens[t] * d, d, h.ptr<float>() + t * d);
-    }
-    for (size_t i = 0; i < b.media.rows.size(); ++i)
-        std::copy_n(b.media.embeds.ptr<float>() + static_cast<int64_t>(i) * d,
-                    d,
-                    h.ptr<float>() + b.media.rows[i] * d);
+    st.before_mixer.resize(m.cfg.layers.size());
+    st.before_ffn.resize(m.cfg.layers.size());
     Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});
-    for (int i = 0; i < n_layer; ++i) {
+    for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i) {
         st.before_mixer[i] = Buffer(DType::f32, {n, d});
         std::copy_n(h.ptr<float>(), n * d, st.before_mixer[i].ptr<float>());
         ops::rms_norm(h.view(), m.layers[i].attn_norm.view(), eps, xn.view());
@@ -98,14 +184,7 @@ Stream forward_stream(const Model& m,
             (*ffn_inputs)[i] = Buffer(DType::f32, {n, d});
             std::copy_n(xn.ptr<float>(), n * d, (*ffn_inputs)[i].ptr<float>());
         }
-        Routing routing;
-        ffn_forward(m, i, xn.view(), y.view(), &routing);
-        if (expert_load && m.cfg.layers[i].ffn != Ffn::dense) {
-            std::vector<int64_t>& load = (*expert_load)[i];
-            load.resize(routing.tokens_per_expert.size());
-            for (size_t e = 0; e < load.size(); ++e)
-                load[e] += routing.tokens_per_expert[e];
-        }
+        ffn_forward(m, i, xn.view(), y.view(), expert_load);
         ops::add_inplace(h.view(), y.view());
     }
     st.out = std::move(h);
@@ -113,7 +192,8 @@ Stream forward_stream(const Model& m,
 }
 
 // The masked cross-entropy over the rows with a target, and (when dh is given) ∂(scale·Σ loss)
-// with respect to the last residual stream h [n, d].
+// with respect to the last residual stream h [n, d]. Under tp every rank computes the loss from
+// the gathered logits and the gradient through its V/tp head rows, summed over tp.
 LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double scale, Buffer* dh) {
     const int64_t n = b.batch.n_tok(), d = m.cfg.hidden_size, V = m.cfg.vocab_size;
     const float eps = static_cast<float>(m.cfg.rms_norm_eps);
@@ -126,13 +206,14 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
     Buffer dnormed(DType::f32, {n, d});  // zero on rows without a target
     std::vector<uint8_t> right(static_cast<size_t>(n), 1);
     LossSums sums;
-    const Tensor head = m.head().view();  // [V, d]
+    const Tensor head = m.head().view();  // [V/tp, d] this rank's vocabulary rows
+    const int64_t part = head.dim(0), lo = part * m.shard.tp_rank;
     for (size_t c = 0; c < rows.size(); c += kHeadRows) {
         const int64_t k = std::min<int64_t>(kHeadRows, static_cast<int64_t>(rows.size() - c));
-        Buffer x(DType::f32, {k, d}), logits(DType::f32, {k, V});
+        Buffer x(DType::f32, {k, d}), logits;  // logits [k, V]
         for (int64_t r = 0; r < k; ++r)
             std::copy_n(normed.ptr<float>() + rows[c + r] * d, d, x.ptr<float>() + r * d);
-        ops::linear(x.view(), head, logits.view());
+        lm_head(m, x.view(), logits);
         for (int64_t r = 0; r < k; ++r) {
             float* z = logits.ptr<float>() + r * V;
             const int64_t target = b.targets[rows[c + r]];
@@ -152,14 +233,14 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         }
         if (!dh)
             continue;
-        Buffer dx(DType::f32, {k, d});  // [k, d] = dlogits · head
+        Buffer dx(DType::f32, {k, d});  // [k, d] = dlogits[:, lo : lo + part] · head
         ops::gemm(false,
                   false,
                   k,
                   d,
-                  V,
+                  part,
                   1.0f,
-                  logits.ptr<float>(),
+                  logits.ptr<float>() + lo,
                   V,
                   head.ptr<float>(),
                   d,
@@ -178,6 +259,7 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         sums.seqs_correct += any && all;
     }
     if (dh) {
+        tp_sum(m, dnormed.view());
         *dh = Buffer(DType::f32, {n, d});
         ops::rms_norm_backward(h, m.final_norm.view(), eps, dnormed.view(), dh->view());
     }
@@ -191,6 +273,83 @@ void add_norm_backward(const Tensor& x, const Buffer& w, float eps, const Tensor
     ops::add_inplace(dh, dx.view());
 }
 
+// The reverse sweep through this stage's layers: dh [n, d] (the gradient of the stage's output)
+// becomes the gradient of its input; st's buffers are released as it goes.
+void backward_stage(const Model& m, const TrainBatch& b, Stream& st, bool recompute, Buffer& dh) {
+    const int64_t n = b.batch.n_tok(), d = m.cfg.hidden_size;
+    const float eps = static_cast<float>(m.cfg.rms_norm_eps);
+    Buffer xn(DType::f32, {n, d}), xn2(DType::f32, {n, d}), dxn(DType::f32, {n, d});
+    for (int i = m.shard.end_layer - 1; i >= m.shard.first_layer; --i) {
+        const LayerWeights& lw = m.layers[i];
+        Buffer& h_in = st.before_mixer[i];
+        ops::rms_norm(h_in.view(), lw.attn_norm.view(), eps, xn.view());
+        if (recompute) {  // the FFN's input: rerun the mixer
+            st.before_ffn[i] = Buffer(DType::f32, {n, d});
+            mixer_forward(m, i, b, xn.view(), st.before_ffn[i].view());
+            ops::add_inplace(st.before_ffn[i].view(), h_in.view());
+        }
+        // h_out = h_mid + ffn(norm h_mid)
+        Buffer& h_mid = st.before_ffn[i];
+        ops::rms_norm(h_mid.view(), lw.ffn_norm.view(), eps, xn2.view());
+        ffn_backward(m, i, xn2.view(), dh.view(), dxn.view());
+        add_norm_backward(h_mid.view(), lw.ffn_norm, eps, dxn.view(), dh.view());
+        h_mid = Buffer();
+        // h_mid = h_in + mixer(norm h_in)
+        mixer_backward(m, i, b, xn.view(), dh.view(), dxn.view());
+        add_norm_backward(h_in.view(), lw.attn_norm, eps, dxn.view(), dh.view());
+        h_in = Buffer();
+    }
+}
+
+// The loss sums of the last stage on every rank of the pipeline.
+LossSums share_over_pipeline(const Model& m, const LossSums& s) {
+    if (m.shard.pp == 1)
+        return s;
+    std::vector<double> v = {s.loss,
+                             static_cast<double>(s.targets),
+                             static_cast<double>(s.correct),
+                             static_cast<double>(s.seqs),
+                             static_cast<double>(s.seqs_correct)};
+    if (!m.shard.last_stage())
+        std::fill(v.begin(), v.end(), 0.0);
+    comm::all_reduce_sum(v, m.comms->pp);
+    LossSums out;
+    out.loss = v[0], out.targets = static_cast<int64_t>(v[1]);
+    out.correct = static_cast<int64_t>(v[2]), out.seqs = static_cast<int64_t>(v[3]);
+    out.seqs_correct = static_cast<int64_t>(v[4]);
+    return out;
+}
+
+// Point-to-point sends in flight: each buffer stays alive until its send completes.
+class Outbox {
+public:
+    void send(Buffer x, int dest, const comm::Comm& c, int tag) {
+        Pending& p = pending_.emplace_back();
+        p.data = std::move(x);
+        p.request = comm::send_start(p.data.view(), dest, c, tag);
+    }
+    ~Outbox() {
+        for (Pending& p : pending_)
+            p.request.wait();
+    }
+
+private:
+    struct Pending {
+        Buffer data;
+        comm::Request request;
+    };
+    std::deque<Pending> pending_;  // stable addresses
+};
+
+// A forward-only pass of one batch through the pipeline; on the last stage, the stream out.
+Stream forward_only(const Model& m, const TrainBatch& b, std::vector<Buffer>* ffn_inputs) {
+    check_batch(b);
+    Stream st = forward_stage(m, b, stage_input(m, b), false, nullptr, ffn_inputs);
+    if (!m.shard.last_stage())
+        comm::send_start(st.out.view(), m.comms->pp_next, m.comms->pp, kStreamTag).wait();
+    return st;
+}
+
 }  // namespace
 
 void LossSums::add(const LossSums& o) {
@@ -201,56 +360,69 @@ void LossSums::add(const LossSums& o) {
     seqs_correct += o.seqs_correct;
 }
 
-LossSums train_forward_backward(const Model& m, const TrainBatch& b, const TrainOptions& options) {
-    check_trainable(m, b);
-    const int64_t n = b.batch.n_tok(), d = m.cfg.hidden_size;
-    const float eps = static_cast<float>(m.cfg.rms_norm_eps);
-    Stream st = forward_stream(m, b, !options.recompute, options.expert_load, nullptr);
-    Buffer dh;
-    const LossSums sums = loss_head(m, b, st.out.view(), options.grad_scale, &dh);
-    Buffer xn(DType::f32, {n, d}), dxn(DType::f32, {n, d}), y(DType::f32, {n, d});
-    for (int i = static_cast<int>(m.cfg.layers.size()) - 1; i >= 0; --i) {
-        const LayerSpec& spec = m.cfg.layers[i];
-        const LayerWeights& lw = m.layers[i];
-        Buffer& h_in = st.before_mixer[i];
-        ops::rms_norm(h_in.view(), lw.attn_norm.view(), eps, xn.view());
-        if (options.recompute) {  // the FFN's input: rerun the mixer
-            mixer_forward(m, i, b, xn.view(), y.view());
-            st.before_ffn[i] = Buffer(DType::f32, {n, d});
-            std::copy_n(h_in.ptr<float>(), n * d, st.before_ffn[i].ptr<float>());
-            ops::add_inplace(st.before_ffn[i].view(), y.view());
+LossSums train_forward_backward(const Model& m,
+                                std::span<const TrainBatch> micro,
+                                const TrainOptions& options) {
+    const ModelShard& sh = m.shard;
+    const auto n_micro = static_cast<int64_t>(micro.size());
+    LossSums sums;
+    Outbox outbox;
+    std::deque<Stream> in_flight;   // forwards whose backward is still to come, oldest first
+    std::deque<Buffer> head_grads;  // last stage: ∂loss/∂(stage output) of those forwards
+    int64_t next_forward = 0, next_backward = 0;
+    auto forward = [&] {
+        const TrainBatch& b = micro[next_forward++];
+        check_batch(b);
+        set_dropout_seed(options, b);
+        Stream& st = in_flight.emplace_back(forward_stage(
+            m, b, stage_input(m, b), !options.recompute, options.expert_load, nullptr));
+        if (sh.last_stage()) {
+            sums.add(
+                loss_head(m, b, st.out.view(), options.grad_scale, &head_grads.emplace_back()));
+        } else {
+            outbox.send(std::move(st.out), m.comms->pp_next, m.comms->pp, kStreamTag);
         }
-        // h_out = h_mid + ffn(norm h_mid)
-        Buffer& h_mid = st.before_ffn[i];
-        Buffer xn2(DType::f32, {n, d});
-        ops::rms_norm(h_mid.view(), lw.ffn_norm.view(), eps, xn2.view());
-        if (spec.ffn == Ffn::dense)
-            dense_ffn_backward(lw.dense, ExpertAct::swiglu, xn2.view(), dh.view(), dxn.view());
-        else
-            moe_backward(m.cfg, spec, lw.moe, xn2.view(), dh.view(), dxn.view());
-        add_norm_backward(h_mid.view(), lw.ffn_norm, eps, dxn.view(), dh.view());
-        h_mid = Buffer();
-        // h_mid = h_in + mixer(norm h_in)
-        if (spec.mixer == Mixer::kda)
-            kda_backward(m.cfg, lw.kda, xn.view(), b.batch, dh.view(), dxn.view());
-        else
-            attention_backward(m.cfg, spec, lw.attn, xn.view(), b.batch, dh.view(), dxn.view());
-        add_norm_backward(h_in.view(), lw.attn_norm, eps, dxn.view(), dh.view());
-        h_in = Buffer();
+        st.out = Buffer();
+    };
+    auto backward = [&] {
+        const TrainBatch& b = micro[next_backward++];
+        set_dropout_seed(options, b);
+        Buffer dh;
+        if (sh.last_stage()) {
+            dh = std::move(head_grads.front());
+            head_grads.pop_front();
+        } else {
+            dh = Buffer(DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
+            comm::recv(dh.view(), m.comms->pp_next, m.comms->pp, kGradTag);
+        }
+        backward_stage(m, b, in_flight.front(), options.recompute, dh);
+        in_flight.pop_front();
+        if (!sh.first_stage())
+            outbox.send(std::move(dh), m.comms->pp_prev, m.comms->pp, kGradTag);
+    };
+    const int64_t warm_up = std::min<int64_t>(sh.pp - sh.stage - 1, n_micro);
+    for (int64_t k = 0; k < warm_up; ++k)
+        forward();
+    while (next_forward < n_micro) {
+        forward();
+        backward();
     }
-    return sums;
+    while (next_backward < n_micro)
+        backward();
+    return share_over_pipeline(m, sums);
 }
 
 LossSums evaluate_loss(const Model& m, const TrainBatch& b) {
-    check_trainable(m, b);
-    const Stream st = forward_stream(m, b, false, nullptr, nullptr);
-    return loss_head(m, b, st.out.view(), 1.0, nullptr);
+    const Stream st = forward_only(m, b, nullptr);
+    LossSums s;
+    if (m.shard.last_stage())
+        s = loss_head(m, b, st.out.view(), 1.0, nullptr);
+    return share_over_pipeline(m, s);
 }
 
 std::vector<Buffer> router_distributions(const Model& m, const TrainBatch& b) {
-    check_trainable(m, b);
     std::vector<Buffer> inputs(m.cfg.layers.size());
-    forward_stream(m, b, false, nullptr, &inputs);
+    forward_only(m, b, &inputs);
     const int64_t n = b.batch.n_tok(), E = m.cfg.moe.n_routed_experts;
     std::vector<Buffer> dist(m.cfg.layers.size());
     for (size_t i = 0; i < inputs.size(); ++i) {

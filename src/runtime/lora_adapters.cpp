@@ -7,10 +7,14 @@
 #include <fstream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
+#include "hymoe/io/checkpoint.h"
 #include "hymoe/io/peft.h"
 #include "hymoe/io/safetensors.h"
+#include "hymoe/runtime/model_checkpoint.h"
 
 namespace hymoe::runtime {
 
@@ -34,6 +38,33 @@ bool other_stage(const std::string& key, const model::ModelShard& shard) {
     return !shard.owns_layer(layer);
 }
 
+// The whole tensors of every rank's parts, on rank 0 (empty on the others; rank 0 holds them
+// all at once): written as checkpoint files into the scratch folder dir, read back whole by rank
+// 0, and the folder removed. Collective over world.
+std::map<std::string, Buffer> gather_on_rank0(const comm::Comm& world,
+                                              const std::string& dir,
+                                              const std::vector<io::CkptEntry>& parts) {
+    if (world.rank() == 0) {
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+    }
+    comm::barrier(world);
+    const std::string listed = io::write_tensors(world, dir, parts, false);
+    std::map<std::string, Buffer> whole;
+    if (world.rank() == 0) {
+        const io::TensorStore store(dir, "{\"tensors\": " + listed + "}");
+        const nlohmann::json names = nlohmann::json::parse(listed);
+        for (const auto& item : names.items()) {
+            Buffer b(DType::f32, store.shape(item.key()));
+            Tensor v = b.view();
+            store.read(item.key(), -1, 0, 0, v);
+            whole.emplace(item.key(), std::move(b));
+        }
+        fs::remove_all(dir);
+    }
+    return whole;
+}
+
 }  // namespace
 
 void export_adapters(const Job& job,
@@ -42,32 +73,53 @@ void export_adapters(const Job& job,
                      const parallel::Grid& grid) {
     const deck::FinetuneSection& ft = job.deck.finetune;
     const std::string out = job.deck.job.output;
+    const comm::Comm& world = grid.comms.world;
+    nlohmann::json mine = nlohmann::json::object();  // module → its PEFT module names
+    std::vector<io::CkptEntry> parts;
+    for (const model::LoraModule& mod : lm.modules)
+        mine[mod.name] = mod.peft_names;
+    for (const model::TensorSpec& t : lm.tensors(0))
+        parts.push_back(checkpoint_entry(t, m.shard));
+    const std::map<std::string, Buffer> whole =
+        gather_on_rank0(world, out + "/.adapter.partial", parts);
+    const std::vector<std::string> modules = io::all_gather_strings(mine.dump(), world);
     if (grid.rank == 0) {
         io::PeftConfig c;
         c.r = ft.lora.rank, c.alpha = ft.lora.alpha, c.dropout = ft.lora.dropout;
         c.rslora = ft.lora.rslora;
         c.base_model =
             job.deck.model.weights.empty() ? job.deck.model.preset : job.deck.model.weights;
+        std::map<std::string, std::vector<std::string>> peft_names;  // every stage's modules
+        for (const std::string& text : modules) {
+            const nlohmann::json rank_modules = nlohmann::json::parse(text);
+            for (const auto& [name, names] : rank_modules.items())
+                peft_names[name] = names.get<std::vector<std::string>>();
+        }
         std::set<std::string> leaves;
         std::vector<std::pair<std::string, Tensor>> tensors;
-        for (const model::LoraModule& mod : lm.modules) {
-            const model::LoraPair& p = mod.slot->adapters.at(0);
-            for (const std::string& name : mod.peft_names) {  // a shared expert adapter: each
-                tensors.emplace_back(io::peft_key(name, 'A'), p.A.view());
-                tensors.emplace_back(io::peft_key(name, 'B'), p.B.view());
+        for (const auto& [module, names] : peft_names)
+            for (const std::string& name : names) {  // a shared expert adapter: each expert
+                tensors.emplace_back(io::peft_key(name, 'A'),
+                                     whole.at(module + ".lora_A.weight").view());
+                tensors.emplace_back(io::peft_key(name, 'B'),
+                                     whole.at(module + ".lora_B.weight").view());
                 leaves.insert(leaf(name));
             }
-        }
         c.target_modules.assign(leaves.begin(), leaves.end());
         fs::create_directories(out + "/adapters");
         io::write_peft(out + "/adapters/final", c, tensors);
     }
     if (ft.export_merged) {
         model::merge_lora(lm, 0);
+        std::vector<io::CkptEntry> weights;
+        for (const model::TensorSpec& t : model::model_tensors(m))
+            weights.push_back(checkpoint_entry(t, m.shard));
+        const std::map<std::string, Buffer> merged =
+            gather_on_rank0(world, out + "/.merged.partial", weights);
         if (grid.rank == 0) {
             std::vector<std::pair<std::string, Tensor>> tensors;
-            for (const model::TensorSpec& t : model::model_tensors(m))
-                tensors.emplace_back(t.name, t.dest->view());
+            for (const auto& [name, b] : merged)
+                tensors.emplace_back(name, b.view());
             const std::string dir = out + "/merged";
             fs::create_directories(dir);
             io::write_safetensors(
@@ -75,7 +127,7 @@ void export_adapters(const Job& job,
             std::ofstream(dir + "/config.json") << model::to_json(job.model) << "\n";
         }
     }
-    comm::barrier(grid.comms.world);
+    comm::barrier(world);
 }
 
 InferAdapters load_infer_adapters(const Job& job, model::Model& m) {

@@ -17,6 +17,8 @@
 #include "hymoe/model/train.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/lora_adapters.h"
+#include "hymoe/runtime/lora_grads.h"
+#include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/optimizer.h"
 #include "hymoe/runtime/train_data.h"
 #include "hymoe/runtime/train_results.h"
@@ -54,33 +56,6 @@ int nonfinite_layer(model::LoraModel& lm) {
 void zero_grads(model::LoraModel& lm) {
     for (const model::TensorSpec& g : lm.tensors(0, true))
         std::fill_n(g.dest->ptr<float>(), shape_numel(g.shape), 0.0f);
-}
-
-// Sums the adapter gradients over the dp replicas: one all-reduce of them packed together.
-void all_reduce_grads(model::LoraModel& lm, const comm::Comm& dp) {
-    if (dp.size() == 1)
-        return;
-    const model::TensorList grads = lm.tensors(0, true);
-    int64_t n = 0;
-    for (const model::TensorSpec& g : grads)
-        n += shape_numel(g.shape);
-    Buffer packed(DType::f32, {n});
-    int64_t at = 0;
-    for (const model::TensorSpec& g : grads) {
-        std::copy_n(g.dest->ptr<float>(), shape_numel(g.shape), packed.ptr<float>() + at);
-        at += shape_numel(g.shape);
-    }
-    comm::all_reduce(packed.view(), dp);
-    at = 0;
-    for (const model::TensorSpec& g : grads) {
-        std::copy_n(packed.ptr<float>() + at, shape_numel(g.shape), g.dest->ptr<float>());
-        at += shape_numel(g.shape);
-    }
-}
-
-io::CkptEntry entry_of(const model::TensorSpec& t, const model::ModelShard& shard) {
-    const model::TensorPart part = model::part_of(t, shard);
-    return {t.name, t.dest->view(), part.dim, part.begin, part.full, true, ""};
 }
 
 // The adapter's factor scale: alpha / r, or alpha / √r with rsLoRA.
@@ -188,9 +163,9 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid)
 std::vector<io::CkptEntry> Trainer::entries() {
     std::vector<io::CkptEntry> e;
     for (const model::TensorSpec& t : lm_.tensors(0))
-        e.push_back(entry_of(t, m_.shard));
+        e.push_back(checkpoint_entry(t, m_.shard));
     for (const model::TensorSpec& t : opt_.state())
-        e.push_back(entry_of(t, m_.shard));
+        e.push_back(checkpoint_entry(t, m_.shard));
     for (io::CkptEntry& h : hist_.entries())
         e.push_back(h);
     return e;
@@ -289,8 +264,11 @@ StepOutcome Trainer::train_step(int64_t step) {
     std::vector<model::TrainBatch> batches;
     for (int64_t a = 0; a < accum_; ++a) {
         std::vector<DocImages> images;
-        batches.push_back(mix_.load(plan, (a * dp_ + grid_.me.dp) * micro_, micro_, &images));
+        const int64_t micro_index = a * dp_ + grid_.me.dp;  // in the step, over all replicas
+        batches.push_back(mix_.load(plan, micro_index * micro_, micro_, &images));
         splice_images(m_, images, batches.back());
+        batches.back().dropout_seed = job_.deck.job.seed ^ (static_cast<uint64_t>(step) << 20) ^
+                                      static_cast<uint64_t>(micro_index);
     }
     std::vector<double> counts = {0, 0};  // targets, tokens of the global batch
     for (const model::TrainBatch& b : batches) {
@@ -308,17 +286,14 @@ StepOutcome Trainer::train_step(int64_t step) {
     o.recompute = ft_.recompute;
     o.grad_scale = 1.0 / targets;  // the step's mean loss over every replica's targets
     o.expert_load = &out.load;
-    std::vector<double> loss = {0};
-    for (int64_t a = 0; a < accum_; ++a) {
-        for (model::LoraModule& mod : lm_.modules)
-            mod.slot->dropout_seed = job_.deck.job.seed ^ (static_cast<uint64_t>(step) << 20) ^
-                                     static_cast<uint64_t>(a * dp_ + grid_.me.dp);
-        loss[0] += model::train_forward_backward(m_, batches[a], o).loss;
-    }
-    all_reduce_grads(lm_, grid_.comms.dp);
+    for (model::LoraModule& mod : lm_.modules)
+        if (mod.slot->dropout > 0.0f)
+            o.dropout_slots.push_back(mod.slot);
+    std::vector<double> loss = {model::train_forward_backward(m_, batches, o).loss};
+    sum_lora_gradients(lm_, grid_.comms);
     comm::all_reduce_sum(loss, grid_.comms.dp);
     out.loss = loss[0] / targets;
-    out.grad_norm = std::sqrt(sum_of_squares(lm_.tensors(0, true)));
+    out.grad_norm = std::sqrt(lora_grad_sum_of_squares(lm_, grid_.comms));
     const std::string bad = check(out.loss);
     if (!bad.empty()) {
         if (ft_.on_nonfinite == "stop")
@@ -347,13 +322,14 @@ StepOutcome Trainer::train_step(int64_t step) {
 }
 
 void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
-    // expert load as shares per MoE layer (summed over dp) and routing drift on the probe
+    // expert load as shares per MoE layer (summed over every rank: each assignment is counted
+    // once, by the etp rank 0 that computed it) and routing drift on the probe (per stage)
     const auto L = static_cast<int64_t>(hist_.moe_layers.size()), E = hist_.n_expert;
     std::vector<double> shares(static_cast<size_t>(L * E));
     for (int64_t l = 0; l < L; ++l)
         for (int64_t e = 0; e < E && !out.load[hist_.moe_layers[l]].empty(); ++e)
             shares[l * E + e] = static_cast<double>(out.load[hist_.moe_layers[l]][e]);
-    comm::all_reduce_sum(shares, grid_.comms.dp);
+    comm::all_reduce_sum(shares, grid_.comms.world);
     for (int64_t l = 0; l < L; ++l) {
         double s = 0;
         for (int64_t e = 0; e < E; ++e)
@@ -362,13 +338,19 @@ void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
             shares[l * E + e] /= s;
     }
     std::vector<double> ov(static_cast<size_t>(L)), kl(static_cast<size_t>(L));
-    if (L > 0)
+    if (L > 0) {
         drift(base_dist_,
               model::router_distributions(m_, probe_batch_),
               hist_.moe_layers,
               job_.model.moe.top_k,
               ov.data(),
               kl.data());
+        std::vector<double> both(ov);  // each MoE layer's stage has its figures; the others 0
+        both.insert(both.end(), kl.begin(), kl.end());
+        comm::all_reduce_sum(both, grid_.comms.pp);
+        std::copy_n(both.begin(), L, ov.begin());
+        std::copy_n(both.begin() + L, L, kl.begin());
+    }
     const double lr = learning_rate(ft_.optimizer, step, ft_.steps);
     hist_.step.push_back(static_cast<double>(step + 1));
     hist_.loss.push_back(out.loss), hist_.lr.push_back(lr),
@@ -448,11 +430,10 @@ int Trainer::run() {
 }  // namespace
 
 int run_lora(const Job& job, const parallel::Grid& grid) {
-    if (job.layout.tp * job.layout.pp * job.layout.ep > 1)
+    if (job.layout.tp * job.layout.ep > 1)  // interim: the MoE backward over tp/ep lands next
         HYMOE_FAIL(Exit::invalid,
                    job.deck.locate("parallel"),
-                   ": lora jobs run on data-parallel replicas of the whole model here "
-                   "(tp = pp = ep = 1; dp any)");
+                   ": lora jobs run at dp and pp layouts here (tp = ep = 1)");
     return Trainer(job, grid).run();
 }
 

@@ -67,4 +67,9 @@ model::ReadTensor open_model_checkpoint(const std::string& dir, const model::Mod
     };
 }
 
+io::CkptEntry checkpoint_entry(const model::TensorSpec& t, const model::ModelShard& shard) {
+    const model::TensorPart part = model::part_of(t, shard);
+    return {t.name, t.dest->view(), part.dim, part.begin, part.full, true, ""};
+}
+
 }  // namespace hymoe::runtime

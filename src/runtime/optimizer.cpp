@@ -61,14 +61,4 @@ model::TensorList AdamW::state() {
     return list;
 }
 
-double sum_of_squares(const model::TensorList& grads) {
-    double s = 0;
-    for (const model::TensorSpec& g : grads) {
-        const float* x = g.dest->ptr<float>();
-        for (int64_t k = 0; k < shape_numel(g.shape); ++k)
-            s += static_cast<double>(x[k]) * static_cast<double>(x[k]);
-    }
-    return s;
-}
-
 }  // namespace hymoe::runtime

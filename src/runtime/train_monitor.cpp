@@ -53,6 +53,9 @@ void drift(const std::vector<Buffer>& base,
     for (size_t l = 0; l < layers.size(); ++l) {
         const Buffer& a = base[layers[l]];
         const Buffer& b = now[layers[l]];
+        overlap[l] = kl[l] = 0;
+        if (a.view().data == nullptr)  // a layer of another pipeline stage
+            continue;
         const int64_t n = a.view().dim(0), E = a.view().dim(1);
         double ov = 0, div = 0;
         std::vector<int64_t> ia(static_cast<size_t>(k)), ib(static_cast<size_t>(k));
@@ -71,8 +74,8 @@ void drift(const std::vector<Buffer>& base,
                            std::log(static_cast<double>(p[e]) /
                                     std::max(static_cast<double>(q[e]), 1e-30));
         }
-        overlap[l] = n ? ov / static_cast<double>(n) : 0;
-        kl[l] = n ? div / static_cast<double>(n) : 0;
+        if (n > 0)
+            overlap[l] = ov / static_cast<double>(n), kl[l] = div / static_cast<double>(n);
     }
 }
 

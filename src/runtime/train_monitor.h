@@ -30,7 +30,8 @@ model::LossSums evaluate(const model::Model& m,
                          const parallel::Grid& grid);
 
 // Per MoE layer l (layers[l] indexes base and now, [n_tok, E] each): the mean over tokens of the
-// top-k overlap |topk(p_base) ∩ topk(p)| / k → overlap[l], and of KL(p_base ‖ p) → kl[l].
+// top-k overlap |topk(p_base) ∩ topk(p)| / k → overlap[l], and of KL(p_base ‖ p) → kl[l]; 0 for
+// a layer of another pipeline stage (empty entries).
 void drift(const std::vector<Buffer>& base,
            const std::vector<Buffer>& now,
            const std::vector<int64_t>& layers,

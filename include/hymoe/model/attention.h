@@ -113,8 +113,9 @@ void attention_backward(const ModelConfig& cfg,
                         const MlaWeights& w,
                         const Tensor& x,  // [n_tok, d]
                         const SeqBatch& batch,
-                        const Tensor& dy,  // [n_tok, d]
-                        Tensor& dx);       // [n_tok, d]
+                        const Tensor& dy,                 // [n_tok, d]
+                        Tensor& dx,                       // [n_tok, d]
+                        const comm::Comm* tp = nullptr);  // as attention_forward's
 
 // ---- building blocks ----------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ struct LoraSlot {
     std::vector<LoraPair> adapters;
     float dropout = 0.0f;         // training only: p of the inverted dropout on the adapter input
     uint64_t dropout_seed = 0;    // the mask's key: change it per step (and micro-batch)
-    uint32_t dropout_stream = 0;  // distinct per slot (layer, projection)
+    uint32_t dropout_stream = 0;  // the module name's stream (name_stream): per projection
 };
 
 // Where a block's adapters attach. Null pointers: no adapter. KDA: q, k, v, o are q_proj,

@@ -52,6 +52,10 @@ struct Model {
     const Buffer& head() const { return cfg.tie_word_embeddings ? embed : lm_head; }
 };
 
+// The Philox stream of a name (32-bit FNV-1a): a tensor's random init, an adapter's dropout, the
+// same whichever ranks hold them.
+uint32_t name_stream(const std::string& name);
+
 // This rank's weights with their full HF names ("model.layers.3.self_attn.q_proj.weight") and
 // local shapes; split_dim says how each is cut from the whole tensor.
 TensorList model_tensors(Model& m);
@@ -139,6 +143,14 @@ void forward(const Model& m,
              const std::vector<SequenceState*>& states,
              Buffer& logits,
              const ForwardOptions& options = {});
+
+// The pieces of forward the training pass (model/train.h) shares. First stage: h [n_tok, d] = the
+// embedding rows of tokens (vocab-parallel under tp: each rank writes the rows it holds, and an
+// all-reduce completes h), then media rows spliced in. Last stage: logits [r, V] = normed [r, d] ·
+// headᵀ, each tp rank computing its V/tp columns and an all-gather assembling them.
+void embed_tokens(const Model& m, const std::vector<int64_t>& tokens, Tensor& h);
+void splice_media(const MediaSplice& media, Tensor& h);
+void lm_head(const Model& m, const Tensor& normed, Buffer& logits);
 
 // Starts sending a residual stream left in ForwardOptions::stage_out to the next stage (nothing
 // when it is empty or this is the last stage). h must stay untouched until the Request completes.

@@ -101,4 +101,15 @@ void moe_forward_parallel(const ModelConfig& cfg,
                           const MoeParallel& par,
                           MoeCommStats* stats = nullptr);
 
+// The backward of moe_forward_parallel: dx [n_tok, d] (identical on the tp group) from dy [n_tok,
+// d] (identical on the tp group); the adapters' gradients accumulate into the local slots.
+void moe_backward_parallel(const ModelConfig& cfg,
+                           const LayerSpec& spec,
+                           const MoeWeights& local,
+                           const Tensor& x,
+                           const Tensor& dy,
+                           Tensor& dx,
+                           const MoeParallel& par,
+                           MoeCommStats* stats = nullptr);
+
 }  // namespace hymoe::model

@@ -7,10 +7,18 @@
 // its input; with `recompute` only the layer inputs are kept and the mixer is rerun to get the
 // FFN's input. Each packed sequence starts fresh (KDA state and conv tails zero, attention over
 // itself only): documents packed into one row never see each other.
-// One rank holds the whole model here (tp = pp = ep = 1); data parallelism is the caller's.
+// Model parallelism as in the inference forward (model/model.h): each rank runs its stage's layers
+// on its tp part, the mixers' and dense FFNs' partial outputs are all-reduced over tp, MoE layers
+// dispatch over ep (model/moe_parallel.h), and the head's logits are gathered over tp. The
+// backward mirrors it: a block's input gradient from this rank's heads and widths is partial and
+// is all-reduced over tp; the stages pass the residual stream forward and its gradient back in
+// the 1F1B order. Adapter gradients are left as this rank's partial sums: the caller sums each
+// over the ranks that hold the same slice (runtime/lora_grads.h). Data parallelism is the
+// caller's too.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "hymoe/model/model.h"
@@ -23,6 +31,7 @@ struct TrainBatch {
     SeqBatch batch;                // the sequences over the rows, every pos0 = 0
     MediaSplice media;             // image tokens replacing placeholder rows (frozen vision
                                    //   tower: they are inputs and get no gradient)
+    uint64_t dropout_seed = 0;     // the adapters' dropout masks of this micro-batch
 };
 
 // Sums over a batch (not means), so they add over micro-batches and ranks.
@@ -38,17 +47,34 @@ struct LossSums {
 struct TrainOptions {
     bool recompute = false;   // keep only layer inputs; rerun the mixer in the backward
     double grad_scale = 1.0;  // the adapters receive ∂(grad_scale · Σ loss)
-    std::vector<std::vector<int64_t>>* expert_load = nullptr;  // [n_layer][E] += assignments
+    // [n_layer][E] += the assignments this rank's experts computed (counted on etp rank 0 only):
+    // summed over the world they are the step's expert load
+    std::vector<std::vector<int64_t>>* expert_load = nullptr;
+    // The adapter slots with dropout: each pass of a micro-batch sets their dropout_seed to its
+    // TrainBatch::dropout_seed first (1F1B interleaves the micro-batches' passes).
+    std::vector<LoraSlot*> dropout_slots;
 };
 
-// Forward and backward: the loss sums of the batch; the adapters' gradients accumulate.
-LossSums train_forward_backward(const Model& m, const TrainBatch& b, const TrainOptions& options);
+// Forward and backward of one optimizer step's micro-batches through this rank's stage, in the
+// 1F1B order (warm-up forwards, one forward one backward, cool-down backwards; pp = 1: each
+// micro-batch's forward then its backward): the loss sums of all of them, the same on every rank
+// of the pipeline; the adapters' gradients accumulate. Every rank of the dp replica passes the
+// same micro-batches.
+LossSums train_forward_backward(const Model& m,
+                                std::span<const TrainBatch> micro,
+                                const TrainOptions& options);
+inline LossSums train_forward_backward(const Model& m,
+                                       const TrainBatch& b,
+                                       const TrainOptions& options) {
+    return train_forward_backward(m, std::span<const TrainBatch>(&b, 1), options);
+}
 
-// Forward only: the loss sums (evaluation).
+// Forward only: the loss sums (evaluation), the same on every rank of the pipeline.
 LossSums evaluate_loss(const Model& m, const TrainBatch& b);
 
-// The router distribution of every MoE layer on the batch, p = s/Σs (sigmoid scoring) or the
-// softmax: [n_layer] entries, [n_tok, E] for MoE layers and empty for the others.
+// The router distribution of every MoE layer of this stage on the batch, p = s/Σs (sigmoid
+// scoring) or the softmax: [n_layer] entries, [n_tok, E] for this stage's MoE layers and empty
+// for the others.
 std::vector<Buffer> router_distributions(const Model& m, const TrainBatch& b);
 
 }  // namespace hymoe::model

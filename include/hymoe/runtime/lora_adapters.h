@@ -13,7 +13,9 @@
 
 namespace hymoe::runtime {
 
-// Collective: rank 0 writes the adapter (adapter 0 of lm) and, when asked, the merged weights.
+// Collective: rank 0 writes the adapter (adapter 0 of lm) and, when asked, the merged weights,
+// whole at any layout (every rank's parts are gathered through scratch checkpoint files under the
+// output folder; for the merged weights rank 0 holds the whole model once).
 void export_adapters(const Job& job,
                      model::Model& m,
                      model::LoraModel& lm,

@@ -25,6 +25,9 @@ bool is_model_checkpoint(const std::string& dir);
 // unreadable file: Exit::checkpoint naming the tensor and the file).
 model::ReadTensor open_model_checkpoint(const std::string& dir, const model::ModelConfig& cfg);
 
+// This rank's part of a model (or adapter) tensor as a checkpoint entry, into tensors.h5.
+io::CkptEntry checkpoint_entry(const model::TensorSpec& t, const model::ModelShard& shard);
+
 // The convert job (collective): refuses an output folder that holds another job's outputs
 // (Exit::invalid), then writes the checkpoint into job.deck.job.output. Returns the exit code.
 void check_convert_output(const Job& job);

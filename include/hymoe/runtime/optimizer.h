@@ -29,7 +29,4 @@ private:
     std::vector<Buffer> m_, v_;
 };
 
-// Σ g² over a list of gradient tensors (the square of the local part of the global norm).
-double sum_of_squares(const model::TensorList& grads);
-
 }  // namespace hymoe::runtime
