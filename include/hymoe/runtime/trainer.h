@@ -3,8 +3,8 @@
 // non-finite/loss-spike guard, checkpoints (every checkpoint.every steps, on SIGUSR1/SIGTERM/
 // SIGINT and at job.max_hours: exit 75, and a rerun resumes bit-identically), results.h5 and the
 // adapters in PEFT format (out/adapters/final, and out/merged with finetune.export_merged).
-// Layouts: data-parallel replicas of whole-model ranks (tp = pp = ep = 1); the LoRA gradients
-// are summed over dp.
+// Layouts: any grid. The micro-batches of a step run 1F1B over pp (model/train.h), and each LoRA
+// gradient is summed over the ranks that replicate its adapter (runtime/lora_grads.h).
 #pragma once
 
 #include "hymoe/parallel/grid.h"
