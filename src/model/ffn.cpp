@@ -112,11 +112,12 @@ TensorList ffn_tensors(const ModelConfig& cfg,
 void dense_ffn_forward(const DenseFfnWeights& w,
                        ExpertAct act,
                        const Tensor& x /*[n_tok, w]*/,
-                       Tensor& y /*[n_tok, w]*/) {
+                       Tensor& y /*[n_tok, w]*/,
+                       const SeqBatch* row_batch) {
     const int64_t n = x.dim(0);
     const int64_t inter = w.up_proj.view().dim(0);
-    Buffer up(DType::f32, {n, inter});         // [n, I]
-    const SeqBatch rows = single_sequence(n);  // FFN adapters: adapter 0 on every row
+    Buffer up(DType::f32, {n, inter});  // [n, I]
+    const SeqBatch rows = row_batch ? *row_batch : single_sequence(n);
     ops::linear(x, w.up_proj.view(), up.view());
     lora_forward(w.lora.up, rows, x, up.view());
     switch (act) {

@@ -83,7 +83,10 @@ std::string expert_module(const std::string& module, int e, const std::string& i
 
 }  // namespace
 
-LoraModel attach_lora(Model& m, const std::vector<std::string>& targets, bool per_expert) {
+LoraModel attach_lora(Model& m,
+                      const std::vector<std::string>& targets,
+                      bool per_expert,
+                      bool every_target) {
     std::map<const Buffer*, TensorSpec> specs;  // weight → its spec (name, local shape, split)
     for (TensorSpec& t : model_tensors(m))
         specs[t.dest] = t;
@@ -131,7 +134,7 @@ LoraModel attach_lora(Model& m, const std::vector<std::string>& targets, bool pe
         }
     }
     for (const std::string& t : targets)
-        if (!matched.count(t))
+        if (every_target && !matched.count(t))
             HYMOE_FAIL(Exit::invalid,
                        "finetune.lora.target_modules: ",
                        t,

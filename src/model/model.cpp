@@ -336,6 +336,7 @@ void forward(const Model& m,
     const bool has_rows = n > 0;  // the same on every rank of the dp replica
     stats.steps += has_rows ? 1 : 0;
     const bool moe_parallel = sh.tp * sh.ep > 1;
+    const SeqBatch* ffn_rows = batch.adapter.empty() ? nullptr : &batch;  // FFN adapters' choice
     Buffer h(DType::f32, {n, d});  // [n_tok, d] the residual stream
     if (sh.first_stage()) {
         ScopedTimer timer(stats.head_seconds);
@@ -385,7 +386,7 @@ void forward(const Model& m,
             if (!has_rows)
                 continue;
             ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
-            dense_ffn_forward(lw.dense, ExpertAct::swiglu, xn.view(), y.view());
+            dense_ffn_forward(lw.dense, ExpertAct::swiglu, xn.view(), y.view(), ffn_rows);
             if (sh.tp > 1)
                 comm::all_reduce(y.view(), m.comms->tp);
         } else if (moe_parallel) {  // called with no rows too: the ep group may span replicas
@@ -397,7 +398,7 @@ void forward(const Model& m,
                 continue;
             ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
             Routing routing;
-            moe_forward(cfg, spec, lw.moe, xn.view(), y.view(), &routing);
+            moe_forward(cfg, spec, lw.moe, xn.view(), y.view(), &routing, ffn_rows);
             MoeCommStats load;  // the one-rank MoE: only its expert load
             load.calls = 1;
             load.tokens_per_expert = std::move(routing.tokens_per_expert);

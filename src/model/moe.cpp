@@ -42,12 +42,14 @@ Dispatch plan_dispatch(const Routing& r, int64_t n_tok, int64_t top_k) {
     return p;
 }
 
-// The routed part: acc [n_tok, w] = Σ_i w_i · Expert_idx_i(z) for z [n_tok, w].
+// The routed part: acc [n_tok, w] = Σ_i w_i · Expert_idx_i(z) for z [n_tok, w]; each token's
+// adapter from token_adapter ([n_tok], empty: adapter 0).
 void routed_experts(const MoeConfig& m,
                     const MoeWeights& w,
                     const Routing& r,
                     const Tensor& z /*[n_tok, w]*/,
-                    Tensor& acc /*[n_tok, w]*/) {
+                    Tensor& acc /*[n_tok, w]*/,
+                    const std::vector<int>& token_adapter) {
     const int64_t n_tok = z.dim(0), width = z.dim(1), k = m.top_k;
     const Dispatch p = plan_dispatch(r, n_tok, k);
     const int64_t n_rows = p.offset.back();
@@ -59,12 +61,24 @@ void routed_experts(const MoeConfig& m,
             std::memcpy(in.ptr<float>() + p.row[a] * width,
                         z.ptr<float>() + static_cast<int64_t>(a) / k * width,
                         row_bytes);
+    std::vector<int> row_adapter(token_adapter.empty() ? 0 : static_cast<size_t>(n_rows));
+    for (size_t a = 0; a < p.row.size() && !token_adapter.empty(); ++a)
+        if (p.row[a] >= 0)
+            row_adapter[p.row[a]] = token_adapter[static_cast<size_t>(a) / k];
     for (size_t e = 0; e + 1 < p.offset.size(); ++e) {
         const int64_t begin = p.offset[e], count = p.offset[e + 1] - begin;
         if (count == 0)
             continue;
         Tensor out_rows = out.view().rows(begin, count);
-        dense_ffn_forward(w.experts[e], m.expert_act, in.view().rows(begin, count), out_rows);
+        SeqBatch rows;  // the adapter of each of the expert's rows
+        if (!token_adapter.empty())
+            rows = single_rows(
+                std::vector<int>(row_adapter.begin() + begin, row_adapter.begin() + begin + count));
+        dense_ffn_forward(w.experts[e],
+                          m.expert_act,
+                          in.view().rows(begin, count),
+                          out_rows,
+                          token_adapter.empty() ? nullptr : &rows);
     }
     for (int64_t t = 0; t < n_tok; ++t) {
         float* y = acc.ptr<float>() + t * width;
@@ -88,7 +102,8 @@ void moe_forward(const ModelConfig& cfg,
                  const MoeWeights& w,
                  const Tensor& x /*[n_tok, d]*/,
                  Tensor& y /*[n_tok, d]*/,
-                 Routing* routing_out) {
+                 Routing* routing_out,
+                 const SeqBatch* rows) {
     const MoeConfig& m = cfg.moe;
     const int64_t n_tok = x.dim(0), d = cfg.hidden_size;
     HYMOE_CHECK(spec.ffn == Ffn::moe || spec.ffn == Ffn::latent_moe, "not an MoE layer");
@@ -102,19 +117,20 @@ void moe_forward(const ModelConfig& cfg,
                 " experts loaded, config has ",
                 m.n_routed_experts);
     Routing r = route(cfg, w, x);
+    const std::vector<int> token_adapter = rows ? row_adapters(*rows) : std::vector<int>();
     if (spec.ffn == Ffn::latent_moe) {
         const int64_t ell = m.latent_size;
         Buffer z(DType::f32, {n_tok, ell});      // [n_tok, ℓ] fc1 x
         Buffer y_lat(DType::f32, {n_tok, ell});  // [n_tok, ℓ] combined expert outputs
         ops::linear(x, w.fc1_latent_proj.view(), z.view());
-        routed_experts(m, w, r, z.view(), y_lat.view());
+        routed_experts(m, w, r, z.view(), y_lat.view(), token_adapter);
         ops::linear(y_lat.view(), w.fc2_latent_proj.view(), y);
     } else {
-        routed_experts(m, w, r, x, y);
+        routed_experts(m, w, r, x, y, token_adapter);
     }
     if (m.n_shared_experts > 0) {
         Buffer shared(DType::f32, {n_tok, d});  // [n_tok, d]
-        dense_ffn_forward(w.shared, m.expert_act, x, shared.view());
+        dense_ffn_forward(w.shared, m.expert_act, x, shared.view(), rows);
         ops::add_inplace(y, shared.view());
     }
     if (routing_out)

@@ -135,7 +135,20 @@ InferAdapters load_infer_adapters(const Job& job, model::Model& m) {
     const auto& folders = job.deck.inference.adapters;
     if (folders.empty())
         return a;
-    a.lm = model::attach_lora(m, {"q_proj", "k_proj", "v_proj", "o_proj"}, true);
+    // every projection an adapter may hold; expert adapters per expert (a layer-shared one is
+    // written once per expert module)
+    a.lm = model::attach_lora(m,
+                              {"q_proj",
+                               "k_proj",
+                               "v_proj",
+                               "o_proj",
+                               "gate_proj",
+                               "up_proj",
+                               "down_proj",
+                               "experts",
+                               "shared_experts"},
+                              true,
+                              false);
     for (const auto& [name, dir] : folders) {
         const int id = static_cast<int>(a.ids.size());
         a.ids[name] = id;
@@ -148,6 +161,15 @@ InferAdapters load_infer_adapters(const Job& job, model::Model& m) {
             if (!file.has(ka) || !file.has(kb))
                 continue;  // this adapter leaves the projection alone
             used.insert(ka), used.insert(kb);
+            if (m.shard.tp * m.shard.ep > 1 && m.cfg.layers[mod.layer].ffn != model::Ffn::dense &&
+                mod.name.find(".mlp.") != std::string::npos)
+                HYMOE_FAIL(Exit::bad_input,
+                           dir,
+                           ": adapter '",
+                           name,
+                           "' holds ",
+                           ka,
+                           ": adapters on MoE layers are applied per request at tp = ep = 1 here");
             const Shape& w = mod.weight.shape;  // [out, in], this rank's part
             p.scale = static_cast<float>(c.scale());
             p.A = Buffer(DType::f32, {c.r, w[1]});
@@ -170,8 +192,7 @@ InferAdapters load_infer_adapters(const Job& job, model::Model& m) {
                            name,
                            "' holds ",
                            key,
-                           ", which the infer job cannot apply (adapters on the attention "
-                           "projections q/k/v/o of this model's layers only)");
+                           ", which names no projection of this model");
         log::info(cat("adapter '", name, "' (", dir, "): r = ", c.r, ", alpha = ", c.alpha));
     }
     return a;

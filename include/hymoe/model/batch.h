@@ -26,4 +26,11 @@ inline SeqBatch single_sequence(int64_t n, int64_t pos0 = 0) {
     return SeqBatch{{0, n}, {pos0}, {}};
 }
 
+// The adapter id of every row of `batch` ([n_tok]; empty when batch.adapter is empty).
+std::vector<int> row_adapters(const SeqBatch& batch);
+
+// Rows that each carry their own adapter: one single-row sequence per entry of adapter
+// ([n_rows] ids), for adapted projections over gathered rows (the routed experts).
+SeqBatch single_rows(const std::vector<int>& adapter);
+
 }  // namespace hymoe::model

@@ -69,10 +69,13 @@ TensorList routed_expert_tensors(const ModelConfig& cfg,
 
 // y [n_tok, w] = down(act(x)) for one MLP on x [n_tok, w]:
 //   swiglu: down(SiLU(gate x) ⊙ up x),  relu2: down(ReLU(up x)²).
+// rows names each row's adapter (its sequences are runs of rows, model/lora.h); null: adapter 0
+// on every row.
 void dense_ffn_forward(const DenseFfnWeights& w,
                        ExpertAct act,
                        const Tensor& x /*[n_tok, w]*/,
-                       Tensor& y /*[n_tok, w]*/);
+                       Tensor& y /*[n_tok, w]*/,
+                       const SeqBatch* rows = nullptr);
 
 // Backward of dense_ffn_forward: dx [n_tok, w] is overwritten with ∂L/∂x from dy [n_tok, w];
 // the adapters in w.lora accumulate their gradients.
@@ -108,12 +111,15 @@ Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_
 // y = fc2(Σ_i w_i · Expert_idx_i(fc1 x)) + Shared(x) (latent_moe). y must not alias x. Each
 // expert runs on its kept tokens in token order, one row at a time; the weighted sum is
 // accumulated in fp32 in each token's slot order. routing_out, when given, receives the routing.
+// rows (null: adapter 0 everywhere) names each token's adapter for the experts' and shared
+// experts' adapters: a routed expert applies the adapter of each token it computes.
 void moe_forward(const ModelConfig& cfg,
                  const LayerSpec& spec,
                  const MoeWeights& w,
                  const Tensor& x /*[n_tok, d]*/,
                  Tensor& y /*[n_tok, d]*/,
-                 Routing* routing_out = nullptr);
+                 Routing* routing_out = nullptr,
+                 const SeqBatch* rows = nullptr);
 
 // Backward of moe_forward on one rank (spec/model-math.md §9): the routing (expert choice and
 // capacity drops) is recomputed and held constant; the gradient flows through the experts, the

@@ -51,9 +51,12 @@ private:
 };
 
 // Builds the slots for `targets` on this rank's layers and hooks them into m's blocks (no
-// adapters yet). Throws Exit::invalid naming finetune.lora.target_modules when a target matches
-// no projection of the model.
-LoraModel attach_lora(Model& m, const std::vector<std::string>& targets, bool per_expert);
+// adapters yet). With every_target, throws Exit::invalid naming finetune.lora.target_modules
+// when a target matches no projection of the model on this rank's layers.
+LoraModel attach_lora(Model& m,
+                      const std::vector<std::string>& targets,
+                      bool per_expert,
+                      bool every_target = true);
 
 // Appends adapter id slot.adapters.size() to every slot: rank r, scale s; A Kaiming-uniform
 // drawn whole per module from (seed, its name) and cut to this rank's part, B zero; with
