@@ -1,8 +1,10 @@
 // The whole-model training pass (model/train.h) on the three tiny presets with adapters on every
 // target (attention q/k/v/o, dense and shared-expert FFNs, routed experts): the adapters'
 // gradients equal central finite differences of the summed loss (≤ 1e-3 relative, B nonzero so
-// every path carries gradient); recompute gives the same gradients; a packed batch gives the sum
-// of its sequences alone; and a fresh adapter (B = 0) leaves the base model's loss unchanged.
+// every path carries gradient; an entry whose ±ε straddles a discrete switch, a token's expert or
+// DSA top-k choice, is recognised by the jump and left out); recompute gives the same gradients; a
+// packed batch gives the sum of its sequences alone; and a fresh adapter (B = 0) leaves the base
+// model's loss unchanged.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -125,10 +127,14 @@ BOOST_DATA_TEST_CASE(lora_gradients_match_finite_differences, data::make(kPreset
     const TrainBatch b = two_docs(s.m.cfg.vocab_size);
     zero(s.lm);
     train_forward_backward(s.m, b, {});
-    // every factor of every module: a few entries each, against central differences
+    // every factor of every module: a few entries each, against central differences. Where the
+    // loss is smooth over ±ε, |L(+ε) + L(−ε) − 2 L(0)| = ε²|L''| stays below 1e-5 (measured ≤
+    // 8e-6); a routing or top-k switch inside ±ε adds its jump (measured ≥ 2.4e-3), so such an
+    // entry, whose central difference measures the jump and not the gradient, is left out.
     std::vector<float> analytic, numeric;
     const float eps = 1e-2f;
-    int64_t probe = 0;
+    const double loss0 = evaluate_loss(s.m, b).loss;
+    int64_t probe = 0, switched = 0;
     for (const TensorSpec& t : s.lm.tensors(0)) {
         const TensorList gl = s.lm.tensors(0, true);
         const TensorSpec* g = nullptr;
@@ -146,13 +152,19 @@ BOOST_DATA_TEST_CASE(lora_gradients_match_finite_differences, data::make(kPreset
             w = w0 - eps;
             const double down = evaluate_loss(s.m, b).loss;
             w = w0;
+            if (std::abs(up + down - 2 * loss0) > 1e-4) {
+                ++switched;
+                continue;
+            }
             numeric.push_back(static_cast<float>((up - down) / (2 * static_cast<double>(eps))));
             analytic.push_back(g->dest->ptr<float>()[i]);
         }
     }
     const double err = max_rel(analytic, numeric);
-    BOOST_TEST_MESSAGE(preset << ": " << analytic.size() << " entries, max relative error " << err);
+    BOOST_TEST_MESSAGE(preset << ": " << analytic.size() << " entries (" << switched
+                              << " left out at a switch), max relative error " << err);
     BOOST_TEST(err <= 1e-3);
+    BOOST_TEST(switched * 3 <= probe);  // at least two in three entries checked
 }
 
 BOOST_DATA_TEST_CASE(recompute_and_packing_agree, data::make(kPresets), preset) {
