@@ -63,6 +63,7 @@ void check_moe_layer(const ModelConfig& cfg,
                      const Tensor& out,
                      const MoeParallel& par);
 
+// This rank's place in ep and the experts' placement (local.expert_rank) for E experts.
 ExpertHosting hosting_of(const MoeWeights& local, int64_t n_exp, const comm::Comm* ep);
 
 // The pipeline of the owned rows' payload [n_own, w_in] under routing r (of the owned rows) over

@@ -4,7 +4,6 @@
 #include "moe_experts.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "ffn_backward.h"
 #include "hymoe/backend/ops.h"

@@ -11,7 +11,6 @@
 // then the shared experts' backward (tp partial, every row) and one all-reduce over tp: it sums
 // the etp partials and the shared partials and places every block's rows.
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <vector>
 
