@@ -1,7 +1,8 @@
-// The per-micro-batch phases of the expert-parallel MoE layer (moe_dispatch.h): dispatch layout,
-// count and metadata exchange, payload all-to-all, grouped hosted experts, reverse all-to-all and
-// the owner's sum. Row order is fixed on both sides (owner: destination, then token; expert:
-// source, then token), so each token's arithmetic never depends on message arrival.
+// The pipeline of the expert-parallel MoE layer (moe_dispatch.h): dispatch layout, count and
+// metadata exchange, payload all-to-all, the expert stage, reverse all-to-all and the owner stage,
+// for one or two micro-batches. Row order is fixed on both sides (owner: destination, then
+// token; expert: source, then token), so each token's arithmetic never depends on message
+// arrival.
 #include "moe_dispatch.h"
 
 #include <algorithm>
@@ -9,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "hymoe/core/error.h"
+#include "hymoe/core/timer.h"
 
 namespace hymoe::model::detail {
 
@@ -53,8 +54,8 @@ comm::Request exchange_start(const Tensor& in,
     return comm::Request();
 }
 
-}  // namespace
-
+// Owner side: the rows of owned tokens [b.first, b.first + b.n_tok) of payload [n_own, w_in]
+// under routing r (of the owned rows): each token once per distinct ep rank hosting a kept expert.
 void plan_batch(const Routing& r,
                 int64_t top_k,
                 const ExpertHosting& hosting,
@@ -106,100 +107,102 @@ void plan_batch(const Routing& r,
     }
 }
 
-void exchange_metadata(MoeBatch& b, const comm::Comm* ep) {
+// Counts (comm::exchange_counts) and metadata (two all_to_all_v), blocking; allocates every
+// expert-side buffer and `back`, returned rows out_width wide. Collective over ep.
+void exchange_metadata(MoeBatch& b, int64_t out_width, const comm::Comm* ep) {
     b.recv_rows = ep ? comm::exchange_counts(b.send_rows, *ep) : b.send_rows;
     const int64_t n_recv = total(b.recv_rows), n_send = b.send.view().dim(0);
     const int64_t width = b.send.view().dim(1), k = b.send_ids.view().dim(1);
     b.recv = Buffer(DType::f32, {n_recv, width});
     b.recv_ids = Buffer(DType::i32, {n_recv, k});
     b.recv_weight = Buffer(DType::f32, {n_recv, k});
-    b.partial = Buffer(DType::f32, {n_recv, width});
-    b.back = Buffer(DType::f32, {n_send, width});
+    b.partial = Buffer(DType::f32, {n_recv, out_width});
+    b.back = Buffer(DType::f32, {n_send, out_width});
     exchange(b.send_ids.view(), b.send_rows, b.recv_ids.view(), b.recv_rows, ep);
     exchange(b.send_weight.view(), b.send_rows, b.recv_weight.view(), b.recv_rows, ep);
 }
 
+// The payload to the experts; non-blocking, completes in b.dispatch. Collective over ep.
 void start_dispatch(MoeBatch& b, const comm::Comm* ep) {
     b.dispatch = exchange_start(b.send.view(), b.send_rows, b.recv.view(), b.recv_rows, ep);
 }
 
-void run_experts(const MoeWeights& local,
-                 ExpertAct act,
-                 const ExpertHosting& hosting,
-                 MoeBatch& b,
-                 const std::function<void()>& poll,
-                 std::vector<int64_t>& tokens_per_expert) {
-    const Tensor& recv = b.recv.view();
-    const int64_t n_recv = recv.dim(0), width = recv.dim(1), k = b.recv_ids.view().dim(1);
-    const auto n_exp = static_cast<int64_t>(local.experts.size());
-    const int32_t* ids = b.recv_ids.ptr<int32_t>();  // [n_recv, k]
-    // Group the (row, slot) assignments by expert, rows ascending within each.
-    std::vector<int64_t> count(static_cast<size_t>(n_exp), 0);  // [E]
-    for (int64_t a = 0; a < n_recv * k; ++a)
-        if (ids[a] >= 0) {
-            HYMOE_CHECK(ids[a] < n_exp && hosting.rank_of(ids[a]) == hosting.ep_rank,
-                        "expert ",
-                        ids[a],
-                        " reached ep rank ",
-                        hosting.ep_rank);
-            ++count[static_cast<size_t>(ids[a])];
-        }
-    std::vector<int64_t> offset = offsets_of(count);  // [E + 1]
-    std::vector<int64_t> cursor(offset.begin(), offset.end() - 1);
-    std::vector<int64_t> grouped(static_cast<size_t>(n_recv * k), -1);  // [n_recv, k] row in `in`
-    Buffer in(DType::f32, {offset.back(), width});   // [n_assign, w] rows grouped by expert
-    Buffer out(DType::f32, {offset.back(), width});  // [n_assign, w] expert outputs, same rows
-    const auto row_bytes = static_cast<size_t>(width) * sizeof(float);
-    for (int64_t a = 0; a < n_recv * k; ++a)
-        if (ids[a] >= 0) {
-            const int64_t row = cursor[static_cast<size_t>(ids[a])]++;
-            grouped[static_cast<size_t>(a)] = row;
-            std::memcpy(
-                in.ptr<float>() + row * width, recv.ptr<float>() + a / k * width, row_bytes);
-        }
-    for (int64_t e = 0; e < n_exp; ++e) {
-        const int64_t begin = offset[static_cast<size_t>(e)];
-        const int64_t rows = offset[static_cast<size_t>(e) + 1] - begin;
-        if (rows == 0)
-            continue;
-        tokens_per_expert[static_cast<size_t>(e)] += rows;
-        const DenseFfnWeights& w = local.experts[static_cast<size_t>(e)];
-        HYMOE_CHECK(w.up_proj.view().data != nullptr,
-                    "expert ",
-                    e,
-                    " is not loaded on ep rank ",
-                    hosting.ep_rank);
-        Tensor out_rows = out.view().rows(begin, rows);
-        dense_ffn_forward(w, act, in.view().rows(begin, rows), out_rows);
-        poll();
-    }
-    // Per row: Σ over its hosted slots in slot order, fp32.
-    const float* weight = b.recv_weight.ptr<float>();  // [n_recv, k]
-    for (int64_t t = 0; t < n_recv; ++t) {
-        float* y = b.partial.ptr<float>() + t * width;
-        std::fill(y, y + width, 0.0f);
-        for (int64_t i = 0; i < k; ++i) {
-            const int64_t row = grouped[static_cast<size_t>(t * k + i)];
-            if (row < 0)
-                continue;
-            const float wt = weight[t * k + i];
-            const float* o = out.ptr<float>() + row * width;
-            for (int64_t j = 0; j < width; ++j)
-                y[j] += wt * o[j];
-        }
-    }
-}
-
+// The partials back to their owners; non-blocking, completes in b.combine. Collective over ep.
 void start_combine(MoeBatch& b, const comm::Comm* ep) {
     b.combine = exchange_start(b.partial.view(), b.recv_rows, b.back.view(), b.send_rows, ep);
 }
 
+}  // namespace
+
+ExpertHosting hosting_of(const MoeWeights& local, int64_t n_exp, const comm::Comm* ep) {
+    ExpertHosting h;
+    h.ep = ep ? ep->size() : 1;
+    h.ep_rank = ep ? ep->rank() : 0;
+    h.n_exp = n_exp;
+    h.placement = &local.expert_rank;
+    return h;
+}
+
+void run_pipeline(const ExpertHosting& hosting,
+                  const Routing& r,
+                  int64_t top_k,
+                  const Tensor& payload,
+                  int64_t out_width,
+                  const MoeParallel& par,
+                  MoeCommStats& s,
+                  const ExpertStage& experts,
+                  const OwnerStage& owner) {
+    const comm::Comm* ep = par.ep;
+    const int64_t n_own = payload.dim(0);
+    const int64_t n_batch = par.overlap ? 2 : 1;
+    std::vector<MoeBatch> batches(static_cast<size_t>(n_batch));  // never resized
+    {
+        ScopedTimer timer(s.dispatch_seconds);
+        for (int64_t i = 0; i < n_batch; ++i) {
+            MoeBatch& b = batches[static_cast<size_t>(i)];
+            b.first = i * ((n_own + 1) / 2);
+            b.n_tok = n_batch == 1 ? n_own : std::min((n_own + 1) / 2, n_own - b.first);
+            plan_batch(r, top_k, hosting, payload, b);
+            exchange_metadata(b, out_width, ep);
+            s.dispatch_rows += b.send.view().dim(0);
+            s.dispatch_bytes += static_cast<int64_t>(b.send.view().bytes());
+            s.combine_bytes += static_cast<int64_t>(b.back.view().bytes());
+            s.self_rows += b.send_rows[static_cast<size_t>(hosting.ep_rank)];
+        }
+        for (MoeBatch& b : batches)
+            start_dispatch(b, ep);
+    }
+    auto poll = [&batches] {
+        for (MoeBatch& b : batches) {
+            b.dispatch.test();
+            b.combine.test();
+        }
+    };
+    for (MoeBatch& b : batches) {
+        {
+            ScopedTimer timer(s.dispatch_seconds);
+            b.dispatch.wait();
+        }
+        {
+            ScopedTimer timer(s.compute_seconds);
+            experts(b, poll);
+        }
+        ScopedTimer timer(s.combine_seconds);
+        start_combine(b, ep);
+    }
+    ScopedTimer timer(s.combine_seconds);
+    for (MoeBatch& b : batches) {
+        b.combine.wait();
+        owner(b);
+    }
+}
+
 void add_partials(const MoeBatch& b, Tensor& acc /*[n_own, w]*/) {
-    const int64_t width = acc.dim(1);
+    const int64_t width = acc.dim(1), stride = b.back.view().dim(1);
     // back is ordered by source rank (= the destination order the rows were sent in), so
     // walking it forward adds each token's partials in ascending source rank.
     for (size_t row = 0; row < b.token.size(); ++row) {
-        const float* p = b.back.ptr<float>() + static_cast<int64_t>(row) * width;
+        const float* p = b.back.ptr<float>() + static_cast<int64_t>(row) * stride;
         float* y = acc.ptr<float>() + b.token[row] * width;
         for (int64_t j = 0; j < width; ++j)
             y[j] += p[j];

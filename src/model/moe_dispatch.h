@@ -1,8 +1,11 @@
-// The phases of the expert-parallel MoE layer (model/moe_parallel.h) for one micro-batch of owned
-// tokens: plan the dispatch (owner side), exchange counts and metadata, start the payload
-// all-to-all, run the hosted experts on the received rows (expert side), start the reverse
-// all-to-all, and add the returned partials (owner side). Private to src/model.
-// A null ep comm stands for a group of one: the exchanges become copies.
+// The dispatch → experts → combine pipeline of the expert-parallel MoE layer
+// (model/moe_parallel.h), shared by its forward and its backward: per micro-batch of owned tokens,
+// plan the dispatch (owner side), exchange counts and metadata, start the payload all-to-all, run
+// an expert stage on the received rows (expert side: the forward's experts, or their backward),
+// start the reverse all-to-all, and hand the returned rows to an owner stage. The payload and the
+// returned rows have any width (forward: the row in, its partial out; backward: the row and its
+// output gradient in, its input-gradient partial and the slots' combine-weight gradients out).
+// Private to src/model. A null ep comm stands for a group of one: the exchanges become copies.
 #pragma once
 
 #include <cstdint>
@@ -34,47 +37,54 @@ struct MoeBatch {
     std::vector<int64_t> send_rows;  // [ep] rows to each ep rank
     std::vector<int64_t> recv_rows;  // [ep] rows from each ep rank
     std::vector<int64_t> token;      // [n_send] owned row each sent row carries
-    Buffer send;                     // [n_send, w] payload
+    Buffer send;                     // [n_send, w_in] payload
     Buffer send_ids;                 // [n_send, k] i32 slot's expert if hosted there, else −1
     Buffer send_weight;              // [n_send, k] f32 its combine weight (0 where −1)
-    Buffer recv;                     // [n_recv, w]
+    Buffer recv;                     // [n_recv, w_in]
     Buffer recv_ids;                 // [n_recv, k] i32
     Buffer recv_weight;              // [n_recv, k] f32
-    Buffer partial;                  // [n_recv, w] Σ over hosted slots w_i · expert_i(row)
-    Buffer back;                     // [n_send, w] the partials, returned to the owner
+    Buffer partial;                  // [n_recv, w_out] the expert stage's result per row
+    Buffer back;                     // [n_send, w_out] the partials, returned to the owner
     comm::Request dispatch, combine;
 };
 
-// Owner side: the rows of owned tokens [b.first, b.first + b.n_tok) of payload [n_own, w] under
-// routing r (of the owned rows): each token once per distinct ep rank hosting a kept expert.
-void plan_batch(const Routing& r,
-                int64_t top_k,
-                const ExpertHosting& hosting,
-                const Tensor& payload /*[n_own, w]*/,
-                MoeBatch& b);
+// The expert side's work on one batch: b.partial [n_recv, w_out] from b.recv and its metadata;
+// poll() progresses the requests in flight (call it between experts).
+using ExpertStage = std::function<void(MoeBatch& b, const std::function<void()>& poll)>;
+// The owner side's use of one batch's returned rows b.back [n_send, w_out].
+using OwnerStage = std::function<void(const MoeBatch& b)>;
 
-// Counts (comm::exchange_counts) and metadata (two all_to_all_v), blocking; allocates every
-// expert-side buffer and `back`. Collective over ep.
-void exchange_metadata(MoeBatch& b, const comm::Comm* ep);
+// The layer's arguments against each other: an MoE layer, x [n_tok, d] and out of x's shape and
+// not aliasing it, E expert slots, E divisible by ep, etp dividing tp (moe_parallel.cpp).
+void check_moe_layer(const ModelConfig& cfg,
+                     const LayerSpec& spec,
+                     const MoeWeights& local,
+                     const Tensor& x,
+                     const Tensor& out,
+                     const MoeParallel& par);
 
-// The payload to the experts; non-blocking, completes in b.dispatch. Collective over ep.
-void start_dispatch(MoeBatch& b, const comm::Comm* ep);
+// This rank's place in ep and the experts' placement (local.expert_rank) for E experts.
+ExpertHosting hosting_of(const MoeWeights& local, int64_t n_exp, const comm::Comm* ep);
 
-// Expert side: each hosted expert on its received rows (grouped, dense_ffn_forward), then
-// b.partial. poll() runs between experts (to progress other batches' requests);
-// tokens_per_expert [E] += assignments computed here.
-void run_experts(const MoeWeights& local,
-                 ExpertAct act,
-                 const ExpertHosting& hosting,
-                 MoeBatch& b,
-                 const std::function<void()>& poll,
-                 std::vector<int64_t>& tokens_per_expert);
+// The pipeline of the owned rows' payload [n_own, w_in] under routing r (of the owned rows) over
+// ep: one micro-batch, or two (par.overlap: halves of the owned rows). Order, the same on every
+// rank (non-blocking collectives must start in one order over a comm): counts and metadata of
+// every batch; every dispatch started; per batch: wait its dispatch, the expert stage (polling
+// the other requests), start its combine; then per batch in order: wait its combine, the owner
+// stage. Stats: rows, bytes (payload and returned) and the dispatch, compute and combine times.
+// Collective over ep.
+void run_pipeline(const ExpertHosting& hosting,
+                  const Routing& r,
+                  int64_t top_k,
+                  const Tensor& payload,  // [n_own, w_in]
+                  int64_t out_width,      // w_out
+                  const MoeParallel& par,
+                  MoeCommStats& s,
+                  const ExpertStage& experts,
+                  const OwnerStage& owner);
 
-// The partials back to their owners; non-blocking, completes in b.combine. Collective over ep.
-void start_combine(MoeBatch& b, const comm::Comm* ep);
-
-// Owner side, after b.combine completed: acc[token] += each returned partial, in ascending
-// source-rank order.
+// Owner side, in an owner stage: acc[token] += the first acc.dim(1) columns of each returned row,
+// in ascending source-rank order.
 void add_partials(const MoeBatch& b, Tensor& acc /*[n_own, w]*/);
 
 }  // namespace hymoe::model::detail

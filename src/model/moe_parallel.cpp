@@ -1,18 +1,18 @@
 // The expert-parallel MoE layer forward (model/moe_parallel.h): token ownership inside the tp
 // group, routing of the owned rows, the micro-batch pipeline of moe_dispatch.cpp (one batch, or
-// two overlapped), then the assembly of y and the one tp all-reduce. Pipeline order, the same on
-// every rank (non-blocking collectives must start in one order over a comm): counts and metadata
-// of every batch; every dispatch started; per batch: wait its dispatch, compute (polling the
-// other requests), start its combine; then every combine waited for and summed.
+// two overlapped) with the hosted experts' forward as its expert stage, then the assembly of y and
+// the one tp all-reduce.
 #include "hymoe/model/moe_parallel.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "moe_dispatch.h"
+#include "moe_experts.h"
 
 namespace hymoe::model {
 
@@ -33,6 +33,7 @@ void MoeCommStats::add(const MoeCommStats& o) {
     calls += o.calls;
     dispatch_rows += o.dispatch_rows;
     dispatch_bytes += o.dispatch_bytes;
+    combine_bytes += o.combine_bytes;
     self_rows += o.self_rows;
     route_seconds += o.route_seconds;
     dispatch_seconds += o.dispatch_seconds;
@@ -49,7 +50,7 @@ void MoeCommStats::add(const MoeCommStats& o) {
 namespace {
 
 // Routed part of the owned rows: acc [n_own, w] += Σ_i w_i · Expert_idx_i(payload) through the
-// dispatch/compute/combine pipeline over ep.
+// dispatch/experts/combine pipeline over ep.
 void routed_parallel(const ModelConfig& cfg,
                      const MoeWeights& local,
                      const Routing& r,
@@ -58,70 +59,43 @@ void routed_parallel(const ModelConfig& cfg,
                      const MoeParallel& par,
                      MoeCommStats& s) {
     const MoeConfig& m = cfg.moe;
-    const comm::Comm* ep = par.ep;
-    detail::ExpertHosting hosting;
-    hosting.ep = ep ? ep->size() : 1;
-    hosting.ep_rank = ep ? ep->rank() : 0;
-    hosting.n_exp = m.n_routed_experts;
-    hosting.placement = &local.expert_rank;
-    const int64_t n_own = payload.dim(0);
-    const int64_t n_batch = par.overlap ? 2 : 1;
-    std::vector<detail::MoeBatch> batches(static_cast<size_t>(n_batch));  // never resized
-    {
-        ScopedTimer timer(s.dispatch_seconds);
-        for (int64_t i = 0; i < n_batch; ++i) {
-            detail::MoeBatch& b = batches[static_cast<size_t>(i)];
-            b.first = i * ((n_own + 1) / 2);
-            b.n_tok = n_batch == 1 ? n_own : std::min((n_own + 1) / 2, n_own - b.first);
-            detail::plan_batch(r, m.top_k, hosting, payload, b);
-            detail::exchange_metadata(b, ep);
-            s.dispatch_rows += b.send.view().dim(0);
-            s.dispatch_bytes += static_cast<int64_t>(b.send.view().bytes());
-            s.self_rows += b.send_rows[static_cast<size_t>(hosting.ep_rank)];
-        }
-        for (detail::MoeBatch& b : batches)
-            detail::start_dispatch(b, ep);
-    }
-    auto poll = [&batches] {
-        for (detail::MoeBatch& b : batches) {
-            b.dispatch.test();
-            b.combine.test();
-        }
+    auto experts = [&](detail::MoeBatch& b, const std::function<void()>& poll) {
+        const detail::RowSlots slots{
+            b.recv_ids.ptr<int32_t>(), b.recv_weight.ptr<float>(), b.recv.view().dim(0), m.top_k};
+        detail::experts_forward(
+            local, m.expert_act, slots, b.recv.view(), b.partial.view(), poll, s.tokens_per_expert);
     };
-    for (detail::MoeBatch& b : batches) {
-        {
-            ScopedTimer timer(s.dispatch_seconds);
-            b.dispatch.wait();
-        }
-        {
-            ScopedTimer timer(s.compute_seconds);
-            detail::run_experts(local, m.expert_act, hosting, b, poll, s.tokens_per_expert);
-        }
-        ScopedTimer timer(s.combine_seconds);
-        detail::start_combine(b, ep);
-    }
-    ScopedTimer timer(s.combine_seconds);
-    for (detail::MoeBatch& b : batches) {
-        b.combine.wait();
-        detail::add_partials(b, acc);
-    }
+    auto owner = [&](const detail::MoeBatch& b) { detail::add_partials(b, acc); };
+    detail::run_pipeline(detail::hosting_of(local, m.n_routed_experts, par.ep),
+                         r,
+                         m.top_k,
+                         payload,
+                         payload.dim(1),
+                         par,
+                         s,
+                         experts,
+                         owner);
 }
 
-void check_inputs(const ModelConfig& cfg,
-                  const LayerSpec& spec,
-                  const MoeWeights& local,
-                  const Tensor& x,
-                  const Tensor& y,
-                  const MoeParallel& par) {
+}  // namespace
+
+namespace detail {
+
+void check_moe_layer(const ModelConfig& cfg,
+                     const LayerSpec& spec,
+                     const MoeWeights& local,
+                     const Tensor& x,
+                     const Tensor& out,
+                     const MoeParallel& par) {
     const MoeConfig& m = cfg.moe;
     const int tp = par.tp ? par.tp->size() : 1, ep = par.ep ? par.ep->size() : 1;
     HYMOE_CHECK(spec.ffn == Ffn::moe || spec.ffn == Ffn::latent_moe, "not an MoE layer");
-    HYMOE_CHECK(x.shape.size() == 2 && x.dim(1) == cfg.hidden_size && y.shape == x.shape &&
-                    y.data != x.data,
+    HYMOE_CHECK(x.shape.size() == 2 && x.dim(1) == cfg.hidden_size && out.shape == x.shape &&
+                    out.data != x.data,
                 "x ",
                 shape_string(x.shape),
-                " y ",
-                shape_string(y.shape));
+                " out ",
+                shape_string(out.shape));
     HYMOE_CHECK(static_cast<int64_t>(local.experts.size()) == m.n_routed_experts,
                 local.experts.size(),
                 " expert slots, config has ",
@@ -137,7 +111,7 @@ void check_inputs(const ModelConfig& cfg,
                 tp);
 }
 
-}  // namespace
+}  // namespace detail
 
 void moe_forward_parallel(const ModelConfig& cfg,
                           const LayerSpec& spec,
@@ -146,7 +120,7 @@ void moe_forward_parallel(const ModelConfig& cfg,
                           Tensor& y /*[n_tok, d]*/,
                           const MoeParallel& par,
                           MoeCommStats* stats) {
-    check_inputs(cfg, spec, local, x, y, par);
+    detail::check_moe_layer(cfg, spec, local, x, y, par);
     const MoeConfig& m = cfg.moe;
     const int64_t n_tok = x.dim(0), d = cfg.hidden_size;
     const bool latent = spec.ffn == Ffn::latent_moe;

@@ -1,7 +1,10 @@
 // The router's two halves (model/ffn.h route()), private to src/model: the scores, and the
 // selection, weights and capacity dropping given the scores. The MoE backward (moe_backward.cpp)
-// needs the scores route() decided on and the rule that turned them into weights.
+// needs the scores route() decided on and the rule that turned them into weights, and the router's
+// backward (router_backward.cpp).
 #pragma once
+
+#include <vector>
 
 #include "hymoe/model/ffn.h"
 
@@ -21,5 +24,14 @@ struct WeightRule {
     float rho = 1.0f;
 };
 WeightRule weight_rule(const ModelConfig& cfg);
+
+// dx [n_tok, d] += dlogit Wᵍ for the combine-weight gradients dw [n_tok·top_k] of routing r,
+// through the weight rule and the scores s [n_tok, E] r was decided on. Linear in dw.
+void router_backward(const ModelConfig& cfg,
+                     const MoeWeights& w,
+                     const Tensor& s,  // [n_tok, E]
+                     const Routing& r,
+                     const std::vector<float>& dw,
+                     Tensor& dx);  // [n_tok, d] accumulated into
 
 }  // namespace hymoe::model::detail

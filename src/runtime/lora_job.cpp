@@ -430,10 +430,6 @@ int Trainer::run() {
 }  // namespace
 
 int run_lora(const Job& job, const parallel::Grid& grid) {
-    if (job.layout.tp * job.layout.ep > 1)  // interim: the MoE backward over tp/ep lands next
-        HYMOE_FAIL(Exit::invalid,
-                   job.deck.locate("parallel"),
-                   ": lora jobs run at dp and pp layouts here (tp = ep = 1)");
     return Trainer(job, grid).run();
 }
 

@@ -1,4 +1,5 @@
-// make bench: one MoE layer forward over MPI (model/moe_parallel.h) at the run's world size, on
+// make bench: one MoE layer forward and backward over MPI (model/moe_parallel.h) at the run's
+// world size, on
 // a mid-size config (the `mid` preset's d 1024, I 512, shared 512, with E 32 and top_k 4 so that
 // E divides every ep here). Reports, asserts nothing. Layouts: pure ep over the dp replicas; ep
 // with etp 2 inside tp 2 (even world sizes); a latent_moe layer (ℓ 512) under pure ep. Each dp
@@ -13,6 +14,8 @@
 //   bytes      dispatched payload per owned token against the analytic minimum (Σ over owned
 //              tokens of distinct ep ranks hosting its kept experts × width × 4) and against
 //              one copy per chosen expert (top_k × width × 4)
+//   backward   moe_backward_parallel's time (without overlap) against the forward's, and its
+//              dispatch, combine and total (dispatch + combine) bytes against the forward's
 // Weights are random (each rank draws only its own slice); the routing is the random gate's.
 #include <algorithm>
 #include <cmath>
@@ -102,20 +105,25 @@ double world_sum(double v) {
     return v;
 }
 
-// Best (over reps) of the slowest rank's layer time; stats of the best rep.
+// Best (over reps) of the slowest rank's layer time, forward, or backward when dy is given;
+// stats of the best rep.
 double time_layer(const ModelConfig& cfg,
                   const LayerSpec& spec,
                   const MoeWeights& w,
                   const Tensor& x,
                   const MoeParallel& par,
-                  MoeCommStats& best_stats) {
-    Buffer y(DType::f32, x.shape);
+                  MoeCommStats& best_stats,
+                  const Tensor* dy = nullptr) {
+    Buffer out(DType::f32, x.shape);  // y, or dx
     double best = 1e30;
     for (int rep = 0; rep < kReps; ++rep) {
         MoeCommStats s;
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = wall_seconds();
-        moe_forward_parallel(cfg, spec, w, x, y.view(), par, &s);
+        if (dy)
+            moe_backward_parallel(cfg, spec, w, x, *dy, out.view(), par, &s);
+        else
+            moe_forward_parallel(cfg, spec, w, x, out.view(), par, &s);
         const double t = world_max(wall_seconds() - t0);
         if (t < best) {
             best = t;
@@ -157,11 +165,16 @@ void bench_layout(
     Philox rng(11, 2, static_cast<uint32_t>(g.me.dp));
     rng.fill_normal(x.ptr<float>(), static_cast<size_t>(x.view().numel()), 0.0f, 1.0f);
 
-    MoeCommStats plain, over;
+    Buffer dy(DType::f32, {n_tok, d});  // [n_tok, d] the output gradient
+    rng.fill_normal(dy.ptr<float>(), static_cast<size_t>(dy.view().numel()), 0.0f, 1.0f);
+
+    MoeCommStats plain, over, back;
     const double t_plain =
         time_layer(cfg, spec, w, x.view(), {&g.comms.tp, &g.comms.ep, l.etp, false}, plain);
     const double t_over =
         time_layer(cfg, spec, w, x.view(), {&g.comms.tp, &g.comms.ep, l.etp, true}, over);
+    const double t_back = time_layer(
+        cfg, spec, w, x.view(), {&g.comms.tp, &g.comms.ep, l.etp, false}, back, &dy.view());
 
     const RowRange own = moe_owned_rows(n_tok, g.me.tp, l.tp, l.etp);
     const double owned = world_sum(static_cast<double>(own.count));
@@ -169,6 +182,9 @@ void bench_layout(
         world_sum(minimum_rows(cfg, w, x.view().rows(own.begin, own.count), l.ep)) * width * 4;
     const double bytes = world_sum(static_cast<double>(plain.dispatch_bytes));
     const double per_expert_copy = static_cast<double>(cfg.moe.top_k * width * 4);
+    const double combine = world_sum(static_cast<double>(plain.combine_bytes));
+    const double back_dispatch = world_sum(static_cast<double>(back.dispatch_bytes));
+    const double back_combine = world_sum(static_cast<double>(back.combine_bytes));
     const double share_plain = world_sum(comm_share(plain)) / l.world();
     const double share_over = world_sum(comm_share(over)) / l.world();
     if (world_rank != 0)
@@ -193,6 +209,14 @@ void bench_layout(
         bytes / owned,
         bytes / min_bytes,
         bytes / owned / per_expert_copy);
+    std::printf(
+        "             backward: %.1f ms = %.2fx the forward;  bytes vs the forward's: dispatch "
+        "%.2fx, combine %.3fx, total %.3fx\n",
+        t_back * 1e3,
+        t_back / t_plain,
+        back_dispatch / bytes,
+        back_combine / combine,
+        (back_dispatch + back_combine) / (bytes + combine));
 }
 
 }  // namespace

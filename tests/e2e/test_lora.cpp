@@ -59,10 +59,10 @@ testing::RunResult train(const std::string& out, const std::string& extra = "", 
 
 BOOST_AUTO_TEST_SUITE(lora_job)
 
-// The largest relative difference over every tensor of two PEFT adapter folders (same names).
-double adapters_max_rel(const std::string& a, const std::string& b) {
-    const io::SafetensorsFile fa(a + "/adapter_model.safetensors"),
-        fb(b + "/adapter_model.safetensors");
+// The largest difference over every tensor of two safetensors files (the same names), relative to
+// the largest value of the second.
+double tensors_max_rel(const std::string& a, const std::string& b) {
+    const io::SafetensorsFile fa(a), fb(b);
     BOOST_REQUIRE(fa.names() == fb.names());
     double diff = 0, scale = 0;
     for (const std::string& name : fa.names()) {
@@ -80,13 +80,14 @@ double adapters_max_rel(const std::string& a, const std::string& b) {
 
 // The same global batch of 4 rows (1 row × 4 micro-batches on one rank) at every layout: the
 // replicas split the micro-batches, pp runs them 1F1B, tp and ep split the blocks. Without
-// dropout the loss curve, the gradient norms and the exported adapters equal one rank's (≤ 1e-5
-// relative; the adapters to 1e-2, see below). Dropout masks are keyed by a row's place in its
-// micro-batch and the adapter's name (model/lora.h), so under dp and pp, which do not split a
-// block, they are the one-rank masks.
+// dropout the loss curve, the gradient norms, the exported adapters and the merged weights equal
+// one rank's (≤ 1e-5 relative; the adapters to 1e-2, see below). Dropout masks are keyed by a row's
+// place in its micro-batch and the adapter's name (model/lora.h), so under dp and pp, which do not
+// split a block, they are the one-rank masks.
 BOOST_AUTO_TEST_CASE(every_layout_gives_the_one_rank_loss_curve) {
     const std::string base =
-        "--set finetune.steps=5 --set finetune.batch.micro_batch=1 --set finetune.eval.every=5 ";
+        "--set finetune.steps=5 --set finetune.batch.micro_batch=1 --set finetune.eval.every=5 "
+        "--set finetune.export_merged=true ";
     const std::string no_dropout = base + "--set finetune.lora.dropout=0 ";
     const std::string ref = scratch("ref");
     BOOST_REQUIRE_EQUAL(train(ref, no_dropout + "--set finetune.batch.grad_accum=4").code, 0);
@@ -105,6 +106,11 @@ BOOST_AUTO_TEST_CASE(every_layout_gives_the_one_rank_loss_curve) {
         {"finetune.batch.micro_batch=2 --set finetune.batch.grad_accum=2", 1},
         {"parallel.dp=2 --set finetune.batch.grad_accum=2", 2},
         {"parallel.pp=2 --set finetune.batch.grad_accum=4", 2},
+        {"parallel.tp=2 --set finetune.batch.grad_accum=4", 2},
+        {"parallel.dp=2 --set parallel.ep=2 --set finetune.batch.grad_accum=2", 2},
+        {"parallel.tp=2 --set parallel.ep=2 --set finetune.batch.grad_accum=4", 2},
+        {"parallel.tp=2 --set parallel.dp=2 --set parallel.ep=4 --set finetune.batch.grad_accum=2",
+         4},
         {"parallel.dp=2 --set parallel.pp=2 --set finetune.batch.grad_accum=2", 4}};
     for (size_t i = 0; i < layouts.size(); ++i) {
         const std::string out = scratch("layout" + std::to_string(i));
@@ -118,7 +124,11 @@ BOOST_AUTO_TEST_CASE(every_layout_gives_the_one_rank_loss_curve) {
             layouts[i].set);
         // AdamW divides each element by its own gradient scale, so elements whose gradient is
         // near zero carry rounding up to ~1e-3 of the largest value; a misplaced slice is O(1)
-        BOOST_TEST(adapters_max_rel(out + "/adapters/final", ref + "/adapters/final") <= 1e-2,
+        BOOST_TEST(tensors_max_rel(out + "/adapters/final/adapter_model.safetensors",
+                                   ref + "/adapters/final/adapter_model.safetensors") <= 1e-2,
+                   layouts[i].set);
+        BOOST_TEST(tensors_max_rel(out + "/merged/model.safetensors",
+                                   ref + "/merged/model.safetensors") <= 1e-5,
                    layouts[i].set);
     }
     // with dropout: dp2·pp2 draws the one-rank masks

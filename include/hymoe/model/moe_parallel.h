@@ -9,7 +9,8 @@
 // slice (width S/tp). The input x [n_tok, d] is the same on every rank of a tp group; tp groups of
 // different dp replicas carry different tokens, and different n_tok (0 included).
 //
-// The algorithm, per layer (each phase one function, moe_dispatch.cpp):
+// The algorithm, per layer (the pipeline of phases 3-5 in moe_dispatch.cpp, shared with the
+// backward; the experts' computation in moe_experts.cpp):
 //  1. ownership: the tp group is cut into tp/etp "etp blocks" of etp consecutive tp ranks
 //     (block b = tp_rank / etp; etp_rank = tp_rank mod etp because etp divides tp). Block b owns
 //     the contiguous rows moe_owned_rows() gives it (chunk b of tp/etp near-equal chunks); all
@@ -70,7 +71,10 @@ struct MoeParallel {
 struct MoeCommStats {
     int64_t calls = 0;
     int64_t dispatch_rows = 0;    // token rows sent (this rank as owner, self included)
-    int64_t dispatch_bytes = 0;   // their hidden-state payload (not the metadata)
+    int64_t dispatch_bytes = 0;   // their payload (not the metadata): the rows; the backward
+                                  //   sends each row with its output gradient (2×)
+    int64_t combine_bytes = 0;    // the rows returned to this rank as owner (self included): the
+                                  //   partials; the backward adds each slot's dw (top_k floats)
     int64_t self_rows = 0;        // of dispatch_rows, those to this rank itself (no link used)
     double route_seconds = 0;     // router (+ fc1 for latent_moe) on the owned rows
     double dispatch_seconds = 0;  // layout, count and metadata exchange, payload all-to-all
@@ -102,13 +106,36 @@ void moe_forward_parallel(const ModelConfig& cfg,
                           MoeCommStats* stats = nullptr);
 
 // The backward of moe_forward_parallel: dx [n_tok, d] (identical on the tp group) from dy [n_tok,
-// d] (identical on the tp group); the adapters' gradients accumulate into the local slots.
+// d] (identical on the tp group), equal to moe_backward (one rank, whole weights) up to fp32
+// rounding. Same layout, same collectives and the same ownership and routing as the forward
+// (recomputed and held constant, capacity drops per etp block included); the same pipeline
+// (moe_dispatch.h) carries, per owned token and distinct ep rank, the row u and its output
+// gradient g (u = x, g = dy; latent_moe: u = fc1 x, g = dy fc2) side by side, 2× the forward's
+// dispatch payload, and brings back the row's input-gradient partial and the gradient dw of each
+// slot hosted there, (w + top_k)/w × the forward's combine. The expert side recomputes its
+// experts' forward on u (each expert once on its received rows, grouped as the forward groups
+// them) and runs their backward for w_i · g. With etp > 1 both results are partials over the
+// rank's slice of I: the owner runs the router's backward (linear in dw) on its partial dw, so
+// the one tp all-reduce of dx sums the etp partials of the routed part, the router's and fc1's
+// backward, the shared experts' tp partials, and places every block's rows. No extra collective.
+// Adapters accumulate (+=) into this rank's local factors, with no reduction: the gradient of
+// the rows this rank computed, i.e. a routed expert's over the tokens its ep group sent it (a
+// slice's partial over I for factors whole across etp), a shared expert's over every row of the
+// tp group (a tp partial for factors whole across tp). Summed over the groups that hold copies
+// (runtime/lora_grads.h: shared experts tp and dp, routed experts etp and edp, and ep for one
+// adapter shared by the experts) they give the one-rank gradient over every replica's tokens,
+// each token counted once. Adapter dropout is deterministic (lora.h: a mask row is keyed by its
+// row in the call) and the backward draws the forward's masks (same layout and `overlap`), but the
+// masks depend on the layout: an expert's rows are numbered in received order (source rank, then
+// token, per micro-batch), and a factor cut along its input draws only its slice's columns; so they
+// equal one rank's only at tp = ep = etp = 1 without overlap. Stats: route_seconds also counts the
+// router's and fc1's backward; combine_bytes the returned rows with their dw.
 void moe_backward_parallel(const ModelConfig& cfg,
                            const LayerSpec& spec,
                            const MoeWeights& local,
-                           const Tensor& x,
-                           const Tensor& dy,
-                           Tensor& dx,
+                           const Tensor& x /*[n_tok, d]*/,
+                           const Tensor& dy /*[n_tok, d]*/,
+                           Tensor& dx /*[n_tok, d]*/,
                            const MoeParallel& par,
                            MoeCommStats* stats = nullptr);
 

@@ -1,0 +1,218 @@
+// The routed experts on grouped rows (moe_experts.h): group the computed slots by expert, run
+// each expert once on its group (dense_ffn_forward, or the dense backward with the recomputed
+// output), then sum each row's slots in slot order; the latent projections' backward GEMMs.
+#include "moe_experts.h"
+
+#include <algorithm>
+
+#include "ffn_backward.h"
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+
+namespace hymoe::model::detail {
+
+namespace {
+
+// Where each computed slot's row lives in the expert-grouped buffers: expert e owns grouped rows
+// [offset[e], offset[e+1]), its rows ascending.
+struct Groups {
+    std::vector<int64_t> offset;  // [E + 1]
+    std::vector<int64_t> row;     // [n·k] grouped row of slot a; −1 where not computed
+};
+
+Groups group_by_expert(const MoeWeights& w, const RowSlots& s) {
+    const auto n_exp = static_cast<int64_t>(w.experts.size());
+    std::vector<int64_t> count(static_cast<size_t>(n_exp), 0);  // [E]
+    for (int64_t a = 0; a < s.n * s.k; ++a) {
+        const int32_t e = s.expert[a];
+        if (e < 0)
+            continue;
+        HYMOE_CHECK(e < n_exp && w.experts[static_cast<size_t>(e)].up_proj.view().data != nullptr,
+                    "expert ",
+                    e,
+                    " reached a rank that does not host it");
+        ++count[static_cast<size_t>(e)];
+    }
+    Groups g;
+    g.offset.assign(static_cast<size_t>(n_exp) + 1, 0);
+    for (size_t e = 0; e < count.size(); ++e)
+        g.offset[e + 1] = g.offset[e] + count[e];
+    std::vector<int64_t> cursor(g.offset.begin(), g.offset.end() - 1);  // [E]
+    g.row.assign(static_cast<size_t>(s.n * s.k), -1);
+    for (int64_t a = 0; a < s.n * s.k; ++a)  // row-major, so each expert's rows ascend
+        if (s.expert[a] >= 0)
+            g.row[static_cast<size_t>(a)] = cursor[static_cast<size_t>(s.expert[a])]++;
+    return g;
+}
+
+// dst [n_assign, w] grouped row of slot a = src row a / k, times the slot's weight if `weighted`.
+void gather(const Groups& g, const RowSlots& s, const Tensor& src, Tensor& dst, bool weighted) {
+    const int64_t width = src.dim(1);
+    for (int64_t a = 0; a < s.n * s.k; ++a) {
+        const int64_t row = g.row[static_cast<size_t>(a)];
+        if (row < 0)
+            continue;
+        const float* from = src.ptr<float>() + a / s.k * width;
+        float* to = dst.ptr<float>() + row * width;
+        const float scale = weighted ? s.weight[a] : 1.0f;
+        for (int64_t c = 0; c < width; ++c)
+            to[c] = scale * from[c];
+    }
+}
+
+// f(e, begin, rows) for each expert with rows, then poll(); counts the rows per expert.
+template <typename F>
+void for_each_expert(const Groups& g,
+                     const std::function<void()>& poll,
+                     std::vector<int64_t>& tokens_per_expert,
+                     F&& f) {
+    for (size_t e = 0; e + 1 < g.offset.size(); ++e) {
+        const int64_t begin = g.offset[e], rows = g.offset[e + 1] - begin;
+        if (rows == 0)
+            continue;
+        tokens_per_expert[e] += rows;
+        f(e, begin, rows);
+        poll();
+    }
+}
+
+// out [n, w] row t = Σ over its computed slots in slot order of scale_i · grouped row.
+void sum_slots(
+    const Groups& g, const RowSlots& s, const Tensor& grouped, bool weighted, Tensor& out) {
+    const int64_t width = out.dim(1);
+    for (int64_t t = 0; t < s.n; ++t) {
+        float* y = out.ptr<float>() + t * width;
+        std::fill(y, y + width, 0.0f);
+        for (int64_t i = 0; i < s.k; ++i) {
+            const int64_t row = g.row[static_cast<size_t>(t * s.k + i)];
+            if (row < 0)
+                continue;
+            const float wt = weighted ? s.weight[t * s.k + i] : 1.0f;
+            const float* o = grouped.ptr<float>() + row * width;
+            for (int64_t j = 0; j < width; ++j)
+                y[j] += wt * o[j];
+        }
+    }
+}
+
+}  // namespace
+
+std::vector<int32_t> kept_experts(const Routing& r) {
+    std::vector<int32_t> ids(r.idx.size(), -1);
+    for (size_t a = 0; a < ids.size(); ++a)
+        if (r.kept[a])
+            ids[a] = static_cast<int32_t>(r.idx[a]);
+    return ids;
+}
+
+void experts_forward(const MoeWeights& w,
+                     ExpertAct act,
+                     const RowSlots& slots,
+                     const Tensor& in,
+                     Tensor& out,
+                     const std::function<void()>& poll,
+                     std::vector<int64_t>& tokens_per_expert) {
+    const Groups g = group_by_expert(w, slots);
+    const int64_t width = in.dim(1);
+    Buffer in_g(DType::f32, {g.offset.back(), width});   // [n_assign, w] rows grouped by expert
+    Buffer out_g(DType::f32, {g.offset.back(), width});  // [n_assign, w] expert outputs
+    gather(g, slots, in, in_g.view(), false);
+    std::vector<int> adapter_g;  // [n_assign] the adapter of each grouped row
+    if (slots.adapter) {
+        adapter_g.resize(static_cast<size_t>(g.offset.back()));
+        for (int64_t a = 0; a < slots.n * slots.k; ++a)
+            if (g.row[static_cast<size_t>(a)] >= 0)
+                adapter_g[static_cast<size_t>(g.row[static_cast<size_t>(a)])] =
+                    slots.adapter[a / slots.k];
+    }
+    for_each_expert(g, poll, tokens_per_expert, [&](size_t e, int64_t begin, int64_t rows) {
+        Tensor out_rows = out_g.view().rows(begin, rows);
+        SeqBatch row_batch;
+        if (slots.adapter)
+            row_batch = single_rows(
+                std::vector<int>(adapter_g.begin() + begin, adapter_g.begin() + begin + rows));
+        dense_ffn_forward(w.experts[e],
+                          act,
+                          in_g.view().rows(begin, rows),
+                          out_rows,
+                          slots.adapter ? &row_batch : nullptr);
+    });
+    sum_slots(g, slots, out_g.view(), true, out);
+}
+
+void experts_backward(const MoeWeights& w,
+                      ExpertAct act,
+                      const RowSlots& slots,
+                      const Tensor& in,
+                      const Tensor& g,
+                      Tensor& d_in,
+                      float* dw,
+                      const std::function<void()>& poll,
+                      std::vector<int64_t>& tokens_per_expert) {
+    const Groups gr = group_by_expert(w, slots);
+    const int64_t width = in.dim(1), n_assign = gr.offset.back();
+    Buffer in_g(DType::f32, {n_assign, width});     // [n_assign, w] rows grouped by expert
+    Buffer d_out_g(DType::f32, {n_assign, width});  // [n_assign, w] weight · g
+    Buffer out_g(DType::f32, {n_assign, width});    // [n_assign, w] recomputed expert outputs
+    Buffer d_in_g(DType::f32, {n_assign, width});   // [n_assign, w] the experts' input gradients
+    gather(gr, slots, in, in_g.view(), false);
+    gather(gr, slots, g, d_out_g.view(), true);
+    for_each_expert(gr, poll, tokens_per_expert, [&](size_t e, int64_t begin, int64_t rows) {
+        Tensor out_rows = out_g.view().rows(begin, rows);
+        Tensor d_in_rows = d_in_g.view().rows(begin, rows);
+        dense_ffn_backward_with_output(w.experts[e],
+                                       act,
+                                       in_g.view().rows(begin, rows),
+                                       d_out_g.view().rows(begin, rows),
+                                       d_in_rows,
+                                       &out_rows);
+    });
+    sum_slots(gr, slots, d_in_g.view(), false, d_in);
+    for (int64_t a = 0; a < slots.n * slots.k; ++a) {
+        const int64_t row = gr.row[static_cast<size_t>(a)];
+        float dot = 0.0f;
+        if (row >= 0) {
+            const float* gt = g.ptr<float>() + a / slots.k * width;
+            const float* o = out_g.ptr<float>() + row * width;
+            for (int64_t c = 0; c < width; ++c)
+                dot += gt[c] * o[c];
+        }
+        dw[a] = dot;
+    }
+}
+
+void latent_output_backward(const Tensor& fc2, const Tensor& dy, Tensor& dy_lat) {
+    const int64_t n = dy.dim(0), d = dy.dim(1), ell = dy_lat.dim(1);
+    ops::gemm(false,
+              false,
+              n,
+              ell,
+              d,
+              1.0f,
+              dy.ptr<float>(),
+              d,
+              fc2.ptr<float>(),
+              ell,
+              0.0f,
+              dy_lat.ptr<float>(),
+              ell);
+}
+
+void latent_input_backward(const Tensor& fc1, const Tensor& dz, Tensor& dx) {
+    const int64_t n = dz.dim(0), ell = dz.dim(1), d = dx.dim(1);
+    ops::gemm(false,
+              false,
+              n,
+              d,
+              ell,
+              1.0f,
+              dz.ptr<float>(),
+              ell,
+              fc1.ptr<float>(),
+              d,
+              0.0f,
+              dx.ptr<float>(),
+              d);
+}
+
+}  // namespace hymoe::model::detail

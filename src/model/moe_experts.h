@@ -1,0 +1,64 @@
+// The routed experts' computation on a set of rows, forward and backward, shared by the one-rank
+// MoE layer (moe.cpp, moe_backward.cpp) and the expert side of the expert-parallel one
+// (moe_parallel.cpp, moe_parallel_backward.cpp), and the latent projections' backward both
+// backward passes share. Private to src/model.
+// Each row carries top_k slots: the slot's expert (−1: not computed here, i.e. dropped by
+// capacity or hosted on another rank) and its combine weight. The (row, slot) assignments are
+// grouped by expert, rows ascending within each expert, and each expert runs once on its group
+// (one GEMM batch): so LoRA dropout masks, drawn per row of a call, number an expert's rows in
+// that order, the same in the forward and the backward of one set of rows. Sums over a row's
+// slots run in top-k slot order in fp32, so no result depends on the order the experts ran in.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "hymoe/model/ffn.h"
+#include "hymoe/tensor/tensor.h"
+
+namespace hymoe::model::detail {
+
+// The slots of n rows: views of [n, k] arrays.
+struct RowSlots {
+    const int32_t* expert = nullptr;  // [n, k] expert id, −1 where not computed
+    const float* weight = nullptr;    // [n, k] combine weight
+    int64_t n = 0, k = 0;
+    const int* adapter = nullptr;  // [n] each row's LoRA adapter id (inference's per-request
+                                   //   choice); null: adapter 0 on every row
+};
+
+// The expert ids of a routing's kept slots, −1 for dropped ones: [n_tok, top_k].
+std::vector<int32_t> kept_experts(const Routing& r);
+
+// out [n, w] = Σ over each row's slots (slot order) of weight · Expert(in row). poll() runs after
+// each expert (to progress requests in flight); tokens_per_expert [E] += rows each expert ran on.
+void experts_forward(const MoeWeights& w,
+                     ExpertAct act,
+                     const RowSlots& slots,
+                     const Tensor& in,  // [n, w]
+                     Tensor& out,       // [n, w]
+                     const std::function<void()>& poll,
+                     std::vector<int64_t>& tokens_per_expert);
+
+// The backward of experts_forward for the output gradient g [n, w]: d_in [n, w] = Σ over each
+// row's slots (slot order) of the expert's input gradient for weight · g; dw [n, k] = g ·
+// Expert(in row) per computed slot, 0 elsewhere (the gradient of the combine weight). The
+// experts' adapters accumulate their gradients. poll and tokens_per_expert as the forward's.
+void experts_backward(const MoeWeights& w,
+                      ExpertAct act,
+                      const RowSlots& slots,
+                      const Tensor& in,  // [n, w]
+                      const Tensor& g,   // [n, w]
+                      Tensor& d_in,      // [n, w]
+                      float* dw,         // [n, k]
+                      const std::function<void()>& poll,
+                      std::vector<int64_t>& tokens_per_expert);
+
+// latent_moe: dy_lat [n, ℓ] = dy [n, d] · fc2 [d, ℓ], the gradient through y = y_lat fc2ᵀ.
+void latent_output_backward(const Tensor& fc2, const Tensor& dy, Tensor& dy_lat);
+
+// latent_moe: dx [n, d] = dz [n, ℓ] · fc1 [ℓ, d], the gradient through z = x fc1ᵀ.
+void latent_input_backward(const Tensor& fc1, const Tensor& dz, Tensor& dx);
+
+}  // namespace hymoe::model::detail
