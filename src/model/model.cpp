@@ -392,7 +392,8 @@ void forward(const Model& m,
         } else if (moe_parallel) {  // called with no rows too: the ep group may span replicas
             ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
             MoeParallel par{&m.comms->tp, &m.comms->ep, sh.etp};
-            moe_forward_parallel(m.cfg, spec, lw.moe, xn.view(), y.view(), par, &stats.moe[i]);
+            moe_forward_parallel(
+                m.cfg, spec, lw.moe, xn.view(), y.view(), par, &stats.moe[i], ffn_rows);
         } else {
             if (!has_rows)
                 continue;

@@ -60,6 +60,7 @@ void plan_batch(const Routing& r,
                 int64_t top_k,
                 const ExpertHosting& hosting,
                 const Tensor& payload /*[n_own, w]*/,
+                const int* row_adapter /*[n_own] or null*/,
                 MoeBatch& b) {
     const int64_t k = top_k, width = payload.dim(1), end = b.first + b.n_tok;
     // Pass 1: rows per destination (a token once per distinct rank among its kept experts).
@@ -78,6 +79,7 @@ void plan_batch(const Routing& r,
     b.send = Buffer(DType::f32, {n_send, width});
     b.send_ids = Buffer(DType::i32, {n_send, k});
     b.send_weight = Buffer(DType::f32, {n_send, k});
+    b.send_adapter = Buffer(DType::i32, {n_send, 1});
     b.token.assign(static_cast<size_t>(n_send), -1);
     std::fill(b.send_ids.ptr<int32_t>(), b.send_ids.ptr<int32_t>() + n_send * k, -1);
 
@@ -95,6 +97,7 @@ void plan_batch(const Routing& r,
             if (row < 0) {
                 row = row_of[dest] = cursor[dest]++;
                 b.token[static_cast<size_t>(row)] = t;
+                b.send_adapter.ptr<int32_t>()[row] = row_adapter ? row_adapter[t] : 0;
                 std::memcpy(
                     b.send.ptr<float>() + row * width, payload.ptr<float>() + t * width, row_bytes);
             }
@@ -107,8 +110,9 @@ void plan_batch(const Routing& r,
     }
 }
 
-// Counts (comm::exchange_counts) and metadata (two all_to_all_v), blocking; allocates every
-// expert-side buffer and `back`, returned rows out_width wide. Collective over ep.
+// Counts (comm::exchange_counts) and metadata (two all_to_all_v: the expert ids with the row's
+// adapter as one more column, and the weights), blocking; allocates every expert-side buffer and
+// `back`, returned rows out_width wide. Collective over ep.
 void exchange_metadata(MoeBatch& b, int64_t out_width, const comm::Comm* ep) {
     b.recv_rows = ep ? comm::exchange_counts(b.send_rows, *ep) : b.send_rows;
     const int64_t n_recv = total(b.recv_rows), n_send = b.send.view().dim(0);
@@ -116,9 +120,21 @@ void exchange_metadata(MoeBatch& b, int64_t out_width, const comm::Comm* ep) {
     b.recv = Buffer(DType::f32, {n_recv, width});
     b.recv_ids = Buffer(DType::i32, {n_recv, k});
     b.recv_weight = Buffer(DType::f32, {n_recv, k});
+    b.recv_adapter = Buffer(DType::i32, {n_recv, 1});
     b.partial = Buffer(DType::f32, {n_recv, out_width});
     b.back = Buffer(DType::f32, {n_send, out_width});
-    exchange(b.send_ids.view(), b.send_rows, b.recv_ids.view(), b.recv_rows, ep);
+    Buffer send_meta(DType::i32, {n_send, k + 1}), recv_meta(DType::i32, {n_recv, k + 1});
+    for (int64_t row = 0; row < n_send; ++row) {
+        int32_t* to = send_meta.ptr<int32_t>() + row * (k + 1);
+        std::copy_n(b.send_ids.ptr<int32_t>() + row * k, k, to);
+        to[k] = b.send_adapter.ptr<int32_t>()[row];
+    }
+    exchange(send_meta.view(), b.send_rows, recv_meta.view(), b.recv_rows, ep);
+    for (int64_t row = 0; row < n_recv; ++row) {
+        const int32_t* from = recv_meta.ptr<int32_t>() + row * (k + 1);
+        std::copy_n(from, k, b.recv_ids.ptr<int32_t>() + row * k);
+        b.recv_adapter.ptr<int32_t>()[row] = from[k];
+    }
     exchange(b.send_weight.view(), b.send_rows, b.recv_weight.view(), b.recv_rows, ep);
 }
 
@@ -151,7 +167,8 @@ void run_pipeline(const ExpertHosting& hosting,
                   const MoeParallel& par,
                   MoeCommStats& s,
                   const ExpertStage& experts,
-                  const OwnerStage& owner) {
+                  const OwnerStage& owner,
+                  const int* row_adapter) {
     const comm::Comm* ep = par.ep;
     const int64_t n_own = payload.dim(0);
     const int64_t n_batch = par.overlap ? 2 : 1;
@@ -162,7 +179,7 @@ void run_pipeline(const ExpertHosting& hosting,
             MoeBatch& b = batches[static_cast<size_t>(i)];
             b.first = i * ((n_own + 1) / 2);
             b.n_tok = n_batch == 1 ? n_own : std::min((n_own + 1) / 2, n_own - b.first);
-            plan_batch(r, top_k, hosting, payload, b);
+            plan_batch(r, top_k, hosting, payload, row_adapter, b);
             exchange_metadata(b, out_width, ep);
             s.dispatch_rows += b.send.view().dim(0);
             s.dispatch_bytes += static_cast<int64_t>(b.send.view().bytes());
@@ -195,6 +212,12 @@ void run_pipeline(const ExpertHosting& hosting,
         b.combine.wait();
         owner(b);
     }
+}
+
+const int* received_adapters(const MoeBatch& b) {
+    const int32_t* a = b.recv_adapter.ptr<int32_t>();
+    const int64_t n = b.recv_adapter.view().dim(0);
+    return std::any_of(a, a + n, [](int32_t id) { return id != 0; }) ? a : nullptr;
 }
 
 void add_partials(const MoeBatch& b, Tensor& acc /*[n_own, w]*/) {

@@ -40,9 +40,11 @@ struct MoeBatch {
     Buffer send;                     // [n_send, w_in] payload
     Buffer send_ids;                 // [n_send, k] i32 slot's expert if hosted there, else −1
     Buffer send_weight;              // [n_send, k] f32 its combine weight (0 where −1)
+    Buffer send_adapter;             // [n_send, 1] i32 the row's LoRA adapter (inference)
     Buffer recv;                     // [n_recv, w_in]
     Buffer recv_ids;                 // [n_recv, k] i32
     Buffer recv_weight;              // [n_recv, k] f32
+    Buffer recv_adapter;             // [n_recv, 1] i32
     Buffer partial;                  // [n_recv, w_out] the expert stage's result per row
     Buffer back;                     // [n_send, w_out] the partials, returned to the owner
     comm::Request dispatch, combine;
@@ -72,6 +74,7 @@ ExpertHosting hosting_of(const MoeWeights& local, int64_t n_exp, const comm::Com
 // every batch; every dispatch started; per batch: wait its dispatch, the expert stage (polling
 // the other requests), start its combine; then per batch in order: wait its combine, the owner
 // stage. Stats: rows, bytes (payload and returned) and the dispatch, compute and combine times.
+// row_adapter ([n_own], null: 0) is each owned row's LoRA adapter; it travels with the expert ids.
 // Collective over ep.
 void run_pipeline(const ExpertHosting& hosting,
                   const Routing& r,
@@ -81,7 +84,12 @@ void run_pipeline(const ExpertHosting& hosting,
                   const MoeParallel& par,
                   MoeCommStats& s,
                   const ExpertStage& experts,
-                  const OwnerStage& owner);
+                  const OwnerStage& owner,
+                  const int* row_adapter = nullptr);
+
+// Expert side: the received rows' adapters for RowSlots::adapter; null when every row uses
+// adapter 0 (training), so the experts run as without adapters chosen per row.
+const int* received_adapters(const MoeBatch& b);
 
 // Owner side, in an owner stage: acc[token] += the first acc.dim(1) columns of each returned row,
 // in ascending source-rank order.

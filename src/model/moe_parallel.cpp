@@ -57,11 +57,15 @@ void routed_parallel(const ModelConfig& cfg,
                      const Tensor& payload /*[n_own, w]*/,
                      Tensor& acc /*[n_own, w]*/,
                      const MoeParallel& par,
-                     MoeCommStats& s) {
+                     MoeCommStats& s,
+                     const int* row_adapter /*[n_own] or null*/) {
     const MoeConfig& m = cfg.moe;
     auto experts = [&](detail::MoeBatch& b, const std::function<void()>& poll) {
-        const detail::RowSlots slots{
-            b.recv_ids.ptr<int32_t>(), b.recv_weight.ptr<float>(), b.recv.view().dim(0), m.top_k};
+        const detail::RowSlots slots{b.recv_ids.ptr<int32_t>(),
+                                     b.recv_weight.ptr<float>(),
+                                     b.recv.view().dim(0),
+                                     m.top_k,
+                                     detail::received_adapters(b)};
         detail::experts_forward(
             local, m.expert_act, slots, b.recv.view(), b.partial.view(), poll, s.tokens_per_expert);
     };
@@ -74,7 +78,8 @@ void routed_parallel(const ModelConfig& cfg,
                          par,
                          s,
                          experts,
-                         owner);
+                         owner,
+                         row_adapter);
 }
 
 }  // namespace
@@ -119,7 +124,8 @@ void moe_forward_parallel(const ModelConfig& cfg,
                           const Tensor& x /*[n_tok, d]*/,
                           Tensor& y /*[n_tok, d]*/,
                           const MoeParallel& par,
-                          MoeCommStats* stats) {
+                          MoeCommStats* stats,
+                          const SeqBatch* rows) {
     detail::check_moe_layer(cfg, spec, local, x, y, par);
     const MoeConfig& m = cfg.moe;
     const int64_t n_tok = x.dim(0), d = cfg.hidden_size;
@@ -147,7 +153,15 @@ void moe_forward_parallel(const ModelConfig& cfg,
     Tensor y_own = y.rows(own.begin, own.count);                // [n_own, d]
     Buffer y_lat(DType::f32, {latent ? own.count : 0, width});  // [n_own, ℓ] latent_moe only
     Tensor acc = latent ? y_lat.view() : y_own;
-    routed_parallel(cfg, local, r, latent ? z.view() : x_own, acc, par, s);
+    const std::vector<int> token_adapter = rows ? row_adapters(*rows) : std::vector<int>();
+    routed_parallel(cfg,
+                    local,
+                    r,
+                    latent ? z.view() : x_own,
+                    acc,
+                    par,
+                    s,
+                    token_adapter.empty() ? nullptr : token_adapter.data() + own.begin);
     if (latent) {
         ScopedTimer timer(s.combine_seconds);
         ops::linear(y_lat.view(), local.fc2_latent_proj.view(), y_own);
@@ -157,7 +171,7 @@ void moe_forward_parallel(const ModelConfig& cfg,
     if (m.n_shared_experts > 0) {
         ScopedTimer timer(s.shared_seconds);
         Buffer shared(DType::f32, {n_tok, d});  // [n_tok, d]
-        dense_ffn_forward(local.shared, m.expert_act, x, shared.view());
+        dense_ffn_forward(local.shared, m.expert_act, x, shared.view(), rows);
         ops::add_inplace(y, shared.view());
     }
     if (tp > 1) {

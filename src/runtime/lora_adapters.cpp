@@ -2,6 +2,7 @@
 // for the infer job with each rank reading its tensor-parallel part.
 #include "hymoe/runtime/lora_adapters.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,15 +28,23 @@ std::string leaf(const std::string& module) {
     return module.substr(module.rfind('.') + 1);
 }
 
-// Whether a PEFT key names a layer of another pipeline stage ("…model.layers.N.…", N outside
-// this stage's layers): such keys are another rank's to apply.
-bool other_stage(const std::string& key, const model::ModelShard& shard) {
-    const std::string tag = "model.layers.";
+// Whether a PEFT key is another rank's to apply: it names a layer of another pipeline stage
+// ("…model.layers.N.…", N outside this stage's layers) or a routed expert ("….experts.E.…") that
+// this rank does not host.
+bool another_ranks(const std::string& key, const model::Model& m) {
+    const std::string tag = "model.layers.", expert_tag = ".experts.";
     const size_t at = key.find(tag);
     if (at == std::string::npos)
         return false;
     const int layer = std::atoi(key.c_str() + at + tag.size());
-    return !shard.owns_layer(layer);
+    if (!m.shard.owns_layer(layer))
+        return true;
+    const size_t e_at = key.find(expert_tag);
+    if (e_at == std::string::npos || !std::isdigit(key[e_at + expert_tag.size()]))
+        return false;
+    const std::vector<model::DenseFfnWeights>& experts = m.layers[layer].moe.experts;
+    const auto e = static_cast<size_t>(std::atoi(key.c_str() + e_at + expert_tag.size()));
+    return e < experts.size() && experts[e].up_proj.view().data == nullptr;
 }
 
 // The whole tensors of every rank's parts, on rank 0 (empty on the others; rank 0 holds them
@@ -161,15 +170,6 @@ InferAdapters load_infer_adapters(const Job& job, model::Model& m) {
             if (!file.has(ka) || !file.has(kb))
                 continue;  // this adapter leaves the projection alone
             used.insert(ka), used.insert(kb);
-            if (m.shard.tp * m.shard.ep > 1 && m.cfg.layers[mod.layer].ffn != model::Ffn::dense &&
-                mod.name.find(".mlp.") != std::string::npos)
-                HYMOE_FAIL(Exit::bad_input,
-                           dir,
-                           ": adapter '",
-                           name,
-                           "' holds ",
-                           ka,
-                           ": adapters on MoE layers are applied per request at tp = ep = 1 here");
             const Shape& w = mod.weight.shape;  // [out, in], this rank's part
             p.scale = static_cast<float>(c.scale());
             p.A = Buffer(DType::f32, {c.r, w[1]});
@@ -185,7 +185,7 @@ InferAdapters load_infer_adapters(const Job& job, model::Model& m) {
                 file.read(kb, p.B.view());
         }
         for (const std::string& key : file.names())
-            if (!used.count(key) && !other_stage(key, m.shard))
+            if (!used.count(key) && !another_ranks(key, m))
                 HYMOE_FAIL(Exit::bad_input,
                            dir,
                            ": adapter '",

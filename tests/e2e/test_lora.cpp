@@ -230,6 +230,55 @@ BOOST_AUTO_TEST_CASE(image_text_data_trains_with_the_tower_frozen) {
     BOOST_TEST(bad.err.find("vision_bad.h5: document 3") != std::string::npos, bad.err);
 }
 
+// An adapter on every target (attention, dense FFN, shared and routed experts) served per request
+// next to the base model in the same batches (jobs/lora-infer's prompts, each with and without
+// it): the one-rank tokens and logprobs at tp2, pp2, dp2·ep2 and tp2·ep2 (≤ 1e-5), the expert
+// rows carrying their request's adapter through the dispatch; and the adapter changes them.
+BOOST_AUTO_TEST_CASE(ffn_adapters_apply_per_request_at_every_layout) {
+    const std::string trained = scratch("ffn-adapter");
+    BOOST_REQUIRE_EQUAL(train(trained, "--set finetune.lora.dropout=0").code, 0);
+    const std::string adapter = fs::absolute(trained + "/adapters/final").string();
+    auto infer = [&](const std::string& name, const std::string& layout, int np) {
+        const std::string out = scratch("ffn-infer-" + name);
+        const testing::RunResult r =
+            testing::run_hymoe("jobs/lora-infer/deck.yaml --set job.output=" + out +
+                                   " --set inference.adapters.cipher=" + adapter + " " + layout,
+                               np);
+        BOOST_REQUIRE_MESSAGE(r.code == 0, name << ": " << r.err);
+        return out + "/results.h5";
+    };
+    io::H5Reader one(infer("one", "", 1));
+    const std::vector<std::string> ids = one.strings("/requests/id");
+    const std::vector<float> lp = one.floats("/requests/output_logprobs");
+    // lora-N and base-N hold the same prompt: their logprobs differ by the adapter
+    std::map<std::string, float> base;
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i].substr(0, 4) == "base")
+            base[ids[i].substr(5)] = lp[i];
+    float moved = 0;
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i].substr(0, 4) == "lora")
+            moved = std::max(moved, std::abs(lp[i] - base.at(ids[i].substr(5))));
+    BOOST_TEST(moved > 1e-3f);
+    const std::vector<std::pair<std::string, int>> layouts = {
+        {"--set parallel.tp=2", 2},
+        {"--set parallel.pp=2", 2},
+        {"--set parallel.dp=2 --set parallel.ep=2", 2},
+        {"--set parallel.tp=2 --set parallel.ep=2", 2}};
+    for (size_t l = 0; l < layouts.size(); ++l) {
+        io::H5Reader o(infer("layout" + std::to_string(l), layouts[l].first, layouts[l].second));
+        BOOST_TEST(o.strings("/requests/id") == ids, layouts[l].first);
+        BOOST_TEST(o.ints("/requests/output_tokens") == one.ints("/requests/output_tokens"),
+                   layouts[l].first);
+        const std::vector<float> b = o.floats("/requests/output_logprobs");
+        BOOST_REQUIRE_EQUAL(b.size(), lp.size());
+        float worst = 0;
+        for (size_t i = 0; i < b.size(); ++i)
+            worst = std::max(worst, std::abs(b[i] - lp[i]));
+        BOOST_TEST(worst <= 1e-5f, layouts[l].first);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(a_corrupt_or_foreign_checkpoint_is_refused_with_4) {
     const std::string out = scratch("corrupt");
     BOOST_REQUIRE_EQUAL(train(out, "--set job.max_hours=1e-9").code, 75);

@@ -97,13 +97,16 @@ RowRange moe_owned_rows(int64_t n_tok, int tp_rank, int tp, int etp);
 // y [n_tok, d] = the full MoE output (routed + shared), identical on every rank of the tp group,
 // equal to moe_forward (one rank, whole weights) on the same x up to fp32 rounding. cfg is the
 // whole model's config (widths are read from the local weights' shapes). y must not alias x.
+// rows (null: adapter 0 everywhere) names each token's LoRA adapter, as moe_forward's; a token's
+// adapter travels with its expert ids (4 bytes a dispatched row).
 void moe_forward_parallel(const ModelConfig& cfg,
                           const LayerSpec& spec,
                           const MoeWeights& local,
                           const Tensor& x /*[n_tok, d]*/,
                           Tensor& y /*[n_tok, d]*/,
                           const MoeParallel& par,
-                          MoeCommStats* stats = nullptr);
+                          MoeCommStats* stats = nullptr,
+                          const SeqBatch* rows = nullptr);
 
 // The backward of moe_forward_parallel: dx [n_tok, d] (identical on the tp group) from dy [n_tok,
 // d] (identical on the tp group), equal to moe_backward (one rank, whole weights) up to fp32
