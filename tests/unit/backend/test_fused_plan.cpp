@@ -1,0 +1,92 @@
+// The fused kernels' plans on the CPU (hymoe/backend/cuda_fused.h): the KDA chunk kernel's
+// shared-memory layout (shapes taken and refused, 16-byte alignment, strides fit for ldmatrix,
+// the regions live in each phase pairwise disjoint and inside the block's bytes, ≤ 227 KiB).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "hymoe/backend/cuda_fused.h"
+
+namespace cu = hymoe::backend::cuda;
+
+namespace {
+
+struct Region {
+    const char* name;
+    int64_t off, bytes;
+};
+
+// Every pair of regions disjoint, each aligned to 16 bytes and inside [0, total).
+void expect_disjoint(const std::vector<Region>& live, int64_t total, const std::string& phase) {
+    for (size_t i = 0; i < live.size(); ++i) {
+        const Region& a = live[i];
+        BOOST_TEST_INFO(phase << ": " << a.name);
+        BOOST_TEST(a.off % 16 == 0);
+        BOOST_TEST_INFO(phase << ": " << a.name);
+        BOOST_TEST((a.off >= 0 && a.off + a.bytes <= total));
+        for (size_t j = i + 1; j < live.size(); ++j) {
+            const Region& b = live[j];
+            BOOST_TEST_INFO(phase << ": " << a.name << " and " << b.name);
+            BOOST_TEST((a.off + a.bytes <= b.off || b.off + b.bytes <= a.off));
+        }
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(fused_plan)
+
+BOOST_AUTO_TEST_CASE(kda_chunk_layout_shapes) {
+    for (auto [K, V] : std::vector<std::pair<int, int>>{{128, 128}, {64, 96}, {16, 32}, {96, 64}})
+        BOOST_TEST(cu::kda_chunk_layout(K, V).supported);
+    BOOST_TEST(cu::kda_chunk_layout(128, 128).bv == 64);
+    BOOST_TEST(cu::kda_chunk_layout(128, 96).bv == 32);
+    for (auto [K, V] :
+         std::vector<std::pair<int, int>>{{72, 128}, {144, 128}, {0, 64}, {128, 48}}) {
+        const cu::KdaChunkLayout L = cu::kda_chunk_layout(K, V);
+        BOOST_TEST(!L.supported);
+        BOOST_TEST(L.why != nullptr);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(kda_chunk_layout_regions_per_phase) {
+    const int64_t C = cu::kKdaChunk, B = cu::kKdaSub;
+    for (auto [K, V] :
+         std::vector<std::pair<int, int>>{{128, 128}, {128, 96}, {64, 64}, {48, 32}}) {
+        const cu::KdaChunkLayout L = cu::kda_chunk_layout(K, V);
+        BOOST_TEST_REQUIRE(L.supported);
+        BOOST_TEST(L.bytes <= cu::kMaxSmemPerBlock);
+        for (int ld : {L.ld_k, L.ld_c, L.ld_v})  // bf16 rows start 16-byte aligned
+            BOOST_TEST(ld % 8 == 0);
+        BOOST_TEST(L.ld_cf % 2 == 0);  // float2 stores of fragment pairs
+        BOOST_TEST(L.ld_s % 2 == 0);
+        BOOST_TEST(L.ld_k >= K);
+        BOOST_TEST(L.ld_v >= L.bv);
+        const Region a32{"a32", L.a32, C * K * 4}, q16{"q16", L.q16, C * L.ld_k * 2},
+            k16{"k16", L.k16, C * L.ld_k * 2}, qi16{"qi16", L.qi16, (C - B) * L.ld_k * 2},
+            ki16{"ki16", L.ki16, (C - B) * L.ld_k * 2}, r16{"r16", L.r16, 6 * B * L.ld_k * 2},
+            qg16{"qg16", L.qg16, C * L.ld_k * 2}, kg16{"kg16", L.kg16, C * L.ld_k * 2},
+            kl16{"kl16", L.kl16, C * L.ld_k * 2}, akk32{"akk32", L.akk32, C * L.ld_cf * 4},
+            aqk32{"aqk32", L.aqk32, C * L.ld_cf * 4}, t16{"t16", L.t16, C * L.ld_c * 2},
+            aqk16{"aqk16", L.aqk16, C * L.ld_c * 2}, w16{"w16", L.w16, C * L.ld_k * 2},
+            vp16{"vp16", L.vp16, C * L.ld_v * 2}, v16{"v16", L.v16, C * L.ld_v * 2},
+            x32{"x32", L.x32, 3 * B * B * 4}, s32{"s32", L.s32, K * L.ld_s * 4},
+            s16{"s16", L.s16, K * L.ld_v * 2}, beta{"beta", L.beta, C * 4},
+            dec{"dec", L.dec, K * 4};
+        const std::string shape = "K " + std::to_string(K) + " V " + std::to_string(V);
+        expect_disjoint({a32, q16, k16, qi16, ki16, r16, akk32, aqk32, s32, s16, beta, dec},
+                        L.bytes,
+                        shape + " stage..triangles");
+        expect_disjoint({a32, q16, k16, qg16, kg16, kl16, akk32, aqk32, s32, s16, beta, dec},
+                        L.bytes,
+                        shape + " chunk factors");
+        expect_disjoint(
+            {t16, aqk16, w16, vp16, v16, x32, qg16, kg16, kl16, akk32, aqk32, s32, s16, beta, dec},
+            L.bytes,
+            shape + " solve..products");
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
