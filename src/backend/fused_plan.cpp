@@ -83,7 +83,7 @@ KdaChunkLayout kda_chunk_layout(int d_k, int d_v) {
     L.beta = all.take(int64_t{C} * 4);
     L.dec = all.take(int64_t{K} * 4);
     L.bytes = align_up(all.at, kAlign);
-    if (L.bytes > kMaxSmemPerBlock) {
+    if (L.bytes > kDynamicSmemLimit) {
         L.why = "shared memory over 227 KiB";
         return L;
     }
@@ -114,7 +114,7 @@ IndexerPlan indexer_topk_plan(
     P.cand_off = b.take(int64_t{qb} * P.capacity * 8);
     P.w_off = b.take(int64_t{rows} * 4);
     P.smem_bytes = align_up(b.at, kAlign);
-    if (P.smem_bytes > kMaxSmemPerBlock) {
+    if (P.smem_bytes > kDynamicSmemLimit) {
         P.why = "shared memory over 227 KiB (H_I·d_I or top_k too large)";
         return P;
     }
@@ -124,7 +124,7 @@ IndexerPlan indexer_topk_plan(
     const int64_t want = blocks > 0 ? (2 * int64_t{n_sm} + blocks - 1) / blocks : 1;
     const int64_t by_keys = std::max<int64_t>(1, max_visible / (4 * int64_t{top_k}));
     int64_t split = std::min<int64_t>({want, by_keys, 64});
-    while (split > 1 && int64_t{next_pow2(split * top_k)} * 8 > kMaxSmemPerBlock)
+    while (split > 1 && int64_t{next_pow2(split * top_k)} * 8 > kDynamicSmemLimit)
         --split;
     P.n_split = static_cast<int>(std::max<int64_t>(split, 1));
     if (P.n_split > 1) {
@@ -140,8 +140,10 @@ MlaSparsePlan mla_sparse_plan(int n_head, int r_kv, int d_r) {
     const int d_lat = r_kv + d_r;
     P.row_blocks = n_head <= 16 ? 1 : 2;
     const int col_splits = 8 / P.row_blocks;  // warps sharing a row block split ō's columns
-    if (n_head < 1 || d_lat % 16 != 0 || r_kv % (16 * col_splits) != 0) {
-        P.why = "r_kv + d_r must be a multiple of 16 and r_kv of 128 (64 above 16 heads)";
+    if (n_head < 1 || d_lat % 16 != 0 || r_kv % (16 * col_splits) != 0 || r_kv > 128 * col_splits) {
+        P.why =
+            "r_kv + d_r must be a multiple of 16, r_kv of 128 up to 1024 (of 64 up to 512 above 16 "
+            "heads)";
         return P;
     }
     const int rows = 16 * P.row_blocks;
@@ -157,7 +159,7 @@ MlaSparsePlan mla_sparse_plan(int n_head, int r_kv, int d_r) {
     P.stat_off = b.take(int64_t{3} * rows * 4);
     P.key_off = b.take(int64_t{P.key_tile} * 4);
     P.smem_bytes = align_up(b.at, kAlign);
-    if (P.smem_bytes > kMaxSmemPerBlock) {
+    if (P.smem_bytes > kDynamicSmemLimit) {
         P.why = "shared memory over 227 KiB (latent row too wide)";
         return P;
     }

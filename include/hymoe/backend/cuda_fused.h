@@ -18,8 +18,10 @@
 
 namespace hymoe::backend::cuda {
 
-// The most dynamic shared memory one block may use on sm_90 (227 KiB).
+// The most shared memory one block may use on sm_90 (227 KiB), and what the plans allow a
+// block's dynamic shared memory, leaving 1 KiB for its static variables.
 constexpr int kMaxSmemPerBlock = 232448;
+constexpr int kDynamicSmemLimit = kMaxSmemPerBlock - 1024;
 
 // ---- KDA -------------------------------------------------------------------------------------
 
@@ -67,7 +69,7 @@ struct KdaChunkLayout {
     int bytes = 0;  // dynamic shared memory of a block
 };
 // The chunk kernel's layout for d_k, d_v: supported for d_k a multiple of 16 up to 128 and d_v a
-// multiple of 32 (bv = 64 when d_v allows, else 32), within kMaxSmemPerBlock.
+// multiple of 32 (bv = 64 when d_v allows, else 32), within kDynamicSmemLimit.
 KdaChunkLayout kda_chunk_layout(int d_k, int d_v);
 
 // A batch of sequences for the KDA recurrence (model::kda_recurrent's arithmetic, spec §3), all

@@ -1,6 +1,11 @@
 // The fused kernels' plans on the CPU (hymoe/backend/cuda_fused.h): the KDA chunk kernel's
 // shared-memory layout (shapes taken and refused, 16-byte alignment, strides fit for ldmatrix,
-// the regions live in each phase pairwise disjoint and inside the block's bytes, ≤ 227 KiB).
+// the regions live in each phase pairwise disjoint and inside the block's bytes, ≤ 227 KiB);
+// the indexer's queries per block, candidate capacity, regions and key splits (none for a
+// prefill block, enough to fill the GPU for a short decode batch at long context, never below
+// four top_k keys a split, a merge that fits); the sparse MLA's row blocks, head tiles and
+// regions.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,7 +62,7 @@ BOOST_AUTO_TEST_CASE(kda_chunk_layout_regions_per_phase) {
          std::vector<std::pair<int, int>>{{128, 128}, {128, 96}, {64, 64}, {48, 32}}) {
         const cu::KdaChunkLayout L = cu::kda_chunk_layout(K, V);
         BOOST_TEST_REQUIRE(L.supported);
-        BOOST_TEST(L.bytes <= cu::kMaxSmemPerBlock);
+        BOOST_TEST(L.bytes <= cu::kDynamicSmemLimit);
         for (int ld : {L.ld_k, L.ld_c, L.ld_v})  // bf16 rows start 16-byte aligned
             BOOST_TEST(ld % 8 == 0);
         BOOST_TEST(L.ld_cf % 2 == 0);  // float2 stores of fragment pairs
@@ -87,6 +92,73 @@ BOOST_AUTO_TEST_CASE(kda_chunk_layout_regions_per_phase) {
             L.bytes,
             shape + " solve..products");
     }
+}
+
+BOOST_AUTO_TEST_CASE(indexer_plan_blocks_regions_and_splits) {
+    const int sms = 132;
+    // DeepSeek-V3.2's indexer (64 heads of 128, top 2048): a prefill block of one sequence
+    const cu::IndexerPlan pre = cu::indexer_topk_plan(8192, 8192, 64, 128, 2048, true, sms);
+    BOOST_TEST_REQUIRE(pre.supported);
+    BOOST_TEST(pre.queries_per_block == 2);
+    BOOST_TEST(pre.n_split == 1);
+    BOOST_TEST(pre.capacity == 4096);
+    BOOST_TEST(pre.scratch_bytes == 0);
+    BOOST_TEST(pre.smem_bytes <= cu::kDynamicSmemLimit);
+    const int rows = pre.queries_per_block * 64;
+    expect_disjoint({{"q", pre.q_off, int64_t{rows} * pre.ld_q * 2},
+                     {"k", pre.k_off, int64_t{pre.key_tile} * pre.ld_q * 2},
+                     {"logit", pre.logit_off, int64_t{rows} * pre.ld_logit * 4},
+                     {"cand", pre.cand_off, int64_t{pre.queries_per_block} * pre.capacity * 8},
+                     {"w", pre.w_off, int64_t{rows} * 4}},
+                    pre.smem_bytes,
+                    "indexer prefill");
+    BOOST_TEST(pre.ld_q % 8 == 0);
+    // 64 decode queries of different sequences at 128k context: split to fill twice the SMs
+    const cu::IndexerPlan dec = cu::indexer_topk_plan(64, 131072, 64, 128, 2048, false, sms);
+    BOOST_TEST_REQUIRE(dec.supported);
+    BOOST_TEST(dec.queries_per_block == 1);
+    BOOST_TEST(dec.n_split > 1);
+    BOOST_TEST(int64_t{64} * dec.n_split >= 2 * sms);
+    BOOST_TEST(dec.merge_smem_bytes >= dec.n_split * 2048 * 8);
+    BOOST_TEST(dec.merge_smem_bytes <= cu::kDynamicSmemLimit);
+    BOOST_TEST((dec.merge_smem_bytes & (dec.merge_smem_bytes - 1)) == 0);
+    BOOST_TEST(dec.scratch_bytes == int64_t{64} * dec.n_split * 2048 * 8);
+    // short contexts are not split below four top_k keys a split
+    BOOST_TEST(cu::indexer_topk_plan(4, 8000, 64, 128, 2048, false, sms).n_split == 1);
+    BOOST_TEST(cu::indexer_topk_plan(4, 16384, 64, 128, 2048, false, sms).n_split == 2);
+    // small shapes: capacity a power of two ≥ top_k + key tile; 8 heads only two to a block
+    const cu::IndexerPlan small = cu::indexer_topk_plan(5, 300, 8, 32, 16, true, sms);
+    BOOST_TEST(small.supported);
+    BOOST_TEST(small.capacity == 128);
+    BOOST_TEST(!cu::indexer_topk_plan(5, 300, 8, 32, 16, false, sms).supported);
+    BOOST_TEST(!cu::indexer_topk_plan(5, 300, 16, 40, 16, false, sms).supported);
+    BOOST_TEST(!cu::indexer_topk_plan(5, 300, 64, 2048, 16, false, sms).supported);  // smem
+}
+
+BOOST_AUTO_TEST_CASE(mla_sparse_plan_tiles_and_regions) {
+    for (auto [H, tiles, rb] :
+         std::vector<std::array<int, 3>>{{16, 1, 1}, {8, 1, 1}, {40, 2, 2}, {128, 4, 2}}) {
+        const cu::MlaSparsePlan P = cu::mla_sparse_plan(H, 512, 64);
+        BOOST_TEST_REQUIRE(P.supported);
+        BOOST_TEST(P.head_tiles == tiles);
+        BOOST_TEST(P.row_blocks == rb);
+        BOOST_TEST(P.smem_bytes <= cu::kDynamicSmemLimit);
+        BOOST_TEST(P.ld_lat % 8 == 0);
+        BOOST_TEST(P.ld_prob % 8 == 0);
+        const int64_t rows = 16 * P.row_blocks;
+        expect_disjoint({{"q", P.q_off, rows * P.ld_lat * 2},
+                         {"k", P.k_off, int64_t{P.key_tile} * P.ld_lat * 2},
+                         {"score", P.score_off, rows * P.ld_score * 4},
+                         {"prob", P.prob_off, rows * P.ld_prob * 2},
+                         {"stat", P.stat_off, 3 * rows * 4},
+                         {"key", P.key_off, int64_t{P.key_tile} * 4}},
+                        P.smem_bytes,
+                        "mla H " + std::to_string(H));
+    }
+    BOOST_TEST(!cu::mla_sparse_plan(16, 192, 64).supported);  // 192 not a multiple of 128
+    BOOST_TEST(cu::mla_sparse_plan(32, 192, 64).supported);   // ... but of 64 above 16 heads
+    BOOST_TEST(!cu::mla_sparse_plan(32, 512, 60).supported);  // latent row not 16-aligned
+    BOOST_TEST(!cu::mla_sparse_plan(16, 2048, 64).supported);  // ō over 16 tiles a warp
 }
 
 BOOST_AUTO_TEST_SUITE_END()
