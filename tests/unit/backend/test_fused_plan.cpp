@@ -4,7 +4,8 @@
 // the indexer's queries per block, candidate capacity, regions and key splits (none for a
 // prefill block, enough to fill the GPU for a short decode batch at long context, never below
 // four top_k keys a split, a merge that fits); the sparse MLA's row blocks, head tiles and
-// regions.
+// regions; the MoE plan's grid bounds (enough row tiles for the most uneven routing) and its
+// dispatch arrays carved from the scratch without overlap.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -155,10 +156,42 @@ BOOST_AUTO_TEST_CASE(mla_sparse_plan_tiles_and_regions) {
                         P.smem_bytes,
                         "mla H " + std::to_string(H));
     }
-    BOOST_TEST(!cu::mla_sparse_plan(16, 192, 64).supported);  // 192 not a multiple of 128
-    BOOST_TEST(cu::mla_sparse_plan(32, 192, 64).supported);   // ... but of 64 above 16 heads
-    BOOST_TEST(!cu::mla_sparse_plan(32, 512, 60).supported);  // latent row not 16-aligned
+    BOOST_TEST(!cu::mla_sparse_plan(16, 192, 64).supported);   // 192 not a multiple of 128
+    BOOST_TEST(cu::mla_sparse_plan(32, 192, 64).supported);    // ... but of 64 above 16 heads
+    BOOST_TEST(!cu::mla_sparse_plan(32, 512, 60).supported);   // latent row not 16-aligned
     BOOST_TEST(!cu::mla_sparse_plan(16, 2048, 64).supported);  // ō over 16 tiles a warp
+}
+
+BOOST_AUTO_TEST_CASE(moe_plan_bounds_and_scratch) {
+    // Kimi-Linear-48B's experts at 8k tokens: 256 experts, top 8, d 2304, I 1024
+    const cu::MoePlan P = cu::moe_plan(8192, 8, 256, 2304, 1024);
+    BOOST_TEST_REQUIRE(P.supported);
+    BOOST_TEST(P.n_assign == 65536);
+    BOOST_TEST(P.rank_tiles == 256);
+    BOOST_TEST(P.up_col_tiles == 16);
+    BOOST_TEST(P.down_col_tiles == 18);
+    // Σ_e ⌈n_e / 128⌉ ≤ ⌈Σ n_e / 128⌉ + (experts with rows) for every split of the rows
+    BOOST_TEST(P.row_tiles == 512 + 256);
+    int64_t worst = 0;  // 255 experts with one row each, the rest on one expert
+    worst += 255;
+    worst += (65536 - 255 + 127) / 128;
+    BOOST_TEST(worst <= P.row_tiles);
+    const cu::MoePlan small = cu::moe_plan(3, 2, 64, 256, 128);  // fewer rows than experts
+    BOOST_TEST(small.row_tiles == 1 + 6);
+    // the dispatch arrays, carved from a scratch of scratch_bytes, do not overlap
+    std::vector<char> scratch(static_cast<size_t>(P.scratch_bytes));
+    const cu::MoeDispatch D = cu::moe_dispatch_arrays(P, 8192, 8, 256, scratch.data());
+    auto at = [&](const int32_t* p) { return reinterpret_cast<const char*>(p) - scratch.data(); };
+    expect_disjoint({{"tile_counts", at(D.tile_counts), int64_t{P.rank_tiles} * 256 * 4},
+                     {"offset", at(D.offset), 257 * 4},
+                     {"tile_start", at(D.tile_start), 257 * 4},
+                     {"row_of", at(D.row_of), P.n_assign * 4},
+                     {"token_of", at(D.token_of), P.n_assign * 4}},
+                    P.scratch_bytes,
+                    "moe scratch");
+    BOOST_TEST(!cu::moe_plan(8192, 8, 256, 2300, 1024).supported);   // d not a multiple of 128
+    BOOST_TEST(!cu::moe_plan(8192, 8, 256, 2304, 1000).supported);   // I not a multiple of 64
+    BOOST_TEST(!cu::moe_plan(8192, 8, 2048, 2304, 1024).supported);  // E over 1024
 }
 
 BOOST_AUTO_TEST_SUITE_END()
