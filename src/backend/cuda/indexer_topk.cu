@@ -18,6 +18,7 @@
 #include "hymoe/backend/cuda_fused.h"
 #include "kernels.h"
 #include "mma.cuh"
+#include "smem_limit.cuh"
 
 namespace hymoe::backend::cuda {
 
@@ -153,12 +154,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class TQ, class TK>
 void launch(const Stream& s, const IndexerTopkParams& p, const IndexerPlan& P) {
-    auto kernel = indexer_topk_kernel<TQ, TK>;
-    HYMOE_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P.smem_bytes),
-        "indexer_topk: ",
-        P.smem_bytes,
-        " bytes of shared memory");
+    constexpr auto kernel = indexer_topk_kernel<TQ, TK>;
+    allow_dynamic_smem<kernel>("indexer_topk");
     const dim3 grid(static_cast<unsigned>(P.n_split),
                     static_cast<unsigned>((p.n_q + P.queries_per_block - 1) / P.queries_per_block));
     kernel<<<grid, kThreads, P.smem_bytes, s.get()>>>(p, P);
@@ -197,12 +194,7 @@ void indexer_topk(const Stream& s, const IndexerTopkParams& p, const IndexerPlan
     });
     check_launch("indexer_topk");
     if (P.n_split > 1) {
-        HYMOE_CUDA_CHECK(cudaFuncSetAttribute(indexer_merge_kernel,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              P.merge_smem_bytes),
-                         "indexer_topk merge: ",
-                         P.merge_smem_bytes,
-                         " bytes of shared memory");
+        allow_dynamic_smem<indexer_merge_kernel>("indexer_topk merge");
         indexer_merge_kernel<<<static_cast<unsigned>(p.n_q),
                                kThreads,
                                P.merge_smem_bytes,

@@ -27,6 +27,7 @@
 #include "hymoe/backend/cuda_fused.h"
 #include "kernels.h"
 #include "mma.cuh"
+#include "smem_limit.cuh"
 
 namespace hymoe::backend::cuda {
 
@@ -484,12 +485,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <class T, int BV>
 void launch(const Stream& s, const KdaBatchParams& p, const KdaChunkLayout& L) {
-    auto kernel = kda_chunk_kernel<T, BV>;
-    HYMOE_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.bytes),
-        "kda_chunk_prefill: ",
-        L.bytes,
-        " bytes of shared memory");
+    constexpr auto kernel = kda_chunk_kernel<T, BV>;
+    allow_dynamic_smem<kernel>("kda_chunk_prefill");
     const dim3 grid(static_cast<unsigned>(p.d_v / BV),
                     static_cast<unsigned>(p.n_head),
                     static_cast<unsigned>(p.n_seq));

@@ -15,6 +15,7 @@
 #include "hymoe/backend/cuda_fused.h"
 #include "kernels.h"
 #include "mma.cuh"
+#include "smem_limit.cuh"
 
 namespace hymoe::backend::cuda {
 
@@ -194,12 +195,8 @@ void mla_sparse(const Stream& s, const MlaSparseParams& p, const MlaSparsePlan& 
     if (p.n_q == 0)
         return;
     dispatch(p.cache.dtype, [&](auto tag) {
-        auto kernel = mla_sparse_kernel<decltype(tag)>;
-        HYMOE_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P.smem_bytes),
-            "mla_sparse: ",
-            P.smem_bytes,
-            " bytes of shared memory");
+        constexpr auto kernel = mla_sparse_kernel<decltype(tag)>;
+        allow_dynamic_smem<kernel>("mla_sparse");
         const dim3 grid(static_cast<unsigned>(P.head_tiles), static_cast<unsigned>(p.n_q));
         kernel<<<grid, kThreads, P.smem_bytes, s.get()>>>(p, P);
     });

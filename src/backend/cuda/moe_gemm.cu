@@ -13,6 +13,7 @@
 #include "hymoe/backend/cuda_fused.h"
 #include "kernels.h"
 #include "mma.cuh"
+#include "smem_limit.cuh"
 
 namespace hymoe::backend::cuda {
 
@@ -260,12 +261,8 @@ void moe_experts(const Stream& s,
     HYMOE_CHECK(plan.row_tiles <= INT32_MAX, "moe_experts: ", plan.row_tiles, " row tiles");
     const int up_smem = kStages * (kBM + 2 * kUpCols) * kLd * static_cast<int>(sizeof(bf16));
     const int down_smem = kStages * (kBM + kDownCols) * kLd * static_cast<int>(sizeof(bf16));
-    HYMOE_CUDA_CHECK(
-        cudaFuncSetAttribute(moe_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, up_smem),
-        "moe_experts: up");
-    HYMOE_CUDA_CHECK(cudaFuncSetAttribute(
-                         moe_down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, down_smem),
-                     "moe_experts: down");
+    allow_dynamic_smem<moe_up_kernel>("moe_experts up");
+    allow_dynamic_smem<moe_down_kernel>("moe_experts down");
     const auto row_tiles = static_cast<unsigned>(plan.row_tiles);
     moe_up_kernel<<<dim3(row_tiles, static_cast<unsigned>(plan.up_col_tiles)),
                     kThreads,

@@ -13,6 +13,7 @@
 
 #include "hymoe/backend/cuda_fused.h"
 #include "kernels.h"
+#include "smem_limit.cuh"
 
 namespace hymoe::backend::cuda {
 
@@ -238,11 +239,7 @@ void moe_route(const Stream& s, const MoeRouteParams& p) {
     if (p.n_tok == 0)
         return;
     const int smem = kRouteWarps * 2 * p.n_exp * static_cast<int>(sizeof(float));
-    HYMOE_CUDA_CHECK(
-        cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-        "moe_route: ",
-        smem,
-        " bytes of shared memory");
+    allow_dynamic_smem<moe_route_kernel>("moe_route");
     const auto blocks = static_cast<unsigned>((p.n_tok + kRouteWarps - 1) / kRouteWarps);
     moe_route_kernel<<<blocks, kRouteWarps * 32, smem, s.get()>>>(p);
     check_launch("moe_route");
