@@ -1,5 +1,6 @@
 // The GPU benchmark (CUDA builds only; scripts/gpu-check.sh runs it). One process, one device,
-// reports and asserts nothing; every figure is a ratio to a peak measured in the same run:
+// asserts nothing (it exits 1 when a fused part throws); every figure is a ratio to a peak
+// measured in the same run:
 //   peak       bf16 GEMM 8192³ through Blas::gemm (cuBLAS, fp32 accumulation): TFLOP/s
 //   GEMMs      model-shaped bf16 products (a dense projection, one MoE layer's experts in one
 //              grouped launch, an fp32 product): TFLOP/s and the fraction of that peak
@@ -8,63 +9,24 @@
 //   decode     one decode step of the state-reading kernels, bytes that must move / time against
 //              that bandwidth: the KDA recurrence (fp32 state read and written) and MLA's absorbed
 //              decode over pages (the fp32 latent cache read once)
+//   fused      the fused kernels of issue 13 (tests/bench/cuda_bench_fused.h lists the lines)
 // Times are the best of several runs between CUDA events, after a warm-up run.
-#include <algorithm>
 #include <cstdio>
-#include <cstring>
+#include <exception>
 #include <functional>
 #include <vector>
 
 #include <cuda_runtime.h>
 
+#include "cuda_bench.h"
+#include "cuda_bench_fused.h"
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/model/kda.h"
 
 using namespace hymoe;
-namespace cu = hymoe::backend::cuda;
-
-namespace {
-
-// The best time in seconds of `reps` runs of f on stream s, after one warm-up run.
-double best_seconds(const cu::Stream& s, int reps, const std::function<void()>& f) {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    f();
-    double best = 1e30;
-    for (int r = 0; r < reps; ++r) {
-        cudaEventRecord(start, s.get());
-        f();
-        cudaEventRecord(stop, s.get());
-        cudaEventSynchronize(stop);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, start, stop);
-        best = std::min(best, static_cast<double>(ms) * 1e-3);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    return best;
-}
-
-// Device memory filled with small values (0.01), so that no product overflows bf16; copied in
-// pieces of at most 64 MiB from one filled host piece.
-Tensor filled(cu::DeviceArena& arena, const cu::Stream& s, DType t, Shape shape) {
-    Tensor d = arena.tensor(t, std::move(shape));
-    const size_t es = dtype_size(t), piece = std::min(d.bytes(), size_t{64} << 20);
-    std::vector<char> host(piece);
-    const uint16_t v16 = float_to_bf16(0.01f);
-    const float v32 = 0.01f;
-    for (size_t i = 0; i < piece; i += es)
-        std::memcpy(host.data() + i, t == DType::bf16 ? static_cast<const void*>(&v16) : &v32, es);
-    for (size_t off = 0; off < d.bytes(); off += piece)
-        cu::copy_to_device(d.ptr<char>() + off, host.data(), std::min(piece, d.bytes() - off), s);
-    s.synchronize();
-    return d;
-}
-
-}  // namespace
+using namespace hymoe::bench;
 
 int main() {
     int n_dev = 0;
@@ -291,5 +253,26 @@ int main() {
         for (Tensor* t : {&pool, &q, &scores, &o, &dtable, &dn})
             arena.free(t->data);
     }
-    return 0;
+
+    // ---- the fused kernels (issue 13) --------------------------------------------------------
+    // Each part reports its own failure and the next one still runs (a sticky CUDA error will
+    // fail them all, and say so).
+    const Limits lim{peak, bw, prop.multiProcessorCount};
+    int failed = 0;
+    auto part = [&](const char* name, const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const std::exception& e) {
+            std::printf("  %s: FAILED: %s\n", name, e.what());
+            ++failed;  // its buffers stay allocated: the arena's other users (Blas) live on
+        }
+        std::fflush(stdout);
+    };
+    part("kda chunk", [&] { bench_kda_chunk(arena, s, lim); });
+    part("kda step", [&] { bench_kda_decode(arena, s, lim); });
+    part("indexer", [&] { bench_indexer(arena, s, lim); });
+    part("mla sparse", [&] { bench_mla_sparse(arena, s, lim); });
+    part("moe layer", [&] { bench_moe_layer(arena, s, blas, lim); });
+    part("decode", [&] { bench_decode_graph(arena, s, blas); });
+    return failed == 0 ? 0 : 1;
 }

@@ -62,14 +62,19 @@ inline double rel_error(const float* got, const float* want, int64_t n) {
     return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
+// Rounds the fp32 host buffer's values in place to what `t` holds (bf16: round to nearest even).
+inline void round_to(Buffer& b, DType t) {
+    if (t == DType::bf16)
+        for (int64_t i = 0; i < b.view().numel(); ++i)
+            b.ptr<float>()[i] = bf16_to_float(float_to_bf16(b.ptr<float>()[i]));
+}
+
 // fp32 N(0, 1) values, rounded to what `t` can hold (so the CPU reference sees the GPU's input).
 inline Buffer random(Shape shape, uint32_t stream, DType t, float scale = 1.0f) {
     Buffer b(DType::f32, std::move(shape));
     Philox rng(1234, stream, 0);
     rng.fill_normal(b.ptr<float>(), static_cast<size_t>(b.view().numel()), 0.0f, scale);
-    if (t == DType::bf16)
-        for (int64_t i = 0; i < b.view().numel(); ++i)
-            b.ptr<float>()[i] = bf16_to_float(float_to_bf16(b.ptr<float>()[i]));
+    round_to(b, t);
     return b;
 }
 
@@ -109,6 +114,22 @@ inline Tensor to_device_i64(const std::vector<int64_t>& v,
     cu::copy_to_device(dev.data, v.data(), v.size() * sizeof(int64_t), s);
     s.synchronize();
     return dev;
+}
+
+// A device int32 array holding `v`, and back; synchronous.
+inline Tensor to_device_i32(const std::vector<int32_t>& v,
+                            cu::DeviceArena& arena,
+                            const cu::Stream& s) {
+    Tensor dev = arena.tensor(DType::i32, {static_cast<int64_t>(v.size())});
+    cu::copy_to_device(dev.data, v.data(), v.size() * sizeof(int32_t), s);
+    s.synchronize();
+    return dev;
+}
+inline std::vector<int32_t> to_host_i32(const Tensor& dev, const cu::Stream& s) {
+    std::vector<int32_t> v(static_cast<size_t>(dev.numel()));
+    cu::copy_to_host(v.data(), dev.data, v.size() * sizeof(int32_t), s);
+    s.synchronize();
+    return v;
 }
 
 // One test's device state: a stream and a 512 MiB arena on device 0.
