@@ -36,15 +36,18 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl 
 TEST_LIBS := -lboost_unit_test_framework
 
 # ---- sources -------------------------------------------------------------------------------------
-LIB_SRC   := $(filter-out src/main.cpp,$(shell find src -name '*.cpp' | sort))
+# C++ under a cuda/ folder (the GPU model, src/model/cuda/) calls the CUDA backend: CUDA builds only
+CUDA_CPP  := $(shell find src -path '*/cuda/*' -name '*.cpp' | sort)
+LIB_SRC   := $(filter-out src/main.cpp $(if $(filter 1,$(CUDA)),,$(CUDA_CPP)), \
+               $(shell find src -name '*.cpp' | sort))
 CU_SRC    := $(if $(filter 1,$(CUDA)),$(shell find src -name '*.cu' | sort))
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(OUT)/%.o) $(CU_SRC:%.cu=$(OUT)/%.cu.o) $(OUT)/gen/build_info.o
 UNIT_SRC  := $(shell find tests/unit -name '*.cpp' | sort)
 MPI_SRC   := $(shell find tests/mpi -name '*.cpp' | sort)
 E2E_SRC   := $(shell find tests/e2e -name '*.cpp' | sort)
 CUDA_TEST_SRC := $(if $(filter 1,$(CUDA)),$(shell find tests/cuda -name '*.cpp' | sort))
-# bench_cuda needs the CUDA backend: CUDA builds only
-BENCH_SRC := $(filter-out $(if $(filter 1,$(CUDA)),,tests/bench/bench_cuda.cpp), \
+# bench_cuda*.cpp need the CUDA backend: CUDA builds only
+BENCH_SRC := $(filter-out $(if $(filter 1,$(CUDA)),,tests/bench/bench_cuda%), \
                $(shell find tests/bench -name '*.cpp' | sort))
 BENCHES   := $(BENCH_SRC:tests/bench/%.cpp=$(OUT)/%)
 BINS      := $(OUT)/hymoe $(OUT)/test_unit $(OUT)/test_mpi $(OUT)/test_e2e $(BENCHES) \

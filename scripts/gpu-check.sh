@@ -1,9 +1,11 @@
 #!/bin/bash
 # The prepared GPU check (issues 12, 13): on a machine with one NVIDIA GPU (sized for an H200: at
-# most 8 minutes in all, the sum of the steps' limits 220 + 90 + 150 s), build the CUDA binaries
-# with `make CUDA=1` (hymoe, the parity tests and the benchmark: every source file of the
-# library compiles), run the CUDA parity tests (`make test-cuda`) and the GPU benchmark
-# (build/cuda/bench_cuda, fused kernels included), and write a summary. Usage:
+# most 8 minutes in all, the sum of the steps' limits 190 + 80 + 130 + 70 s), build the CUDA
+# binaries with `make CUDA=1` (hymoe, the parity tests and the two benchmarks: every source file
+# of the library compiles), run the CUDA parity tests (`make test-cuda`: the kernels, the fused
+# kernels and the whole model against the CPU), the kernel benchmark (build/cuda/bench_cuda, fused
+# kernels included) and the model benchmark (build/cuda/bench_cuda_model), and write a summary.
+# Usage:
 #   scripts/gpu-check.sh [OUT_DIR]      (default build/gpu-check)
 # OUT_DIR receives summary.txt (the figures and verdicts) and one full log per step. Installs
 # nothing (the build's packages must already be there). Exit 0 iff every step passed; a step
@@ -39,15 +41,19 @@ else
     note "gpu: no nvidia-smi on this machine"
 fi
 
-step build 220 make -j"$jobs" CUDA=1 build/cuda/hymoe build/cuda/test_cuda build/cuda/bench_cuda
+step build 190 make -j"$jobs" CUDA=1 build/cuda/hymoe build/cuda/test_cuda build/cuda/bench_cuda \
+    build/cuda/bench_cuda_model
 grep -E "warning:|error:|undefined reference|\*\*\*" "$out/build.log" | head -10 | tee -a "$summary"
 
-step test-cuda 90 make --no-print-directory test-cuda NPROC="$jobs"
+step test-cuda 80 make --no-print-directory test-cuda NPROC="$jobs"
 grep -E "FAILED|error:|^[0-9]+ passed, [0-9]+ failed" "$out/test-cuda.log" | head -20 |
     tee -a "$summary"
 
-step bench 150 build/cuda/bench_cuda
+step bench 130 build/cuda/bench_cuda
 grep -vE "^$" "$out/bench.log" | head -40 | tee -a "$summary"
+
+step bench-model 70 build/cuda/bench_cuda_model
+grep -vE "^$" "$out/bench-model.log" | head -20 | tee -a "$summary"
 
 note "gpu-check: $([ "$failed" -eq 0 ] && echo passed || echo FAILED)"
 exit "$failed"

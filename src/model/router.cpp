@@ -97,11 +97,15 @@ Buffer router_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& 
         Tensor row = scores.view().rows(t, 1);
         ops::linear(x.rows(t, 1), w.gate.view(), row);
     }
-    if (cfg.moe.scoring == Scoring::sigmoid)
-        ops::sigmoid_inplace(scores.view());
-    else
-        ops::softmax_rows(scores.ptr<float>(), n_tok, n_exp);
+    router_activate(cfg, scores.view());
     return scores;
+}
+
+void router_activate(const ModelConfig& cfg, Tensor& logits) {
+    if (cfg.moe.scoring == Scoring::sigmoid)
+        ops::sigmoid_inplace(logits);
+    else
+        ops::softmax_rows(logits.ptr<float>(), logits.dim(0), logits.dim(1));
 }
 
 WeightRule weight_rule(const ModelConfig& cfg) {

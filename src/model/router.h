@@ -1,7 +1,7 @@
 // The router's two halves (model/ffn.h route()), private to src/model: the scores, and the
-// selection, weights and capacity dropping given the scores. The MoE backward (moe_backward.cpp)
-// needs the scores route() decided on and the rule that turned them into weights, and the router's
-// backward (router_backward.cpp).
+// selection, weights and capacity dropping given the scores (also used by the GPU model). The MoE
+// backward (moe_backward.cpp) needs the scores route() decided on and the rule that turned them
+// into weights, and the router's backward (router_backward.cpp).
 #pragma once
 
 #include <vector>
@@ -12,6 +12,9 @@ namespace hymoe::model::detail {
 
 // s [n_tok, E] = σ(x Wᵍᵀ) or softmax(x Wᵍᵀ) for x [n_tok, d], the logits one token at a time.
 Buffer router_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x);
+// Its second half: logits [n_tok, E] ← σ(logits) or softmax(logits), in place (the GPU model
+// computes the logits on the device and routes on the host).
+void router_activate(const ModelConfig& cfg, Tensor& logits);
 
 // route() on the scores s [n_tok, E] of router_scores.
 Routing route_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& s);

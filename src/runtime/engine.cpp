@@ -248,7 +248,10 @@ EngineStats run_engine(const model::Model& m,
         fo.stats = o.layer_stats;
         fo.stage_out = &h_out;
         fo.media = &work.media;
-        model::forward(m, work.tokens, work.batch, work.states, logits, fo);
+        if (o.device)
+            o.device->forward(work.tokens, work.batch, work.states, logits, fo);
+        else
+            model::forward(m, work.tokens, work.batch, work.states, logits, fo);
         if (n_flight == static_cast<size_t>(pp)) {  // the oldest step leaves the last stage
             Step& done = flight.front();
             StepOut out;

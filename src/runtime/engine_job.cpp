@@ -1,8 +1,10 @@
-// The infer job: the model (infer_setup.cpp), the request stream (request_stream.h), the engine
-// with clean stops (signals, max_hours) and expert rebalancing, the results journal, progress
-// lines, the closing summary (summed over the replicas) and the profile and memory reports.
+// The infer job: the model (infer_setup.cpp; on the GPU, model/cuda_model.h), the request stream
+// (request_stream.h), the engine with clean stops (signals, max_hours) and expert rebalancing, the
+// results journal, progress lines, the closing summary (summed over the replicas) and the profile
+// and memory reports.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <optional>
 
 #include "hymoe/backend/ops.h"
@@ -33,7 +35,7 @@ std::string fixed(double x, int digits = 1) {
 
 }  // namespace
 
-int run_infer(const Job& job, const parallel::Grid& grid) {
+int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     const deck::InferenceSection& inf = job.deck.inference;
     const double t0 = wall_seconds();
     model::Model m = build_model(job, grid);
@@ -42,6 +44,15 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
                   " s (",
                   job.deck.model.init_random ? "random init" : job.deck.model.weights,
                   ")"));
+    std::unique_ptr<model::DeviceModel> device;  // the forward on this rank's GPU
+#ifdef HYMOE_CUDA
+    if (on_gpu) {
+        const double t1 = wall_seconds();
+        device = model::make_cuda_model(m, cuda_model_options(job));
+        log::info(cat(device->describe(), ", uploaded in ", fixed(wall_seconds() - t1, 2), " s"));
+    }
+#endif
+    HYMOE_CHECK(device || !on_gpu, "run_infer: a GPU run in a build without CUDA");
     // a journal segment every 4 batches' worth of finished requests (or 10 s)
     const bool writer = grid.me.tp == 0 && m.shard.last_stage();  // one per dp replica
     const int top_n = static_cast<int>(std::min<int64_t>(inf.logprobs, job.model.vocab_size));
@@ -66,7 +77,9 @@ int run_infer(const Job& job, const parallel::Grid& grid) {
     o.max_new_tokens = inf.max_new_tokens;
     o.page_tokens = inf.page_tokens;
     const int64_t page_bytes = model::KvPool(m.local, m.shard, o.page_tokens, 0).page_bytes();
-    o.kv_pages = kv_pages(job, page_bytes, grid);
+    o.kv_pages =
+        device ? device_kv_pages(job, *device, page_bytes, grid) : kv_pages(job, page_bytes, grid);
+    o.device = device.get();
     SpillStats spill;  // the spill files' figures, added as each lane's store goes
     const std::string spill_dir = inf.offload_path.empty() ? job.deck.job.output : inf.offload_path;
     auto slots = std::make_shared<SpillSlots>();  // one pair for the rank's lanes

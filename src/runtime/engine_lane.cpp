@@ -18,11 +18,17 @@ Lane::Lane(const model::Model& m, const EngineOptions& o, int index, int max_seq
       o_(o),
       index_(index),
       max_seqs_(max_seqs),
-      pool_(m.local, m.shard, o.page_tokens, pages, o.kv_store) {}
+      pool_(m.local, m.shard, o.page_tokens, pages, store_factory(o)) {}
+
+model::KvStoreFactory Lane::store_factory(const EngineOptions& o) {
+    if (o.device == nullptr)
+        return o.kv_store;
+    return [device = o.device](const model::KvLayout& layout) { return device->kv_store(layout); };
+}
 
 void Lane::reset_state(Seq& s) {
     pool_.release(s.state.pages);
-    s.state = model::make_sequence_state(m_);
+    s.state = o_.device ? o_.device->new_sequence() : model::make_sequence_state(m_);
     model::attach_kv_pool(m_, s.state, pool_);
 }
 

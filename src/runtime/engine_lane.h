@@ -75,7 +75,9 @@ public:
     int64_t kv_resident_bytes() const { return pool_.peak_resident_bytes(); }
 
 private:
-    // A fresh state for s, paged into this lane's pool.
+    // Where the pool's rows live: the device model's store, else o.kv_store.
+    static model::KvStoreFactory store_factory(const EngineOptions& o);
+    // A fresh state for s (the device model's when there is one), paged into this lane's pool.
     void reset_state(Seq& s);
     // Frees the latest admitted sequence not in the step (other than keep); false when none.
     bool preempt_one(const Seq* keep, EngineStats& stats);

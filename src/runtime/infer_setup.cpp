@@ -1,12 +1,13 @@
 // The infer job's setup: this rank's weights from the job's source (random, or read slice by
-// slice from safetensors or a model checkpoint) and the KV page budget (inference.kv_cache.pages,
-// or auto).
+// slice from safetensors or a model checkpoint), the KV page budget (inference.kv_cache.pages,
+// or auto; in host memory or on the GPU) and the GPU model's settings.
 #include <algorithm>
 #include <fstream>
 #include <limits>
 #include <memory>
 
 #include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
 #include "hymoe/io/safetensors.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/model_checkpoint.h"
@@ -71,6 +72,46 @@ int64_t kv_pages(const Job& job, int64_t page_bytes, const parallel::Grid& grid)
         comm::ReduceOp::min);
     // a page id is an int32 in the block tables
     return std::clamp<int64_t>(pages, job.layout.pp, std::numeric_limits<int32_t>::max());
+}
+
+int64_t device_kv_pages(const Job& job,
+                        const model::DeviceModel& device,
+                        int64_t page_bytes,
+                        const parallel::Grid& grid) {
+    const int64_t budget = comm::all_reduce_value(
+        std::min<int64_t>(device.kv_page_budget(page_bytes), std::numeric_limits<int32_t>::max()),
+        grid.comms.world,
+        comm::ReduceOp::min);
+    const int64_t asked = job.deck.inference.pages;
+    if (asked > budget)
+        HYMOE_FAIL(Exit::invalid,
+                   job.deck.locate("inference.kv_cache.pages"),
+                   ": ",
+                   asked,
+                   " pages of ",
+                   page_bytes,
+                   " bytes do not fit on the GPU next to the weights and one step's work (",
+                   budget,
+                   " do); lower it, or leave it auto");
+    if (budget < 1)
+        HYMOE_FAIL(Exit::invalid,
+                   job.deck.locate("inference.batch"),
+                   ": the GPU has no room for a KV page of ",
+                   page_bytes,
+                   " bytes next to the weights and one step's work; lower max_tokens or max_seqs");
+    return asked > 0 ? asked : budget;
+}
+
+model::CudaModelOptions cuda_model_options(const Job& job) {
+    const deck::InferenceSection& inf = job.deck.inference;
+    model::CudaModelOptions o;
+    o.dtype = job.deck.model.dtype == DType::bf16 ? DType::bf16 : DType::f32;
+    if (job.deck.model.dtype == DType::f16)
+        log::info("model.dtype: fp16 runs as fp32 matrices on the GPU (no fp16 GEMM path there)");
+    o.max_tokens = inf.max_tokens;
+    o.max_seqs = inf.max_seqs;
+    o.logits_all = inf.prompt_logprobs;
+    return o;
 }
 
 }  // namespace hymoe::runtime

@@ -1,4 +1,5 @@
-// Job dispatch by kind (infer: the inference engine; lora: runtime/trainer.h; convert:
+// Job dispatch by kind, after job.device is settled (runtime/device_choice.h) (infer: the
+// inference engine, on the CPU or the GPU; lora: runtime/trainer.h; convert:
 // runtime/model_checkpoint.h; tokenize: runtime/tokenize.h; plan: the memory and communication
 // plan of runtime/plan.h in the log and in plan.h5, with /meta and every rank's grid
 // coordinates), and the log header.
@@ -10,6 +11,7 @@
 #include "hymoe/core/log.h"
 #include "hymoe/io/meta.h"
 #include "hymoe/parallel/mpi_env.h"
+#include "hymoe/runtime/device_choice.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/plan.h"
@@ -76,10 +78,13 @@ int run_job(const Job& job, const parallel::Grid& grid) {
     const deck::JobKind kind = job.deck.job.kind;
     if (kind == deck::JobKind::convert)
         check_convert_output(job);
+    // the kinds that run the model: job.device, before anything is written
+    const bool on_gpu =
+        (kind == deck::JobKind::infer || kind == deck::JobKind::lora) && choose_device(job).cuda;
     make_output_folder(job.deck.job.output);
     log::to_file(job.deck.job.output + "/log");
     if (kind == deck::JobKind::infer)
-        return run_infer(job, grid);
+        return run_infer(job, grid, on_gpu);
     if (kind == deck::JobKind::lora)
         return run_lora(job, grid);
     if (kind == deck::JobKind::convert)

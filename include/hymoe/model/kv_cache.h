@@ -91,6 +91,8 @@ public:
     void end_step() { store_->end_step(); }
     // Bytes of KV rows the store holds in memory, at most so far.
     int64_t peak_resident_bytes() const { return store_->peak_resident_bytes(); }
+    // Where the rows live (a device model reads its own store's pages: model/device_model.h).
+    KvStore& store() const { return *store_; }
 
 private:
     float* at(int layer, int32_t page, int64_t slot, bool write);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -86,13 +87,17 @@ void load_tensors(const TensorList& list, const ModelShard& shard, const ReadTen
 // The matrices of routed experts `experts` of MoE layer `layer` on this rank (full names).
 TensorList expert_tensors(Model& m, int layer, const std::vector<int>& experts);
 
+struct DeviceSequence;  // a sequence's state on a GPU (model/device_model.h)
+
 // What one sequence carries between forward calls: per layer, the KDA state or the attention
 // cache (whichever that layer's mixer needs), and how many tokens it has seen.
 struct SequenceState {
-    std::vector<KdaState> kda;    // [n_layer]; filled for kda layers only
+    std::vector<KdaState> kda;    // [n_layer]; filled for kda layers only (host forward)
     std::vector<AttnCache> attn;  // [n_layer]; used by mla/dsa layers only
     int64_t n_tokens = 0;
     std::vector<int32_t> pages;  // block table in a KvPool (attach_kv_pool), for all its layers
+    std::shared_ptr<DeviceSequence> device;  // a DeviceModel's sequence: its KDA states live
+                                             //   there instead of in kda; null on the host
 };
 // A new sequence on this rank: the states of its stage's KDA layers, with its heads.
 SequenceState make_sequence_state(const Model& m);

@@ -27,6 +27,9 @@
 // prefill chunk's embeddings (model::MediaSplice); requests with and without images share steps.
 // KV offload (inference.kv_cache.offload): EngineOptions::kv_store gives each lane's pool its
 // store, e.g. the spill-file tier of runtime/kv_spill.h.
+// GPU (EngineOptions::device): the device model makes the sequences' states and the pools' stores
+// and runs every forward; batching, paging and sampling (on the host, from the logits) are the
+// same, so the outputs are the CPU's up to the device's rounding.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +41,8 @@
 
 #include "hymoe/io/image.h"
 #include "hymoe/io/requests.h"
+#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
@@ -69,6 +74,10 @@ struct EngineOptions {
     std::map<std::string, int> adapter_ids;  // LoRA adapter name → id (model/lora.h); a request
                                              //   with adapter "" runs on the base model
     int image_pool = 1;  // vision feature pooling (inference.images.pool; model/vision.h)
+    model::DeviceModel* device = nullptr;  // the forward on a GPU (model/device_model.h): its
+                                           //   sequences, KV pages and forward replace the host
+                                           //   model's (m still gives the config and the vision
+                                           //   tower); null: the CPU
 };
 
 // A request with its index in the file (0-based over request lines, bad ones included).
@@ -128,9 +137,18 @@ model::Model build_model(const Job& job, const parallel::Grid& grid);
 // has available holds at page_bytes a page, shared by the world's ranks as if on one node; the
 // least over the ranks (collective), so every rank of a replica pages alike.
 int64_t kv_pages(const Job& job, int64_t page_bytes, const parallel::Grid& grid);
+// The same on the GPU: inference.kv_cache.pages (an error when they do not fit next to the
+// weights), or (auto) the device model's budget; the least over the ranks (collective).
+int64_t device_kv_pages(const Job& job,
+                        const model::DeviceModel& device,
+                        int64_t page_bytes,
+                        const parallel::Grid& grid);
+// The GPU model's settings for the job: matrices in bf16 (model.dtype bf16) or fp32 (fp32, and
+// fp16, which has no GEMM path of its own there), workspace for inference.batch.
+model::CudaModelOptions cuda_model_options(const Job& job);
 // Streams inference.dataset through the engine into out/results.h5 (runtime/results.h), resuming
-// an interrupted run of the same deck; logs progress and a three-line summary. Returns the exit
-// code.
-int run_infer(const Job& job, const parallel::Grid& grid);
+// an interrupted run of the same deck; logs progress and a three-line summary. on_gpu: the
+// forward runs on this rank's GPU (runtime/device_choice.h decided it). Returns the exit code.
+int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu = false);
 
 }  // namespace hymoe::runtime

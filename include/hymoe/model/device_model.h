@@ -1,0 +1,47 @@
+// The model on an accelerator, as the inference engine sees it (runtime/engine.h
+// EngineOptions::device): its weights, its KV pages and every sequence's KDA state live on the
+// device, and one call runs a forward over a packed batch with model::forward's arguments and
+// results, so the engine's batching, paging and sampling are the same on either side. The
+// engine's page bookkeeping stays in the host KvPool (block tables, free list); the rows are in
+// the store kv_store() makes. The CUDA implementation is model/cuda_model.h (CUDA builds);
+// this interface is plain C++ in every build.
+// Invariants: a sequence made by new_sequence(), and a store made by kv_store(), must not
+// outlive the model; one forward at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hymoe/model/batch.h"
+#include "hymoe/model/kv_cache.h"
+#include "hymoe/model/model.h"
+
+namespace hymoe::model {
+
+class DeviceModel {
+public:
+    virtual ~DeviceModel() = default;
+
+    // A new sequence (n_tokens 0): no host KDA buffers; its device state is made by the first
+    // forward that sees it and freed with it. Pages come from attach_kv_pool as on the host.
+    virtual SequenceState new_sequence() = 0;
+    // The rows of a KvPool with `layout` (KvPool's make_store), allocated on the device at once
+    // for all layout.capacity pages; a host read of them (KvStore::page) is an error.
+    virtual std::unique_ptr<KvStore> kv_store(const KvLayout& layout) = 0;
+    // KV pages of page_bytes that fit on the device next to the weights, with room kept for
+    // max_seqs sequences' KDA states and one step of max_tokens rows.
+    virtual int64_t kv_page_budget(int64_t page_bytes) const = 0;
+    // model::forward on the device: the same tokens, batch, states (from new_sequence, paged
+    // into a pool of kv_store's) and options; logits come back to the host.
+    virtual void forward(const std::vector<int64_t>& tokens,
+                         const SeqBatch& batch,
+                         const std::vector<SequenceState*>& states,
+                         Buffer& logits,
+                         const ForwardOptions& options = {}) = 0;
+    // One line for the log: device, dtype, memory used by the weights.
+    virtual std::string describe() const = 0;
+};
+
+}  // namespace hymoe::model

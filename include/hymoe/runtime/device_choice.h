@@ -1,0 +1,37 @@
+// Where a job computes: the deck's job.device (auto | cpu | cuda) against what this build, the
+// job and the machine allow. Decided once, before the job's output folder is made, for the kinds
+// that run the model (infer, lora). The GPU model (model/cuda_model.h) runs infer jobs with the
+// whole model on each rank's GPU: tp = pp = ep = 1 (any dp), no LoRA adapters, no KV offload, no
+// batch-invariant mode. `cuda` that cannot be had is an invalid deck (exit 2, one sentence naming
+// job.device's place in the deck); `auto` then runs on the CPU and logs one line saying why.
+// Each rank takes GPU local_rank mod the GPUs it sees (backend/device.h).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "hymoe/deck/deck.h"
+#include "hymoe/runtime/job.h"
+
+namespace hymoe::runtime {
+
+// Why the job cannot run on a GPU whatever the machine has: the reason, phrased to follow
+// "cuda, but " or "the CPU, because ".
+std::optional<std::string> device_limit(const Job& job, bool cuda_build);
+
+struct DeviceDecision {
+    bool cuda = false;  // the model runs on this rank's GPU
+    std::string note;   // the log line: the CPU fallback of auto and why, or the GPU taken
+};
+
+// The decision from job.device, the job's limit and whether every rank sees a GPU. Throws
+// Exit::invalid (collective: every rank decides alike) when cuda was asked for and cannot be had.
+DeviceDecision decide_device(const deck::Deck& deck,
+                             const std::optional<std::string>& limit,
+                             bool gpu_on_every_rank);
+
+// Collective over the world: device_limit, then (when a GPU may be used) backend::select_device,
+// which sets this rank's GPU, then decide_device; logs the note.
+DeviceDecision choose_device(const Job& job);
+
+}  // namespace hymoe::runtime

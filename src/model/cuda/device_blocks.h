@@ -1,0 +1,213 @@
+// The GPU model's private pieces (src/model/cuda/*.cpp, CUDA builds only): the device with its
+// stream, arena and cuBLAS handle; scratch tensors for one block; the device copies of a layer's
+// weights; one step's packed batch on the device (offsets, positions, block tables, the KDA
+// state of every sequence); and the block forwards, each the device twin of a CPU block
+// (model/kda.h, attention.h, ffn.h). Every block reads x [n_tok, d] f32 (input-normed) and writes
+// y [n_tok, d] f32; matrices are in the model's compute dtype `cd` (bf16 or f32), and an
+// activation is cast to cd just before the GEMM that reads it.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "hymoe/backend/cuda_arena.h"
+#include "hymoe/backend/cuda_gemm.h"
+#include "hymoe/backend/cuda_model_ops.h"
+#include "hymoe/model/attention.h"
+#include "hymoe/model/config.h"
+#include "hymoe/model/ffn.h"
+#include "hymoe/model/model.h"
+#include "hymoe/model/moe_parallel.h"
+
+namespace hymoe::model::gpu {
+
+namespace cu = backend::cuda;
+
+// The device: one stream, one arena (everything the model holds or computes lives in it) and a
+// cuBLAS handle on the stream. Members are destroyed in reverse: the handle gives its workspace
+// back to the arena before the arena goes.
+struct Gpu {
+    cu::Stream stream;
+    cu::DeviceArena arena;
+    cu::Blas blas;
+    Gpu(size_t arena_bytes, int max_groups) : arena(arena_bytes), blas(stream, arena, max_groups) {}
+};
+
+// Tensors for one block call, freed together when it goes out of scope. The frees do not wait for
+// the GPU: a later allocation of the same memory is used by kernels queued after every kernel that
+// used it before (one stream).
+class Scratch {
+public:
+    explicit Scratch(cu::DeviceArena& arena) : arena_(arena) {}
+    ~Scratch() {
+        for (void* p : held_)
+            arena_.free(p);
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    Tensor operator()(DType dtype, Shape shape) {
+        Tensor t = arena_.tensor(dtype, std::move(shape));
+        held_.push_back(t.data);
+        return t;
+    }
+
+private:
+    cu::DeviceArena& arena_;
+    std::vector<void*> held_;
+};
+
+// `elements` elements into t's storage (sub-blocks of a row-major tensor for strided GEMMs).
+inline void* at(const Tensor& t, int64_t elements) {
+    return static_cast<char*>(t.data) + elements * static_cast<int64_t>(dtype_size(t.dtype));
+}
+// x itself when it is already of dtype `cd`, else a cast copy in s.
+Tensor in_dtype(Gpu& g, Scratch& s, const Tensor& x, DType cd);
+// A device copy of host values in s (synchronous on the host side: v may go right after).
+template <class T>
+Tensor upload_values(Gpu& g, Scratch& s, const std::vector<T>& v, DType dtype) {
+    Tensor t = s(dtype, {static_cast<int64_t>(v.size())});
+    cu::copy_to_device(t.data, v.data(), v.size() * sizeof(T), g.stream);
+    return t;
+}
+
+// ---- device weights (device_weights.cpp) --------------------------------------------------------
+
+// Shapes as the CPU structs (model/kda.h, attention.h, ffn.h); "cd" = compute dtype, others f32.
+struct KdaW {
+    Tensor qkv;      // [3D, d] cd   q_proj; k_proj; v_proj
+    Tensor conv;     // [3D, W]      q_conv1d; k_conv1d; v_conv1d
+    Tensor low;      // [2K + H, d] cd   f_a_proj; g_a_proj; b_proj
+    Tensor f_b;      // [D, K] cd
+    Tensor g_b;      // [D, K] cd
+    Tensor dt_bias;  // [D]
+    Tensor a_log;    // [H]
+    Tensor o_norm;   // [K]
+    Tensor o_proj;   // [d, D] cd
+};
+struct IndexerW {
+    Tensor wq_b;          // [H_I·d_I, r_q] cd
+    Tensor wk;            // [d_I, d] cd
+    Tensor k_norm_w;      // [d_I]
+    Tensor k_norm_b;      // [d_I]
+    Tensor weights_proj;  // [H_I, d] cd
+};
+struct MlaW {
+    Tensor q_a;        // [r_q, d] cd (r_q > 0)
+    Tensor q_a_norm;   // [r_q]
+    Tensor q_b;        // [H·d_qk, r_q] cd (r_q > 0)
+    Tensor q;          // [H·d_qk, d] cd (r_q = 0)
+    Tensor kv_a;       // [r_kv + d_r, d] cd
+    Tensor kv_a_norm;  // [r_kv]
+    Tensor kv_b;       // [H·(d_n + d_v), r_kv] cd
+    Tensor o_proj;     // [d, H·d_v] cd
+    Tensor g_proj;     // [H·d_v, d] cd (gated)
+    IndexerW indexer;  // dsa
+};
+struct MlpW {
+    Tensor gate;  // [I, w] cd (swiglu only)
+    Tensor up;    // [I, w] cd
+    Tensor down;  // [w, I] cd
+};
+struct MoeW {
+    Tensor router;    // [E, d] f32 (routing is fp32, model-math §10)
+    Tensor fc1;       // [ℓ, d] cd (latent_moe)
+    Tensor fc2;       // [d, ℓ] cd (latent_moe)
+    Tensor gate;      // [E, I, w] cd (swiglu)
+    Tensor up;        // [E, I, w] cd
+    Tensor down;      // [E, w, I] cd
+    MlpW shared;      // n_shared_experts > 0
+    MoeWeights host;  // the correction bias alone, for the host routing (router.h)
+};
+struct LayerW {
+    Tensor attn_norm;  // [d]
+    Tensor ffn_norm;   // [d]
+    KdaW kda;
+    MlaW mla;
+    MlpW dense;
+    MoeW moe;
+};
+
+// The device copy of one layer of `host` (a whole model), in permanent arena memory.
+LayerW upload_layer(Gpu& g, const ModelConfig& cfg, const LayerWeights& host, int layer, DType cd);
+// A host matrix or vector uploaded as `dtype` (f32 or bf16), in permanent arena memory.
+Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype);
+
+// ---- one step on the device (device_model.cpp fills it) -----------------------------------------
+
+struct StepBatch {
+    const SeqBatch* batch = nullptr;
+    int64_t n_tok = 0, n_seq = 0;
+    Tensor offsets;                 // i64 [n_seq + 1]
+    Tensor row_seq;                 // i32 [n_tok] sequence of each row
+    Tensor positions;               // i64 [n_tok] absolute position of each row
+    std::vector<float*> kda_state;  // [n_kda_layers, n_seq] host copy of kda_states
+    Tensor kda_states;              // float* [n_kda_layers, n_seq] each sequence's layer state
+    // The paged cache: the pool's device pages and the sequences' block tables.
+    float* pages = nullptr;   // page 0, layer 0 of the pool's store
+    int64_t page_stride = 0;  // floats a page (all layers)
+    int page_tokens = 0;
+    std::vector<int64_t> layer_offset;  // [n_layer] a layer's first float in a page
+    std::vector<int64_t> row_width;     // [n_layer] floats a token in that layer
+    Tensor block_table;                 // i32 [n_seq, max_pages]
+    int max_pages = 0;
+    // The sequences with a single row this step (decode), attended in one paged launch.
+    int64_t n_one = 0;
+    Tensor one_rows;   // i64 [n_one] their rows
+    Tensor one_table;  // i32 [n_one, max_pages] their block tables
+    Tensor one_keys;   // i32 [n_one] their keys after the step (the query's own included)
+    int64_t one_max_keys = 0;
+
+    cu::KvPages pages_of(int layer) const {
+        return {pages + layer_offset[layer],
+                page_stride,
+                row_width[layer],
+                page_tokens,
+                block_table.ptr<int32_t>(),
+                max_pages};
+    }
+};
+
+// ---- the blocks
+// ----------------------------------------------------------------------------------
+
+// model::kda_forward: states are step.kda_states row `kda_index` (the layer's rank among the
+// model's KDA layers).
+void kda_block(Gpu& g,
+               const ModelConfig& cfg,
+               const KdaW& w,
+               const Tensor& x,
+               const StepBatch& step,
+               int kda_index,
+               DType cd,
+               Tensor& y);
+
+// model::attention_forward (mla or dsa, gated or not) in the absorbed form over the pages of
+// `layer`; indexer_seconds gets the DSA indexer's time when `timed` (a stream synchronisation
+// around it).
+void attention_block(Gpu& g,
+                     const ModelConfig& cfg,
+                     const LayerSpec& spec,
+                     const MlaW& w,
+                     const Tensor& x,
+                     const StepBatch& step,
+                     int layer,
+                     DType cd,
+                     Tensor& y,
+                     double* indexer_seconds);
+
+// y (+)= down(act(x)) for x [n, w] in cd (model::dense_ffn_forward); beta 1 adds to y.
+void mlp_block(Gpu& g, const MlpW& w, ExpertAct act, const Tensor& x, Tensor& y, float beta);
+
+// model::moe_forward: route on the host from the device's logits, experts on the device.
+// stats gets the layer's expert load.
+void moe_block(Gpu& g,
+               const ModelConfig& cfg,
+               const LayerSpec& spec,
+               const MoeW& w,
+               const Tensor& x,
+               DType cd,
+               Tensor& y,
+               MoeCommStats& stats);
+
+}  // namespace hymoe::model::gpu

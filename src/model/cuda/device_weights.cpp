@@ -1,0 +1,186 @@
+// Uploading a layer's weights to the GPU model (device_blocks.h): matrices in the compute dtype
+// (rounded to bf16 on the host, to nearest even, when cd is bf16), vectors, conv taps and the
+// router in fp32. Matrices one GEMM reads together are stacked on the way: KDA's q|k|v
+// projections, its low-rank inputs f_a|g_a|b, and the routed experts' [E, out, in] blocks.
+#include <cstring>
+#include <vector>
+
+#include "device_blocks.h"
+#include "hymoe/core/error.h"
+#include "hymoe/model/model.h"
+
+namespace hymoe::model::gpu {
+
+namespace {
+
+// The host values of several buffers, one after the other.
+std::vector<float> stacked(const std::vector<const Buffer*>& parts) {
+    std::vector<float> all;
+    for (const Buffer* b : parts)
+        all.insert(all.end(), b->ptr<float>(), b->ptr<float>() + b->view().numel());
+    return all;
+}
+
+// n host floats as a device tensor of `shape` and `dtype`.
+Tensor upload_floats(Gpu& g, const float* host, int64_t n, Shape shape, DType dtype) {
+    HYMOE_CHECK(shape_numel(shape) == n, "upload: ", n, " values for ", shape_string(shape));
+    Tensor dev = g.arena.tensor(dtype, std::move(shape));
+    std::vector<uint16_t> staged;  // bf16: the rounded values
+    if (dtype == DType::bf16) {
+        staged.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+            staged[static_cast<size_t>(i)] = float_to_bf16(host[i]);
+    }
+    cu::copy_to_device(dev.data,
+                       staged.empty() ? static_cast<const void*>(host) : staged.data(),
+                       dev.bytes(),
+                       g.stream);
+    g.stream.synchronize();  // the host values may go when this returns
+    return dev;
+}
+
+Tensor upload_floats(Gpu& g, const std::vector<float>& host, Shape shape, DType dtype) {
+    return upload_floats(
+        g, host.data(), static_cast<int64_t>(host.size()), std::move(shape), dtype);
+}
+
+KdaW upload_kda(Gpu& g, const ModelConfig& cfg, const KdaWeights& w, DType cd) {
+    const int64_t d = cfg.hidden_size, H = cfg.kda.n_head, K = cfg.kda.head_dim, D = H * K;
+    const int64_t W = cfg.kda.conv_kernel;
+    KdaW out;
+    out.qkv = upload_floats(g, stacked({&w.q_proj, &w.k_proj, &w.v_proj}), {3 * D, d}, cd);
+    out.conv =
+        upload_floats(g, stacked({&w.q_conv1d, &w.k_conv1d, &w.v_conv1d}), {3 * D, W}, DType::f32);
+    out.low = upload_floats(g, stacked({&w.f_a_proj, &w.g_a_proj, &w.b_proj}), {2 * K + H, d}, cd);
+    out.f_b = upload_weight(g, w.f_b_proj, {D, K}, cd);
+    out.g_b = upload_weight(g, w.g_b_proj, {D, K}, cd);
+    out.dt_bias = upload_weight(g, w.dt_bias, {D}, DType::f32);
+    out.a_log = upload_weight(g, w.a_log, {H}, DType::f32);
+    out.o_norm = upload_weight(g, w.o_norm, {K}, DType::f32);
+    out.o_proj = upload_weight(g, w.o_proj, {d, D}, cd);
+    return out;
+}
+
+MlaW upload_mla(
+    Gpu& g, const ModelConfig& cfg, const LayerSpec& spec, const MlaWeights& w, DType cd) {
+    const MlaConfig& c = cfg.mla;
+    const int64_t d = cfg.hidden_size, H = c.n_head, r_q = c.q_lora_rank, r_kv = c.kv_lora_rank;
+    const int64_t d_qk = c.qk_nope_head_dim + c.qk_rope_head_dim, d_v = c.v_head_dim;
+    MlaW out;
+    if (r_q > 0) {
+        out.q_a = upload_weight(g, w.q_a_proj, {r_q, d}, cd);
+        out.q_a_norm = upload_weight(g, w.q_a_layernorm, {r_q}, DType::f32);
+        out.q_b = upload_weight(g, w.q_b_proj, {H * d_qk, r_q}, cd);
+    } else {
+        out.q = upload_weight(g, w.q_proj, {H * d_qk, d}, cd);
+    }
+    out.kv_a = upload_weight(g, w.kv_a_proj_with_mqa, {r_kv + c.qk_rope_head_dim, d}, cd);
+    out.kv_a_norm = upload_weight(g, w.kv_a_layernorm, {r_kv}, DType::f32);
+    out.kv_b = upload_weight(g, w.kv_b_proj, {H * (c.qk_nope_head_dim + d_v), r_kv}, cd);
+    out.o_proj = upload_weight(g, w.o_proj, {d, H * d_v}, cd);
+    if (spec.gated)
+        out.g_proj = upload_weight(g, w.g_proj, {H * d_v, d}, cd);
+    if (spec.mixer == Mixer::dsa) {
+        const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
+        const IndexerWeights& iw = w.indexer;
+        out.indexer.wq_b = upload_weight(g, iw.wq_b, {h_i * d_i, r_q}, cd);
+        out.indexer.wk = upload_weight(g, iw.wk, {d_i, d}, cd);
+        out.indexer.k_norm_w = upload_weight(g, iw.k_norm_weight, {d_i}, DType::f32);
+        out.indexer.k_norm_b = upload_weight(g, iw.k_norm_bias, {d_i}, DType::f32);
+        out.indexer.weights_proj = upload_weight(g, iw.weights_proj, {h_i, d}, cd);
+    }
+    return out;
+}
+
+MlpW upload_mlp(Gpu& g, const DenseFfnWeights& w, ExpertAct act, DType cd) {
+    MlpW out;
+    if (act == ExpertAct::swiglu)
+        out.gate = upload_weight(g, w.gate_proj, w.gate_proj.view().shape, cd);
+    out.up = upload_weight(g, w.up_proj, w.up_proj.view().shape, cd);
+    out.down = upload_weight(g, w.down_proj, w.down_proj.view().shape, cd);
+    return out;
+}
+
+// The E experts' matrix `which` as one [E, rows, cols] tensor.
+Tensor upload_experts(Gpu& g,
+                      const std::vector<DenseFfnWeights>& experts,
+                      Buffer DenseFfnWeights::*which,
+                      DType cd) {
+    std::vector<const Buffer*> parts;
+    for (const DenseFfnWeights& e : experts)
+        parts.push_back(&(e.*which));
+    const Shape& one = parts.front()->view().shape;
+    for (const Buffer* b : parts)
+        HYMOE_CHECK(b->view().shape == one,
+                    "GPU model: experts of unequal shapes (",
+                    shape_string(b->view().shape),
+                    " and ",
+                    shape_string(one),
+                    "): is every expert loaded?");
+    return upload_floats(
+        g, stacked(parts), {static_cast<int64_t>(parts.size()), one.at(0), one.at(1)}, cd);
+}
+
+MoeW upload_moe(
+    Gpu& g, const ModelConfig& cfg, const LayerSpec& spec, const MoeWeights& w, DType cd) {
+    const MoeConfig& m = cfg.moe;
+    MoeW out;
+    out.router = upload_weight(g, w.gate, {m.n_routed_experts, cfg.hidden_size}, DType::f32);
+    if (spec.ffn == Ffn::latent_moe) {
+        out.fc1 = upload_weight(g, w.fc1_latent_proj, w.fc1_latent_proj.view().shape, cd);
+        out.fc2 = upload_weight(g, w.fc2_latent_proj, w.fc2_latent_proj.view().shape, cd);
+    }
+    if (m.expert_act == ExpertAct::swiglu)
+        out.gate = upload_experts(g, w.experts, &DenseFfnWeights::gate_proj, cd);
+    out.up = upload_experts(g, w.experts, &DenseFfnWeights::up_proj, cd);
+    out.down = upload_experts(g, w.experts, &DenseFfnWeights::down_proj, cd);
+    if (m.n_shared_experts > 0)
+        out.shared = upload_mlp(g, w.shared, m.expert_act, cd);
+    if (m.correction_bias) {
+        out.host.correction_bias = Buffer(DType::f32, w.correction_bias.view().shape);
+        std::memcpy(out.host.correction_bias.ptr<float>(),
+                    w.correction_bias.ptr<float>(),
+                    w.correction_bias.view().bytes());
+    }
+    return out;
+}
+
+}  // namespace
+
+Tensor in_dtype(Gpu& g, Scratch& s, const Tensor& x, DType cd) {
+    if (x.dtype == cd)
+        return x;
+    Tensor c = s(cd, x.shape);
+    cu::cast(g.stream, x, c);
+    return c;
+}
+
+Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype) {
+    const Tensor& v = host.view();
+    HYMOE_CHECK(v.dtype == DType::f32 && v.numel() == shape_numel(shape),
+                "GPU model: a weight of ",
+                shape_string(v.shape),
+                " where ",
+                shape_string(shape),
+                " was expected (are the weights loaded?)");
+    return upload_floats(g, v.ptr<float>(), v.numel(), std::move(shape), dtype);
+}
+
+LayerW upload_layer(Gpu& g, const ModelConfig& cfg, const LayerWeights& host, int layer, DType cd) {
+    const LayerSpec& spec = cfg.layers[static_cast<size_t>(layer)];
+    const int64_t d = cfg.hidden_size;
+    LayerW out;
+    out.attn_norm = upload_weight(g, host.attn_norm, {d}, DType::f32);
+    out.ffn_norm = upload_weight(g, host.ffn_norm, {d}, DType::f32);
+    if (spec.mixer == Mixer::kda)
+        out.kda = upload_kda(g, cfg, host.kda, cd);
+    else
+        out.mla = upload_mla(g, cfg, spec, host.attn, cd);
+    if (spec.ffn == Ffn::dense)
+        out.dense = upload_mlp(g, host.dense, ExpertAct::swiglu, cd);
+    else
+        out.moe = upload_moe(g, cfg, spec, host.moe, cd);
+    return out;
+}
+
+}  // namespace hymoe::model::gpu

@@ -1,0 +1,85 @@
+// job.device against the build, the job and the machine (runtime/device_choice.h).
+#include "hymoe/runtime/device_choice.h"
+
+#include "hymoe/backend/device.h"
+#include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
+
+namespace hymoe::runtime {
+
+std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
+    const deck::Deck& d = job.deck;
+    const parallel::Layout& l = job.layout;
+    const deck::InferenceSection& inf = d.inference;
+    if (!cuda_build)
+        return std::string("this hymoe was built without CUDA (make CUDA=1 builds it)");
+    if (d.job.kind != deck::JobKind::infer)
+        return cat(deck::to_string(d.job.kind),
+                   " jobs run on the CPU only (the GPU runs infer jobs)");
+    if (l.tp != 1 || l.pp != 1 || l.ep != 1)
+        return cat(
+            "the GPU model holds the whole model on each rank (parallel.tp = pp = ep = 1, "
+            "any dp), not tp = ",
+            l.tp,
+            ", pp = ",
+            l.pp,
+            ", ep = ",
+            l.ep);
+    if (!inf.adapters.empty())
+        return std::string("the GPU model runs no LoRA adapters (inference.adapters)");
+    if (inf.offload != "none")
+        return cat("the GPU model keeps its KV pages on the GPU (inference.kv_cache.offload: ",
+                   inf.offload,
+                   ")");
+    if (inf.batch_invariant)
+        return std::string("the GPU model has no batch-invariant mode (inference.batch_invariant)");
+    return std::nullopt;
+}
+
+DeviceDecision decide_device(const deck::Deck& deck,
+                             const std::optional<std::string>& limit,
+                             bool gpu_on_every_rank) {
+    const deck::DeviceChoice choice = deck.job.device;
+    if (choice == deck::DeviceChoice::cpu)
+        return {};
+    if (limit) {
+        if (choice == deck::DeviceChoice::cuda)
+            HYMOE_FAIL(Exit::invalid, deck.locate("job.device"), ": cuda, but ", *limit);
+        return {false, "job.device: auto runs on the CPU, because " + *limit};
+    }
+    if (!gpu_on_every_rank) {
+        if (choice == deck::DeviceChoice::cuda)
+            HYMOE_FAIL(Exit::invalid,
+                       deck.locate("job.device"),
+                       ": cuda, but not every rank sees a GPU (use auto to fall back to the CPU)");
+        return {false, "job.device: auto runs on the CPU, because not every rank sees a GPU"};
+    }
+    return {true, ""};
+}
+
+DeviceDecision choose_device(const Job& job) {
+#ifdef HYMOE_CUDA
+    const bool cuda_build = true;
+#else
+    const bool cuda_build = false;
+#endif
+    const std::optional<std::string> limit = device_limit(job, cuda_build);
+    const bool want = job.deck.job.device != deck::DeviceChoice::cpu && !limit;
+    const backend::DeviceInfo info = backend::select_device(want);  // collective in every case
+    DeviceDecision decision = decide_device(job.deck, limit, info.cuda_available);
+    if (decision.cuda)
+        decision.note = cat("device: GPU ",
+                            info.device,
+                            " of the ",
+                            info.n_devices,
+                            " rank 0 sees (",
+                            info.name,
+                            ", ",
+                            info.memory_gb,
+                            " GB); each rank takes GPU local_rank mod its GPU count");
+    if (!decision.note.empty())
+        log::info(decision.note);
+    return decision;
+}
+
+}  // namespace hymoe::runtime

@@ -1,0 +1,323 @@
+// The GPU model (model/cuda_model.h) against the CPU model on the same random weights (label
+// cuda; each test is a one-line skip without a GPU). Models: tiny (KDA, gated DSA, MoE with
+// groups, dense), tiny-kimi (NoPE MLA without query latent, one group), tiny-deepseek (DSA
+// throughout, YaRN RoPE) and tiny with LatentMoE relu2 experts. Steps: three sequences paged
+// into 8-token pages, prefill chunks of every kind in one batch (a whole prompt, a chunk, a
+// single-token first row), then a continuation mixing a decode row with chunks, then decode
+// steps; DSA's top-8 is below every context past 8 tokens, so the sparse paths are exercised.
+// Bounds. fp32: the GPU sums in other orders (cuBLAS, block reductions) than the CPU, so
+// against the CPU in the same forms (KDA recurrent, attention absorbed) the logprobs agree to
+// 1e-5 and the logits to 1e-5 relative; against the CPU's own default forms (chunked KDA, expanded
+// attention for prefill) to 2e-5, the bound the CPU's chunked-vs-whole prefill test uses. bf16:
+// every matrix and GEMM input is rounded to bf16 (2^-9 relative), about 3e-3 relative per GEMM;
+// 90% of the logit rows must be within 2e-2 relative (a few tokens may route to another expert
+// when their normed input moves by that much). Then the engine: greedy tokens, their logprobs
+// and the prompt logprobs of 16 requests through run_engine (mixed steps, few KV pages so that
+// sequences are preempted and pages and states reused) equal the CPU engine's.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "cuda_test.h"
+#include "hymoe/core/rng.h"
+#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/kv_cache.h"
+#include "hymoe/model/model.h"
+#include "hymoe/runtime/engine.h"
+
+namespace utf = boost::unit_test;
+using namespace hymoe;
+using namespace hymoe::cuda_test;
+
+namespace {
+
+const std::vector<std::string> kModels = {"tiny", "tiny-kimi", "tiny-deepseek", "tiny-latent"};
+
+model::ModelConfig config_of(const std::string& name) {
+    if (name != "tiny-latent")
+        return model::preset_config(name);
+    model::ModelConfig c = model::preset_config("tiny");  // its MoE layers as LatentMoE, relu2
+    for (model::LayerSpec& l : c.layers)
+        if (l.ffn == model::Ffn::moe)
+            l.ffn = model::Ffn::latent_moe;
+    c.moe.expert_act = model::ExpertAct::relu2;
+    return c;
+}
+
+model::Model host_model(const std::string& name) {
+    model::Model m = model::make_model(config_of(name));
+    model::init_model_random(m, 7);
+    return m;
+}
+
+std::unique_ptr<model::DeviceModel> device_model(const model::Model& m, DType dtype) {
+    model::CudaModelOptions o;
+    o.dtype = dtype;
+    o.max_tokens = 256;
+    o.max_seqs = 16;
+    o.logits_all = true;
+    o.memory_fraction = 0.05;  // a few GB: tests may hold two models
+    return model::make_cuda_model(m, o);
+}
+
+constexpr int kPageTokens = 8;
+constexpr int64_t kPages = 64;
+const std::vector<int64_t> kLengths = {13, 29, 40};  // the three prompts
+
+// The three prompts (ids 3..255).
+std::vector<std::vector<int64_t>> prompts() {
+    Philox rng(21, 0, 0);
+    std::vector<std::vector<int64_t>> p;
+    for (int64_t n : kLengths) {
+        p.emplace_back();
+        for (int64_t t = 0; t < n; ++t)
+            p.back().push_back(3 + rng.next_u32() % 253);
+    }
+    return p;
+}
+
+// One forward's rows: (sequence, first token, count) per sequence in the batch.
+struct Part {
+    int seq;
+    int64_t begin, count;
+};
+
+// The step plan: prefill kinds together, a continuation mixing a decode row with chunks, decodes.
+std::vector<std::vector<Part>> step_plan() {
+    std::vector<std::vector<Part>> plan = {
+        {{0, 0, 13}, {1, 0, 16}, {2, 0, 1}},
+        {{0, 13, 1}, {1, 16, 13}, {2, 1, 39}},
+    };
+    for (int k = 0; k < 5; ++k)
+        plan.push_back({{0, 14 + k, 1}, {1, 29 + k, 1}, {2, 40 + k, 1}});
+    return plan;
+}
+
+// Runs the plan on one side (the CPU when device is null), all logits rows of every step in
+// order. Tokens after a prompt are the CPU-side greedy choices fed to both sides (`fed`, filled by
+// the first run).
+struct Side {
+    const model::Model& m;
+    model::DeviceModel* device = nullptr;
+    model::KdaMode kda = model::KdaMode::automatic;
+    model::AttnMode attn = model::AttnMode::automatic;
+};
+
+std::vector<Buffer> run_plan(const Side& side, std::vector<std::vector<int64_t>>& fed) {
+    std::unique_ptr<model::KvPool> pool;
+    if (side.device)
+        pool = std::make_unique<model::KvPool>(
+            side.m.local, side.m.shard, kPageTokens, kPages, [&](const model::KvLayout& l) {
+                return side.device->kv_store(l);
+            });
+    else
+        pool = std::make_unique<model::KvPool>(side.m.local, side.m.shard, kPageTokens, kPages);
+    std::vector<model::SequenceState> states;
+    for (size_t s = 0; s < kLengths.size(); ++s)
+        states.push_back(side.device ? side.device->new_sequence()
+                                     : model::make_sequence_state(side.m));
+    for (model::SequenceState& st : states)
+        model::attach_kv_pool(side.m, st, *pool);
+    const bool first = fed.empty();
+    if (first)
+        fed = prompts();
+    std::vector<Buffer> out;
+    for (const std::vector<Part>& step : step_plan()) {
+        std::vector<int64_t> tokens;
+        model::SeqBatch batch{{0}, {}, {}};
+        std::vector<model::SequenceState*> ptrs;
+        // steps that continue past the prompts ask for each sequence's last row only
+        const bool last_rows = step.front().begin >= kLengths[step.front().seq];
+        for (const Part& p : step) {
+            model::SequenceState& st = states[static_cast<size_t>(p.seq)];
+            BOOST_REQUIRE(pool->reserve(st.pages, p.begin + p.count));
+            const std::vector<int64_t>& seq = fed[static_cast<size_t>(p.seq)];
+            BOOST_REQUIRE(static_cast<int64_t>(seq.size()) >= p.begin + p.count);
+            tokens.insert(tokens.end(), seq.begin() + p.begin, seq.begin() + p.begin + p.count);
+            batch.pos0.push_back(p.begin);
+            batch.offsets.push_back(static_cast<int64_t>(tokens.size()));
+            ptrs.push_back(&st);
+        }
+        model::ForwardOptions fo;
+        fo.logits = last_rows ? model::Logits::last : model::Logits::all;
+        fo.kda_mode = side.kda;
+        fo.attn_mode = side.attn;
+        Buffer logits;
+        if (side.device)
+            side.device->forward(tokens, batch, ptrs, logits, fo);
+        else
+            model::forward(side.m, tokens, batch, ptrs, logits, fo);
+        if (first) {  // the next token of every sequence whose last row ends its known tokens
+            const int64_t V = side.m.cfg.vocab_size;
+            for (size_t i = 0; i < step.size(); ++i) {
+                const Part& p = step[i];
+                std::vector<int64_t>& seq = fed[static_cast<size_t>(p.seq)];
+                if (p.begin + p.count != static_cast<int64_t>(seq.size()))
+                    continue;
+                const int64_t row = last_rows ? static_cast<int64_t>(i) : batch.offsets[i + 1] - 1;
+                const float* x = logits.ptr<float>() + row * V;
+                seq.push_back(std::max_element(x, x + V) - x);
+            }
+        }
+        out.push_back(std::move(logits));
+    }
+    return out;
+}
+
+// log_softmax of every row, in double.
+std::vector<double> logprobs(const Buffer& logits) {
+    const int64_t rows = logits.view().dim(0), V = logits.view().dim(1);
+    std::vector<double> lp(static_cast<size_t>(rows * V));
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* x = logits.ptr<float>() + r * V;
+        const double mx = *std::max_element(x, x + V);
+        double sum = 0;
+        for (int64_t i = 0; i < V; ++i)
+            sum += std::exp(static_cast<double>(x[i]) - mx);
+        for (int64_t i = 0; i < V; ++i)
+            lp[static_cast<size_t>(r * V + i)] = static_cast<double>(x[i]) - mx - std::log(sum);
+    }
+    return lp;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        m = std::max(m, std::abs(a[i] - b[i]));
+    return m;
+}
+
+// Every step's logits: relative error and the largest logprob difference.
+void check_fp32(const std::vector<Buffer>& gpu, const std::vector<Buffer>& cpu, double tol) {
+    BOOST_REQUIRE_EQUAL(gpu.size(), cpu.size());
+    for (size_t k = 0; k < gpu.size(); ++k) {
+        BOOST_TEST_CONTEXT("step " << k) {
+            BOOST_REQUIRE((gpu[k].view().shape == cpu[k].view().shape));
+            const double rel =
+                rel_error(gpu[k].ptr<float>(), cpu[k].ptr<float>(), gpu[k].view().numel());
+            const double lp = max_abs_diff(logprobs(gpu[k]), logprobs(cpu[k]));
+            BOOST_TEST_MESSAGE("step " << k << ": logits rel " << rel << ", logprobs " << lp);
+            BOOST_TEST(rel <= tol);
+            BOOST_TEST(lp <= tol);
+        }
+    }
+}
+
+// 16 requests of 1..40 tokens, some with their own max_new_tokens.
+std::vector<runtime::Pending> requests() {
+    std::vector<runtime::Pending> reqs;
+    Philox rng(11, 0, 0);
+    for (int i = 0; i < 16; ++i) {
+        runtime::Pending p;
+        p.index = i;
+        p.req.id = "r" + std::to_string(i);
+        p.req.line = i + 1;
+        const int64_t len = 1 + rng.next_u32() % 40;
+        for (int64_t t = 0; t < len; ++t)
+            p.req.tokens.push_back(3 + rng.next_u32() % 253);
+        const int own[] = {-1, -1, -1, 0, 1, 5};
+        p.req.max_new_tokens = own[i % 6];
+        reqs.push_back(p);
+    }
+    return reqs;
+}
+
+std::vector<runtime::Finished> run_engine(const model::Model& m, model::DeviceModel* device) {
+    runtime::EngineOptions o;
+    o.max_seqs = 6, o.max_tokens = 48, o.prefill_chunk = 16;
+    o.max_new_tokens = 8, o.progress_every_s = 0, o.seed = 3;
+    o.page_tokens = kPageTokens, o.kv_pages = 16;  // few pages: preemptions
+    o.prompt_logprobs = true;
+    o.device = device;
+    const std::vector<runtime::Pending> reqs = requests();
+    size_t next = 0;
+    std::vector<runtime::Finished> out;
+    const runtime::EngineStats stats = runtime::run_engine(
+        m,
+        o,
+        [&](runtime::Pending& p) {
+            if (next == reqs.size())
+                return false;
+            p = reqs[next++];
+            return true;
+        },
+        [&](runtime::Finished&& f) { out.push_back(std::move(f)); });
+    BOOST_TEST_MESSAGE((device ? "GPU" : "CPU") << " engine: " << stats.steps << " steps, "
+                                                << stats.preemptions << " preemptions");
+    std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.index < b.index; });
+    return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cuda_model, *utf::label("cuda"))
+
+BOOST_AUTO_TEST_CASE(fp32_forward_matches_the_cpu, *utf::precondition(need_gpu)) {
+    for (const std::string& name : kModels) {
+        const model::Model m = host_model(name);
+        std::vector<std::vector<int64_t>> fed;
+        const std::vector<Buffer> cpu = run_plan({m}, fed);  // fills fed: the greedy continuations
+        const std::vector<Buffer> same_forms =
+            run_plan({m, nullptr, model::KdaMode::recurrent, model::AttnMode::absorbed}, fed);
+        const auto dm = device_model(m, DType::f32);
+        BOOST_TEST_MESSAGE(name << ": " << dm->describe());
+        const std::vector<Buffer> gpu = run_plan({m, dm.get()}, fed);
+        BOOST_TEST_CONTEXT(name << " against the CPU in the same forms") {
+            check_fp32(gpu, same_forms, 1e-5);
+        }
+        BOOST_TEST_CONTEXT(name << " against the CPU's default forms") {
+            check_fp32(gpu, cpu, 2e-5);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_forward_is_close_to_the_cpu, *utf::precondition(need_gpu)) {
+    const model::Model m = host_model("tiny");
+    std::vector<std::vector<int64_t>> fed;
+    const std::vector<Buffer> cpu = run_plan({m}, fed);
+    const auto dm = device_model(m, DType::bf16);
+    const std::vector<Buffer> gpu = run_plan({m, dm.get()}, fed);
+    int64_t rows = 0, close = 0;
+    for (size_t k = 0; k < gpu.size(); ++k) {
+        BOOST_REQUIRE((gpu[k].view().shape == cpu[k].view().shape));
+        const int64_t V = gpu[k].view().dim(1);
+        for (int64_t r = 0; r < gpu[k].view().dim(0); ++r) {
+            const float* g = gpu[k].ptr<float>() + r * V;
+            BOOST_TEST(std::all_of(g, g + V, [](float x) { return std::isfinite(x); }));
+            const double rel = rel_error(g, cpu[k].ptr<float>() + r * V, V);
+            ++rows;
+            close += rel <= 2e-2;
+        }
+    }
+    BOOST_TEST_MESSAGE("bf16: " << close << " of " << rows << " logit rows within 2e-2");
+    BOOST_TEST(close >= rows * 9 / 10);
+}
+
+BOOST_AUTO_TEST_CASE(engine_tokens_and_logprobs_match_the_cpu, *utf::precondition(need_gpu)) {
+    const model::Model m = host_model("tiny");
+    const std::vector<runtime::Finished> cpu = run_engine(m, nullptr);
+    const auto dm = device_model(m, DType::f32);
+    const std::vector<runtime::Finished> gpu = run_engine(m, dm.get());
+    BOOST_REQUIRE_EQUAL(gpu.size(), cpu.size());
+    for (size_t i = 0; i < gpu.size(); ++i) {
+        BOOST_TEST_CONTEXT("request " << cpu[i].index) {
+            BOOST_TEST(gpu[i].index == cpu[i].index);
+            BOOST_TEST(gpu[i].tokens == cpu[i].tokens, boost::test_tools::per_element());
+            BOOST_TEST(gpu[i].greedy_token == cpu[i].greedy_token);
+            BOOST_TEST((gpu[i].finish == cpu[i].finish));
+            BOOST_REQUIRE_EQUAL(gpu[i].logprobs.size(), cpu[i].logprobs.size());
+            BOOST_REQUIRE_EQUAL(gpu[i].prompt_logprobs.size(), cpu[i].prompt_logprobs.size());
+            for (size_t k = 0; k < gpu[i].logprobs.size(); ++k)
+                BOOST_TEST(std::abs(gpu[i].logprobs[k] - cpu[i].logprobs[k]) <= 2e-5f);
+            for (size_t k = 0; k < gpu[i].prompt_logprobs.size(); ++k)
+                BOOST_TEST(std::abs(gpu[i].prompt_logprobs[k] - cpu[i].prompt_logprobs[k]) <=
+                           2e-5f);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

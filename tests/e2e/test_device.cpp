@@ -1,0 +1,71 @@
+// job.device through the built binary (runtime/device_choice.h), on a deck the GPU model cannot
+// take in any build (tp = 2 on 2 ranks): `cuda` exits 2 with one sentence naming job.device's
+// line in the deck, before anything is written; `auto` runs the job on the CPU and logs one line
+// saying why. The reason is the first limit the build meets: no CUDA backend in a CPU build, the
+// layout in a CUDA build.
+#include <filesystem>
+#include <string>
+
+#include <boost/test/unit_test.hpp>
+
+#include "run_binary.h"
+
+namespace fs = std::filesystem;
+using hymoe::testing::read_text;
+using hymoe::testing::run_hymoe;
+
+namespace {
+
+const std::string kDeck = "tests/decks/device/deck.yaml";
+const std::string kOut = "tests/decks/device/out";
+
+// Why this build's GPU path refuses the deck.
+std::string reason() {
+#ifdef HYMOE_CUDA
+    return "the GPU model holds the whole model on each rank (parallel.tp = pp = ep = 1, any dp), "
+           "not tp = 2, pp = 1, ep = 1";
+#else
+    return "this hymoe was built without CUDA (make CUDA=1 builds it)";
+#endif
+}
+
+bool contains(const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(device)
+
+BOOST_AUTO_TEST_CASE(cuda_that_cannot_be_had_exits_2_with_one_sentence) {
+    fs::remove_all(kOut);
+    auto r = run_hymoe(kDeck, 2);
+    BOOST_TEST(r.code == 2);
+    const auto lines = r.err_lines();
+    BOOST_TEST(lines.size() == 1u, "stderr:\n" << r.err);
+    if (!lines.empty())
+        BOOST_TEST(lines[0] == kDeck + ":4:64: job.device: cuda, but " + reason());
+    BOOST_TEST(!fs::exists(kOut));  // refused before the output folder
+}
+
+BOOST_AUTO_TEST_CASE(auto_falls_back_to_the_cpu_and_says_why) {
+    fs::remove_all(kOut);
+    auto r = run_hymoe(kDeck + " --set job.device=auto", 2);
+    BOOST_TEST(r.code == 0, r.err);
+    const std::string line = "job.device: auto runs on the CPU, because " + reason();
+    BOOST_TEST(contains(r.out, line), r.out);
+    BOOST_TEST(contains(read_text(kOut + "/log"), line));
+    BOOST_TEST(contains(r.out, "done: 3 requests"), r.out);
+    BOOST_TEST(fs::exists(kOut + "/results.h5"));
+    fs::remove_all(kOut);
+}
+
+BOOST_AUTO_TEST_CASE(cpu_logs_nothing_about_the_device) {
+    fs::remove_all(kOut);
+    auto r = run_hymoe(kDeck + " --set job.device=cpu", 2);
+    BOOST_TEST(r.code == 0, r.err);
+    BOOST_TEST(!contains(r.out, "job.device"), r.out);
+    fs::remove_all(kOut);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

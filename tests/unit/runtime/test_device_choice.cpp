@@ -1,0 +1,122 @@
+// job.device's decision without MPI or a GPU (runtime/device_choice.h): the limits a job meets
+// in order (build, kind, layout, adapters, offload, batch invariance), and for each choice (cpu,
+// auto, cuda) what a limit or a missing GPU does: cuda is Exit::invalid with the one sentence
+// naming job.device's place in the deck, auto is the CPU with the log line, cpu says nothing.
+#include <optional>
+#include <string>
+
+#include <boost/test/unit_test.hpp>
+
+#include "hymoe/core/error.h"
+#include "hymoe/runtime/device_choice.h"
+
+namespace rt = hymoe::runtime;
+
+namespace {
+
+// A job from deck text whose paths resolve from inputs/ (the quickstart prompts are there).
+rt::Job job_of(const std::string& text) {
+    rt::Job job;
+    job.deck = hymoe::deck::parse_deck(text, "inputs/device.yaml", {});
+    const auto& p = job.deck.parallel;
+    job.layout = hymoe::parallel::Layout{p.tp, p.dp, p.pp, p.ep, p.etp};
+    return job;
+}
+
+std::string infer_deck(const std::string& device, const std::string& extra = "") {
+    return "job: {kind: infer, device: " + device +
+           "}\n"
+           "model: {preset: tiny, init: random}\n"
+           "inference: {dataset: data/quickstart.jsonl" +
+           extra + "}\n";
+}
+
+// The message of decide_device's error (and that it is a collective Exit::invalid).
+std::string refusal(const rt::Job& job, const std::optional<std::string>& limit, bool gpus) {
+    try {
+        rt::decide_device(job.deck, limit, gpus);
+    } catch (const hymoe::Error& e) {
+        BOOST_TEST((e.code() == hymoe::Exit::invalid));
+        BOOST_TEST((e.scope() == hymoe::Scope::collective));
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(device_choice)
+
+BOOST_AUTO_TEST_CASE(limits_in_order) {
+    const rt::Job plain = job_of(infer_deck("cuda"));
+    BOOST_TEST(rt::device_limit(plain, false).value() ==
+               "this hymoe was built without CUDA (make CUDA=1 builds it)");
+    BOOST_TEST(!rt::device_limit(plain, true).has_value());
+    rt::Job dp = plain;  // dp replicas each hold the whole model: allowed
+    dp.layout.dp = 4;
+    BOOST_TEST(!rt::device_limit(dp, true).has_value());
+
+    rt::Job tp = plain;
+    tp.layout.tp = 2;
+    BOOST_TEST(rt::device_limit(tp, true).value() ==
+               "the GPU model holds the whole model on each rank (parallel.tp = pp = ep = 1, "
+               "any dp), not tp = 2, pp = 1, ep = 1");
+    BOOST_TEST(rt::device_limit(tp, false).value().starts_with("this hymoe was built without"));
+    rt::Job ep = plain;
+    ep.layout.ep = 2;
+    BOOST_TEST(rt::device_limit(ep, true).value().ends_with("not tp = 1, pp = 1, ep = 2"));
+    rt::Job pp = plain;
+    pp.layout.pp = 2;
+    BOOST_TEST(rt::device_limit(pp, true).value().ends_with("not tp = 1, pp = 2, ep = 1"));
+
+    rt::Job lora = plain;
+    lora.deck.job.kind = hymoe::deck::JobKind::lora;
+    BOOST_TEST(rt::device_limit(lora, true).value() ==
+               "lora jobs run on the CPU only (the GPU runs infer jobs)");
+
+    rt::Job adapters = plain;
+    adapters.deck.inference.adapters["legal"] = "somewhere";
+    BOOST_TEST(rt::device_limit(adapters, true).value() ==
+               "the GPU model runs no LoRA adapters (inference.adapters)");
+    const rt::Job offload = job_of(infer_deck("cuda", ", kv_cache: {offload: file}"));
+    BOOST_TEST(rt::device_limit(offload, true).value() ==
+               "the GPU model keeps its KV pages on the GPU (inference.kv_cache.offload: file)");
+    const rt::Job invariant = job_of(infer_deck("cuda", ", batch_invariant: true"));
+    BOOST_TEST(rt::device_limit(invariant, true).value() ==
+               "the GPU model has no batch-invariant mode (inference.batch_invariant)");
+}
+
+BOOST_AUTO_TEST_CASE(cuda_is_refused_in_one_sentence) {
+    const rt::Job job = job_of(infer_deck("cuda"));
+    BOOST_TEST(refusal(job, std::string("a reason"), true) ==
+               "inputs/device.yaml:1:28: job.device: cuda, but a reason");
+    BOOST_TEST(refusal(job, std::nullopt, false) ==
+               "inputs/device.yaml:1:28: job.device: cuda, but not every rank sees a GPU (use "
+               "auto to fall back to the CPU)");
+    const rt::DeviceDecision ok = rt::decide_device(job.deck, std::nullopt, true);
+    BOOST_TEST(ok.cuda);
+}
+
+BOOST_AUTO_TEST_CASE(auto_falls_back_with_a_line_and_cpu_stays_quiet) {
+    const rt::Job job = job_of(infer_deck("auto"));
+    rt::DeviceDecision d = rt::decide_device(job.deck, std::string("a reason"), true);
+    BOOST_TEST(!d.cuda);
+    BOOST_TEST(d.note == "job.device: auto runs on the CPU, because a reason");
+    d = rt::decide_device(job.deck, std::nullopt, false);
+    BOOST_TEST(!d.cuda);
+    BOOST_TEST(d.note == "job.device: auto runs on the CPU, because not every rank sees a GPU");
+    d = rt::decide_device(job.deck, std::nullopt, true);
+    BOOST_TEST(d.cuda);
+
+    const rt::Job cpu = job_of(infer_deck("cpu"));
+    for (bool gpus : {false, true}) {
+        d = rt::decide_device(cpu.deck, std::nullopt, gpus);
+        BOOST_TEST(!d.cuda);
+        BOOST_TEST(d.note.empty());
+    }
+    d = rt::decide_device(cpu.deck, std::string("a reason"), true);
+    BOOST_TEST(!d.cuda);
+    BOOST_TEST(d.note.empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
