@@ -76,6 +76,7 @@ public:
     // A device tensor view of freshly allocated (uninitialised) memory.
     Tensor tensor(DType dtype, Shape shape);
     const OffsetAllocator& book() const { return book_; }
+    char* base() const { return base_; }  // the block's first byte (offset 0)
 
 private:
     char* base_ = nullptr;

@@ -48,8 +48,8 @@ void narrow_indices(const Stream& s, const Tensor& src, Tensor& dst);
 
 // ---- KDA over a packed batch -------------------------------------------------------------------
 
-// One KDA layer's view of the batch. Sequence s's state for this layer is state[s][0 ..):
-// S [H, K, K] fp32, then the conv tail [W−1, 3D] (the last W−1 q|k|v projections, D = H·K).
+// One KDA layer's view of the batch. Sequence s's state for this layer: S [H, K, K] fp32 at
+// state[s] and the conv tail [W−1, 3D] (the last W−1 q|k|v projections, D = H·K) at tail[s].
 struct KdaBatch {
     int64_t n_tok = 0;
     int64_t n_seq = 0;
@@ -58,7 +58,8 @@ struct KdaBatch {
     int conv_width = 0;                // W
     const int64_t* offsets = nullptr;  // [n_seq + 1]
     const int32_t* row_seq = nullptr;  // [n_tok] the sequence of each row
-    float* const* state = nullptr;     // [n_seq] this layer's state of each sequence
+    float* const* state = nullptr;     // [n_seq] this layer's S of each sequence
+    float* const* tail = nullptr;      // [n_seq] this layer's conv tail of each sequence
 };
 
 // out [3, n_tok, D] (planes q, k, v) = SiLU(causal depthwise conv of u [n_tok, 3D] with w [3D, W]),

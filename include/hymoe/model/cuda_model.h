@@ -32,6 +32,9 @@ struct CudaModelOptions {
     int max_seqs = 64;             // sequences running at once (their KDA states kept room for)
     bool logits_all = false;       // steps may ask for every row's logits (prompt logprobs)
     double memory_fraction = 0.9;  // of the device's free memory taken for the arena
+    // The fused kernels (backend/cuda_fused.h) where their constraints hold, the generic ops
+    // otherwise; false: the generic ops throughout (for comparison).
+    bool fused = true;
 };
 
 // Uploads `host` (a whole model: make_model(cfg) with its weights) to the current device

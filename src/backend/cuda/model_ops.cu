@@ -66,11 +66,10 @@ __device__ inline float conv_input(
 
 __global__ void kda_conv_kernel(const KdaBatch b, const float* u, const float* w, float* out) {
     const int64_t D = static_cast<int64_t>(b.n_head) * b.head_dim, C = 3 * D, W = b.conv_width;
-    const int64_t kk = static_cast<int64_t>(b.head_dim) * b.head_dim * b.n_head;  // S floats
     for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < b.n_tok * C;
          j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t t = j / C, c = j % C, s = b.row_seq[t], tt = t - b.offsets[s];
-        const float* tail = b.state[s] + kk;
+        const float* tail = b.tail[s];
         float acc = 0.0f;
         for (int64_t i = 0; i < W; ++i)
             acc += w[c * W + i] * conv_input(b, tail, u, s, tt + i, c);
@@ -80,11 +79,10 @@ __global__ void kda_conv_kernel(const KdaBatch b, const float* u, const float* w
 
 __global__ void kda_tail_kernel(const KdaBatch b, const float* u) {
     const int64_t C = 3 * static_cast<int64_t>(b.n_head) * b.head_dim, W = b.conv_width;
-    const int64_t kk = static_cast<int64_t>(b.head_dim) * b.head_dim * b.n_head;
     for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < b.n_seq * C;
          j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t s = j / C, c = j % C, T = b.offsets[s + 1] - b.offsets[s];
-        float* tail = b.state[s] + kk;
+        float* tail = b.tail[s];
         for (int64_t r = 0; r < W - 1 && T > 0; ++r)  // ascending: reads row T + r ≥ r first
             tail[r * C + c] = conv_input(b, tail, u, s, T + r, c);
     }

@@ -138,11 +138,17 @@ Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype);
 struct StepBatch {
     const SeqBatch* batch = nullptr;
     int64_t n_tok = 0, n_seq = 0;
-    Tensor offsets;                 // i64 [n_seq + 1]
-    Tensor row_seq;                 // i32 [n_tok] sequence of each row
-    Tensor positions;               // i64 [n_tok] absolute position of each row
-    std::vector<float*> kda_state;  // [n_kda_layers, n_seq] host copy of kda_states
-    Tensor kda_states;              // float* [n_kda_layers, n_seq] each sequence's layer state
+    Tensor offsets;     // i64 [n_seq + 1]
+    Tensor row_seq;     // i32 [n_tok] sequence of each row
+    Tensor positions;   // i64 [n_tok] absolute position of each row
+    int64_t n_kda = 0;  // the model's KDA layers
+    Tensor kda_states;  // float* [2, n_kda_layers, n_seq] each sequence's layer S, then its tail
+    // The same S as slots of a pool for the fused kernels (cuda_fused.h KdaBatchParams): layer
+    // state j of sequence q is kda_pool + kda_slots[j, q]·H·K·K; null pool: no slots (the
+    // arena is too large for int32 slots).
+    float* kda_pool = nullptr;
+    Tensor kda_slots;    // i32 [n_kda_layers, n_seq]
+    bool fused = false;  // the fused kernels where they apply (CudaModelOptions::fused)
     // The paged cache: the pool's device pages and the sequences' block tables.
     float* pages = nullptr;   // page 0, layer 0 of the pool's store
     int64_t page_stride = 0;  // floats a page (all layers)
@@ -172,7 +178,9 @@ struct StepBatch {
 // ----------------------------------------------------------------------------------
 
 // model::kda_forward: states are step.kda_states row `kda_index` (the layer's rank among the
-// model's KDA layers).
+// model's KDA layers). With step.fused, a decode step (one row per sequence) runs the fused decode
+// kernel (fp32 throughout) and, with cd bf16, any other step the fused chunked prefill (bf16
+// tensor-core products); else the generic recurrence.
 void kda_block(Gpu& g,
                const ModelConfig& cfg,
                const KdaW& w,

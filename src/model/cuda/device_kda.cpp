@@ -2,13 +2,37 @@
 // packed batch at once: q|k|v = x W_qkvᵀ (one GEMM) → causal conv + SiLU per sequence from its
 // tail (one launch, planes q, k, v) → l2 per head, q × K^{-1/2}; f_a|g_a|b = x W_lowᵀ (one GEMM),
 // g = decay(f_b f_a x), β = σ(b x), gate = σ(g_b g_a x); the recurrence of every sequence (one
-// launch); y = o_proj(RMSNorm(o_h; o_norm) ⊙ gate).
+// launch: the fused decode step or chunked prefill where they apply, cuda_fused.h, else the
+// generic scan); y = o_proj(RMSNorm(o_h; o_norm) ⊙ gate).
 #include <cmath>
 
 #include "device_blocks.h"
+#include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_ops.h"
 
 namespace hymoe::model::gpu {
+
+namespace {
+
+// The recurrence through a fused kernel when one applies: a decode step (one row per sequence,
+// K ≤ 128, fp32 arithmetic) or, with bf16 matrices, the chunked prefill (K a multiple of 16 up to
+// 128: its bf16 tensor-core products are within the bf16 model's tolerance, not the fp32 one's).
+// False: none applies and nothing was queued.
+bool fused_recurrence(Gpu& g, const StepBatch& step, DType cd, const cu::KdaBatchParams& p) {
+    if (!step.fused || step.kda_pool == nullptr)
+        return false;
+    if (step.n_tok == step.n_seq && p.d_k <= 128) {
+        cu::kda_decode_step(g.stream, p);
+        return true;
+    }
+    if (cd == DType::bf16 && cu::kda_chunk_layout(p.d_k, p.d_v).supported) {
+        cu::kda_chunk_prefill(g.stream, p);
+        return true;
+    }
+    return false;
+}
+
+}  // namespace
 
 void kda_block(Gpu& g,
                const ModelConfig& cfg,
@@ -29,7 +53,8 @@ void kda_block(Gpu& g,
                          cfg.kda.conv_kernel,
                          step.offsets.ptr<int64_t>(),
                          step.row_seq.ptr<int32_t>(),
-                         step.kda_states.ptr<float*>() + kda_index * step.n_seq};
+                         step.kda_states.ptr<float*>() + kda_index * step.n_seq,
+                         step.kda_states.ptr<float*>() + (step.n_kda + kda_index) * step.n_seq};
 
     // q, k, v: projection → conv (continuing each tail) → SiLU → l2 per head, q × K^{-1/2}
     const Tensor xc = in_dtype(g, s, x, cd);
@@ -93,14 +118,28 @@ void kda_block(Gpu& g,
     cu::sigmoid_inplace(st, gate);
 
     Tensor o = s(DType::f32, {n * H, K});  // [n, H, V]
-    cu::kda_scan(st,
-                 b,
-                 q.ptr<float>(),
-                 k.ptr<float>(),
-                 v,
-                 decay.ptr<float>(),
-                 beta.ptr<float>(),
-                 o.ptr<float>());
+    cu::KdaBatchParams p;
+    p.n_seq = static_cast<int>(step.n_seq);
+    p.n_head = static_cast<int>(H);
+    p.d_k = p.d_v = static_cast<int>(K);
+    p.seq_start = step.offsets.ptr<int64_t>();
+    p.state_slot = step.kda_pool ? step.kda_slots.ptr<int32_t>() + kda_index * step.n_seq : nullptr;
+    p.q = q.data;
+    p.k = k.data;
+    p.v = v;
+    p.g = decay.ptr<float>();
+    p.beta = beta.ptr<float>();
+    p.S = step.kda_pool;
+    p.o = o.data;
+    if (!fused_recurrence(g, step, cd, p))
+        cu::kda_scan(st,
+                     b,
+                     q.ptr<float>(),
+                     k.ptr<float>(),
+                     v,
+                     decay.ptr<float>(),
+                     beta.ptr<float>(),
+                     o.ptr<float>());
 
     // y = o_proj(RMSNorm(o_h; o_norm) ⊙ gate)
     cu::rms_norm(st, o, w.o_norm, static_cast<float>(cfg.rms_norm_eps), o);

@@ -6,6 +6,7 @@
 // (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h), blocks in device_*.cpp), the final norm and the
 // head, and one copy of the logits to the host.
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "device_blocks.h"
@@ -16,17 +17,20 @@
 
 namespace hymoe::model {
 
-// A sequence's KDA states on the device: per KDA layer, S [H, K, K] fp32 then the conv tail
-// [W−1, 3D] (device_blocks.h KdaW), made and zeroed by the first forward that sees the sequence.
+// A sequence's KDA states on the device: S [n_kda_layers, H, K, K] fp32, then the conv tails
+// [n_kda_layers, W−1, 3D] (device_blocks.h KdaW), made and zeroed by the first forward that sees
+// the sequence. S starts at a multiple of H·K·K floats from the arena's base, so that each layer's
+// S is a slot of one pool there (the fused kernels' addressing, cuda_fused.h KdaBatchParams).
 struct DeviceSequence {
     backend::cuda::DeviceArena* arena = nullptr;
-    float* state = nullptr;  // [n_kda_layers, state_floats]; null until the first forward
+    void* block = nullptr;   // the allocation; null until the first forward
+    float* state = nullptr;  // its slot-aligned start
     DeviceSequence() = default;
     DeviceSequence(const DeviceSequence&) = delete;
     DeviceSequence& operator=(const DeviceSequence&) = delete;
     ~DeviceSequence() {
-        if (state != nullptr)
-            arena->free(state);
+        if (block != nullptr)
+            arena->free(block);
     }
 };
 
@@ -105,6 +109,10 @@ private:
                              const std::vector<SequenceState*>& states);
     // Bytes one step of max_tokens rows may hold at once (activations, scores, logits).
     int64_t step_bytes() const;
+    // Floats of one sequence's KDA block: its layers' S and tails, and room to align S to a slot.
+    int64_t sequence_floats() const {
+        return n_kda_ == 0 ? 0 : n_kda_ * (s_floats_ + tail_floats_) + (kda_slots_ ? s_floats_ : 0);
+    }
 
     ModelConfig cfg_;
     CudaModelOptions o_;
@@ -116,7 +124,9 @@ private:
     std::vector<int> kda_index_;  // [n_layer] the layer's rank among the KDA layers, −1 otherwise
     int n_kda_ = 0;
     int first_attention_ = -1;  // the first MLA/DSA layer, −1 when none
-    int64_t state_floats_ = 0;  // one KDA layer's state of one sequence: H·K·K + (W−1)·3D
+    int64_t s_floats_ = 0;      // one KDA layer's S of one sequence: H·K·K
+    int64_t tail_floats_ = 0;   // one KDA layer's conv tail of one sequence: (W−1)·3D
+    bool kda_slots_ = false;    // the arena's S slots fit int32 (the fused kernels' slot ids)
     size_t weight_bytes_ = 0;
 };
 
@@ -153,7 +163,11 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
             first_attention_ = static_cast<int>(i);
     }
     const int64_t D = int64_t{cfg_.kda.n_head} * cfg_.kda.head_dim;
-    state_floats_ = D * cfg_.kda.head_dim + (cfg_.kda.conv_kernel - 1) * 3 * D;
+    s_floats_ = D * cfg_.kda.head_dim;
+    tail_floats_ = (cfg_.kda.conv_kernel - 1) * 3 * D;
+    kda_slots_ = n_kda_ > 0 && g_->arena.book().capacity() /
+                                       static_cast<size_t>(s_floats_ * int64_t{sizeof(float)}) <
+                                   static_cast<size_t>(std::numeric_limits<int32_t>::max());
     weight_bytes_ = g_->arena.book().used() - before;
 }
 
@@ -188,7 +202,7 @@ int64_t CudaModel::step_bytes() const {
 
 int64_t CudaModel::kv_page_budget(int64_t page_bytes) const {
     const cu::OffsetAllocator& book = g_->arena.book();
-    const int64_t seqs = int64_t{o_.max_seqs} * n_kda_ * state_floats_ * 4;
+    const int64_t seqs = int64_t{o_.max_seqs} * sequence_floats() * 4;
     const int64_t left = static_cast<int64_t>(book.capacity() - book.used()) - step_bytes() - seqs;
     return std::max<int64_t>(left, 0) / std::max<int64_t>(page_bytes, 1);
 }
@@ -262,21 +276,44 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
     step.row_seq = gpu::upload_values(*g_, s, row_seq, DType::i32);
     step.positions = gpu::upload_values(*g_, s, positions, DType::i64);
 
-    // KDA: each sequence's state block (a new one zeroed), a pointer per (layer, sequence)
+    // KDA: each sequence's state block (a new one zeroed), S and tail pointers and S slots per
+    // (layer, sequence)
+    step.fused = o_.fused;
+    step.n_kda = n_kda_;
     if (n_kda_ > 0) {
-        const size_t bytes = static_cast<size_t>(n_kda_ * state_floats_) * sizeof(float);
-        step.kda_state.resize(static_cast<size_t>(n_kda_ * step.n_seq));
+        const auto slot_bytes = static_cast<size_t>(s_floats_) * sizeof(float);
+        const size_t used =
+            static_cast<size_t>(n_kda_ * (s_floats_ + tail_floats_)) * sizeof(float);
+        char* const base = g_->arena.base();
+        const auto cells = static_cast<size_t>(n_kda_ * step.n_seq);
+        std::vector<float*> ptrs(2 * cells);  // [2, n_kda, n_seq] S, then tails
+        std::vector<int32_t> slots(cells);    // [n_kda, n_seq]
         for (int64_t q = 0; q < step.n_seq; ++q) {
             DeviceSequence& ds = *states[q]->device;
-            if (ds.state == nullptr) {
-                ds.state = static_cast<float*>(g_->arena.allocate(bytes));
-                cu::zero(ds.state, bytes, g_->stream);
+            if (ds.block == nullptr) {
+                ds.block =
+                    g_->arena.allocate(static_cast<size_t>(sequence_floats()) * sizeof(float));
+                const auto offset = static_cast<size_t>(static_cast<char*>(ds.block) - base);
+                const size_t start =
+                    kda_slots_ ? (offset + slot_bytes - 1) / slot_bytes * slot_bytes : offset;
+                ds.state = reinterpret_cast<float*>(base + start);
+                cu::zero(ds.state, used, g_->stream);
             }
-            for (int j = 0; j < n_kda_; ++j)
-                step.kda_state[j * step.n_seq + q] = ds.state + j * state_floats_;
+            const auto slot0 = static_cast<int64_t>((reinterpret_cast<char*>(ds.state) - base) /
+                                                    static_cast<int64_t>(slot_bytes));
+            for (int64_t j = 0; j < n_kda_; ++j) {
+                const auto c = static_cast<size_t>(j * step.n_seq + q);
+                ptrs[c] = ds.state + j * s_floats_;
+                ptrs[cells + c] = ds.state + n_kda_ * s_floats_ + j * tail_floats_;
+                slots[c] = static_cast<int32_t>(slot0 + j);
+            }
         }
         static_assert(sizeof(float*) == sizeof(int64_t));  // the pointers travel as i64
-        step.kda_states = gpu::upload_values(*g_, s, step.kda_state, DType::i64);
+        step.kda_states = gpu::upload_values(*g_, s, ptrs, DType::i64);
+        if (kda_slots_) {
+            step.kda_pool = reinterpret_cast<float*>(base);
+            step.kda_slots = gpu::upload_values(*g_, s, slots, DType::i32);
+        }
     }
     if (first_attention_ < 0)
         return step;
