@@ -111,6 +111,7 @@ struct MlpW {
 };
 struct MoeW {
     Tensor router;    // [E, d] f32 (routing is fp32, model-math §10)
+    Tensor bias;      // [E] f32 correction bias (correction_bias)
     Tensor fc1;       // [ℓ, d] cd (latent_moe)
     Tensor fc2;       // [d, ℓ] cd (latent_moe)
     Tensor gate;      // [E, I, w] cd (swiglu)
@@ -207,14 +208,18 @@ void attention_block(Gpu& g,
 // y (+)= down(act(x)) for x [n, w] in cd (model::dense_ffn_forward); beta 1 adds to y.
 void mlp_block(Gpu& g, const MlpW& w, ExpertAct act, const Tensor& x, Tensor& y, float beta);
 
-// model::moe_forward: route on the host from the device's logits, experts on the device.
-// stats gets the layer's expert load.
+// model::moe_forward. Fused (`fused`, cd bf16, SwiGLU, dropless, widths the grouped kernels
+// take): routing, dispatch plan, experts and combine on the device (cuda_fused.h), no host round
+// trip unless `count_load`. Else: route on the host from the device's logits, experts on the
+// device. stats gets the layer's expert load (fused: only with count_load, one download).
 void moe_block(Gpu& g,
                const ModelConfig& cfg,
                const LayerSpec& spec,
                const MoeW& w,
                const Tensor& x,
                DType cd,
+               bool fused,
+               bool count_load,
                Tensor& y,
                MoeCommStats& stats);
 

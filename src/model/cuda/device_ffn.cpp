@@ -5,11 +5,14 @@
 // the logits. The host plans the dispatch exactly as moe.cpp (each expert's kept tokens
 // contiguous, in token order) and uploads the row map and weights; then permute, the experts as
 // grouped GEMMs (one launch per matrix for all experts), the activation and the slot-ordered
-// combine into fp32 run on the device.
+// combine into fp32 run on the device. Fused (bf16 SwiGLU experts, dropless): the same phases in
+// the fused kernels (cuda_fused.h), routing included, with no host round trip.
+#include <utility>
 #include <vector>
 
 #include "../router.h"
 #include "device_blocks.h"
+#include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
 
@@ -42,23 +45,84 @@ void mlp_block(Gpu& g, const MlpW& w, ExpertAct act, const Tensor& x, Tensor& y,
     g.blas.linear(activate(g, act, gate, up), w.down, y, beta);
 }
 
-void moe_block(Gpu& g,
-               const ModelConfig& cfg,
-               const LayerSpec& spec,
-               const MoeW& w,
-               const Tensor& x,
-               DType cd,
-               Tensor& y,
-               MoeCommStats& stats) {
-    const MoeConfig& m = cfg.moe;
-    const int64_t n = x.dim(0), k = m.top_k, n_exp = m.n_routed_experts;
-    const bool latent = spec.ffn == Ffn::latent_moe;
-    const int64_t width = latent ? m.latent_size : cfg.hidden_size;
-    Scratch s(g.arena);
+namespace {
 
-    // route: logits on the device, the rest on the host (router.h)
-    Tensor logits = s(DType::f32, {n, n_exp});
-    g.blas.linear(x, w.router, logits);
+// The fused routed experts (cuda_fused.h) of z [n, w] bf16 into acc [n, w] f32 with routing on the
+// device from logits [n, E]: route → dispatch plan → grouped SwiGLU experts → slot-ordered combine.
+// Returns the expert load when count_load (one download of the plan's offsets), else nothing.
+std::vector<int64_t> routed_fused(Gpu& g,
+                                  const ModelConfig& cfg,
+                                  const MoeW& w,
+                                  const cu::MoePlan& plan,
+                                  const Tensor& logits,
+                                  const Tensor& z,
+                                  bool count_load,
+                                  Tensor& acc) {
+    const MoeConfig& m = cfg.moe;
+    const int64_t n = z.dim(0), k = m.top_k, n_exp = m.n_routed_experts, inter = w.up.dim(1);
+    const detail::WeightRule rule = detail::weight_rule(cfg);
+    Scratch s(g.arena);
+    Tensor idx = s(DType::i32, {n, k});     // [n, k] expert of each slot, best first
+    Tensor weight = s(DType::f32, {n, k});  // [n, k]
+    cu::MoeRouteParams rp;
+    rp.n_tok = static_cast<int>(n);
+    rp.n_exp = static_cast<int>(n_exp);
+    rp.top_k = static_cast<int>(k);
+    rp.n_group = m.n_group;
+    rp.topk_group = m.topk_group;
+    rp.softmax = m.scoring == Scoring::softmax;
+    rp.renormalize = rule.renormalize;
+    rp.renorm_eps = rule.eps;
+    rp.scale = rule.rho;
+    rp.weights_from_biased = m.weights_from_biased_scores;
+    if (cfg.model_type == "kimi_linear")  // the masked groups' scores (router.cpp mask_groups)
+        rp.group_fill = 0.0f;
+    rp.logits = logits.ptr<float>();
+    rp.bias = m.correction_bias ? w.bias.ptr<float>() : nullptr;
+    rp.idx = idx.ptr<int32_t>();
+    rp.weight = weight.ptr<float>();
+    cu::moe_route(g.stream, rp);
+
+    Tensor scratch = s(DType::i32, {(plan.scratch_bytes + 3) / 4});
+    const cu::MoeDispatch d = cu::moe_dispatch_arrays(
+        plan, static_cast<int>(n), static_cast<int>(k), static_cast<int>(n_exp), scratch.data);
+    cu::moe_dispatch_plan(g.stream, plan, idx.ptr<int32_t>(), d);
+    Tensor h = s(DType::bf16, {n * k, inter});       // [n_assign, I]
+    Tensor out = s(DType::bf16, {n * k, z.dim(1)});  // [n_assign, w]
+    cu::MoeExpertParams ep;
+    ep.d = static_cast<int>(z.dim(1));
+    ep.inter = static_cast<int>(inter);
+    ep.x = z.data;
+    ep.w1 = w.gate.data;
+    ep.w3 = w.up.data;
+    ep.w2 = w.down.data;
+    ep.h = h.data;
+    ep.out = out.data;
+    cu::moe_experts(g.stream, plan, d, ep);
+    cu::moe_combine(g.stream, d, out.data, weight.ptr<float>(), ep.d, DType::f32, acc.data, false);
+    if (!count_load)
+        return {};
+    std::vector<int32_t> offset(static_cast<size_t>(n_exp) + 1);
+    cu::copy_to_host(offset.data(), d.offset, offset.size() * sizeof(int32_t), g.stream);
+    g.stream.synchronize();
+    std::vector<int64_t> load(static_cast<size_t>(n_exp));
+    for (size_t e = 0; e < load.size(); ++e)
+        load[e] = offset[e + 1] - offset[e];
+    return load;
+}
+
+// The routed experts with the routing on the host (router.h, given the device's logits [n, E]):
+// z [n, w] in cd into acc [n, w] f32. Returns the expert load.
+std::vector<int64_t> routed_host(Gpu& g,
+                                 const ModelConfig& cfg,
+                                 const MoeW& w,
+                                 const Tensor& logits,
+                                 const Tensor& z,
+                                 Tensor& acc) {
+    const MoeConfig& m = cfg.moe;
+    const int64_t n = z.dim(0), k = m.top_k, n_exp = m.n_routed_experts, width = z.dim(1);
+    const DType cd = z.dtype;
+    Scratch s(g.arena);
     Buffer scores(DType::f32, {n, n_exp});
     cu::download(logits, scores.view(), g.stream);
     g.stream.synchronize();
@@ -79,12 +143,6 @@ void moe_block(Gpu& g,
     const Tensor weight_dev = upload_values(g, s, r.weight, DType::f32);
 
     // experts on the kept rows, then the weighted sum in slot order (fp32)
-    const Tensor xc = in_dtype(g, s, x, cd);
-    Tensor z = xc;  // [n, w] the experts' input
-    if (latent) {
-        z = s(cd, {n, width});
-        g.blas.linear(xc, w.fc1, z);
-    }
     Tensor in = s(cd, {n_rows, width});  // [n_rows, w] rows grouped by expert
     cu::moe_permute(g.stream, z, row_dev, k, in);
     const int64_t inter = w.up.dim(1);
@@ -96,20 +154,53 @@ void moe_block(Gpu& g,
     }
     Tensor out = s(cd, {n_rows, width});  // [n_rows, w]
     g.blas.grouped_linear(activate(g, m.expert_act, gate, up), w.down, r.tokens_per_expert, out);
+    cu::moe_combine(g.stream, out, row_dev, weight_dev, k, acc);
+    return std::move(r.tokens_per_expert);
+}
+
+}  // namespace
+
+void moe_block(Gpu& g,
+               const ModelConfig& cfg,
+               const LayerSpec& spec,
+               const MoeW& w,
+               const Tensor& x,
+               DType cd,
+               bool fused,
+               bool count_load,
+               Tensor& y,
+               MoeCommStats& stats) {
+    const MoeConfig& m = cfg.moe;
+    const int64_t n = x.dim(0), n_exp = m.n_routed_experts;
+    const bool latent = spec.ffn == Ffn::latent_moe;
+    const int64_t width = latent ? m.latent_size : cfg.hidden_size;
+    Scratch s(g.arena);
+
+    Tensor logits = s(DType::f32, {n, n_exp});  // [n, E] fp32 router logits
+    g.blas.linear(x, w.router, logits);
+    const Tensor xc = in_dtype(g, s, x, cd);
+    Tensor z = xc;  // [n, w] the experts' input
     if (latent) {
-        Tensor y_lat = s(DType::f32, {n, width});  // [n, ℓ]
-        cu::moe_combine(g.stream, out, row_dev, weight_dev, k, y_lat);
-        g.blas.linear(in_dtype(g, s, y_lat, cd), w.fc2, y);
-    } else {
-        cu::moe_combine(g.stream, out, row_dev, weight_dev, k, y);
+        z = s(cd, {n, width});
+        g.blas.linear(xc, w.fc1, z);
     }
+    Tensor y_lat;  // [n, ℓ] (latent)
+    Tensor& acc = latent ? (y_lat = s(DType::f32, {n, width})) : y;
+    const cu::MoePlan plan = cu::moe_plan(n, m.top_k, n_exp, width, w.up.dim(1));
+    const bool use_fused = fused && cd == DType::bf16 && m.expert_act == ExpertAct::swiglu &&
+                           m.capacity_factor <= 0.0 && n_exp <= 1024 && plan.supported;
+    std::vector<int64_t> load = use_fused
+                                    ? routed_fused(g, cfg, w, plan, logits, z, count_load, acc)
+                                    : routed_host(g, cfg, w, logits, z, acc);
+    if (latent)
+        g.blas.linear(in_dtype(g, s, y_lat, cd), w.fc2, y);
     if (m.n_shared_experts > 0)
         mlp_block(g, w.shared, m.expert_act, xc, y, 1.0f);  // y += Shared(x)
 
-    MoeCommStats load;  // the one-rank MoE: only its expert load
-    load.calls = 1;
-    load.tokens_per_expert = std::move(r.tokens_per_expert);
-    stats.add(load);
+    MoeCommStats one;  // the one-rank MoE: only its expert load
+    one.calls = 1;
+    one.tokens_per_expert = std::move(load);
+    stats.add(one);
 }
 
 }  // namespace hymoe::model::gpu

@@ -461,7 +461,7 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
             gpu::mlp_block(
                 *g_, w.dense, ExpertAct::swiglu, gpu::in_dtype(*g_, sd, xn, cd), y, 0.0f);
         } else {
-            gpu::moe_block(*g_, cfg_, spec, w.moe, xn, cd, y, stats.moe[i]);
+            gpu::moe_block(*g_, cfg_, spec, w.moe, xn, cd, o_.fused, timed, y, stats.moe[i]);
         }
         cu::add_inplace(st, h, y);
         stats.ffn_seconds[i] += now() - t1;

@@ -137,6 +137,7 @@ MoeW upload_moe(
     if (m.n_shared_experts > 0)
         out.shared = upload_mlp(g, w.shared, m.expert_act, cd);
     if (m.correction_bias) {
+        out.bias = upload_weight(g, w.correction_bias, {m.n_routed_experts}, DType::f32);
         out.host.correction_bias = Buffer(DType::f32, w.correction_bias.view().shape);
         std::memcpy(out.host.correction_bias.ptr<float>(),
                     w.correction_bias.ptr<float>(),
