@@ -9,11 +9,13 @@
 // against the CPU in the same forms (KDA recurrent, attention absorbed) the logprobs agree to
 // 1e-5 and the logits to 1e-5 relative; against the CPU's own default forms (chunked KDA, expanded
 // attention for prefill) to 2e-5, the bound the CPU's chunked-vs-whole prefill test uses. bf16:
-// every matrix and GEMM input is rounded to bf16 (2^-9 relative), about 3e-3 relative per GEMM;
-// 90% of the logit rows must be within 2e-2 relative (a few tokens may route to another expert
-// when their normed input moves by that much). Then the engine: greedy tokens, their logprobs
-// and the prompt logprobs of 16 requests through run_engine (mixed steps, few KV pages so that
-// sequences are preempted and pages and states reused) equal the CPU engine's.
+// every matrix and GEMM input is rounded to bf16 (2^-9 relative): about 4e-3 relative on the
+// logits (measured by running this file on a host emulation of the kernels, not kept in the
+// repository); the median row must be within 1e-2 and the worst within
+// 0.25, since a token whose normed input moves by that much may route to another expert (5e-2 to
+// 8e-2 on its rows and the later rows of its sequence). Then the engine: greedy tokens, their
+// logprobs and the prompt logprobs of 16 requests through run_engine (mixed steps, few KV pages so
+// that sequences are preempted and pages and states reused) equal the CPU engine's.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -281,20 +283,22 @@ BOOST_AUTO_TEST_CASE(bf16_forward_is_close_to_the_cpu, *utf::precondition(need_g
     const std::vector<Buffer> cpu = run_plan({m}, fed);
     const auto dm = device_model(m, DType::bf16);
     const std::vector<Buffer> gpu = run_plan({m, dm.get()}, fed);
-    int64_t rows = 0, close = 0;
+    std::vector<double> rel;  // per logits row
     for (size_t k = 0; k < gpu.size(); ++k) {
         BOOST_REQUIRE((gpu[k].view().shape == cpu[k].view().shape));
         const int64_t V = gpu[k].view().dim(1);
         for (int64_t r = 0; r < gpu[k].view().dim(0); ++r) {
             const float* g = gpu[k].ptr<float>() + r * V;
             BOOST_TEST(std::all_of(g, g + V, [](float x) { return std::isfinite(x); }));
-            const double rel = rel_error(g, cpu[k].ptr<float>() + r * V, V);
-            ++rows;
-            close += rel <= 2e-2;
+            rel.push_back(rel_error(g, cpu[k].ptr<float>() + r * V, V));
         }
     }
-    BOOST_TEST_MESSAGE("bf16: " << close << " of " << rows << " logit rows within 2e-2");
-    BOOST_TEST(close >= rows * 9 / 10);
+    std::sort(rel.begin(), rel.end());
+    const double median = rel[rel.size() / 2], worst = rel.back();
+    BOOST_TEST_MESSAGE("bf16: logit rows relative to the CPU: median " << median << ", worst "
+                                                                       << worst);
+    BOOST_TEST(median <= 1e-2);
+    BOOST_TEST(worst <= 0.25);
 }
 
 BOOST_AUTO_TEST_CASE(engine_tokens_and_logprobs_match_the_cpu, *utf::precondition(need_gpu)) {
