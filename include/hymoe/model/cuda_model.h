@@ -14,6 +14,8 @@
 //     with the CPU's code (one device-to-host copy of [n_tok, E] logits a layer), then permute,
 //     grouped expert GEMMs and the slot-ordered combine on the device.
 // Layout: the whole model on one rank (tp = pp = ep = 1; dp replicas each hold their own copy).
+// ForwardOptions::kda_mode, attn_mode and stage_out do not apply (one form of each block, one
+// stage); with ForwardOptions::stats, each layer is timed between two stream synchronisations.
 // The vision tower and LoRA adapters are not on the device. make_cuda_model exists in CUDA builds
 // only (src/model/cuda/); the header is plain C++.
 #pragma once

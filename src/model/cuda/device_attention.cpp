@@ -4,11 +4,11 @@
 // key k_r, the indexer's q, k, w), the new rows appended to the layer's device pages, then
 //   q̂_h = [W_kvb[h, :d_n]ᵀ q_n,h | q_r,h],  ō_h = softmax(τ q̂_h · [c_kv | k_r]ᵀ + mask) · c_kv,
 //   o_h = W_kvb[h, d_n:] ō_h,  y = o_proj(concat_h o_h [⊙ σ(W_g x)]),
-// with the keys of each query: single-token rows (decode) of all sequences in one paged launch
+// with the keys of each query: single-token rows (decode) of all sequences in paged launches
 // (cuda_ops.h mla_decode; DSA: the top-k of the indexer's scores over the pages), and each
-// prefill chunk by two GEMMs over its sequence's gathered latent, all heads at once, in blocks of
-// queries whose scores [block, H, keys] stay under kScoreFloats (DSA: the indexer mask of
-// model::indexer_mask per block).
+// prefill chunk by two GEMMs over its sequence's gathered latent, all heads at once; both in
+// groups (of sequences, or of a chunk's queries) whose scores stay under kScoreFloats (DSA: the
+// indexer mask of model::indexer_mask per block of queries).
 #include <algorithm>
 #include <cmath>
 
@@ -20,7 +20,7 @@ namespace hymoe::model::gpu {
 
 namespace {
 
-constexpr int64_t kScoreFloats = int64_t{64} << 20;  // 256 MiB of prefill scores at most
+constexpr int64_t kScoreFloats = int64_t{64} << 20;  // 256 MiB of attention scores at most
 
 // The sizes of model/mla_project.h, as int64.
 struct Dims {
@@ -146,7 +146,8 @@ Projected project(Gpu& g,
     return p;
 }
 
-// ō of the single-token rows, one mla_decode launch over every such sequence's pages.
+// ō of the single-token rows: mla_decode over every such sequence's pages, in groups of sequences
+// whose scores [group, H, keys] (and DSA's indexer scores [group, keys]) stay under kScoreFloats.
 void attend_one_rows(Gpu& g,
                      const ModelConfig& cfg,
                      bool dsa,
@@ -156,58 +157,67 @@ void attend_one_rows(Gpu& g,
                      int layer,
                      Tensor& o_bar) {  // [n, H·r_kv]
     const Dims m = dims_of(cfg);
-    const int64_t B = step.n_one;
+    const int64_t B = step.n_one, n_keys = step.one_max_keys, mp = step.max_pages;
+    const int64_t k_sel = dsa ? std::min<int64_t>(cfg.indexer.top_k, n_keys) : 0;
     const cu::Stream& st = g.stream;
     Scratch s(g.arena);
-    Tensor q1 = s(DType::f32, {B, m.H * m.d_lat()});
+    Tensor q1 = s(DType::f32, {B, m.H * m.d_lat()}), o1 = s(DType::f32, {B, m.H * m.r_kv});
+    Tensor qi, wi;  // dsa: [B, H_I·d_I], [B, H_I] the indexer's queries and weights
     cu::gather_rows(st, q_hat, step.one_rows, q1);
-    cu::KvPages kv = step.pages_of(layer);
-    kv.block_table = step.one_table.ptr<int32_t>();
-    cu::MlaDecodeParams d;
-    d.n_seq = static_cast<int>(B);
-    d.n_head = static_cast<int>(m.H);
-    d.r_kv = static_cast<int>(m.r_kv);
-    d.d_r = static_cast<int>(m.d_r);
-    d.tau = static_cast<float>(mla_softmax_scale(cfg.mla));
-    d.q_hat = q1.ptr<float>();
-    d.pages = kv.pages;
-    d.page_stride = kv.page_stride;
-    d.row_stride = kv.row_stride;
-    d.page_tokens = kv.page_tokens;
-    d.block_table = kv.block_table;
-    d.max_pages = kv.max_pages;
-    d.n_keys = step.one_keys.ptr<int32_t>();
-    d.max_keys = static_cast<int>(step.one_max_keys);
-    if (dsa) {  // each query's top-k keys by the indexer, read from the pages
-        const int64_t k_sel = std::min<int64_t>(cfg.indexer.top_k, step.one_max_keys);
-        Tensor qi = s(DType::f32, {B, m.h_i * m.d_i}), wi = s(DType::f32, {B, m.h_i});
-        Tensor scores = s(DType::f32, {B, step.one_max_keys});
+    if (dsa) {
+        qi = s(DType::f32, {B, m.h_i * m.d_i});
+        wi = s(DType::f32, {B, m.h_i});
         cu::gather_rows(st, p.q_idx, step.one_rows, qi);
         cu::gather_rows(st, p.w_idx, step.one_rows, wi);
-        cu::IndexerDecode id;
-        id.kv = kv;
-        id.col = m.d_lat();
-        id.n_seq = static_cast<int>(B);
-        id.n_head = static_cast<int>(m.h_i);
-        id.head_dim = static_cast<int>(m.d_i);
-        id.q = qi.ptr<float>();
-        id.w = wi.ptr<float>();
-        id.n_keys = d.n_keys;
-        id.max_keys = step.one_max_keys;
-        id.scores = scores.ptr<float>();
-        cu::indexer_decode_scores(st, id);
-        Tensor idx = s(DType::i64, {B, k_sel}), sel = s(DType::i32, {B, k_sel});
-        cu::top_k_rows(st, scores, k_sel, idx);
-        cu::narrow_indices(st, idx, sel);
-        d.selected = sel.ptr<int32_t>();
-        d.n_selected = static_cast<int>(k_sel);
-        d.max_keys = static_cast<int>(k_sel);
     }
-    Tensor scores = s(DType::f32, {B, m.H, d.max_keys});
-    Tensor o1 = s(DType::f32, {B, m.H * m.r_kv});
-    d.scores = scores.ptr<float>();
-    d.o_bar = o1.ptr<float>();
-    cu::mla_decode(st, d);
+    const int64_t per_seq = dsa ? n_keys + m.H * k_sel : m.H * n_keys;  // score floats
+    const int64_t group = std::clamp<int64_t>(kScoreFloats / std::max<int64_t>(per_seq, 1), 1, B);
+    for (int64_t b0 = 0; b0 < B; b0 += group) {
+        const int64_t nb = std::min(group, B - b0);
+        Scratch sg(g.arena);
+        cu::KvPages kv = step.pages_of(layer);
+        kv.block_table = step.one_table.ptr<int32_t>() + b0 * mp;
+        cu::MlaDecodeParams d;
+        d.n_seq = static_cast<int>(nb);
+        d.n_head = static_cast<int>(m.H);
+        d.r_kv = static_cast<int>(m.r_kv);
+        d.d_r = static_cast<int>(m.d_r);
+        d.tau = static_cast<float>(mla_softmax_scale(cfg.mla));
+        d.q_hat = q1.ptr<float>() + b0 * m.H * m.d_lat();
+        d.pages = kv.pages;
+        d.page_stride = kv.page_stride;
+        d.row_stride = kv.row_stride;
+        d.page_tokens = kv.page_tokens;
+        d.block_table = kv.block_table;
+        d.max_pages = kv.max_pages;
+        d.n_keys = step.one_keys.ptr<int32_t>() + b0;
+        d.max_keys = static_cast<int>(n_keys);
+        d.o_bar = o1.ptr<float>() + b0 * m.H * m.r_kv;
+        if (dsa) {  // each query's top-k keys by the indexer, read from the pages
+            Tensor scores = sg(DType::f32, {nb, n_keys});
+            cu::IndexerDecode id;
+            id.kv = kv;
+            id.col = m.d_lat();
+            id.n_seq = static_cast<int>(nb);
+            id.n_head = static_cast<int>(m.h_i);
+            id.head_dim = static_cast<int>(m.d_i);
+            id.q = qi.ptr<float>() + b0 * m.h_i * m.d_i;
+            id.w = wi.ptr<float>() + b0 * m.h_i;
+            id.n_keys = d.n_keys;
+            id.max_keys = n_keys;
+            id.scores = scores.ptr<float>();
+            cu::indexer_decode_scores(st, id);
+            Tensor idx = sg(DType::i64, {nb, k_sel}), sel = sg(DType::i32, {nb, k_sel});
+            cu::top_k_rows(st, scores, k_sel, idx);
+            cu::narrow_indices(st, idx, sel);
+            d.selected = sel.ptr<int32_t>();
+            d.n_selected = static_cast<int>(k_sel);
+            d.max_keys = static_cast<int>(k_sel);
+        }
+        Tensor scores = sg(DType::f32, {nb, m.H, d.max_keys});
+        d.scores = scores.ptr<float>();
+        cu::mla_decode(st, d);
+    }
     cu::scatter_rows(st, o1, step.one_rows, o_bar);
 }
 

@@ -196,8 +196,7 @@ int64_t CudaModel::step_bytes() const {
                         2 * m.shared_intermediate;
     const int64_t dense = 2 * cfg_.intermediate_size;
     const int64_t per_row = 4 * d + std::max({kda, mla, moe, dense}) + (o_.logits_all ? V : 0);
-    const int64_t decode_scores = B * H * std::max<int64_t>(cfg_.indexer.top_k, 4096);
-    return 4 * (T * per_row + B * V + decode_scores) + (int64_t{256} << 20);  // + prefill scores
+    return 4 * (T * per_row + B * V) + (int64_t{256} << 20);  // + attention scores (bounded)
 }
 
 int64_t CudaModel::kv_page_budget(int64_t page_bytes) const {
