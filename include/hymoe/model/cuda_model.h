@@ -37,10 +37,25 @@ struct CudaModelOptions {
     // The fused kernels (backend/cuda_fused.h) where their constraints hold, the generic ops
     // otherwise; false: the generic ops throughout (for comparison).
     bool fused = true;
+    // Pure decode steps (one row per sequence) replayed as CUDA graphs where they qualify
+    // (model/decode_graph_plan.h: fused on, no stats or media, every block on a capture-safe
+    // path, the KV pages resident); false: every step eagerly.
+    bool graphs = true;
+};
+
+// What the decode graphs of a GPU model have done so far.
+struct DecodeGraphCounters {
+    int64_t graph_steps = 0;  // steps replayed as a graph
+    int64_t warmups = 0;      // first uses of a (batch bucket, key bucket), run eagerly once
+    int64_t captures = 0;     // graphs captured
+    int64_t refreshes = 0;    // graphs re-captured for another KV store of the same geometry
+    int64_t resets = 0;       // times every graph was dropped for a store of another geometry
 };
 
 // Uploads `host` (a whole model: make_model(cfg) with its weights) to the current device
 // (backend::select_device has chosen it). The host model may be freed afterwards.
 std::unique_ptr<DeviceModel> make_cuda_model(const Model& host, const CudaModelOptions& options);
+// The counters of a model make_cuda_model made (all zero while graphs are off).
+DecodeGraphCounters decode_graph_counters(const DeviceModel& model);
 
 }  // namespace hymoe::model

@@ -20,8 +20,6 @@ namespace hymoe::model::gpu {
 
 namespace {
 
-constexpr int64_t kScoreFloats = int64_t{64} << 20;  // 256 MiB of attention scores at most
-
 // The sizes of model/mla_project.h, as int64.
 struct Dims {
     int64_t d, H, d_n, d_r, d_v, r_q, r_kv, h_i, d_i;

@@ -14,6 +14,7 @@
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_model_ops.h"
+#include "hymoe/backend/stack_alloc.h"
 #include "hymoe/model/attention.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/ffn.h"
@@ -34,28 +35,63 @@ struct Gpu {
     Gpu(size_t arena_bytes, int max_groups) : arena(arena_bytes), blas(stream, arena, max_groups) {}
 };
 
-// Tensors for one block call, freed together when it goes out of scope. The frees do not wait for
-// the GPU: a later allocation of the same memory is used by kernels queued after every kernel that
-// used it before (one stream).
+// Scratch memory at fixed device addresses for the steps the decode graphs capture
+// (device_decode_graphs.h): while a WorkspaceScope is alive on this thread, every Scratch of
+// `arena` takes its tensors from the workspace's stack instead of the arena and gives them back
+// last-in first-out, so that a step queued twice gets the same addresses; a release out of order
+// aborts with its message (a destructor cannot throw).
+struct Workspace {
+    cu::DeviceArena* arena = nullptr;  // the arena it stands in for
+    char* base = nullptr;              // its device bytes [base, base + stack.capacity())
+    cu::StackAllocator stack{0};
+    Tensor tensor(DType dtype, Shape shape);
+    void release(void* p) noexcept;
+};
+class WorkspaceScope {
+public:
+    explicit WorkspaceScope(Workspace& w);
+    ~WorkspaceScope();
+    WorkspaceScope(const WorkspaceScope&) = delete;
+    WorkspaceScope& operator=(const WorkspaceScope&) = delete;
+    // The workspace standing in for `arena` on this thread now, or null.
+    static Workspace* active(const cu::DeviceArena& arena);
+
+private:
+    Workspace* previous_;
+};
+
+// Tensors for one block call, freed together (in reverse) when it goes out of scope. The frees do
+// not wait for the GPU: a later allocation of the same memory is used by kernels queued after
+// every kernel that used it before (one stream).
 class Scratch {
 public:
-    explicit Scratch(cu::DeviceArena& arena) : arena_(arena) {}
+    explicit Scratch(cu::DeviceArena& arena)
+        : arena_(arena), workspace_(WorkspaceScope::active(arena)) {}
     ~Scratch() {
-        for (void* p : held_)
-            arena_.free(p);
+        for (auto p = held_.rbegin(); p != held_.rend(); ++p)
+            if (workspace_)
+                workspace_->release(*p);
+            else
+                arena_.free(*p);
     }
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
     Tensor operator()(DType dtype, Shape shape) {
-        Tensor t = arena_.tensor(dtype, std::move(shape));
+        Tensor t = workspace_ ? workspace_->tensor(dtype, std::move(shape))
+                              : arena_.tensor(dtype, std::move(shape));
         held_.push_back(t.data);
         return t;
     }
 
 private:
     cu::DeviceArena& arena_;
+    Workspace* workspace_;
     std::vector<void*> held_;
 };
+
+// The most attention scores one group of a block holds (device_attention.cpp: decode groups of
+// sequences, prefill blocks of queries), 256 MiB; the decode graphs' workspace keeps room for it.
+constexpr int64_t kScoreFloats = int64_t{64} << 20;
 
 // `elements` elements into t's storage (sub-blocks of a row-major tensor for strided GEMMs).
 inline void* at(const Tensor& t, int64_t elements) {

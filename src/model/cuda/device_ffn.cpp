@@ -15,6 +15,7 @@
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
+#include "hymoe/model/decode_graph_plan.h"
 
 namespace hymoe::model::gpu {
 
@@ -187,8 +188,7 @@ void moe_block(Gpu& g,
     Tensor y_lat;  // [n, ℓ] (latent)
     Tensor& acc = latent ? (y_lat = s(DType::f32, {n, width})) : y;
     const cu::MoePlan plan = cu::moe_plan(n, m.top_k, n_exp, width, w.up.dim(1));
-    const bool use_fused = fused && cd == DType::bf16 && m.expert_act == ExpertAct::swiglu &&
-                           m.capacity_factor <= 0.0 && n_exp <= 1024 && plan.supported;
+    const bool use_fused = moe_runs_fused(cfg, spec, cd, fused, n);
     std::vector<int64_t> load = use_fused
                                     ? routed_fused(g, cfg, w, plan, logits, z, count_load, acc)
                                     : routed_host(g, cfg, w, logits, z, acc);

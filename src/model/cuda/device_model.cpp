@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "device_blocks.h"
+#include "device_decode_graphs.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
@@ -72,6 +73,8 @@ public:
                        " lives on the GPU; only the GPU model reads it");
     }
     int64_t peak_resident_bytes() const override { return 0; }  // no host memory
+    // Every page stays at pages() for the store's life, so a captured step may address it.
+    bool resident() const { return true; }
 
     cu::DeviceArena& arena() const { return arena_; }
     float* pages() const { return pages_; }
@@ -99,6 +102,9 @@ public:
                  Buffer& logits,
                  const ForwardOptions& options) override;
     std::string describe() const override;
+    DecodeGraphCounters graph_counters() const {
+        return graphs_ ? graphs_->counters() : DecodeGraphCounters{};
+    }
 
 private:
     void check_call(const std::vector<int64_t>& tokens,
@@ -107,6 +113,24 @@ private:
     gpu::StepBatch make_step(Scratch& s,
                              const SeqBatch& batch,
                              const std::vector<SequenceState*>& states);
+    // The sequence's KDA block (its layer-0 S), made and zeroed by the first call.
+    float* kda_state_of(DeviceSequence& ds);
+    // h [n, d] f32 = the embedding rows of ids (i64 [n] on the device).
+    void embed(Scratch& s, const Tensor& ids, Tensor& h);
+    // The layers over the step's rows, h [n, d] updated in place: the eager forward and the
+    // captured decode step share it. timed: the blocks' wall times, a synchronisation each.
+    void layers(const gpu::StepBatch& step, Tensor& h, ForwardStats& stats, bool timed);
+    // out [r, V] = the head of final_norm(rows [r, d]).
+    void head(Scratch& s, const Tensor& rows, Tensor& out);
+    // The step as a decode graph (device_decode_graphs.h) when it qualifies
+    // (decode_graph_plan.h); false: it did not run.
+    bool forward_graph(const std::vector<int64_t>& tokens,
+                       const SeqBatch& batch,
+                       const std::vector<SequenceState*>& states,
+                       Buffer& logits,
+                       const ForwardOptions& options);
+    // Floats a step's row holds at the widest point of a block (inputs, outputs, their casts).
+    int64_t row_floats() const;
     // Bytes one step of max_tokens rows may hold at once (activations, scores, logits).
     int64_t step_bytes() const;
     // Floats of one sequence's KDA block: its layers' S and tails, and room to align S to a slot.
@@ -128,6 +152,8 @@ private:
     int64_t tail_floats_ = 0;   // one KDA layer's conv tail of one sequence: (W−1)·3D
     bool kda_slots_ = false;    // the arena's S slots fit int32 (the fused kernels' slot ids)
     size_t weight_bytes_ = 0;
+    DecodeGraphModel graph_model_;
+    std::unique_ptr<gpu::DecodeGraphRunner> graphs_;  // null when graphs are off
 };
 
 CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.cfg), o_(o) {
@@ -169,6 +195,39 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
                                        static_cast<size_t>(s_floats_ * int64_t{sizeof(float)}) <
                                    static_cast<size_t>(std::numeric_limits<int32_t>::max());
     weight_bytes_ = g_->arena.book().used() - before;
+
+    graph_model_.graphs = o.graphs;
+    graph_model_.fused = o.fused;
+    graph_model_.dtype = o.dtype;
+    graph_model_.kda_slots = kda_slots_;
+    graph_model_.max_key_bucket = key_bucket(1);
+    while (graph_model_.max_key_bucket * 2 * std::max(cfg_.mla.n_head, 1) <= gpu::kScoreFloats)
+        graph_model_.max_key_bucket *= 2;
+    if (o.graphs && o.fused) {
+        // the workspace: a step of max_seqs rows with room to spare, and one group's scores
+        const auto rows = static_cast<size_t>(o.max_seqs);
+        const size_t workspace = 2 * rows * static_cast<size_t>(row_floats()) * sizeof(float) +
+                                 static_cast<size_t>(gpu::kScoreFloats) * sizeof(float) +
+                                 (size_t{16} << 20);
+        graphs_ = std::make_unique<gpu::DecodeGraphRunner>(
+            *g_,
+            o.max_seqs,
+            cfg_.vocab_size,
+            workspace,
+            KdaBlockShape{n_kda_, s_floats_, tail_floats_},
+            kda_slots_ ? reinterpret_cast<float*>(g_->arena.base()) : nullptr,
+            [this](const gpu::StepBatch& step, const Tensor& ids, Tensor& logits) {
+                Scratch s(g_->arena);
+                Tensor h = s(DType::f32, {step.n_tok, cfg_.hidden_size});  // [B, d]
+                embed(s, ids, h);
+                ForwardStats unused;  // no timings in a captured step
+                unused.mixer_seconds.resize(cfg_.layers.size());
+                unused.ffn_seconds.resize(cfg_.layers.size());
+                unused.moe.resize(cfg_.layers.size());
+                layers(step, h, unused, false);
+                head(s, h, logits);
+            });
+    }
 }
 
 SequenceState CudaModel::new_sequence() {
@@ -179,8 +238,8 @@ SequenceState CudaModel::new_sequence() {
     return s;
 }
 
-int64_t CudaModel::step_bytes() const {
-    const int64_t T = o_.max_tokens, B = o_.max_seqs, d = cfg_.hidden_size, V = cfg_.vocab_size;
+int64_t CudaModel::row_floats() const {
+    const int64_t d = cfg_.hidden_size;
     const KdaConfig& k = cfg_.kda;
     const MlaConfig& a = cfg_.mla;
     const MoeConfig& m = cfg_.moe;
@@ -195,7 +254,12 @@ int64_t CudaModel::step_bytes() const {
     const int64_t moe = m.n_routed_experts + m.top_k * (2 * w + 2 * m.moe_intermediate) + 2 * w +
                         2 * m.shared_intermediate;
     const int64_t dense = 2 * cfg_.intermediate_size;
-    const int64_t per_row = 4 * d + std::max({kda, mla, moe, dense}) + (o_.logits_all ? V : 0);
+    return 4 * d + std::max({kda, mla, moe, dense});
+}
+
+int64_t CudaModel::step_bytes() const {
+    const int64_t T = o_.max_tokens, B = o_.max_seqs, V = cfg_.vocab_size;
+    const int64_t per_row = row_floats() + (o_.logits_all ? V : 0);
     return 4 * (T * per_row + B * V) + (int64_t{256} << 20);  // + attention scores (bounded)
 }
 
@@ -257,6 +321,21 @@ void CudaModel::check_call(const std::vector<int64_t>& tokens,
                     ")");
 }
 
+float* CudaModel::kda_state_of(DeviceSequence& ds) {
+    if (ds.block != nullptr)
+        return ds.state;
+    const auto slot_bytes = static_cast<size_t>(s_floats_) * sizeof(float);
+    char* const base = g_->arena.base();
+    ds.block = g_->arena.allocate(static_cast<size_t>(sequence_floats()) * sizeof(float));
+    const auto offset = static_cast<size_t>(static_cast<char*>(ds.block) - base);
+    const size_t start = kda_slots_ ? (offset + slot_bytes - 1) / slot_bytes * slot_bytes : offset;
+    ds.state = reinterpret_cast<float*>(base + start);
+    cu::zero(ds.state,
+             static_cast<size_t>(n_kda_ * (s_floats_ + tail_floats_)) * sizeof(float),
+             g_->stream);
+    return ds.state;
+}
+
 gpu::StepBatch CudaModel::make_step(Scratch& s,
                                     const SeqBatch& batch,
                                     const std::vector<SequenceState*>& states) {
@@ -281,23 +360,13 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
     step.n_kda = n_kda_;
     if (n_kda_ > 0) {
         const auto slot_bytes = static_cast<size_t>(s_floats_) * sizeof(float);
-        const size_t used =
-            static_cast<size_t>(n_kda_ * (s_floats_ + tail_floats_)) * sizeof(float);
         char* const base = g_->arena.base();
         const auto cells = static_cast<size_t>(n_kda_ * step.n_seq);
         std::vector<float*> ptrs(2 * cells);  // [2, n_kda, n_seq] S, then tails
         std::vector<int32_t> slots(cells);    // [n_kda, n_seq]
         for (int64_t q = 0; q < step.n_seq; ++q) {
             DeviceSequence& ds = *states[q]->device;
-            if (ds.block == nullptr) {
-                ds.block =
-                    g_->arena.allocate(static_cast<size_t>(sequence_floats()) * sizeof(float));
-                const auto offset = static_cast<size_t>(static_cast<char*>(ds.block) - base);
-                const size_t start =
-                    kda_slots_ ? (offset + slot_bytes - 1) / slot_bytes * slot_bytes : offset;
-                ds.state = reinterpret_cast<float*>(base + start);
-                cu::zero(ds.state, used, g_->stream);
-            }
+            kda_state_of(ds);
             const auto slot0 = static_cast<int64_t>((reinterpret_cast<char*>(ds.state) - base) /
                                                     static_cast<int64_t>(slot_bytes));
             for (int64_t j = 0; j < n_kda_; ++j) {
@@ -371,27 +440,17 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
     return step;
 }
 
-void CudaModel::forward(const std::vector<int64_t>& tokens,
-                        const SeqBatch& batch,
-                        const std::vector<SequenceState*>& states,
-                        Buffer& logits,
-                        const ForwardOptions& options) {
-    check_call(tokens, batch, states);
-    const int64_t n = batch.n_tok(), n_seq = batch.n_seq(), d = cfg_.hidden_size;
-    const int64_t V = cfg_.vocab_size, n_layer = static_cast<int64_t>(cfg_.layers.size());
-    ForwardStats scratch_stats;  // where timings go when the caller asked for none
-    ForwardStats& stats = options.stats ? *options.stats : scratch_stats;
-    stats.mixer_seconds.resize(n_layer);
-    stats.ffn_seconds.resize(n_layer);
-    stats.moe.resize(n_layer);
-    stats.layer_flops.resize(n_layer);
-    if (n == 0) {
-        logits = Buffer(DType::f32, {0, V});
-        return;
-    }
-    ++stats.steps;
+void CudaModel::embed(Scratch& s, const Tensor& ids, Tensor& h) {
+    const DType cd = o_.dtype;
+    Tensor e = cd == DType::f32 ? h : s(cd, h.shape);  // [n, d] the table's rows
+    cu::embed_rows(g_->stream, embed_, ids, 0, e);
+    if (cd != DType::f32)
+        cu::cast(g_->stream, e, h);
+}
+
+void CudaModel::layers(const gpu::StepBatch& step, Tensor& h, ForwardStats& stats, bool timed) {
+    const int64_t n = step.n_tok, d = cfg_.hidden_size;
     // wall seconds with the GPU caught up when timings were asked for (a synchronisation each)
-    const bool timed = options.stats != nullptr;
     auto now = [&] {
         if (timed)
             g_->stream.synchronize();
@@ -401,38 +460,11 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     const DType cd = o_.dtype;
     Scratch s(g_->arena);
-    double t0 = now();
-    const gpu::StepBatch step = make_step(s, batch, states);
-    Tensor h = s(DType::f32, {n, d});  // [n, d] the residual stream
-    {
-        const Tensor ids = gpu::upload_values(*g_, s, tokens, DType::i64);
-        Tensor e = cd == DType::f32 ? h : s(cd, {n, d});  // [n, d] the table's rows
-        cu::embed_rows(st, embed_, ids, 0, e);
-        if (cd != DType::f32)
-            cu::cast(st, e, h);
-    }
-    if (options.media != nullptr && !options.media->rows.empty()) {
-        const MediaSplice& media = *options.media;
-        const auto n_media = static_cast<int64_t>(media.rows.size());
-        HYMOE_CHECK(media.embeds.view().numel() == n_media * d,
-                    "forward: ",
-                    n_media,
-                    " media rows for embeds of ",
-                    media.embeds.view().numel(),
-                    " floats");
-        for (int64_t r : media.rows)
-            HYMOE_CHECK(r >= 0 && r < n, "forward: media row ", r, " outside the batch");
-        Tensor embeds = s(DType::f32, {n_media, d});
-        cu::upload(media.embeds.view(), embeds, st);
-        cu::scatter_rows(st, embeds, gpu::upload_values(*g_, s, media.rows, DType::i64), h);
-    }
-    stats.head_seconds += now() - t0;
-
     Tensor xn = s(DType::f32, {n, d}), y = s(DType::f32, {n, d});  // [n, d] normed input, block out
-    for (int64_t i = 0; i < n_layer; ++i) {
+    for (size_t i = 0; i < cfg_.layers.size(); ++i) {
         const LayerSpec& spec = cfg_.layers[i];
         const gpu::LayerW& w = layers_[i];
-        t0 = now();
+        const double t0 = now();
         cu::rms_norm(st, h, w.attn_norm, eps, xn);
         if (spec.mixer == Mixer::kda) {
             gpu::kda_block(*g_, cfg_, w.kda, xn, step, kda_index_[i], cd, y);
@@ -465,12 +497,125 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
         cu::add_inplace(st, h, y);
         stats.ffn_seconds[i] += now() - t1;
     }
-    for (int64_t q = 0; q < n_seq; ++q) {
+}
+
+void CudaModel::head(Scratch& s, const Tensor& rows, Tensor& out) {
+    Tensor normed = s(DType::f32, rows.shape);
+    cu::rms_norm(g_->stream, rows, final_norm_, static_cast<float>(cfg_.rms_norm_eps), normed);
+    g_->blas.linear(gpu::in_dtype(*g_, s, normed, o_.dtype), head_, out);
+}
+
+// Each sequence advances by its rows.
+void advance(const ModelConfig& cfg,
+             const SeqBatch& batch,
+             const std::vector<SequenceState*>& states) {
+    for (int64_t q = 0; q < batch.n_seq(); ++q) {
         states[q]->n_tokens += batch.length(q);
-        for (int64_t i = 0; i < n_layer; ++i)
-            if (cfg_.layers[i].mixer != Mixer::kda)
+        for (size_t i = 0; i < cfg.layers.size(); ++i)
+            if (cfg.layers[i].mixer != Mixer::kda)
                 states[q]->attn[i].n += batch.length(q);
     }
+}
+
+bool CudaModel::forward_graph(const std::vector<int64_t>& tokens,
+                              const SeqBatch& batch,
+                              const std::vector<SequenceState*>& states,
+                              Buffer& logits,
+                              const ForwardOptions& options) {
+    // the store of the sequences' pages: one, this model's, resident
+    KvPool* pool = nullptr;
+    const CudaKvStore* store = nullptr;
+    bool resident = true;
+    if (first_attention_ >= 0 && !states.empty()) {
+        pool = states[0]->attn[first_attention_].pool;
+        store = pool ? dynamic_cast<const CudaKvStore*>(&pool->store()) : nullptr;
+        resident = store != nullptr && &store->arena() == &g_->arena && store->resident();
+        for (const SequenceState* st : states)
+            resident = resident && st->attn[first_attention_].pool == pool;
+    }
+    if (decode_graph_refusal(cfg_, graph_model_, graphs_->buckets(), batch, options, resident) !=
+        GraphRefusal::none)
+        return false;
+    char* const base = g_->arena.base();
+    const auto slot_bytes = static_cast<int64_t>(s_floats_ * sizeof(float));
+    std::vector<DecodeRow> rows(static_cast<size_t>(batch.n_seq()));
+    for (size_t q = 0; q < rows.size(); ++q) {
+        DecodeRow& r = rows[q];
+        r.token = tokens[q];
+        r.position = batch.pos0[q];
+        r.pages = store ? &states[q]->pages : nullptr;
+        if (n_kda_ > 0) {
+            float* S = kda_state_of(*states[q]->device);
+            r.kda_state = reinterpret_cast<uint64_t>(S);
+            r.kda_slot = static_cast<int32_t>((reinterpret_cast<char*>(S) - base) / slot_bytes);
+        }
+    }
+    gpu::KvGeometry kv;
+    if (store) {
+        kv.pages = store->pages();
+        kv.page_floats = store->page_floats();
+        kv.page_tokens = pool->page_tokens();
+        kv.layer_offset = store->offsets();
+        for (size_t i = 0; i < cfg_.layers.size(); ++i)
+            kv.row_width.push_back(pool->row_width(static_cast<int>(i)));
+    }
+    graphs_->run(rows, store ? &kv : nullptr, logits);
+    advance(cfg_, batch, states);
+    return true;
+}
+
+void CudaModel::forward(const std::vector<int64_t>& tokens,
+                        const SeqBatch& batch,
+                        const std::vector<SequenceState*>& states,
+                        Buffer& logits,
+                        const ForwardOptions& options) {
+    check_call(tokens, batch, states);
+    if (graphs_ && forward_graph(tokens, batch, states, logits, options))
+        return;
+    const int64_t n = batch.n_tok(), n_seq = batch.n_seq(), d = cfg_.hidden_size;
+    const int64_t V = cfg_.vocab_size, n_layer = static_cast<int64_t>(cfg_.layers.size());
+    ForwardStats scratch_stats;  // where timings go when the caller asked for none
+    ForwardStats& stats = options.stats ? *options.stats : scratch_stats;
+    stats.mixer_seconds.resize(n_layer);
+    stats.ffn_seconds.resize(n_layer);
+    stats.moe.resize(n_layer);
+    stats.layer_flops.resize(n_layer);
+    if (n == 0) {
+        logits = Buffer(DType::f32, {0, V});
+        return;
+    }
+    ++stats.steps;
+    const bool timed = options.stats != nullptr;
+    auto now = [&] {
+        if (timed)
+            g_->stream.synchronize();
+        return wall_seconds();
+    };
+    const cu::Stream& st = g_->stream;
+    Scratch s(g_->arena);
+    double t0 = now();
+    const gpu::StepBatch step = make_step(s, batch, states);
+    Tensor h = s(DType::f32, {n, d});  // [n, d] the residual stream
+    embed(s, gpu::upload_values(*g_, s, tokens, DType::i64), h);
+    if (options.media != nullptr && !options.media->rows.empty()) {
+        const MediaSplice& media = *options.media;
+        const auto n_media = static_cast<int64_t>(media.rows.size());
+        HYMOE_CHECK(media.embeds.view().numel() == n_media * d,
+                    "forward: ",
+                    n_media,
+                    " media rows for embeds of ",
+                    media.embeds.view().numel(),
+                    " floats");
+        for (int64_t r : media.rows)
+            HYMOE_CHECK(r >= 0 && r < n, "forward: media row ", r, " outside the batch");
+        Tensor embeds = s(DType::f32, {n_media, d});
+        cu::upload(media.embeds.view(), embeds, st);
+        cu::scatter_rows(st, embeds, gpu::upload_values(*g_, s, media.rows, DType::i64), h);
+    }
+    stats.head_seconds += now() - t0;
+
+    layers(step, h, stats, timed);
+    advance(cfg_, batch, states);
 
     // final norm and head, on every row or only the last row of each sequence
     t0 = now();
@@ -483,9 +628,8 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
         cu::gather_rows(st, h, gpu::upload_values(*g_, s, last, DType::i64), rows);
     }
     const int64_t r = rows.dim(0);
-    Tensor normed = s(DType::f32, {r, d}), out = s(DType::f32, {r, V});
-    cu::rms_norm(st, rows, final_norm_, eps, normed);
-    g_->blas.linear(gpu::in_dtype(*g_, s, normed, cd), head_, out);
+    Tensor out = s(DType::f32, {r, V});
+    head(s, rows, out);
     logits = Buffer(DType::f32, {r, V});
     cu::download(out, logits.view(), st);
     st.synchronize();
@@ -496,6 +640,12 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
 
 std::unique_ptr<DeviceModel> make_cuda_model(const Model& host, const CudaModelOptions& options) {
     return std::make_unique<CudaModel>(host, options);
+}
+
+DecodeGraphCounters decode_graph_counters(const DeviceModel& model) {
+    const auto* m = dynamic_cast<const CudaModel*>(&model);
+    HYMOE_CHECK(m != nullptr, "decode_graph_counters: not a model of make_cuda_model");
+    return m->graph_counters();
 }
 
 }  // namespace hymoe::model
