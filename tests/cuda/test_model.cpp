@@ -16,6 +16,13 @@
 // 8e-2 on its rows and the later rows of its sequence). Then the engine: greedy tokens, their
 // logprobs and the prompt logprobs of 16 requests through run_engine (mixed steps, few KV pages so
 // that sequences are preempted and pages and states reused) equal the CPU engine's.
+// Decode graphs (CudaModelOptions::graphs): bf16 models built to qualify (tiny-kimi, and tiny with
+// its DSA layer as gated MLA, both widened to the fused MoE kernels' sizes) run 16 prompts, then
+// the same decode steps of 3, 1, 5, 16 and 3 sequences (buckets 4, 1, 8, 16, 4; one with a
+// context past 256 keys, another key bucket) with graphs on and off: equal greedy tokens, logits
+// within 1e-6 relative (the same kernels on the same rows; the padded rows are dropped), and the
+// counters show each (bucket, key bucket) warmed up and captured once and every step replayed;
+// then a second pool of the same geometry re-captures the graphs (refresh) and still matches.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -254,6 +261,89 @@ std::vector<runtime::Finished> run_engine(const model::Model& m, model::DeviceMo
     return out;
 }
 
+// ---- decode graphs --------------------------------------------------------------------------
+
+// A preset widened so that its MoE layers fit the fused kernels (d and latent multiples of 128,
+// expert widths of 64) and, for tiny, its gated DSA layer made gated MLA: decode graphs qualify.
+model::Model graph_model(const std::string& preset) {
+    model::ModelConfig c = model::preset_config(preset);
+    c.hidden_size = 128;
+    c.moe.moe_intermediate = 64;
+    c.moe.shared_intermediate = 64;
+    for (model::LayerSpec& l : c.layers)
+        if (l.mixer == model::Mixer::dsa)
+            l.mixer = model::Mixer::mla;
+    model::Model m = model::make_model(c);
+    model::init_model_random(m, 9);
+    return m;
+}
+
+std::unique_ptr<model::DeviceModel> graph_device(const model::Model& m, bool graphs) {
+    model::CudaModelOptions o;
+    o.dtype = DType::bf16;
+    o.max_tokens = 512;
+    o.max_seqs = 16;
+    o.memory_fraction = 0.05;
+    o.graphs = graphs;
+    return model::make_cuda_model(m, o);
+}
+
+// 16 sequences in a pool of the device (256 pages): prompts of 5 to 35 tokens (sequence 0: 300, so
+// that its decode rows need the key bucket of 512), each prefilled in its own forward, then decode
+// steps over sequence ranges (first, count), each feeding every sequence its greedy token. Returns
+// the decode steps' logits; tokens gets every sequence's tokens.
+std::vector<Buffer> run_decodes(const model::Model& m,
+                                model::DeviceModel& dev,
+                                model::KvPool& pool,
+                                const std::vector<std::pair<int, int>>& steps,
+                                std::vector<std::vector<int64_t>>& tokens) {
+    const int n_seq = 16;
+    std::vector<model::SequenceState> states;
+    for (int i = 0; i < n_seq; ++i)
+        states.push_back(dev.new_sequence());
+    for (model::SequenceState& st : states)
+        model::attach_kv_pool(m, st, pool);
+    Philox rng(31, 0, 0);
+    tokens.assign(n_seq, {});
+    const int64_t V = m.cfg.vocab_size;
+    auto forward = [&](int first, int count, bool prefill) {
+        std::vector<int64_t> ids;
+        model::SeqBatch batch{{0}, {}, {}};
+        std::vector<model::SequenceState*> ptrs;
+        for (int q = first; q < first + count; ++q) {
+            model::SequenceState& st = states[static_cast<size_t>(q)];
+            const std::vector<int64_t>& seq = tokens[static_cast<size_t>(q)];
+            BOOST_REQUIRE(pool.reserve(st.pages, static_cast<int64_t>(seq.size())));
+            const int64_t begin = prefill ? 0 : static_cast<int64_t>(seq.size()) - 1;
+            ids.insert(ids.end(), seq.begin() + begin, seq.end());
+            batch.pos0.push_back(begin);
+            batch.offsets.push_back(static_cast<int64_t>(ids.size()));
+            ptrs.push_back(&st);
+        }
+        model::ForwardOptions fo;
+        fo.logits = model::Logits::last;
+        Buffer logits;
+        dev.forward(ids, batch, ptrs, logits, fo);
+        for (int i = 0; i < count; ++i) {  // the greedy next token
+            const float* x = logits.ptr<float>() + i * V;
+            tokens[static_cast<size_t>(first + i)].push_back(std::max_element(x, x + V) - x);
+        }
+        return logits;
+    };
+    for (int q = 0; q < n_seq; ++q) {
+        const int64_t len = q == 0 ? 300 : 5 + rng.next_u32() % 31;
+        for (int64_t t = 0; t < len; ++t)
+            tokens[static_cast<size_t>(q)].push_back(3 + rng.next_u32() % 253);
+        forward(q, 1, true);
+    }
+    std::vector<Buffer> out;
+    for (const auto& [first, count] : steps)
+        out.push_back(forward(first, count, false));
+    for (model::SequenceState& st : states)
+        pool.release(st.pages);
+    return out;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_model, *utf::label("cuda"))
@@ -320,6 +410,64 @@ BOOST_AUTO_TEST_CASE(engine_tokens_and_logprobs_match_the_cpu, *utf::preconditio
             for (size_t k = 0; k < gpu[i].prompt_logprobs.size(); ++k)
                 BOOST_TEST(std::abs(gpu[i].prompt_logprobs[k] - cpu[i].prompt_logprobs[k]) <=
                            2e-5f);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(decode_graphs_match_eager_steps, *utf::precondition(need_gpu)) {
+    // (first sequence, count): buckets 4, 1, 8, 16, 4; key buckets 256, 512, 256, 512, 256
+    const std::vector<std::pair<int, int>> steps = {{1, 3}, {0, 1}, {2, 5}, {0, 16}, {1, 3}};
+    for (const std::string& name : {std::string("tiny-kimi"), std::string("tiny")}) {
+        BOOST_TEST_CONTEXT(name) {
+            const model::Model m = graph_model(name);
+            auto new_pool = [&](model::DeviceModel& dev) {
+                return std::make_unique<model::KvPool>(
+                    m.local, m.shard, kPageTokens, 256, [&dev](const model::KvLayout& l) {
+                        return dev.kv_store(l);
+                    });
+            };
+            const auto eager = graph_device(m, false);
+            const auto graphs = graph_device(m, true);
+            std::vector<std::vector<int64_t>> want_tokens, got_tokens;
+            const auto eager_pool = new_pool(*eager);
+            const std::vector<Buffer> want =
+                run_decodes(m, *eager, *eager_pool, steps, want_tokens);
+            const auto first_pool = new_pool(*graphs);
+            const std::vector<Buffer> got = run_decodes(m, *graphs, *first_pool, steps, got_tokens);
+            model::DecodeGraphCounters c = model::decode_graph_counters(*graphs);
+            BOOST_TEST(model::decode_graph_counters(*eager).graph_steps == 0);
+            BOOST_TEST(c.graph_steps == 5);
+            BOOST_TEST(c.warmups == 4);
+            BOOST_TEST(c.captures == 4);
+            auto compare = [&](const std::vector<Buffer>& run,
+                               const std::vector<std::vector<int64_t>>& tokens) {
+                BOOST_REQUIRE_EQUAL(tokens.size(), want_tokens.size());
+                for (size_t q = 0; q < tokens.size(); ++q)
+                    BOOST_TEST(tokens[q] == want_tokens[q], boost::test_tools::per_element());
+                BOOST_REQUIRE_EQUAL(run.size(), want.size());
+                for (size_t k = 0; k < run.size(); ++k) {
+                    BOOST_REQUIRE((run[k].view().shape == want[k].view().shape));
+                    const double rel =
+                        rel_error(run[k].ptr<float>(), want[k].ptr<float>(), run[k].view().numel());
+                    BOOST_TEST_MESSAGE(name << " decode step " << k
+                                            << ": graph vs eager logits rel " << rel);
+                    BOOST_TEST(rel <= 1e-6);
+                }
+            };
+            compare(got, got_tokens);
+
+            // another store of the same geometry (the first still alive, so elsewhere): the
+            // graphs are re-captured for its pages, nothing new is warmed up or captured
+            const auto second_pool = new_pool(*graphs);
+            const std::vector<Buffer> again =
+                run_decodes(m, *graphs, *second_pool, steps, got_tokens);
+            c = model::decode_graph_counters(*graphs);
+            BOOST_TEST(c.graph_steps == 10);
+            BOOST_TEST(c.warmups == 4);
+            BOOST_TEST(c.captures == 4);
+            BOOST_TEST(c.refreshes == 4);
+            BOOST_TEST(c.resets == 0);
+            compare(again, got_tokens);
         }
     }
 }

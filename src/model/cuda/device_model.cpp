@@ -203,15 +203,19 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
     graph_model_.max_key_bucket = key_bucket(1);
     while (graph_model_.max_key_bucket * 2 * std::max(cfg_.mla.n_head, 1) <= gpu::kScoreFloats)
         graph_model_.max_key_bucket *= 2;
-    if (o.graphs && o.fused) {
+    // the graphs' memory only for a model whose decode steps can qualify (the rules of a step of
+    // one sequence at position 0 over resident pages: the model's own)
+    const cu::DecodeBuckets buckets(std::max(o.max_seqs, 1));
+    if (decode_graph_refusal(cfg_, graph_model_, buckets, single_sequence(1), {}, true) ==
+        GraphRefusal::none) {
         // the workspace: a step of max_seqs rows with room to spare, and one group's scores
-        const auto rows = static_cast<size_t>(o.max_seqs);
+        const auto rows = static_cast<size_t>(buckets.max());
         const size_t workspace = 2 * rows * static_cast<size_t>(row_floats()) * sizeof(float) +
                                  static_cast<size_t>(gpu::kScoreFloats) * sizeof(float) +
                                  (size_t{16} << 20);
         graphs_ = std::make_unique<gpu::DecodeGraphRunner>(
             *g_,
-            o.max_seqs,
+            buckets.max(),
             cfg_.vocab_size,
             workspace,
             KdaBlockShape{n_kda_, s_floats_, tail_floats_},
