@@ -4,13 +4,17 @@
 // values (uniform with the init's std; the small tensors by their init rule). Figures:
 //   bandwidth  device-to-device copy of 2 GiB: GB/s counted as bytes read + written
 //   prefill    8 prompts of 512 tokens in one forward (4096 rows): tokens/s
-//   decode     one token for each of B sequences with 128 tokens of context, B = 1, 32, 256:
-//              tokens/s, and the bytes a step must move / its time against the copy bandwidth.
+//   decode     one token for each of B sequences with 128 tokens of context, B = 1, 32, 256,
+//              with the decode graphs (CudaModelOptions::graphs) and eagerly (the same model
+//              with them switched off): tokens/s, and the bytes a step must move / its time
+//              against the copy bandwidth. When no step of the model replays a graph (its DSA
+//              layers' decode does not qualify yet), the same figures again for the model with
+//              its DSA layers as MLA (a second upload), whose steps do.
 //              Bytes = every weight read once (bf16 matrices, fp32 router and vectors), the routed
 //              experts the step touched (counted on one extra step), the embedding rows, each
 //              sequence's KDA state read and written and its attention keys read once.
 // A forward ends with its logits on the host (DeviceModel::forward), so the wall time between
-// calls is the step's time, the host's routing of each MoE layer included.
+// calls is the step's time, host work included (eager: every launch; graphs: one launch).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -150,6 +154,69 @@ double copy_bandwidth() {
     return 2.0 * static_cast<double>(bytes) / best / 1e9;
 }
 
+// Decode figures at B = 1, 32, 256 sequences of kContext tokens: each B's steps with the decode
+// graphs, then eagerly (the same model, graphs switched off), one line each. Returns whether any
+// step replayed a graph.
+bool decode(model::Model& m,
+            model::DeviceModel& dev,
+            Runner& run,
+            const WeightBytes& wb,
+            double bw,
+            const char* label) {
+    const model::ModelConfig& c = m.cfg;
+    const double kv_row = 4.0 * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
+    const double state = 4.0 * c.kda.n_head * c.kda.head_dim * c.kda.head_dim;
+    const int64_t graph_steps = model::decode_graph_counters(dev).graph_steps;
+    for (int64_t B : {1, 32, 256}) {
+        run.reset(B);
+        for (int64_t first = 0; first < B; first += 32)  // contexts, 32 prompts a forward
+            run.step(first, std::min<int64_t>(32, B - first), kContext);
+        double step_s[2] = {0, 0};  // graphs, eager
+        for (int eager = 0; eager < 2; ++eager) {
+            model::set_decode_graphs(dev, eager == 0);
+            run.step(0, B, 1);  // warm-up (graphs: the first use warms up and captures)
+            const double t = wall_seconds();
+            for (int k = 0; k < kDecodeSteps; ++k)
+                run.step(0, B, 1);
+            step_s[eager] = (wall_seconds() - t) / kDecodeSteps;
+        }
+        model::set_decode_graphs(dev, true);
+        model::ForwardStats stats;  // one more step (eager: timed): the experts a step touches
+        run.step(0, B, 1, &stats);
+        double experts = 0;
+        for (const model::MoeCommStats& s : stats.moe)
+            for (int64_t n : s.tokens_per_expert)
+                experts += n > 0;
+        const double ctx = static_cast<double>(kContext + 2 * (kDecodeSteps + 1) + 1);
+        double kv = 0;  // keys read once per sequence
+        for (const model::LayerSpec& l : c.layers)
+            if (l.mixer == model::Mixer::mla)
+                kv += ctx * kv_row;
+            else if (l.mixer == model::Mixer::dsa)
+                kv += ctx * 4.0 * c.indexer.head_dim +
+                      std::min<double>(c.indexer.top_k, ctx) * kv_row;
+        const double bytes =
+            wb.fixed + experts * wb.per_expert +
+            static_cast<double>(B) *
+                (2.0 * c.hidden_size + kv + 2.0 * state * count_layers(c, model::Mixer::kda));
+        for (int eager = 0; eager < 2; ++eager)
+            std::printf(
+                "  decode%s batch %3lld %s: %8.0f tokens/s (%.2f ms a step), %.0f GB/s moved = "
+                "%.2f of the copy bandwidth (%.0f experts of %lld touched)\n",
+                label,
+                static_cast<long long>(B),
+                eager ? "eager " : "graphs",
+                static_cast<double>(B) / step_s[eager],
+                step_s[eager] * 1e3,
+                bytes / step_s[eager] / 1e9,
+                bytes / step_s[eager] / 1e9 / bw,
+                experts,
+                static_cast<long long>(c.moe.n_routed_experts * count_layers(c, model::Ffn::moe)));
+        std::fflush(stdout);
+    }
+    return model::decode_graph_counters(dev).graph_steps > graph_steps;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,7 +240,7 @@ int main(int argc, char** argv) {
     o.max_tokens = 4096;
     o.max_seqs = 256;
     t0 = wall_seconds();
-    const std::unique_ptr<model::DeviceModel> dev = model::make_cuda_model(m, o);
+    std::unique_ptr<model::DeviceModel> dev = model::make_cuda_model(m, o);
     std::printf(
         "  model     mid with 128 experts, %.2f B parameters: %s (host init %.1f s, upload "
         "%.1f s)\n",
@@ -182,15 +249,15 @@ int main(int argc, char** argv) {
         host_s,
         wall_seconds() - t0);
     std::fflush(stdout);
-    Runner run(m, *dev, 1024);
+    auto run = std::make_unique<Runner>(m, *dev, 1024);
 
     // ---- prefill ---------------------------------------------------------------------------
     const int64_t n_prompt = 8, prompt = 512;
     double best = 1e30;
     for (int r = 0; r < 3; ++r) {
-        run.reset(n_prompt);
+        run->reset(n_prompt);
         const double t = wall_seconds();
-        run.step(0, n_prompt, prompt);
+        run->step(0, n_prompt, prompt);
         best = std::min(best, wall_seconds() - t);
     }
     std::printf("  prefill   %lld prompts x %lld tokens in one forward: %.0f tokens/s (%.1f ms)\n",
@@ -201,48 +268,18 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     // ---- decode ----------------------------------------------------------------------------
-    const model::ModelConfig& c = m.cfg;
-    const double kv_row = 4.0 * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
-    const double state = 4.0 * c.kda.n_head * c.kda.head_dim * c.kda.head_dim;
-    for (int64_t B : {1, 32, 256}) {
-        run.reset(B);
-        for (int64_t first = 0; first < B; first += 32)  // contexts, 32 prompts a forward
-            run.step(first, std::min<int64_t>(32, B - first), kContext);
-        run.step(0, B, 1);  // warm-up
-        const double t = wall_seconds();
-        for (int k = 0; k < kDecodeSteps; ++k)
-            run.step(0, B, 1);
-        const double step_s = (wall_seconds() - t) / kDecodeSteps;
-        model::ForwardStats stats;  // one more step: the experts a step touches
-        run.step(0, B, 1, &stats);
-        double experts = 0;
-        for (const model::MoeCommStats& s : stats.moe)
-            for (int64_t n : s.tokens_per_expert)
-                experts += n > 0;
-        const double ctx = static_cast<double>(kContext + kDecodeSteps + 1);
-        double kv = 0;  // keys read once per sequence
-        for (const model::LayerSpec& l : c.layers)
-            if (l.mixer == model::Mixer::mla)
-                kv += ctx * kv_row;
-            else if (l.mixer == model::Mixer::dsa)
-                kv += ctx * 4.0 * c.indexer.head_dim +
-                      std::min<double>(c.indexer.top_k, ctx) * kv_row;
-        const double bytes =
-            wb.fixed + experts * wb.per_expert +
-            static_cast<double>(B) *
-                (2.0 * c.hidden_size + kv + 2.0 * state * count_layers(c, model::Mixer::kda));
-        std::printf(
-            "  decode    batch %3lld: %8.0f tokens/s (%.2f ms a step), %.0f GB/s moved = "
-            "%.2f of the copy bandwidth (%.0f experts of %lld touched)\n",
-            static_cast<long long>(B),
-            static_cast<double>(B) / step_s,
-            step_s * 1e3,
-            bytes / step_s / 1e9,
-            bytes / step_s / 1e9 / bw,
-            experts,
-            static_cast<long long>(c.moe.n_routed_experts * count_layers(c, model::Ffn::moe)));
-        std::fflush(stdout);
+    const bool graphed = decode(m, *dev, *run, wb, bw, "");
+    if (!graphed) {  // the model's decode steps replay no graph: the figures of a variant that does
+        std::printf("  decode    no step replayed a graph (DSA decode): again with MLA for DSA\n");
+        run.reset();  // its pool before the model that holds its pages
+        dev.reset();
+        for (size_t i = 0; i < m.cfg.layers.size(); ++i)
+            if (m.cfg.layers[i].mixer == model::Mixer::dsa)
+                m.cfg.layers[i].mixer = m.local.layers[i].mixer = model::Mixer::mla;
+        dev = model::make_cuda_model(m, o);
+        run = std::make_unique<Runner>(m, *dev, 1024);
+        decode(m, *dev, *run, weight_bytes(m), bw, " mla");
     }
-    run.reset(0);
+    run->reset(0);
     return 0;
 }

@@ -57,5 +57,8 @@ struct DecodeGraphCounters {
 std::unique_ptr<DeviceModel> make_cuda_model(const Model& host, const CudaModelOptions& options);
 // The counters of a model make_cuda_model made (all zero while graphs are off).
 DecodeGraphCounters decode_graph_counters(const DeviceModel& model);
+// Turns the decode graphs of a model make_cuda_model made off or back on (benchmarks: one model,
+// both paths); a model made with graphs off, or whose decode steps cannot qualify, stays eager.
+void set_decode_graphs(DeviceModel& model, bool on);
 
 }  // namespace hymoe::model

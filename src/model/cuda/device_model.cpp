@@ -105,6 +105,7 @@ public:
     DecodeGraphCounters graph_counters() const {
         return graphs_ ? graphs_->counters() : DecodeGraphCounters{};
     }
+    void set_graphs(bool on) { graph_model_.graphs = on && o_.graphs; }
 
 private:
     void check_call(const std::vector<int64_t>& tokens,
@@ -650,6 +651,12 @@ DecodeGraphCounters decode_graph_counters(const DeviceModel& model) {
     const auto* m = dynamic_cast<const CudaModel*>(&model);
     HYMOE_CHECK(m != nullptr, "decode_graph_counters: not a model of make_cuda_model");
     return m->graph_counters();
+}
+
+void set_decode_graphs(DeviceModel& model, bool on) {
+    auto* m = dynamic_cast<CudaModel*>(&model);
+    HYMOE_CHECK(m != nullptr, "set_decode_graphs: not a model of make_cuda_model");
+    m->set_graphs(on);
 }
 
 }  // namespace hymoe::model
