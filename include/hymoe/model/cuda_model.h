@@ -12,7 +12,14 @@
 //     the indexer's scores read from the pages);
 //   - MoE: router logits on the device, the routing itself (top-k, groups, capacity) on the host
 //     with the CPU's code (one device-to-host copy of [n_tok, E] logits a layer), then permute,
-//     grouped expert GEMMs and the slot-ordered combine on the device.
+//     grouped expert GEMMs and the slot-ordered combine on the device; with `fused` (bf16
+//     SwiGLU dropless layers), routing and dispatch on the device too.
+// Decode graphs (`graphs`): a step whose every sequence has one row replays a CUDA graph captured
+// per (batch bucket, key bucket) when it qualifies (model/decode_graph_plan.h: fused paths only,
+// no stats, no media, resident KV pages, no DSA layer for now): its rows padded to the bucket
+// with a dummy sequence, its metadata moved by one copy into fixed device buffers, its scratch
+// in one fixed workspace, the real rows' logits copied back (src/model/cuda/
+// device_decode_graphs.h). Any other step runs eagerly, with the same results.
 // Layout: the whole model on one rank (tp = pp = ep = 1; dp replicas each hold their own copy).
 // ForwardOptions::kda_mode, attn_mode and stage_out do not apply (one form of each block, one
 // stage); with ForwardOptions::stats, each layer is timed between two stream synchronisations.

@@ -4,7 +4,9 @@
 // freed with it, and the forward: the step's packed batch on the device (offsets, positions,
 // block tables, state pointers; one small upload each), the embedding, the layers
 // (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h), blocks in device_*.cpp), the final norm and the
-// head, and one copy of the logits to the host.
+// head, and one copy of the logits to the host. A pure decode step that qualifies
+// (decode_graph_plan.h) replays a CUDA graph of the same embedding, layers and head instead
+// (device_decode_graphs.h); the layer loop is one function both paths run.
 #include <algorithm>
 #include <limits>
 #include <memory>
