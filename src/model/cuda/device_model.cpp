@@ -134,6 +134,9 @@ private:
                        const ForwardOptions& options);
     // Floats a step's row holds at the widest point of a block (inputs, outputs, their casts).
     int64_t row_floats() const;
+    // The decode graphs' rules for this model and, when its decode steps can qualify, their
+    // runner (workspace, logits buffer, padding).
+    void make_graphs();
     // Bytes one step of max_tokens rows may hold at once (activations, scores, logits).
     int64_t step_bytes() const;
     // Floats of one sequence's KDA block: its layers' S and tails, and room to align S to a slot.
@@ -199,42 +202,49 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
                                    static_cast<size_t>(std::numeric_limits<int32_t>::max());
     weight_bytes_ = g_->arena.book().used() - before;
 
-    graph_model_.graphs = o.graphs;
-    graph_model_.fused = o.fused;
-    graph_model_.dtype = o.dtype;
+    make_graphs();
+}
+
+void CudaModel::make_graphs() {
+    graph_model_.graphs = o_.graphs;
+    graph_model_.fused = o_.fused;
+    graph_model_.dtype = o_.dtype;
     graph_model_.kda_slots = kda_slots_;
+    // DSA decode sizes its top-k by the step's key count on the host (device_attention.cpp
+    // attend_one_rows): true once it runs the fused indexer_topk + mla_sparse kernels
+    graph_model_.dsa_fixed_shapes = false;
     graph_model_.max_key_bucket = key_bucket(1);
     while (graph_model_.max_key_bucket * 2 * std::max(cfg_.mla.n_head, 1) <= gpu::kScoreFloats)
         graph_model_.max_key_bucket *= 2;
-    // the graphs' memory only for a model whose decode steps can qualify (the rules of a step of
+    // memory for graphs only when the model's decode steps can qualify (the rules for a step of
     // one sequence at position 0 over resident pages: the model's own)
-    const cu::DecodeBuckets buckets(std::max(o.max_seqs, 1));
-    if (decode_graph_refusal(cfg_, graph_model_, buckets, single_sequence(1), {}, true) ==
-        GraphRefusal::none) {
-        // the workspace: a step of max_seqs rows with room to spare, and one group's scores
-        const auto rows = static_cast<size_t>(buckets.max());
-        const size_t workspace = 2 * rows * static_cast<size_t>(row_floats()) * sizeof(float) +
-                                 static_cast<size_t>(gpu::kScoreFloats) * sizeof(float) +
-                                 (size_t{16} << 20);
-        graphs_ = std::make_unique<gpu::DecodeGraphRunner>(
-            *g_,
-            buckets.max(),
-            cfg_.vocab_size,
-            workspace,
-            KdaBlockShape{n_kda_, s_floats_, tail_floats_},
-            kda_slots_ ? reinterpret_cast<float*>(g_->arena.base()) : nullptr,
-            [this](const gpu::StepBatch& step, const Tensor& ids, Tensor& logits) {
-                Scratch s(g_->arena);
-                Tensor h = s(DType::f32, {step.n_tok, cfg_.hidden_size});  // [B, d]
-                embed(s, ids, h);
-                ForwardStats unused;  // no timings in a captured step
-                unused.mixer_seconds.resize(cfg_.layers.size());
-                unused.ffn_seconds.resize(cfg_.layers.size());
-                unused.moe.resize(cfg_.layers.size());
-                layers(step, h, unused, false);
-                head(s, h, logits);
-            });
-    }
+    const cu::DecodeBuckets buckets(std::max(o_.max_seqs, 1));
+    if (decode_graph_refusal(cfg_, graph_model_, buckets, single_sequence(1), {}, true) !=
+        GraphRefusal::none)
+        return;
+    // the workspace: a step of max_seqs rows with room to spare, and one group's scores
+    const auto rows = static_cast<size_t>(buckets.max());
+    const size_t workspace = 2 * rows * static_cast<size_t>(row_floats()) * sizeof(float) +
+                             static_cast<size_t>(gpu::kScoreFloats) * sizeof(float) +
+                             (size_t{16} << 20);
+    graphs_ = std::make_unique<gpu::DecodeGraphRunner>(
+        *g_,
+        buckets.max(),
+        cfg_.vocab_size,
+        workspace,
+        KdaBlockShape{n_kda_, s_floats_, tail_floats_},
+        kda_slots_ ? reinterpret_cast<float*>(g_->arena.base()) : nullptr,
+        [this](const gpu::StepBatch& step, const Tensor& ids, Tensor& logits) {
+            Scratch s(g_->arena);
+            Tensor h = s(DType::f32, {step.n_tok, cfg_.hidden_size});  // [B, d]
+            embed(s, ids, h);
+            ForwardStats unused;  // no timings in a captured step
+            unused.mixer_seconds.resize(cfg_.layers.size());
+            unused.ffn_seconds.resize(cfg_.layers.size());
+            unused.moe.resize(cfg_.layers.size());
+            layers(step, h, unused, false);
+            head(s, h, logits);
+        });
 }
 
 SequenceState CudaModel::new_sequence() {
