@@ -95,10 +95,10 @@ cu::DecodeGraphs& DecodeGraphRunner::graphs(int64_t key_bucket) {
 }
 
 DecodeGraphRunner::Graph& DecodeGraphRunner::graph(int bucket, int64_t key_bucket) {
-    auto [it, fresh] = graph_.try_emplace({bucket, key_bucket});
-    Graph& gr = it->second;
-    if (!fresh)
-        return gr;
+    const auto found = graph_.find({bucket, key_bucket});
+    if (found != graph_.end())
+        return found->second;
+    Graph gr;
     const int64_t width = kv_ ? table_width(key_bucket, kv_->page_tokens) : 1;
     gr.layout = decode_meta_layout(bucket, width, kda_.n_kda);
     gr.key_bucket = key_bucket;
@@ -108,7 +108,7 @@ DecodeGraphRunner::Graph& DecodeGraphRunner::graph(int bucket, int64_t key_bucke
     for (int r = 0; r <= bucket; ++r)
         gr.padded.offsets[static_cast<size_t>(r)] = r;
     gr.padded.pos0.assign(static_cast<size_t>(bucket), 0);
-    return gr;
+    return graph_.emplace(std::make_pair(bucket, key_bucket), std::move(gr)).first->second;
 }
 
 // Places the padding's KV page next to a new store, at a whole page index from its base, and
