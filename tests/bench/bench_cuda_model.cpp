@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hymoe/backend/cuda_arena.h"
@@ -155,8 +156,8 @@ double copy_bandwidth() {
 }
 
 // Decode figures at B = 1, 32, 256 sequences of kContext tokens: each B's steps with the decode
-// graphs, then eagerly (the same model, graphs switched off), one line each. Returns whether any
-// step replayed a graph.
+// graphs, then eagerly (the same model, graphs switched off), one line each; only the eager line
+// when no step replayed a graph. Returns whether any step did.
 bool decode(model::Model& m,
             model::DeviceModel& dev,
             Runner& run,
@@ -172,14 +173,19 @@ bool decode(model::Model& m,
         for (int64_t first = 0; first < B; first += 32)  // contexts, 32 prompts a forward
             run.step(first, std::min<int64_t>(32, B - first), kContext);
         double step_s[2] = {0, 0};  // graphs, eager
-        for (int eager = 0; eager < 2; ++eager) {
+        bool replayed = true;       // whether the graph steps were graphs (else eager already)
+        for (int eager = 0; eager < 2 && replayed; ++eager) {
+            const int64_t before = model::decode_graph_counters(dev).graph_steps;
             model::set_decode_graphs(dev, eager == 0);
             run.step(0, B, 1);  // warm-up (graphs: the first use warms up and captures)
             const double t = wall_seconds();
             for (int k = 0; k < kDecodeSteps; ++k)
                 run.step(0, B, 1);
             step_s[eager] = (wall_seconds() - t) / kDecodeSteps;
+            replayed = model::decode_graph_counters(dev).graph_steps > before;
         }
+        if (!replayed)  // no graph qualified: the steps above ran eagerly
+            std::swap(step_s[0], step_s[1]);
         model::set_decode_graphs(dev, true);
         model::ForwardStats stats;  // one more step (eager: timed): the experts a step touches
         run.step(0, B, 1, &stats);
@@ -199,7 +205,7 @@ bool decode(model::Model& m,
             wb.fixed + experts * wb.per_expert +
             static_cast<double>(B) *
                 (2.0 * c.hidden_size + kv + 2.0 * state * count_layers(c, model::Mixer::kda));
-        for (int eager = 0; eager < 2; ++eager)
+        for (int eager = replayed ? 0 : 1; eager < 2; ++eager)
             std::printf(
                 "  decode%s batch %3lld %s: %8.0f tokens/s (%.2f ms a step), %.0f GB/s moved = "
                 "%.2f of the copy bandwidth (%.0f experts of %lld touched)\n",
