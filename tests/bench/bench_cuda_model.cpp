@@ -8,8 +8,8 @@
 //              with the decode graphs (CudaModelOptions::graphs) and eagerly (the same model
 //              with them switched off): tokens/s, and the bytes a step must move / its time
 //              against the copy bandwidth. When no step of the model replays a graph (its DSA
-//              layers' decode does not qualify yet), the same figures again for the model with
-//              its DSA layers as MLA (a second upload), whose steps do.
+//              layers' decode does not qualify yet), only the eager line, then the same figures
+//              for the model with its DSA layers as MLA (a second upload), whose steps do.
 //              Bytes = every weight read once (bf16 matrices, fp32 router and vectors), the routed
 //              experts the step touched (counted on one extra step), the embedding rows, each
 //              sequence's KDA state read and written and its attention keys read once.
