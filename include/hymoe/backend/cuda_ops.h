@@ -107,7 +107,7 @@ void causal_conv(const Stream& s, const Tensor& u, const Tensor& w, Tensor& tail
 void moe_permute(const Stream& s, const Tensor& z, const Tensor& row, int64_t k, Tensor& in);
 // The combine of model/moe.cpp: acc [n_tok, w] row t = Σ_{i<k, row[t·k+i] ≥ 0} weight[t·k+i] ·
 // out [n_rows, w] row row[t·k+i], summed in fp32 in slot order (so it does not depend on the
-// order the experts ran in); weight [n_tok·k] f32 on the device.
+// order the experts ran in); weight [n_tok·k] f32 on the device; acc in out's dtype or f32.
 void moe_unpermute(const Stream& s,
                    const Tensor& out,
                    const Tensor& row,
