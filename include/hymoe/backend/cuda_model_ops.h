@@ -20,6 +20,8 @@ namespace hymoe::backend::cuda {
 
 // Bytes free on the current device now (cudaMemGetInfo).
 size_t device_free_bytes();
+// Streaming multiprocessors of the current device (the fused kernels' plans size grids by it).
+int device_sm_count();
 // p[0, bytes) ← 0, queued on s.
 void zero(void* p, size_t bytes, const Stream& s);
 

@@ -6,10 +6,12 @@
 //   - KDA: the q|k|v projection in one GEMM, the causal conv and the recurrence over the whole
 //     packed batch in one launch each, every sequence's state [H, K, V] and conv tail on the
 //     device;
-//   - MLA/DSA: the absorbed (MQA) form over the cached latent [c_kv | k_r] in the device pages,
-//     prefill chunks per sequence (scores by GEMM, causal softmax, DSA mask from the indexer's
-//     top-k), single-token rows of every sequence in one paged decode launch (DSA: the top-k of
-//     the indexer's scores read from the pages);
+//   - MLA/DSA: the absorbed (MQA) form over the cached latent [c_kv | k_r] in the device pages;
+//     DSA with fused kernels and bf16 matrices at widths they take (model/fused_step.h): every
+//     row of the step in one fused indexer top-k and one sparse MLA launch over the pages;
+//     otherwise prefill chunks per sequence (scores by GEMM, causal softmax, DSA mask from the
+//     indexer's top-k) and single-token rows of every sequence in one paged decode launch (DSA:
+//     the top-k of the indexer's scores read from the pages);
 //   - MoE: router logits on the device, the routing itself (top-k, groups, capacity) on the host
 //     with the CPU's code (one device-to-host copy of [n_tok, E] logits a layer), then permute,
 //     grouped expert GEMMs and the slot-ordered combine on the device.

@@ -230,6 +230,14 @@ size_t device_free_bytes() {
     return free;
 }
 
+int device_sm_count() {
+    int device = 0, n = 0;
+    HYMOE_CUDA_CHECK(cudaGetDevice(&device), "current device");
+    HYMOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+                     "SM count");
+    return n;
+}
+
 void zero(void* p, size_t bytes, const Stream& s) {
     if (bytes > 0)
         HYMOE_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s.get()), "zero ", bytes, " bytes");

@@ -142,6 +142,7 @@ struct StepBatch {
     Tensor offsets;     // i64 [n_seq + 1]
     Tensor row_seq;     // i32 [n_tok] sequence of each row
     Tensor positions;   // i64 [n_tok] absolute position of each row
+    Tensor visible;     // i32 [n_tok] keys each row sees: its position + 1 (its own included)
     int64_t n_kda = 0;  // the model's KDA layers
     Tensor kda_states;  // float* [2, n_kda_layers, n_seq] each sequence's layer S, then its tail
     // The same S as slots of a pool for the fused kernels (cuda_fused.h KdaBatchParams): layer

@@ -14,6 +14,7 @@
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/cuda_model.h"
+#include "hymoe/model/fused_step.h"
 
 namespace hymoe::model {
 
@@ -107,7 +108,8 @@ private:
     gpu::StepBatch make_step(Scratch& s,
                              const SeqBatch& batch,
                              const std::vector<SequenceState*>& states);
-    // Bytes one step of max_tokens rows may hold at once (activations, scores, logits).
+    // Bytes one step of max_tokens rows may hold at once (activations, scores, the fused
+    // blocks' buffers, logits).
     int64_t step_bytes() const;
     // Floats of one sequence's KDA block: its layers' S and tails, and room to align S to a slot.
     int64_t sequence_floats() const {
@@ -196,7 +198,12 @@ int64_t CudaModel::step_bytes() const {
                         2 * m.shared_intermediate;
     const int64_t dense = 2 * cfg_.intermediate_size;
     const int64_t per_row = 4 * d + std::max({kda, mla, moe, dense}) + (o_.logits_all ? V : 0);
-    return 4 * (T * per_row + B * V) + (int64_t{256} << 20);  // + attention scores (bounded)
+    // the fused blocks' own buffers (selections, plan scratch; one block's at a time)
+    const int64_t fused =
+        o_.fused && o_.dtype == DType::bf16
+            ? std::max(moe_fused_bytes(cfg_, T), dsa_fused_bytes(cfg_, T, cu::device_sm_count()))
+            : 0;
+    return 4 * (T * per_row + B * V) + (int64_t{256} << 20) + fused;  // + scores (bounded)
 }
 
 int64_t CudaModel::kv_page_budget(int64_t page_bytes) const {
@@ -266,14 +273,17 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
     step.n_seq = batch.n_seq();
     std::vector<int32_t> row_seq(static_cast<size_t>(step.n_tok));
     std::vector<int64_t> positions(static_cast<size_t>(step.n_tok));
+    std::vector<int32_t> visible(static_cast<size_t>(step.n_tok));
     for (int64_t q = 0; q < step.n_seq; ++q)
         for (int64_t t = batch.offsets[q]; t < batch.offsets[q + 1]; ++t) {
             row_seq[t] = static_cast<int32_t>(q);
             positions[t] = batch.pos0[q] + (t - batch.offsets[q]);
+            visible[t] = static_cast<int32_t>(positions[t] + 1);
         }
     step.offsets = gpu::upload_values(*g_, s, batch.offsets, DType::i64);
     step.row_seq = gpu::upload_values(*g_, s, row_seq, DType::i32);
     step.positions = gpu::upload_values(*g_, s, positions, DType::i64);
+    step.visible = gpu::upload_values(*g_, s, visible, DType::i32);
 
     // KDA: each sequence's state block (a new one zeroed), S and tail pointers and S slots per
     // (layer, sequence)
