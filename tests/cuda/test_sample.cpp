@@ -96,7 +96,7 @@ BOOST_AUTO_TEST_CASE(top_rows_give_the_host_samplers_top_logprobs, *utf::precond
                 const double lp = static_cast<double>(val[k]) -
                                   static_cast<double>(val[static_cast<size_t>(r * n)]) -
                                   log_sum[static_cast<size_t>(r)];
-                BOOST_TEST(std::abs(lp - want_lp[static_cast<size_t>(i)]) <=
+                BOOST_TEST(std::abs(lp - static_cast<double>(want_lp[static_cast<size_t>(i)])) <=
                            1e-6 * (1.0 + std::abs(lp)));
             }
         }

@@ -128,7 +128,7 @@ void top_logit_rows(
     const int64_t n = idx.dim(-1);
     HYMOE_CHECK(logits.device == Device::cuda && logits.dtype == DType::f32 && rows >= 0 &&
                     idx.device == Device::cuda && idx.dtype == DType::i64 &&
-                    idx.shape == Shape{rows, n} && n >= 1 && n <= V &&
+                    (idx.shape == Shape{rows, n}) && n >= 1 && n <= V &&
                     values.device == Device::cuda && values.dtype == DType::f32 &&
                     values.shape == idx.shape && rows <= INT32_MAX,
                 "top_logit_rows: logits ",
