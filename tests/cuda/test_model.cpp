@@ -164,7 +164,7 @@ std::vector<Buffer> run_plan(const Side& side, std::vector<std::vector<int64_t>>
         fo.attn_mode = side.attn;
         Buffer logits;
         if (side.device)
-            side.device->forward(tokens, batch, ptrs, logits, fo);
+            side.device->forward(tokens, batch, ptrs, logits, fo, nullptr);
         else
             model::forward(side.m, tokens, batch, ptrs, logits, fo);
         if (first) {  // the next token of every sequence whose last row ends its known tokens

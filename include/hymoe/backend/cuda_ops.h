@@ -92,6 +92,11 @@ void greedy_rows(const Stream& s, const Tensor& logits, Tensor& tokens, Tensor& 
 // logprobs [rows] f32 = runtime::token_logprob of the given tokens [rows] int64 (prompt
 // logprobs: the row of position t scored at token t + 1).
 void token_logprobs(const Stream& s, const Tensor& logits, const Tensor& tokens, Tensor& logprobs);
+// A row's top tokens reduced for the host sampler (model::TopLogits): idx [rows, n] int64 from
+// top_k_rows(logits, n), values [rows, n] f32 = the logits there, log_sum [rows] doubles on the
+// device = log Σ_j e^{x_j − x[idx[r, 0]]}, summed in double (as runtime::token_logprob).
+void top_logit_rows(
+    const Stream& s, const Tensor& logits, const Tensor& idx, Tensor& values, double* log_sum);
 
 // ---- causal depthwise conv (conv.cu) ---------------------------------------------------------
 

@@ -20,6 +20,18 @@
 
 namespace hymoe::model {
 
+// The last row of each sequence reduced on the device, so that a step sends the host a few
+// numbers a row instead of [n_seq, V] logits: the row's n best tokens in the sampler's order
+// (logit descending, ties to the smaller id), their logits, and log Σ_j e^{x_j − max} summed in
+// double (max = the first logit), from which runtime/sampler.h's rules give the same tokens
+// and logprobs as from the whole row (greedy n ≥ 1, top-k sampling n ≥ top_k, top logprobs n ≥ N).
+struct TopLogits {
+    int n = 0;                    // tokens kept a row: set by the caller
+    std::vector<int64_t> tokens;  // [rows, n]
+    std::vector<float> logits;    // [rows, n]
+    std::vector<double> log_sum;  // [rows]
+};
+
 class DeviceModel {
 public:
     virtual ~DeviceModel() = default;
@@ -34,12 +46,15 @@ public:
     // max_seqs sequences' KDA states and one step of max_tokens rows.
     virtual int64_t kv_page_budget(int64_t page_bytes) const = 0;
     // model::forward on the device: the same tokens, batch, states (from new_sequence, paged
-    // into a pool of kv_store's) and options; logits come back to the host.
+    // into a pool of kv_store's) and options; logits come back to the host. With `top` (and
+    // options.logits == last) the rows come back reduced to *top instead (top->n set, 1 ≤ n ≤ V)
+    // and `logits` is left empty.
     virtual void forward(const std::vector<int64_t>& tokens,
                          const SeqBatch& batch,
                          const std::vector<SequenceState*>& states,
                          Buffer& logits,
-                         const ForwardOptions& options = {}) = 0;
+                         const ForwardOptions& options,
+                         TopLogits* top) = 0;
     // One line for the log: device, dtype, memory used by the weights.
     virtual std::string describe() const = 0;
 };

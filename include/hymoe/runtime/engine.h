@@ -28,8 +28,10 @@
 // KV offload (inference.kv_cache.offload): EngineOptions::kv_store gives each lane's pool its
 // store, e.g. the spill-file tier of runtime/kv_spill.h.
 // GPU (EngineOptions::device): the device model makes the sequences' states and the pools' stores
-// and runs every forward; batching, paging and sampling (on the host, from the logits) are the
-// same, so the outputs are the CPU's up to the device's rounding.
+// and runs every forward; batching, paging and sampling are the same, so the outputs are the
+// CPU's up to the device's rounding. Sampling stays on the host: a step's last rows come back
+// reduced to their best few tokens (model::TopLogits: greedy, top-k sampling, top logprobs) and
+// whole only where the rules read the whole row (sampling without top-k, prompt logprobs).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // freed with it, and the forward: the step's packed batch on the device (offsets, positions,
 // block tables, state pointers; one small upload each), the embedding, the layers
 // (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h), blocks in device_*.cpp), the final norm and the
-// head, and one copy of the logits to the host.
+// head, and one copy of the logits to the host (or of each row's top tokens: model::TopLogits).
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -98,13 +98,16 @@ public:
                  const SeqBatch& batch,
                  const std::vector<SequenceState*>& states,
                  Buffer& logits,
-                 const ForwardOptions& options) override;
+                 const ForwardOptions& options,
+                 TopLogits* top) override;
     std::string describe() const override;
 
 private:
     void check_call(const std::vector<int64_t>& tokens,
                     const SeqBatch& batch,
                     const std::vector<SequenceState*>& states) const;
+    // out's rows reduced to top.n tokens each (TopLogits), their copies queued to the host.
+    void download_top(Scratch& s, const Tensor& out, TopLogits& top);
     gpu::StepBatch make_step(Scratch& s,
                              const SeqBatch& batch,
                              const std::vector<SequenceState*>& states);
@@ -381,12 +384,34 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
     return step;
 }
 
+void CudaModel::download_top(Scratch& s, const Tensor& out, TopLogits& top) {
+    const int64_t r = out.dim(0), n = top.n;
+    const cu::Stream& st = g_->stream;
+    Tensor idx = s(DType::i64, {r, n}), values = s(DType::f32, {r, n});  // [r, n]
+    Tensor sums = s(DType::i64, {r});  // [r] doubles (an 8-byte element type)
+    cu::top_k_rows(st, out, n, idx);
+    cu::top_logit_rows(st, out, idx, values, static_cast<double*>(sums.data));
+    top.tokens.resize(static_cast<size_t>(r * n));
+    top.logits.resize(static_cast<size_t>(r * n));
+    top.log_sum.resize(static_cast<size_t>(r));
+    cu::copy_to_host(top.tokens.data(), idx.data, idx.bytes(), st);
+    cu::copy_to_host(top.logits.data(), values.data, values.bytes(), st);
+    cu::copy_to_host(top.log_sum.data(), sums.data, sums.bytes(), st);
+}
+
 void CudaModel::forward(const std::vector<int64_t>& tokens,
                         const SeqBatch& batch,
                         const std::vector<SequenceState*>& states,
                         Buffer& logits,
-                        const ForwardOptions& options) {
+                        const ForwardOptions& options,
+                        TopLogits* top) {
     check_call(tokens, batch, states);
+    HYMOE_CHECK(top == nullptr ||
+                    (options.logits == Logits::last && top->n >= 1 && top->n <= cfg_.vocab_size),
+                "GPU forward: the rows reduced to their top ",
+                top ? top->n : 0,
+                " tokens need last-row logits and 1 ≤ n ≤ ",
+                cfg_.vocab_size);
     const int64_t n = batch.n_tok(), n_seq = batch.n_seq(), d = cfg_.hidden_size;
     const int64_t V = cfg_.vocab_size, n_layer = static_cast<int64_t>(cfg_.layers.size());
     ForwardStats scratch_stats;  // where timings go when the caller asked for none
@@ -397,6 +422,8 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     stats.layer_flops.resize(n_layer);
     if (n == 0) {
         logits = Buffer(DType::f32, {0, V});
+        if (top != nullptr)
+            top->tokens.clear(), top->logits.clear(), top->log_sum.clear();
         return;
     }
     ++stats.steps;
@@ -496,8 +523,13 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     Tensor normed = s(DType::f32, {r, d}), out = s(DType::f32, {r, V});
     cu::rms_norm(st, rows, final_norm_, eps, normed);
     g_->blas.linear(gpu::in_dtype(*g_, s, normed, cd), head_, out);
-    logits = Buffer(DType::f32, {r, V});
-    cu::download(out, logits.view(), st);
+    if (top != nullptr) {
+        download_top(s, out, *top);
+        logits = Buffer();
+    } else {
+        logits = Buffer(DType::f32, {r, V});
+        cu::download(out, logits.view(), st);
+    }
     st.synchronize();
     stats.head_seconds += wall_seconds() - t0;
 }
