@@ -88,4 +88,43 @@ KvStaging stage_kv_pages(const std::vector<int32_t>& table,
     return k;
 }
 
+KvTierLayout::KvTierLayout(const KvLayout& layout)
+    : kv(layout),
+      host_offset(layout.width.size(), 0),
+      slot_offset(layout.width.size(), 0),
+      rank(layout.width.size(), -1) {
+    int64_t widest = 0;
+    for (size_t l = 0; l < layout.width.size(); ++l) {
+        host_offset[l] = host_floats;
+        host_floats += layout.capacity * layout.layer_page_floats(static_cast<int>(l));
+        widest = std::max(widest, layout.width[l]);
+        if (layout.width[l] > 0) {
+            rank[l] = static_cast<int>(attention.size());
+            attention.push_back(static_cast<int>(l));
+        }
+    }
+    slot_page_floats = layout.page_tokens * widest;
+    slot_floats = layout.capacity * slot_page_floats;
+    n_slots = static_cast<int>(std::min<size_t>(2, attention.size()));
+    for (int l : attention)
+        slot_offset[static_cast<size_t>(l)] = slot_of(l) * slot_floats;
+}
+
+std::vector<KvTierLayout::Copy> KvTierLayout::copies(int layer,
+                                                     const std::vector<PageRun>& runs) const {
+    HYMOE_CHECK(layer >= 0 && static_cast<size_t>(layer) < rank.size() &&
+                    rank[static_cast<size_t>(layer)] >= 0,
+                "KV tier: layer ",
+                layer,
+                " has no KV pages");
+    const int64_t page_floats = kv.layer_page_floats(layer);
+    std::vector<Copy> out;
+    out.reserve(runs.size());
+    for (const PageRun& r : runs)
+        out.push_back({host_offset[static_cast<size_t>(layer)] + r.page * page_floats,
+                       slot_offset[static_cast<size_t>(layer)] + r.slot * slot_page_floats,
+                       r.count});
+    return out;
+}
+
 }  // namespace hymoe::model

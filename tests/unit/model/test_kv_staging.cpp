@@ -2,8 +2,15 @@
 // worked batch (decode, whole prompt and chunk together), page boundaries, random batches
 // against a per-token reference (every token before pos0 is fetched to its slot, every new token
 // written back from it, no other page moved, runs maximal), coalescing, and the refusals (a page
-// in two tables, a page out of range, a table short of the keys).
+// in two tables, a page out of range, a table short of the keys). Then the whole tier emulated
+// on the host: KvTierLayout's copies between host rows and two slots, in the GPU store's order
+// (fetch the first two attention layers; after each layer write back, fetch the one after next),
+// with a kernel's reads and appends through the slot-index block tables, over 60 random steps of
+// prefill chunks, decodes, finished and preempted sequences and reused pages: every row read is
+// the one appended, and the host holds every row after each step.
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <numeric>
 #include <set>
 #include <utility>
@@ -46,6 +53,18 @@ bool refused(const std::vector<int32_t>& table, int max_pages, const SeqBatch& b
         return true;
     }
     return false;
+}
+
+// `pages` pages of `floats` floats from src (pitch src_pitch) to dst (pitch dst_pitch), as
+// cudaMemcpy2D does.
+void copy_pages(float* dst,
+                int64_t dst_pitch,
+                const float* src,
+                int64_t src_pitch,
+                int64_t floats,
+                int64_t pages) {
+    for (int64_t i = 0; i < pages; ++i)
+        std::memcpy(dst + i * dst_pitch, src + i * src_pitch, static_cast<size_t>(floats) * 4);
 }
 
 }  // namespace
@@ -155,6 +174,132 @@ BOOST_AUTO_TEST_CASE(bad_tables_are_refused) {
     BOOST_TEST(refused({0, 1, 4, -1}, 2, two, 4));   // beyond capacity
     BOOST_TEST(refused({0, -1, 2, -1}, 2, two, 4));  // short of sequence 0's 5 keys
     BOOST_TEST(refused({0, 1, 2}, 2, two, 4));       // a table of the wrong size
+}
+
+BOOST_AUTO_TEST_CASE(the_tier_emulated_on_the_host_keeps_every_row) {
+    KvLayout layout;  // KDA, DSA-wide, KDA, MLA-narrow, DSA-wide: slots 0, 1, 0 in turn
+    layout.page_tokens = 4;
+    layout.capacity = 24;
+    layout.width = {0, 6, 0, 4, 6};
+    const KvTierLayout at(layout);
+    BOOST_TEST(at.n_slots == 2);
+    BOOST_TEST(at.slot_page_floats == 24);
+    BOOST_TEST((at.slot_offset == std::vector<int64_t>{0, 0, 0, 24 * 24, 0}));
+    BOOST_TEST((at.host_offset == std::vector<int64_t>{0, 0, 24 * 24, 24 * 24, 24 * 40}));
+    const int pt = layout.page_tokens, max_pages = 6;
+    std::vector<float> host(static_cast<size_t>(at.host_floats), -7.0f);
+    std::vector<float> slots(static_cast<size_t>(at.n_slots * at.slot_floats), -9.0f);
+    struct Seq {
+        std::vector<int32_t> pages;
+        int64_t n = 0;                                               // tokens cached
+        std::map<std::pair<int, int64_t>, std::vector<float>> rows;  // (layer, token) → row
+    };
+    std::vector<Seq> seqs(4);
+    std::vector<int32_t> free_pages(static_cast<size_t>(layout.capacity));
+    std::iota(free_pages.rbegin(), free_pages.rend(), 0);  // LIFO: page 0 first
+    Philox rng(17, 0, 0);
+    auto value = [&] { return static_cast<float>(rng.next_u32() % 100000); };
+    auto release = [&](Seq& s) {
+        free_pages.insert(free_pages.end(), s.pages.rbegin(), s.pages.rend());
+        s = Seq{};
+    };
+    int64_t fetched = 0, written = 0;
+    for (int step = 0; step < 60; ++step) {
+        SeqBatch b{{0}, {}, {}};
+        std::vector<Seq*> in_step;
+        for (Seq& s : seqs) {
+            if (rng.next_u32() % 8 == 0) {  // finished or preempted: its pages go back
+                release(s);
+                continue;
+            }
+            const int64_t room = max_pages * pt - s.n;
+            if (room < 1) {
+                release(s);
+                continue;
+            }
+            const int64_t len =
+                std::min<int64_t>(room, rng.next_u32() % 2 ? 1 : 1 + rng.next_u32() % 9);
+            const auto need = static_cast<size_t>((s.n + len + pt - 1) / pt);
+            if (need - std::min(need, s.pages.size()) > free_pages.size())
+                continue;  // no room this step
+            while (s.pages.size() < need) {
+                s.pages.push_back(free_pages.back());
+                free_pages.pop_back();
+            }
+            b.pos0.push_back(s.n);
+            b.offsets.push_back(b.offsets.back() + len);
+            in_step.push_back(&s);
+        }
+        if (in_step.empty())
+            continue;
+        std::vector<int32_t> table(in_step.size() * max_pages, -1);
+        for (size_t q = 0; q < in_step.size(); ++q)
+            std::copy(in_step[q]->pages.begin(),
+                      in_step[q]->pages.end(),
+                      table.begin() + static_cast<int64_t>(q) * max_pages);
+        const KvStaging k = stage_kv_pages(table, max_pages, b, pt, layout.capacity);
+        auto fetch = [&](int layer) {
+            for (const KvTierLayout::Copy& c : at.copies(layer, k.fetch)) {
+                copy_pages(slots.data() + c.slot,
+                           at.slot_page_floats,
+                           host.data() + c.host,
+                           layout.layer_page_floats(layer),
+                           layout.layer_page_floats(layer),
+                           c.pages);
+                fetched += c.pages;
+            }
+        };
+        for (int a = 0; a < at.n_slots; ++a)
+            fetch(at.attention[static_cast<size_t>(a)]);
+        for (int layer : at.attention) {
+            const int64_t w = layout.width[static_cast<size_t>(layer)];
+            auto row = [&](size_t q, int64_t t) {  // a kernel's address through the block table
+                const int32_t slot = k.table[q * max_pages + static_cast<size_t>(t / pt)];
+                return slots.data() + at.slot_offset[static_cast<size_t>(layer)] +
+                       slot * at.slot_page_floats + (t % pt) * w;
+            };
+            for (size_t q = 0; q < in_step.size(); ++q) {
+                Seq& s = *in_step[q];
+                for (int64_t t = 0; t < b.pos0[q]; ++t) {  // attention reads the cached rows
+                    const std::vector<float>& want = s.rows.at({layer, t});
+                    BOOST_REQUIRE(std::equal(want.begin(), want.end(), row(q, t)));
+                }
+                for (int64_t t = b.pos0[q]; t < b.pos0[q] + b.length(q); ++t) {  // appends
+                    std::vector<float>& r = s.rows[{layer, t}];
+                    for (int64_t c = 0; c < w; ++c)
+                        r.push_back(value());
+                    std::copy(r.begin(), r.end(), row(q, t));
+                }
+            }
+            for (const KvTierLayout::Copy& c : at.copies(layer, k.write)) {
+                copy_pages(host.data() + c.host,
+                           layout.layer_page_floats(layer),
+                           slots.data() + c.slot,
+                           at.slot_page_floats,
+                           layout.layer_page_floats(layer),
+                           c.pages);
+                written += c.pages;
+            }
+            const auto after_next = static_cast<size_t>(at.rank[static_cast<size_t>(layer)] + 2);
+            if (after_next < at.attention.size())
+                fetch(at.attention[after_next]);
+        }
+        for (size_t q = 0; q < in_step.size(); ++q)
+            in_step[q]->n += b.length(static_cast<int64_t>(q));
+        for (const Seq& s : seqs)  // the host holds every row of every sequence
+            for (const auto& [key, want] : s.rows) {
+                const auto [layer, t] = key;
+                const float* got =
+                    host.data() + at.host_offset[static_cast<size_t>(layer)] +
+                    s.pages[static_cast<size_t>(t / pt)] * layout.layer_page_floats(layer) +
+                    (t % pt) * layout.width[static_cast<size_t>(layer)];
+                BOOST_REQUIRE(std::equal(want.begin(), want.end(), got));
+            }
+    }
+    BOOST_TEST_MESSAGE("emulated tier: " << fetched << " pages fetched, " << written
+                                         << " written back");
+    BOOST_TEST(fetched > 100);
+    BOOST_TEST(written > 100);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
