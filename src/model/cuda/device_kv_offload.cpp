@@ -1,7 +1,6 @@
 // The host tier of the GPU model's KV pages (device_kv_offload.h).
 #include "device_kv_offload.h"
 
-
 #include "hymoe/core/error.h"
 
 namespace hymoe::model::gpu {
