@@ -17,11 +17,19 @@
 // 8e-2 on its rows and the later rows of its sequence); the same bounds for the fused DSA kernels
 // against the generic ops on the GPU, both bf16. Then the engine: greedy tokens, their
 // logprobs and the prompt logprobs of 16 requests through run_engine (mixed steps, few KV pages so
-// that sequences are preempted and pages and states reused) equal the CPU engine's.
+// that sequences are preempted and pages and states reused) equal the CPU engine's. The host KV
+// tier (DeviceModel::host_kv_store: pages in pinned host memory, two layers' slots on the GPU):
+// the same plan and the same engine run give bit for bit the logits, tokens and logprobs of the
+// pages kept on the GPU (tiny: one attention layer, one slot; tiny-deepseek: four, both slots in
+// turn with prefetch; tiny-mixed: DSA and MLA layers alternating, so slots of one width hold
+// rows of another; also in bf16), and in fp32 the host rows after the plan are the CPU pool's
+// (1e-5 relative).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -49,6 +57,11 @@ model::ModelConfig config_of(const std::string& name) {
         model::ModelConfig c = model::preset_config("tiny-deepseek");
         c.mla.kv_lora_rank = 128;
         c.mla.qk_rope_head_dim = 16;
+        return c;
+    }
+    if (name == "tiny-mixed") {  // DSA, MLA, DSA, MLA: two row widths
+        model::ModelConfig c = model::preset_config("tiny-deepseek");
+        c.layers[1].mixer = c.layers[3].mixer = model::Mixer::mla;
         return c;
     }
     if (name != "tiny-latent")
@@ -121,14 +134,19 @@ struct Side {
     model::DeviceModel* device = nullptr;
     model::KdaMode kda = model::KdaMode::automatic;
     model::AttnMode attn = model::AttnMode::automatic;
+    bool host_tier = false;  // the device's pages in its host tier (host_kv_store)
 };
 
-std::vector<Buffer> run_plan(const Side& side, std::vector<std::vector<int64_t>>& fed) {
+// rows, when given, gets every sequence's cached rows after the plan (the CPU's, or the host
+// tier's): per sequence, per MLA/DSA layer, its tokens' rows in order.
+std::vector<Buffer> run_plan(const Side& side,
+                             std::vector<std::vector<int64_t>>& fed,
+                             std::vector<float>* rows = nullptr) {
     std::unique_ptr<model::KvPool> pool;
     if (side.device)
         pool = std::make_unique<model::KvPool>(
             side.m.local, side.m.shard, kPageTokens, kPages, [&](const model::KvLayout& l) {
-                return side.device->kv_store(l);
+                return side.host_tier ? side.device->host_kv_store(l) : side.device->kv_store(l);
             });
     else
         pool = std::make_unique<model::KvPool>(side.m.local, side.m.shard, kPageTokens, kPages);
@@ -181,6 +199,17 @@ std::vector<Buffer> run_plan(const Side& side, std::vector<std::vector<int64_t>>
         }
         out.push_back(std::move(logits));
     }
+    if (rows != nullptr)
+        for (const model::SequenceState& st : states)
+            for (size_t l = 0; l < side.m.cfg.layers.size(); ++l) {
+                const int64_t w = pool->row_width(static_cast<int>(l));
+                for (int64_t t = 0; w > 0 && t < st.n_tokens; ++t) {
+                    const float* r = pool->row(static_cast<int>(l),
+                                               st.pages[static_cast<size_t>(t / kPageTokens)],
+                                               t % kPageTokens);
+                    rows->insert(rows->end(), r, r + w);
+                }
+            }
     return out;
 }
 
@@ -267,13 +296,17 @@ std::vector<runtime::Pending> requests() {
     return reqs;
 }
 
-std::vector<runtime::Finished> run_engine(const model::Model& m, model::DeviceModel* device) {
+std::vector<runtime::Finished> run_engine(const model::Model& m,
+                                          model::DeviceModel* device,
+                                          bool host_tier = false) {
     runtime::EngineOptions o;
     o.max_seqs = 6, o.max_tokens = 48, o.prefill_chunk = 16;
     o.max_new_tokens = 8, o.progress_every_s = 0, o.seed = 3;
     o.page_tokens = kPageTokens, o.kv_pages = 16;  // few pages: preemptions
     o.prompt_logprobs = true;
     o.device = device;
+    if (host_tier)
+        o.kv_store = [device](const model::KvLayout& l) { return device->host_kv_store(l); };
     const std::vector<runtime::Pending> reqs = requests();
     size_t next = 0;
     std::vector<runtime::Finished> out;
@@ -376,6 +409,65 @@ BOOST_AUTO_TEST_CASE(engine_tokens_and_logprobs_match_the_cpu, *utf::preconditio
             for (size_t k = 0; k < gpu[i].prompt_logprobs.size(); ++k)
                 BOOST_TEST(std::abs(gpu[i].prompt_logprobs[k] - cpu[i].prompt_logprobs[k]) <=
                            2e-5f);
+        }
+    }
+}
+
+bool same_bits(const Buffer& a, const Buffer& b) {
+    return a.view().shape == b.view().shape &&
+           std::memcmp(a.view().data, b.view().data, a.view().bytes()) == 0;
+}
+
+BOOST_AUTO_TEST_CASE(host_kv_tier_gives_the_resident_results_bit_for_bit,
+                     *utf::precondition(need_gpu)) {
+    const std::vector<std::pair<std::string, DType>> cases = {
+        {"tiny", DType::f32},
+        {"tiny-deepseek", DType::f32},
+        {"tiny-mixed", DType::f32},
+        {"tiny-mixed", DType::bf16},
+    };
+    for (const auto& [name, dtype] : cases) {
+        BOOST_TEST_CONTEXT(name << " " << to_string(dtype)) {
+            const model::Model m = host_model(name);
+            std::vector<std::vector<int64_t>> fed;
+            std::vector<float> cpu_rows, host_rows;
+            run_plan(
+                {m, nullptr, model::KdaMode::recurrent, model::AttnMode::absorbed}, fed, &cpu_rows);
+            const auto dm = device_model(m, dtype);
+            const std::vector<Buffer> resident = run_plan({m, dm.get()}, fed);
+            const std::vector<Buffer> host =
+                run_plan({m, dm.get(), model::KdaMode::automatic, model::AttnMode::automatic, true},
+                         fed,
+                         &host_rows);
+            BOOST_REQUIRE_EQUAL(host.size(), resident.size());
+            for (size_t k = 0; k < host.size(); ++k)
+                BOOST_TEST_CONTEXT("step " << k) {
+                    BOOST_TEST(same_bits(host[k], resident[k]));
+                }
+            BOOST_REQUIRE_EQUAL(host_rows.size(), cpu_rows.size());
+            if (dtype == DType::f32) {  // bf16 rows move with routing flips (see above)
+                const double rel = rel_error(
+                    host_rows.data(), cpu_rows.data(), static_cast<int64_t>(host_rows.size()));
+                BOOST_TEST_MESSAGE(name << ": host rows relative to the CPU's: " << rel);
+                BOOST_TEST(rel <= 1e-5);
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(host_kv_tier_engine_matches_the_resident_engine,
+                     *utf::precondition(need_gpu)) {
+    const model::Model m = host_model("tiny-deepseek");
+    const auto dm = device_model(m, DType::f32);
+    const std::vector<runtime::Finished> resident = run_engine(m, dm.get());
+    const std::vector<runtime::Finished> host = run_engine(m, dm.get(), true);
+    BOOST_REQUIRE_EQUAL(host.size(), resident.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+        BOOST_TEST_CONTEXT("request " << resident[i].index) {
+            BOOST_TEST(host[i].tokens == resident[i].tokens, boost::test_tools::per_element());
+            BOOST_TEST(host[i].logprobs == resident[i].logprobs, boost::test_tools::per_element());
+            BOOST_TEST(host[i].prompt_logprobs == resident[i].prompt_logprobs,
+                       boost::test_tools::per_element());
         }
     }
 }

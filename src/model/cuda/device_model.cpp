@@ -1,7 +1,8 @@
 // The GPU model (model/cuda_model.h): the weights uploaded once, the KV pages of a pool in one
 // device block (KvPool's layout: page p holds every attention layer's rows of its tokens, layer
 // after layer), every sequence's KDA states in one device block made at its first forward and
-// freed with it, and the forward: the step's packed batch on the device (offsets, positions,
+// freed with it (or the pool's rows in pinned host memory, staged a layer at a time:
+// device_kv_offload.h), and the forward: the step's packed batch on the device (offsets, positions,
 // block tables, state pointers; one small upload each), the embedding, the layers
 // (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h), blocks in device_*.cpp), the final norm and the
 // head, and one copy of the logits to the host (or of each row's top tokens: model::TopLogits).
@@ -10,6 +11,7 @@
 #include <memory>
 
 #include "device_blocks.h"
+#include "device_kv_offload.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
@@ -94,6 +96,10 @@ public:
         return std::make_unique<CudaKvStore>(layout, g_->arena);
     }
     int64_t kv_page_budget(int64_t page_bytes) const override;
+    std::unique_ptr<KvStore> host_kv_store(const KvLayout& layout) override {
+        return std::make_unique<gpu::HostKvStore>(layout, *g_);
+    }
+    int64_t host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) const override;
     void forward(const std::vector<int64_t>& tokens,
                  const SeqBatch& batch,
                  const std::vector<SequenceState*>& states,
@@ -114,6 +120,8 @@ private:
     // Bytes one step of max_tokens rows may hold at once (activations, scores, the fused
     // blocks' buffers, logits).
     int64_t step_bytes() const;
+    // Device bytes left for KV pages: next to the weights, max_seqs KDA states and one step.
+    int64_t kv_room() const;
     // Floats of one sequence's KDA block: its layers' S and tails, and room to align S to a slot.
     int64_t sequence_floats() const {
         return n_kda_ == 0 ? 0 : n_kda_ * (s_floats_ + tail_floats_) + (kda_slots_ ? s_floats_ : 0);
@@ -209,11 +217,30 @@ int64_t CudaModel::step_bytes() const {
     return 4 * (T * per_row + B * V) + (int64_t{256} << 20) + fused;  // + scores (bounded)
 }
 
-int64_t CudaModel::kv_page_budget(int64_t page_bytes) const {
+int64_t CudaModel::kv_room() const {
     const cu::OffsetAllocator& book = g_->arena.book();
     const int64_t seqs = int64_t{o_.max_seqs} * sequence_floats() * 4;
     const int64_t left = static_cast<int64_t>(book.capacity() - book.used()) - step_bytes() - seqs;
-    return std::max<int64_t>(left, 0) / std::max<int64_t>(page_bytes, 1);
+    return std::max<int64_t>(left, 0);
+}
+
+int64_t CudaModel::kv_page_budget(int64_t page_bytes) const {
+    return kv_room() / std::max<int64_t>(page_bytes, 1);
+}
+
+int64_t CudaModel::host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) const {
+    KvLayout one;  // one page: its slots on the device
+    one.capacity = 1;
+    int64_t row = 0;  // floats a token over the attention layers
+    for (const LayerSpec& l : cfg_.layers) {
+        one.width.push_back(kv_row_floats(cfg_, l.mixer));
+        row += one.width.back();
+    }
+    const int64_t host = host_bytes / std::max<int64_t>(page_bytes, 1);
+    if (row == 0)
+        return host;
+    one.page_tokens = static_cast<int>(page_bytes / (row * 4));
+    return std::min(host, kv_room() / std::max<int64_t>(gpu::HostKvStore::slot_bytes(one), 1));
 }
 
 std::string CudaModel::describe() const {
@@ -337,12 +364,16 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
     if (pool == nullptr)
         return step;
     auto* store = dynamic_cast<CudaKvStore*>(&pool->store());
-    HYMOE_CHECK(store != nullptr && &store->arena() == &g_->arena,
-                "GPU forward: the KvPool's pages are not this GPU model's (DeviceModel::kv_store)");
-    step.pages = store->pages();
-    step.page_stride = store->page_floats();
+    auto* host_kv = dynamic_cast<gpu::HostKvStore*>(&pool->store());
+    HYMOE_CHECK(store ? &store->arena() == &g_->arena : host_kv != nullptr && host_kv->on(*g_),
+                "GPU forward: the KvPool's pages are not this GPU model's (DeviceModel::kv_store "
+                "or host_kv_store)");
+    if (store != nullptr) {  // the host tier sets these in stage_step
+        step.pages = store->pages();
+        step.page_stride = store->page_floats();
+        step.layer_offset = store->offsets();
+    }
     step.page_tokens = pool->page_tokens();
-    step.layer_offset = store->offsets();
     step.row_width.resize(cfg_.layers.size());
     for (size_t i = 0; i < cfg_.layers.size(); ++i)
         step.row_width[i] = pool->row_width(static_cast<int>(i));
@@ -367,6 +398,11 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
                     " tokens, not ",
                     keys);
         std::copy(pages.begin(), pages.end(), table.begin() + q * step.max_pages);
+    }
+    if (host_kv != nullptr)  // the tables in slot indices
+        host_kv->stage_step(batch, table, step);
+    for (int64_t q = 0; q < step.n_seq; ++q) {
+        const int64_t keys = batch.pos0[q] + batch.length(q);
         if (batch.length(q) != 1)
             continue;
         one_rows.push_back(batch.offsets[q]);
@@ -474,6 +510,8 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
         if (spec.mixer == Mixer::kda) {
             gpu::kda_block(*g_, cfg_, w.kda, xn, step, kda_index_[i], cd, y);
         } else {
+            if (step.host_kv != nullptr)
+                step.host_kv->await_layer(static_cast<int>(i));
             double indexer = 0;
             gpu::attention_block(*g_,
                                  cfg_,
@@ -485,6 +523,8 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
                                  cd,
                                  y,
                                  timed ? &indexer : nullptr);
+            if (step.host_kv != nullptr)
+                step.host_kv->release_layer(static_cast<int>(i));
             stats.attn.indexer_seconds += indexer;
             stats.attn.attention_seconds += now() - t0 - indexer;
         }
@@ -502,6 +542,8 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
         cu::add_inplace(st, h, y);
         stats.ffn_seconds[i] += now() - t1;
     }
+    if (step.host_kv != nullptr)
+        step.host_kv->finish_step();
     for (int64_t q = 0; q < n_seq; ++q) {
         states[q]->n_tokens += batch.length(q);
         for (int64_t i = 0; i < n_layer; ++i)

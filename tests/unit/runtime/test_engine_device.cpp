@@ -1,8 +1,9 @@
 // The engine's device hooks (EngineOptions::device, model/device_model.h) in every build: a
 // DeviceModel that runs the host forward makes the sequences, the pools' stores and every step's
-// forward, and the engine's results are bit for bit those of the plain engine, with preemptions;
-// so are they when the device reduces the last rows to their top tokens (model::TopLogits) for
-// greedy decoding, top-k sampling and top logprobs.
+// forward (or, given EngineOptions::kv_store, that factory makes the stores), and the engine's
+// results are bit for bit those of the plain engine, with preemptions; so are they when the
+// device reduces the last rows to their top tokens (model::TopLogits) for greedy decoding, top-k
+// sampling and top logprobs.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -33,6 +34,11 @@ public:
         return model::make_memory_kv_store(layout);
     }
     int64_t kv_page_budget(int64_t) const override { return 0; }
+    std::unique_ptr<model::KvStore> host_kv_store(const model::KvLayout& layout) override {
+        ++host_stores;
+        return model::make_memory_kv_store(layout);
+    }
+    int64_t host_kv_page_budget(int64_t, int64_t) const override { return 0; }
     void forward(const std::vector<int64_t>& tokens,
                  const model::SeqBatch& batch,
                  const std::vector<model::SequenceState*>& states,
@@ -50,7 +56,7 @@ public:
     }
     std::string describe() const override { return "host"; }
 
-    int sequences = 0, stores = 0, forwards = 0, reduced = 0;
+    int sequences = 0, stores = 0, host_stores = 0, forwards = 0, reduced = 0;
 
 private:
     // Each row's top n in the sampler's order, their logits and log Σ e^{x − max} summed as
@@ -85,7 +91,8 @@ struct Sampling {
 
 std::vector<runtime::Finished> run(const model::Model& m,
                                    model::DeviceModel* device,
-                                   const Sampling& sampling = {}) {
+                                   const Sampling& sampling = {},
+                                   const model::KvStoreFactory& kv_store = {}) {
     runtime::EngineOptions o;
     o.max_seqs = 4, o.max_tokens = 32, o.prefill_chunk = 8;
     o.max_new_tokens = 6, o.progress_every_s = 0, o.seed = 3;
@@ -94,6 +101,7 @@ std::vector<runtime::Finished> run(const model::Model& m,
     o.top_logprobs = sampling.top_logprobs;
     o.prompt_logprobs = sampling.prompt_logprobs;
     o.device = device;
+    o.kv_store = kv_store;
     Philox rng(9, 0, 0);
     std::vector<runtime::Pending> reqs(10);
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -145,7 +153,8 @@ BOOST_AUTO_TEST_CASE(a_device_model_runs_every_step_with_the_same_results) {
     const std::vector<runtime::Finished> host = run(m, nullptr);
     HostDevice device(m);
     const std::vector<runtime::Finished> dev = run(m, &device);
-    BOOST_TEST(device.stores == 1);      // one lane
+    BOOST_TEST(device.stores == 1);  // one lane
+    BOOST_TEST(device.host_stores == 0);
     BOOST_TEST(device.sequences >= 10);  // every admission and every preemption
     BOOST_TEST(device.forwards > 0);
     expect_same(dev, host);
@@ -173,6 +182,20 @@ BOOST_AUTO_TEST_CASE(rows_reduced_on_the_device_decide_as_the_whole_rows) {
         else
             BOOST_TEST(device.reduced == device.forwards);
     }
+}
+
+BOOST_AUTO_TEST_CASE(a_store_factory_given_with_a_device_makes_the_pools_stores) {
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, 5);
+    const std::vector<runtime::Finished> host = run(m, nullptr);
+    HostDevice device(m);
+    const std::vector<runtime::Finished> dev =
+        run(m, &device, {}, [&](const model::KvLayout& l) { return device.host_kv_store(l); });
+    BOOST_TEST(device.host_stores == 1);  // the factory's, for the one lane
+    BOOST_TEST(device.stores == 0);
+    BOOST_REQUIRE_EQUAL(dev.size(), host.size());
+    for (size_t i = 0; i < dev.size(); ++i)
+        BOOST_TEST(dev[i].tokens == host[i].tokens, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
