@@ -104,6 +104,7 @@ IndexerPlan indexer_topk_plan(
         return P;
     }
     const int qb = P.queries_per_block, rows = qb * n_head;
+    P.n_q = n_q, P.n_head = n_head, P.d = d, P.top_k = top_k;
     P.capacity = next_pow2(int64_t{top_k} + P.key_tile);
     P.ld_q = d + 8;
     P.ld_logit = P.key_tile + 4;
@@ -148,6 +149,7 @@ MlaSparsePlan mla_sparse_plan(int n_head, int r_kv, int d_r) {
     }
     const int rows = 16 * P.row_blocks;
     P.head_tiles = (n_head + rows - 1) / rows;
+    P.n_head = n_head, P.r_kv = r_kv, P.d_r = d_r;
     P.ld_lat = d_lat + 8;
     P.ld_score = P.key_tile + 4;
     P.ld_prob = P.key_tile + 8;

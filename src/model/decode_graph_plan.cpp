@@ -6,6 +6,7 @@
 
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/core/error.h"
+#include "hymoe/model/fused_step.h"
 
 namespace hymoe::model {
 
@@ -45,7 +46,7 @@ const char* to_string(GraphRefusal r) {
         case GraphRefusal::moe:
             return "MoE routed on the host";
         case GraphRefusal::dsa:
-            return "DSA decode sized on the host";
+            return "DSA off the fused kernels";
         case GraphRefusal::kv_store:
             return "KV pages not resident on the device";
         case GraphRefusal::keys:
@@ -75,13 +76,19 @@ GraphRefusal decode_graph_refusal(const ModelConfig& cfg,
     if (n > buckets.max())
         return GraphRefusal::too_many;
     const int bucket = buckets.bucket_for(static_cast<int>(n));
+    int64_t max_keys = 1;
+    for (int64_t s = 0; s < n; ++s)
+        max_keys = std::max(max_keys, batch.pos0[s] + 1);
+    const int64_t keys = key_bucket(max_keys);
     bool attention = false;
     for (const LayerSpec& spec : cfg.layers) {
         if (spec.mixer == Mixer::kda && (!model.kda_slots || cfg.kda.head_dim > 128))
             return GraphRefusal::kda;
         if (spec.ffn != Ffn::dense && !moe_runs_fused(cfg, spec, model.dtype, true, bucket))
             return GraphRefusal::moe;
-        if (spec.mixer == Mixer::dsa && !model.dsa_fixed_shapes)
+        if (spec.mixer == Mixer::dsa &&
+            (model.dtype != DType::bf16 ||
+             !dsa_fused_plan(cfg, bucket, keys, bucket == 1, model.n_sm).supported))
             return GraphRefusal::dsa;
         attention = attention || spec.mixer != Mixer::kda;
     }
@@ -89,10 +96,7 @@ GraphRefusal decode_graph_refusal(const ModelConfig& cfg,
         return GraphRefusal::none;
     if (!kv_resident)
         return GraphRefusal::kv_store;
-    int64_t max_keys = 1;
-    for (int64_t s = 0; s < n; ++s)
-        max_keys = std::max(max_keys, batch.pos0[s] + 1);
-    if (key_bucket(max_keys) > model.max_key_bucket)
+    if (keys > model.max_key_bucket)
         return GraphRefusal::keys;
     return GraphRefusal::none;
 }

@@ -27,10 +27,10 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
             l.ep);
     if (!inf.adapters.empty())
         return std::string("the GPU model runs no LoRA adapters (inference.adapters)");
-    if (inf.offload != "none")
-        return cat("the GPU model keeps its KV pages on the GPU (inference.kv_cache.offload: ",
-                   inf.offload,
-                   ")");
+    if (inf.offload == "file")
+        return std::string(
+            "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a spill "
+            "file (inference.kv_cache.offload: file; host offloads them on the GPU)");
     if (inf.batch_invariant)
         return std::string("the GPU model has no batch-invariant mode (inference.batch_invariant)");
     return std::nullopt;

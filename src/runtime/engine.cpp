@@ -20,9 +20,52 @@ const char* to_string(Finish f) {
 
 namespace {
 
-// The token drawn from logits row `logits` [V] as sequence s's next output, with its logprob.
+// Row r's last logits as the step's decisions read them: the whole row of the host logits, or
+// its top n from the device (model::TopLogits), which the sampler's rules read alike.
+struct LastRow {
+    const float* row = nullptr;           // [V] the whole row, or null
+    const int64_t* top_tokens = nullptr;  // [n]
+    const float* top_logits = nullptr;    // [n]
+    int64_t n = 0;
+    double log_sum = 0;  // log Σ_j e^{x_j − top_logits[0]}
+
+    // log_softmax at `token` (from the top: one of its n tokens), as runtime::token_logprob.
+    float logprob(int64_t token, int64_t V) const {
+        if (row != nullptr)
+            return static_cast<float>(token_logprob(row, V, token));
+        const int64_t i = std::find(top_tokens, top_tokens + n, token) - top_tokens;
+        HYMOE_CHECK(i < n, "engine: token ", token, " is not among the device's top ", n);
+        return static_cast<float>(static_cast<double>(top_logits[i]) -
+                                  static_cast<double>(top_logits[0]) - log_sum);
+    }
+    int64_t greedy(int64_t V) const { return row ? argmax_token(row, V) : top_tokens[0]; }
+    // The N most likely tokens and their logprobs (runtime::top_logprobs).
+    void most_likely(int64_t V, int N, int64_t* tokens, float* logprobs) const {
+        if (row != nullptr)
+            return top_logprobs(row, V, N, tokens, logprobs);
+        for (int i = 0; i < N; ++i) {
+            tokens[i] = top_tokens[i];
+            logprobs[i] = logprob(tokens[i], V);
+        }
+    }
+};
+
+// Tokens a row the device reduces a step's last rows to (model::TopLogits), or 0 when the rules
+// read the whole row (sampling without top-k) or the top is too wide to gain from.
+int64_t device_top_n(const EngineOptions& o, int64_t V) {
+    constexpr int64_t kMaxTop = 1024;
+    int64_t n = std::max<int64_t>(1, o.top_logprobs);
+    if (o.sampling.temperature > 0) {
+        if (o.sampling.top_k <= 0)
+            return 0;
+        n = std::max<int64_t>(n, o.sampling.top_k);
+    }
+    return n <= std::min(V, kMaxTop) ? n : 0;
+}
+
+// The token drawn from `last` as sequence s's next output, with its logprob.
 std::pair<int64_t, float> draw_token(const Seq& s,
-                                     const float* logits,
+                                     const LastRow& last,
                                      int64_t V,
                                      const EngineOptions& o) {
     const auto k = static_cast<uint32_t>(s.out.tokens.size());
@@ -34,8 +77,12 @@ std::pair<int64_t, float> draw_token(const Seq& s,
         const uint64_t key = o.seed ^ ((index >> 32) * 0x9E3779B97F4A7C15ull);
         u = Philox(key, static_cast<uint32_t>(index), k).uniform();
     }
-    const int64_t tok = sample_token(logits, V, o.sampling, u);
-    return {tok, static_cast<float>(token_logprob(logits, V, tok))};
+    const int64_t tok =
+        last.row ? sample_token(last.row, V, o.sampling, u)
+                 : draw_candidate(sampler_candidates_sorted(
+                                      last.top_tokens, last.top_logits, last.n, o.sampling),
+                                  u);
+    return {tok, last.logprob(tok, V)};
 }
 
 // What a step's logits decide, computed on the last pipeline stage and broadcast to the others
@@ -52,9 +99,11 @@ int64_t stride_of(const EngineOptions& o) {
     return 2 + o.top_logprobs;
 }
 
+// From the step's logits, or from `top` when the device reduced its last rows.
 StepOut step_out(const std::vector<Row>& rows,
                  const model::SeqBatch& batch,
                  const Buffer& logits,
+                 const model::TopLogits* top,
                  bool all_rows,
                  int64_t V,
                  const EngineOptions& o) {
@@ -62,11 +111,19 @@ StepOut step_out(const std::vector<Row>& rows,
     StepOut out;
     out.ints.assign(S * rows.size(), -1);
     out.floats.assign(S * rows.size(), 0.0f);
-    const float* base = logits.ptr<float>();  // [n_tok or n_seq, V]
+    const float* base = top ? nullptr : logits.ptr<float>();  // [n_tok or n_seq, V]
     for (size_t r = 0; r < rows.size(); ++r) {
         const Seq& s = *rows[r].seq;
-        const float* last =
-            base + (all_rows ? batch.offsets[r + 1] - 1 : static_cast<int64_t>(r)) * V;
+        LastRow last;
+        if (top) {
+            last = {nullptr,
+                    top->tokens.data() + r * top->n,
+                    top->logits.data() + r * top->n,
+                    top->n,
+                    top->log_sum[r]};
+        } else {
+            last.row = base + (all_rows ? batch.offsets[r + 1] - 1 : static_cast<int64_t>(r)) * V;
+        }
         const int64_t begin = batch.offsets[r];
         for (int64_t t = 0; all_rows && !s.decoding() && t < rows[r].n; ++t) {
             const int64_t p = s.n_prefilled + t;  // token p+1 given 0..p
@@ -80,11 +137,11 @@ StepOut step_out(const std::vector<Row>& rows,
         float* floats = out.floats.data() + S * r;
         std::tie(ints[0], floats[0]) = draw_token(s, last, V, o);
         if (!s.decoding()) {
-            ints[1] = argmax_token(last, V);
-            floats[1] = static_cast<float>(token_logprob(last, V, ints[1]));
+            ints[1] = last.greedy(V);
+            floats[1] = last.logprob(ints[1], V);
         }
         if (o.top_logprobs > 0)
-            top_logprobs(last, V, o.top_logprobs, ints + 2, floats + 2);
+            last.most_likely(V, o.top_logprobs, ints + 2, floats + 2);
     }
     return out;
 }
@@ -216,6 +273,8 @@ EngineStats run_engine(const model::Model& m,
     // is in the following tick's vote.
     std::deque<Step> flight;       // launched steps, oldest first, at most pp
     Buffer logits, h_out, h_sent;  // h_sent: in flight to the next stage until `sending` is done
+    model::TopLogits top;          // the device's reduced last rows (the device runs pp = 1)
+    top.n = static_cast<int>(o.device ? device_top_n(o, V) : 0);
     comm::Request sending;
     for (int64_t tick = 0;; ++tick) {
         flight.push_back(launch(lanes[static_cast<size_t>(tick % pp)], queue, stats, m));
@@ -248,15 +307,18 @@ EngineStats run_engine(const model::Model& m,
         fo.stats = o.layer_stats;
         fo.stage_out = &h_out;
         fo.media = &work.media;
+        const bool reduced = top.n > 0 && !work.all_rows;
         if (o.device)
-            o.device->forward(work.tokens, work.batch, work.states, logits, fo);
+            o.device->forward(
+                work.tokens, work.batch, work.states, logits, fo, reduced ? &top : nullptr);
         else
             model::forward(m, work.tokens, work.batch, work.states, logits, fo);
         if (n_flight == static_cast<size_t>(pp)) {  // the oldest step leaves the last stage
             Step& done = flight.front();
             StepOut out;
             if (m.shard.last_stage())
-                out = step_out(done.rows, done.batch, logits, done.all_rows, V, o);
+                out = step_out(
+                    done.rows, done.batch, logits, reduced ? &top : nullptr, done.all_rows, V, o);
             if (pp > 1)
                 share_step(out, done.rows.size(), stride_of(o), m);
             apply_step(done.rows, out, done.all_rows, o, stats);

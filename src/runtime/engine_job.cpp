@@ -88,8 +88,17 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
             return std::make_unique<SpillKvStore>(
                 layout, spill_dir, "inference.kv_cache.offload_path", &spill, slots);
         };
-    else if (inf.offload == "host")
-        log::info("kv_cache.offload: host keeps the pages in memory in this CPU build (as none)");
+    else if (inf.offload == "host" && device) {
+        o.kv_store = [&device](const model::KvLayout& layout) {
+            return device->host_kv_store(layout);
+        };
+        log::info(cat("kv offload: host: ",
+                      o.kv_pages,
+                      " KV pages in pinned host memory (",
+                      fixed(static_cast<double>(o.kv_pages * page_bytes) / 1e6, 2),
+                      " MB); the GPU holds a step's pages of two attention layers at a time"));
+    } else if (inf.offload == "host")
+        log::info("kv_cache.offload: host keeps the pages in memory on the CPU (as none)");
     o.sampling = {inf.temperature, inf.top_k, inf.top_p};
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
     o.prompt_logprobs = inf.prompt_logprobs;

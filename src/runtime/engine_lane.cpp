@@ -21,7 +21,7 @@ Lane::Lane(const model::Model& m, const EngineOptions& o, int index, int max_seq
       pool_(m.local, m.shard, o.page_tokens, pages, store_factory(o)) {}
 
 model::KvStoreFactory Lane::store_factory(const EngineOptions& o) {
-    if (o.device == nullptr)
+    if (o.device == nullptr || o.kv_store)
         return o.kv_store;
     return [device = o.device](const model::KvLayout& layout) { return device->kv_store(layout); };
 }

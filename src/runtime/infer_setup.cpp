@@ -1,6 +1,6 @@
 // The infer job's setup: this rank's weights from the job's source (random, or read slice by
 // slice from safetensors or a model checkpoint), the KV page budget (inference.kv_cache.pages,
-// or auto; in host memory or on the GPU) and the GPU model's settings.
+// or auto; in host memory, on the GPU, or in the GPU's host tier) and the GPU model's settings.
 #include <algorithm>
 #include <fstream>
 #include <limits>
@@ -13,6 +13,25 @@
 #include "hymoe/runtime/model_checkpoint.h"
 
 namespace hymoe::runtime {
+
+namespace {
+
+// The bytes of host memory a rank may give its KV pages: half of what the node has available
+// (/proc/meminfo), shared by the world's ranks as if on one node.
+int64_t host_kv_bytes(const Job& job) {
+    int64_t available = 0;  // bytes, from /proc/meminfo (kB)
+    std::ifstream meminfo("/proc/meminfo");
+    for (std::string key; meminfo >> key;) {
+        int64_t kb = 0;
+        meminfo >> kb;
+        if (key == "MemAvailable:")
+            available = kb * 1024;
+        meminfo.ignore(64, '\n');
+    }
+    return available / 2 / job.layout.world();
+}
+
+}  // namespace
 
 WeightFill weight_fill(const Job& job, const model::ModelShard& shard) {
     if (job.deck.model.init_random)
@@ -57,19 +76,10 @@ model::Model build_model(const Job& job, const parallel::Grid& grid) {
 int64_t kv_pages(const Job& job, int64_t page_bytes, const parallel::Grid& grid) {
     if (job.deck.inference.pages > 0)
         return job.deck.inference.pages;
-    int64_t available = 0;  // bytes, from /proc/meminfo (kB)
-    std::ifstream meminfo("/proc/meminfo");
-    for (std::string key; meminfo >> key;) {
-        int64_t kb = 0;
-        meminfo >> kb;
-        if (key == "MemAvailable:")
-            available = kb * 1024;
-        meminfo.ignore(64, '\n');
-    }
-    const int64_t pages = comm::all_reduce_value(
-        available / 2 / job.layout.world() / std::max<int64_t>(page_bytes, 1),
-        grid.comms.world,
-        comm::ReduceOp::min);
+    const int64_t pages =
+        comm::all_reduce_value(host_kv_bytes(job) / std::max<int64_t>(page_bytes, 1),
+                               grid.comms.world,
+                               comm::ReduceOp::min);
     // a page id is an int32 in the block tables
     return std::clamp<int64_t>(pages, job.layout.pp, std::numeric_limits<int32_t>::max());
 }
@@ -78,10 +88,17 @@ int64_t device_kv_pages(const Job& job,
                         const model::DeviceModel& device,
                         int64_t page_bytes,
                         const parallel::Grid& grid) {
-    const int64_t budget = comm::all_reduce_value(
-        std::min<int64_t>(device.kv_page_budget(page_bytes), std::numeric_limits<int32_t>::max()),
-        grid.comms.world,
-        comm::ReduceOp::min);
+    const bool host_tier = job.deck.inference.offload == "host";
+    const int64_t mine = host_tier ? device.host_kv_page_budget(page_bytes, host_kv_bytes(job))
+                                   : device.kv_page_budget(page_bytes);
+    const int64_t budget =
+        comm::all_reduce_value(std::min<int64_t>(mine, std::numeric_limits<int32_t>::max()),
+                               grid.comms.world,
+                               comm::ReduceOp::min);
+    const std::string where =
+        host_tier ? "in half the host memory available, with two layers' slots of them on the GPU "
+                    "next to the weights and one step's work"
+                  : "on the GPU next to the weights and one step's work";
     const int64_t asked = job.deck.inference.pages;
     if (asked > budget)
         HYMOE_FAIL(Exit::invalid,
@@ -90,15 +107,19 @@ int64_t device_kv_pages(const Job& job,
                    asked,
                    " pages of ",
                    page_bytes,
-                   " bytes do not fit on the GPU next to the weights and one step's work (",
+                   " bytes do not fit ",
+                   where,
+                   " (",
                    budget,
                    " do); lower it, or leave it auto");
     if (budget < 1)
         HYMOE_FAIL(Exit::invalid,
                    job.deck.locate("inference.batch"),
-                   ": the GPU has no room for a KV page of ",
+                   ": no KV page of ",
                    page_bytes,
-                   " bytes next to the weights and one step's work; lower max_tokens or max_seqs");
+                   " bytes fits ",
+                   where,
+                   "; lower max_tokens or max_seqs");
     return asked > 0 ? asked : budget;
 }
 

@@ -39,27 +39,40 @@ void top_logprobs(const float* logits, int64_t V, int n, int64_t* tokens, float*
 std::vector<Candidate> sampler_candidates(const float* logits, int64_t V, const SamplingParams& p) {
     if (p.temperature <= 0)
         return {{argmax_token(logits, V), 1.0}};
-    auto before = [&](int64_t a, int64_t b) {  // logit descending, id ascending
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    };
+    const int64_t kept = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
     std::vector<int64_t> order(static_cast<size_t>(V));
     std::iota(order.begin(), order.end(), int64_t{0});
-    int64_t kept = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
-    std::partial_sort(order.begin(), order.begin() + kept, order.end(), before);
+    std::partial_sort(order.begin(), order.begin() + kept, order.end(), [&](int64_t a, int64_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    order.resize(static_cast<size_t>(kept));
+    std::vector<float> values(order.size());  // [kept]
+    for (size_t i = 0; i < order.size(); ++i)
+        values[i] = logits[order[i]];
+    return sampler_candidates_sorted(order.data(), values.data(), kept, p);
+}
+
+std::vector<Candidate> sampler_candidates_sorted(const int64_t* tokens,
+                                                 const float* logits,
+                                                 int64_t n,
+                                                 const SamplingParams& p) {
+    if (p.temperature <= 0)
+        return {{tokens[0], 1.0}};
+    const int64_t kept = p.top_k > 0 ? std::min<int64_t>(p.top_k, n) : n;
     std::vector<Candidate> c(static_cast<size_t>(kept));
-    const double mx = static_cast<double>(logits[order[0]]);
+    const double mx = static_cast<double>(logits[0]);
     double sum = 0;
     for (int64_t i = 0; i < kept; ++i) {
-        double w = std::exp((static_cast<double>(logits[order[i]]) - mx) / p.temperature);
-        c[i] = {order[i], w};
+        double w = std::exp((static_cast<double>(logits[i]) - mx) / p.temperature);
+        c[i] = {tokens[i], w};
         sum += w;
     }
     if (p.top_p < 1) {  // shortest prefix reaching top_p of the (top-k) mass
         double cum = 0;
-        int64_t n = 0;
-        while (n < kept && cum < p.top_p * sum)
-            cum += c[n++].prob;
-        c.resize(static_cast<size_t>(std::max<int64_t>(n, 1)));
+        int64_t m = 0;
+        while (m < kept && cum < p.top_p * sum)
+            cum += c[m++].prob;
+        c.resize(static_cast<size_t>(std::max<int64_t>(m, 1)));
         sum = 0;
         for (const Candidate& x : c)
             sum += x.prob;
@@ -69,10 +82,7 @@ std::vector<Candidate> sampler_candidates(const float* logits, int64_t V, const 
     return c;
 }
 
-int64_t sample_token(const float* logits, int64_t V, const SamplingParams& p, float u) {
-    if (p.temperature <= 0)
-        return argmax_token(logits, V);
-    std::vector<Candidate> c = sampler_candidates(logits, V, p);
+int64_t draw_candidate(const std::vector<Candidate>& c, float u) {
     double cum = 0;
     for (const Candidate& x : c) {
         cum += x.prob;
@@ -80,6 +90,12 @@ int64_t sample_token(const float* logits, int64_t V, const SamplingParams& p, fl
             return x.token;
     }
     return c.back().token;  // u within rounding of 1
+}
+
+int64_t sample_token(const float* logits, int64_t V, const SamplingParams& p, float u) {
+    if (p.temperature <= 0)
+        return argmax_token(logits, V);
+    return draw_candidate(sampler_candidates(logits, V, p), u);
 }
 
 }  // namespace hymoe::runtime

@@ -133,7 +133,7 @@ struct Runner {
         fo.logits = model::Logits::last;
         fo.stats = stats;
         Buffer logits;
-        dev.forward(tokens, batch, states, logits, fo);
+        dev.forward(tokens, batch, states, logits, fo, nullptr);
     }
 };
 

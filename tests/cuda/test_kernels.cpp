@@ -286,6 +286,9 @@ BOOST_AUTO_TEST_CASE(moe_dispatch_and_combine, *utf::precondition(need_gpu)) {
         Tensor dacc = g.arena.tensor(t, {n_tok, width});
         cu::moe_unpermute(g.s, dout, drow, dweight, k, dacc);
         expect_close("moe_unpermute", dacc, want, g.s);
+        Tensor dacc32 = g.arena.tensor(DType::f32, {n_tok, width});  // the GPU model's fp32 sum
+        cu::moe_unpermute(g.s, dout, drow, dweight, k, dacc32);
+        expect_close("moe_unpermute into f32", dacc32, want, g.s);
     }
 }
 

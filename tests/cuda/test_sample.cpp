@@ -1,6 +1,7 @@
 // Greedy decoding and logprobs on the GPU against the host sampler (runtime/sampler.h): the
 // argmax with tied maxima (smallest id wins, compared exactly) and log_softmax of the chosen and
-// of given tokens, over vocabulary-sized rows with −inf entries.
+// of given tokens, over vocabulary-sized rows with −inf entries; a row's top tokens reduced for the
+// host sampler (top_k_rows + top_logit_rows, model::TopLogits) against the host's top logprobs.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -58,6 +59,49 @@ BOOST_AUTO_TEST_CASE(greedy_and_token_logprobs_match_the_host_sampler,
                        1e-5 * (1.0 + std::abs(want_glp)));
         }
         BOOST_TEST(tok[0] == 2);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(top_rows_give_the_host_samplers_top_logprobs, *utf::precondition(need_gpu)) {
+    Gpu g;
+    const int64_t rows = 4, V = 163840;
+    Buffer logits = random({rows, V}, 81, DType::f32, 4.0f);
+    float* l = logits.ptr<float>();
+    for (int64_t i = 0; i < 8; ++i)
+        l[2 * V + 1000 * i + 5] = 25.0f;  // row 2: eight tied maxima, smaller ids first
+    Tensor dl = to_device(logits.view(), DType::f32, g.arena, g.s);
+    for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{64}}) {
+        Tensor idx = g.arena.tensor(DType::i64, {rows, n});
+        Tensor values = g.arena.tensor(DType::f32, {rows, n});
+        Tensor sums = g.arena.tensor(DType::i64, {rows});  // doubles
+        cu::top_k_rows(g.s, dl, n, idx);
+        cu::top_logit_rows(g.s, dl, idx, values, static_cast<double*>(sums.data));
+        std::vector<int64_t> tok(static_cast<size_t>(rows * n));
+        std::vector<float> val(tok.size());
+        std::vector<double> log_sum(static_cast<size_t>(rows));
+        cu::copy_to_host(tok.data(), idx.data, idx.bytes(), g.s);
+        cu::copy_to_host(val.data(), values.data, values.bytes(), g.s);
+        cu::copy_to_host(log_sum.data(), sums.data, sums.bytes(), g.s);
+        g.s.synchronize();
+        std::vector<int64_t> want_tok(static_cast<size_t>(n));
+        std::vector<float> want_lp(static_cast<size_t>(n));
+        for (int64_t r = 0; r < rows; ++r) {
+            runtime::top_logprobs(
+                l + r * V, V, static_cast<int>(n), want_tok.data(), want_lp.data());
+            for (int64_t i = 0; i < n; ++i) {
+                const size_t k = static_cast<size_t>(r * n + i);
+                BOOST_TEST_INFO("n " << n << " row " << r << " rank " << i);
+                BOOST_TEST(tok[k] == want_tok[static_cast<size_t>(i)]);
+                BOOST_TEST(val[k] == l[r * V + want_tok[static_cast<size_t>(i)]]);
+                const double lp = static_cast<double>(val[k]) -
+                                  static_cast<double>(val[static_cast<size_t>(r * n)]) -
+                                  log_sum[static_cast<size_t>(r)];
+                BOOST_TEST(std::abs(lp - static_cast<double>(want_lp[static_cast<size_t>(i)])) <=
+                           1e-6 * (1.0 + std::abs(lp)));
+            }
+        }
+        for (Tensor* t : {&idx, &values, &sums})
+            g.arena.free(t->data);
     }
 }
 

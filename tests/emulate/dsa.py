@@ -4,6 +4,7 @@
 # softmax attention over the valid selected keys (normalised error below 1e-2).
 # Usage: dsa.py indexer n_q n_k H d top_k one_sequence n_sm pos_first [negative_w]
 #        dsa.py mla n_q H r_kv d_r n_keys n_selected
+#        dsa.py step H_I d_I top_k H r_kv d_r pos0:count,... (the GPU model's fused DSA step)
 import sys
 
 import numpy as np
@@ -55,6 +56,7 @@ def indexer_block(P, Pl, by, split, scratch, idx):
         row, x = e // d, e % d
         sm.st_bf(Pl['q_off'], row * Pl['ld_q'] + x, P['q'].reshape(-1)[(r0 * H + row) * d + x] if row // H < nq else 0.0)
     ws = [P['w'].reshape(-1)[r0 * H + row] if row // H < nq else 0.0 for row in range(rows)]
+    seq = P['seq'][r0] if P.get('seq') is not None else 0  # qb = 2 only without seq
     vmax = max(visible[:qb])
     chunk = ((vmax + Pl['n_split'] - 1) // Pl['n_split'] + BK - 1) // BK * BK
     lo = split * chunk; hi = min(vmax, lo + chunk)
@@ -64,7 +66,7 @@ def indexer_block(P, Pl, by, split, scratch, idx):
     while kt < hi:
         for e in range(BK * d):
             i, x = e // d, e % d; u = kt + i
-            sm.st_bf(Pl['k_off'], i * Pl['ld_q'] + x, P['k'][u, x] if u < hi else 0.0)
+            sm.st_bf(Pl['k_off'], i * Pl['ld_q'] + x, P['key'](seq, u)[x] if u < hi else 0.0)
         for job in range(m_tiles * (BK // 16)):
             mt, nt = job % m_tiles, job // m_tiles
             c = [new_c(), new_c()]
@@ -126,7 +128,7 @@ def check_indexer(n_q, n_k, H, d, top_k, one_seq, n_sm, pos_first, neg=0):
     if neg: w = -np.abs(w)
     visible = [pos_first + i + 1 for i in range(n_q)]
     Pl = plan('indexer', n_q, max(visible), H, d, top_k, int(one_seq), n_sm)
-    P = dict(H=H, d=d, top_k=top_k, n_q=n_q, q=q, k=k, w=w, visible=visible)
+    P = dict(H=H, d=d, top_k=top_k, n_q=n_q, q=q, key=lambda s, u: k[u], w=w, visible=visible)
     idx = indexer(P, Pl)
     bad = 0; exact = 0
     for r in range(n_q):
@@ -152,6 +154,7 @@ def mla_block(P, Pl, bx, r, o_bar):
     d_lat = r_kv + d_r; h0 = bx * rows
     sm = Smem(Pl['smem'])
     visible = P['visible'][r]; n_sel = P['selected'].shape[1]
+    seq = P['seq'][r] if P.get('seq') is not None else 0
     for e in range(rows * d_lat):
         i, x = e // d_lat, e % d_lat; h = h0 + i
         sm.st_bf(Pl['q_off'], i * Pl['ld_lat'] + x, P['q_hat'][r, h, x] if h < H else 0.0)
@@ -168,7 +171,7 @@ def mla_block(P, Pl, bx, r, o_bar):
             kid.append(u if 0 <= u < visible else -1)
         for e in range(BK * d_lat):
             i, x = e // d_lat, e % d_lat; u = kid[i]
-            sm.st_bf(Pl['k_off'], i * Pl['ld_lat'] + x, P['cache'][u, x] if u >= 0 else 0.0)
+            sm.st_bf(Pl['k_off'], i * Pl['ld_lat'] + x, P['row'](seq, u)[x] if u >= 0 else 0.0)
         for warp in range(8):
             rb, cs = warp // CS, warp % CS
             c = [new_c(), new_c()]
@@ -238,7 +241,7 @@ def check_mla(n_q, H, r_kv, d_r, n_keys, n_sel):
         sel[r, :m] = rng.choice(n_keys, m, replace=False)
     sel[0, :] = -1  # a query with no key
     tau = 0.07
-    P = dict(H=H, r_kv=r_kv, d_r=d_r, tau=tau, q_hat=q_hat, cache=cache, visible=visible, selected=sel)
+    P = dict(H=H, r_kv=r_kv, d_r=d_r, tau=tau, q_hat=q_hat, row=lambda s, u: cache[u], visible=visible, selected=sel)
     o_bar = np.zeros((n_q, H, r_kv), f32)
     for r in range(n_q):
         for bx in range(Pl['head_tiles']):
@@ -255,9 +258,67 @@ def check_mla(n_q, H, r_kv, d_r, n_keys, n_sel):
     print(f"mla n_q {n_q} H {H} r_kv {r_kv} d_r {d_r} RB {Pl['RB']} tiles {Pl['head_tiles']}: err {err:.2e}, zero row max {np.abs(o_bar[0]).max()}")
     assert err < 1e-2 and np.abs(o_bar[0]).max() == 0, "sparse MLA emulation off the reference"
 
+def check_step(H_I, d_I, top_k, H, r_kv, d_r, parts, n_sm=132):
+    """The GPU model's fused DSA step (src/model/cuda/device_attention.cpp attend_fused): every row
+    of a step (parts: pos0:count per sequence) through the indexer with queries_per_block and seq
+    as the model passes them, visible = position + 1, top_k = min(top_k, longest context), keys at
+    column d_lat of paged rows [c_kv | k_r | k_idx]; then sparse MLA over the selection. Against
+    model::indexer_mask + attend_absorbed: each row's top min(top_k, visible) keys of its own
+    visible ones (near-ties aside), then softmax attention over them."""
+    rng = np.random.default_rng(5)
+    seqs = [tuple(int(v) for v in p.split(':')) for p in parts.split(',')]
+    d_lat = r_kv + d_r; row_stride = d_lat + d_I + 4; pt = 8; layer_off = 12
+    page_stride = layer_off + pt * row_stride + 8
+    lengths = [p0 + c for p0, c in seqs]
+    n_pages = sum((n + pt - 1) // pt for n in lengths); max_pages = max((n + pt - 1) // pt for n in lengths)
+    flat = bfr(rng.standard_normal(n_pages * page_stride))
+    table = np.full((len(seqs), max_pages), -1, np.int64); nxt = 0
+    for b, n in enumerate(lengths):  # pages in a shuffled order (7 coprime to most counts)
+        for j in range((n + pt - 1) // pt):
+            table[b, j] = (nxt * 7 + 3) % n_pages; nxt += 1
+    def paged(col, width):  # fused_common.cuh paged_row over the layer's rows from column col
+        return lambda b, u: flat[table[b, u // pt] * page_stride + layer_off + (u % pt) * row_stride + col:][:width]
+    row_seq, visible = [], []
+    for b, (p0, c) in enumerate(seqs):
+        row_seq += [b] * c; visible += [p0 + t + 1 for t in range(c)]
+    n = len(row_seq); max_visible = max(lengths); one_seq = len(seqs) == 1
+    k_sel = min(top_k, max_visible)
+    q = bfr(rng.standard_normal((n, H_I * d_I))); w = (rng.standard_normal((n, H_I)) * 0.1).astype(f32)
+    q_hat = bfr(rng.standard_normal((n, H, d_lat)) * 0.5); tau = 0.1
+    Pi = plan('indexer', n, max_visible, H_I, d_I, k_sel, int(one_seq), n_sm)
+    assert Pi['supported'], "indexer plan refused"
+    P = dict(H=H_I, d=d_I, top_k=k_sel, n_q=n, q=q, w=w, visible=visible,
+             seq=None if Pi['qb'] == 2 else row_seq, key=paged(d_lat, d_I))
+    idx = indexer(P, Pi)
+    Pm = plan('mla', H, r_kv, d_r)
+    Pa = dict(H=H, r_kv=r_kv, d_r=d_r, tau=tau, q_hat=q_hat, row=paged(0, d_lat), visible=visible,
+              selected=idx, seq=row_seq)
+    o_bar = np.zeros((n, H, r_kv), f32)
+    for r in range(n):
+        for bx in range(Pm['head_tiles']):
+            mla_block(Pa, Pm, bx, r, o_bar)
+    want = np.zeros((n, H, r_kv)); bad = 0
+    for r in range(n):
+        b, v = row_seq[r], visible[r]
+        K = np.array([paged(d_lat, d_I)(b, u) for u in range(v)], np.float64)
+        s_ = (w[r][:, None] * np.maximum(q[r].reshape(H_I, d_I).astype(np.float64) @ K.T, 0)).sum(0)
+        order = sorted(range(v), key=lambda u: (-s_[u], u)); kr = min(top_k, v)
+        got = [u for u in idx[r] if u >= 0]
+        if set(got) != set(order[:kr]) and (len(got) != kr or any(abs(s_[u] - s_[order[kr - 1]]) > 1e-5 for u in set(got) ^ set(order[:kr]))):
+            bad += 1
+        L = np.array([paged(0, d_lat)(b, u) for u in got], np.float64)
+        sc = tau * q_hat[r].astype(np.float64) @ L.T
+        pr = np.exp(sc - sc.max(1, keepdims=True)); pr /= pr.sum(1, keepdims=True)
+        want[r] = pr @ L[:, :r_kv]
+    err = np.linalg.norm(o_bar - want) / np.linalg.norm(want)
+    print(f"step {parts} H_I {H_I} top {top_k} (k {k_sel}) qb {Pi['qb']} splits {Pi['n_split']}: {bad} rows off the CPU's top-k, ō err {err:.2e}")
+    assert bad == 0 and err < 1e-2, "fused DSA step emulation off the CPU model's semantics"
+
 if __name__ == '__main__':
     which = sys.argv[1]
     if which == 'indexer':
         check_indexer(*[int(a) for a in sys.argv[2:]])
+    elif which == 'step':
+        check_step(*[int(a) for a in sys.argv[2:8]], sys.argv[8])
     else:
         check_mla(*[int(a) for a in sys.argv[2:]])

@@ -116,6 +116,7 @@ struct PagedRows {
 struct IndexerPlan {
     bool supported = false;
     const char* why = nullptr;
+    int n_q = 0, n_head = 0, d = 0, top_k = 0;  // planned for: a call may have fewer queries
     int queries_per_block = 1;
     int n_split = 1;
     int key_tile = 64;
@@ -163,7 +164,8 @@ struct IndexerTopkParams {
 struct MlaSparsePlan {
     bool supported = false;
     const char* why = nullptr;
-    int row_blocks = 1;  // 16-head row blocks per block (1 or 2)
+    int n_head = 0, r_kv = 0, d_r = 0;  // planned for: a call has exactly these
+    int row_blocks = 1;                 // 16-head row blocks per block (1 or 2)
     int key_tile = 64;
     int head_tiles = 0;  // blocks per query
     int ld_lat = 0;      // row stride (elements) of the bf16 query and key tiles

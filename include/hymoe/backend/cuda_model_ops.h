@@ -2,7 +2,7 @@
 // hymoe/backend/cuda_ops.h: dtype casts and row moves, the KDA conv and recurrence over a packed
 // batch with one device state per sequence, the paged MLA/DSA cache's append and gather, the causal
 // softmax of the absorbed attention over all heads at once, the DSA indexer's decode scores read
-// from the pages, ReLU², and the MoE combine into fp32. A packed batch is the host's
+// from the pages and ReLU². A packed batch is the host's
 // model::SeqBatch: sequence s owns rows [offsets[s], offsets[s+1]). Every pointer is a device
 // pointer, every call asynchronous on `s`, all arithmetic fp32 in the CPU blocks' order.
 // CUDA builds only (src/backend/cuda/model_ops.cu); no CUDA header here.
@@ -20,6 +20,8 @@ namespace hymoe::backend::cuda {
 
 // Bytes free on the current device now (cudaMemGetInfo).
 size_t device_free_bytes();
+// Streaming multiprocessors of the current device (the fused kernels' plans size grids by it).
+int device_sm_count();
 // p[0, bytes) ← 0, queued on s.
 void zero(void* p, size_t bytes, const Stream& s);
 
@@ -135,16 +137,5 @@ struct IndexerDecode {
     float* scores = nullptr;  // [B, max_keys]
 };
 void indexer_decode_scores(const Stream& s, const IndexerDecode& p);
-
-// ---- MoE ---------------------------------------------------------------------------------------
-
-// acc [n_tok, w] f32 = Σ_{i<k, row[t·k+i] ≥ 0} weight[t·k+i] · out [n_rows, w] row row[t·k+i],
-// in slot order (model/moe.cpp's combine); out f32 or bf16, row int64, weight f32.
-void moe_combine(const Stream& s,
-                 const Tensor& out,
-                 const Tensor& row,
-                 const Tensor& weight,
-                 int64_t k,
-                 Tensor& acc);
 
 }  // namespace hymoe::backend::cuda

@@ -92,6 +92,11 @@ void greedy_rows(const Stream& s, const Tensor& logits, Tensor& tokens, Tensor& 
 // logprobs [rows] f32 = runtime::token_logprob of the given tokens [rows] int64 (prompt
 // logprobs: the row of position t scored at token t + 1).
 void token_logprobs(const Stream& s, const Tensor& logits, const Tensor& tokens, Tensor& logprobs);
+// A row's top tokens reduced for the host sampler (model::TopLogits): idx [rows, n] int64 from
+// top_k_rows(logits, n), values [rows, n] f32 = the logits there, log_sum [rows] doubles on the
+// device = log Σ_j e^{x_j − x[idx[r, 0]]}, summed in double (as runtime::token_logprob).
+void top_logit_rows(
+    const Stream& s, const Tensor& logits, const Tensor& idx, Tensor& values, double* log_sum);
 
 // ---- causal depthwise conv (conv.cu) ---------------------------------------------------------
 
@@ -107,7 +112,7 @@ void causal_conv(const Stream& s, const Tensor& u, const Tensor& w, Tensor& tail
 void moe_permute(const Stream& s, const Tensor& z, const Tensor& row, int64_t k, Tensor& in);
 // The combine of model/moe.cpp: acc [n_tok, w] row t = Σ_{i<k, row[t·k+i] ≥ 0} weight[t·k+i] ·
 // out [n_rows, w] row row[t·k+i], summed in fp32 in slot order (so it does not depend on the
-// order the experts ran in); weight [n_tok·k] f32 on the device.
+// order the experts ran in); weight [n_tok·k] f32 on the device; acc in out's dtype or f32.
 void moe_unpermute(const Stream& s,
                    const Tensor& out,
                    const Tensor& row,

@@ -6,19 +6,21 @@
 //   - KDA: the q|k|v projection in one GEMM, the causal conv and the recurrence over the whole
 //     packed batch in one launch each, every sequence's state [H, K, V] and conv tail on the
 //     device;
-//   - MLA/DSA: the absorbed (MQA) form over the cached latent [c_kv | k_r] in the device pages,
-//     prefill chunks per sequence (scores by GEMM, causal softmax, DSA mask from the indexer's
-//     top-k), single-token rows of every sequence in one paged decode launch (DSA: the top-k of
-//     the indexer's scores read from the pages);
+//   - MLA/DSA: the absorbed (MQA) form over the cached latent [c_kv | k_r] in the device pages;
+//     DSA with fused kernels and bf16 matrices at widths they take (model/fused_step.h): every
+//     row of the step in one fused indexer top-k and one sparse MLA launch over the pages;
+//     otherwise prefill chunks per sequence (scores by GEMM, causal softmax, DSA mask from the
+//     indexer's top-k) and single-token rows of every sequence in one paged decode launch (DSA:
+//     the top-k of the indexer's scores read from the pages);
 //   - MoE: router logits on the device, the routing itself (top-k, groups, capacity) on the host
 //     with the CPU's code (one device-to-host copy of [n_tok, E] logits a layer), then permute,
 //     grouped expert GEMMs and the slot-ordered combine on the device; with `fused` (bf16
 //     SwiGLU dropless layers), routing and dispatch on the device too.
 // Decode graphs (`graphs`): a step whose every sequence has one row replays a CUDA graph captured
 // per (batch bucket, key bucket) when it qualifies (model/decode_graph_plan.h: fused paths only,
-// no stats, no media, resident KV pages, no DSA layer for now): its rows padded to the bucket
-// with a dummy sequence, its metadata moved by one copy into fixed device buffers, its scratch
-// in one fixed workspace, the real rows' logits copied back (src/model/cuda/
+// no stats, no media, KV pages resident on the device): its rows padded to the bucket with a
+// dummy sequence, its metadata moved by one copy into fixed device buffers, its scratch in one
+// fixed workspace, the real rows' logits (or top tokens) copied back (src/model/cuda/
 // device_decode_graphs.h). Any other step runs eagerly, with the same results.
 // Layout: the whole model on one rank (tp = pp = ep = 1; dp replicas each hold their own copy).
 // ForwardOptions::kda_mode, attn_mode and stage_out do not apply (one form of each block, one

@@ -39,17 +39,17 @@ bool moe_runs_fused(
 
 // What the GPU model fixes at its construction.
 struct DecodeGraphModel {
-    bool graphs = false;        // CudaModelOptions::graphs
-    bool fused = false;         // CudaModelOptions::fused
-    DType dtype = DType::bf16;  // its matrices
-    bool kda_slots = false;     // KDA states are slots of one pool (the fused decode's addressing)
-    // DSA decode's shapes depend on the rows and top_k alone (no host decision on the step's key
-    // count): true once DSA decode runs the fused indexer_topk + mla_sparse kernels.
-    bool dsa_fixed_shapes = false;
+    bool graphs = false;         // CudaModelOptions::graphs
+    bool fused = false;          // CudaModelOptions::fused
+    DType dtype = DType::bf16;   // its matrices
+    bool kda_slots = false;      // KDA states are slots of one pool (the fused decode's addressing)
+    int n_sm = 0;                // the device's SMs (the fused DSA plans split keys by them)
     int64_t max_key_bucket = 0;  // the largest key bucket whose scores the workspace holds
 };
 
-// Why a step runs eagerly (none: it may replay a graph).
+// Why a step runs eagerly (none: it may replay a graph). A DSA layer qualifies on the fused
+// indexer_topk + mla_sparse path (model/fused_step.h dsa_fused_plan for B rows of up to
+// key-bucket visible keys, bf16): its shapes then follow the graph's, not the step's key counts.
 enum class GraphRefusal {
     none,
     off,         // graphs or the fused kernels switched off
@@ -59,7 +59,7 @@ enum class GraphRefusal {
     too_many,    // more sequences than the largest bucket
     kda,         // a KDA layer would not run the fused decode kernel
     moe,         // an MoE layer would route on the host at the bucket's size
-    dsa,         // a DSA layer whose decode sizes itself by the step's key count on the host
+    dsa,         // a DSA layer off the fused kernels at the graph's sizes (B rows, key bucket)
     kv_store,    // the KV pages are not plainly resident on the device (or not one store)
     keys,        // the key bucket's scores do not fit the workspace
 };

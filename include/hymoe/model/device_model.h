@@ -3,10 +3,11 @@
 // device, and one call runs a forward over a packed batch with model::forward's arguments and
 // results, so the engine's batching, paging and sampling are the same on either side. The
 // engine's page bookkeeping stays in the host KvPool (block tables, free list); the rows are in
-// the store kv_store() makes. The CUDA implementation is model/cuda_model.h (CUDA builds);
+// the store kv_store() makes (on the device), or host_kv_store() (in host memory, staged on the
+// device a step's layer at a time). The CUDA implementation is model/cuda_model.h (CUDA builds);
 // this interface is plain C++ in every build.
-// Invariants: a sequence made by new_sequence(), and a store made by kv_store(), must not
-// outlive the model; one forward at a time.
+// Invariants: a sequence made by new_sequence(), and a store made by kv_store() or
+// host_kv_store(), must not outlive the model; one forward at a time.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,18 @@
 #include "hymoe/model/model.h"
 
 namespace hymoe::model {
+
+// The last row of each sequence reduced on the device, so that a step sends the host a few
+// numbers a row instead of [n_seq, V] logits: the row's n best tokens in the sampler's order
+// (logit descending, ties to the smaller id), their logits, and log Σ_j e^{x_j − max} summed in
+// double (max = the first logit), from which runtime/sampler.h's rules give the same tokens
+// and logprobs as from the whole row (greedy n ≥ 1, top-k sampling n ≥ top_k, top logprobs n ≥ N).
+struct TopLogits {
+    int n = 0;                    // tokens kept a row: set by the caller
+    std::vector<int64_t> tokens;  // [rows, n]
+    std::vector<float> logits;    // [rows, n]
+    std::vector<double> log_sum;  // [rows]
+};
 
 class DeviceModel {
 public:
@@ -33,13 +46,24 @@ public:
     // KV pages of page_bytes that fit on the device next to the weights, with room kept for
     // max_seqs sequences' KDA states and one step of max_tokens rows.
     virtual int64_t kv_page_budget(int64_t page_bytes) const = 0;
+    // The host tier (inference.kv_cache.offload: host): the rows of a KvPool with `layout` in
+    // pinned host memory, and on the device only two slots for a step's pages of one attention
+    // layer each (the running one and the next, prefetched); host reads (KvStore::page) work
+    // between forwards.
+    virtual std::unique_ptr<KvStore> host_kv_store(const KvLayout& layout) = 0;
+    // KV pages of page_bytes for host_kv_store: at most host_bytes of them in pinned memory, and
+    // their slots (each up to all pages of one layer) on the device as kv_page_budget leaves room.
+    virtual int64_t host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) const = 0;
     // model::forward on the device: the same tokens, batch, states (from new_sequence, paged
-    // into a pool of kv_store's) and options; logits come back to the host.
+    // into a pool of kv_store's) and options; logits come back to the host. With `top` (and
+    // options.logits == last) the rows come back reduced to *top instead (top->n set, 1 ≤ n ≤ V)
+    // and `logits` is left empty.
     virtual void forward(const std::vector<int64_t>& tokens,
                          const SeqBatch& batch,
                          const std::vector<SequenceState*>& states,
                          Buffer& logits,
-                         const ForwardOptions& options = {}) = 0;
+                         const ForwardOptions& options,
+                         TopLogits* top) = 0;
     // One line for the log: device, dtype, memory used by the weights.
     virtual std::string describe() const = 0;
 };

@@ -28,8 +28,11 @@
 // KV offload (inference.kv_cache.offload): EngineOptions::kv_store gives each lane's pool its
 // store, e.g. the spill-file tier of runtime/kv_spill.h.
 // GPU (EngineOptions::device): the device model makes the sequences' states and the pools' stores
-// and runs every forward; batching, paging and sampling (on the host, from the logits) are the
-// same, so the outputs are the CPU's up to the device's rounding.
+// (kv_store, or its host tier host_kv_store given as EngineOptions::kv_store) and runs every
+// forward; batching, paging and sampling are the same, so the outputs are the CPU's up to the
+// device's rounding. Sampling stays on the host: a step's last rows come back reduced to their
+// best few tokens (model::TopLogits: greedy, top-k sampling, top logprobs) and whole only where
+// the rules read the whole row (sampling without top-k, prompt logprobs).
 #pragma once
 
 #include <cstdint>
@@ -59,7 +62,8 @@ struct EngineOptions {
     int max_new_tokens = 64;  // for requests that do not give their own
     int page_tokens = 64;     // KV cache page size (inference.kv_cache.page_tokens)
     int64_t kv_pages = std::numeric_limits<int32_t>::max();  // per dp replica, split over lanes
-    model::KvStoreFactory kv_store;  // where each lane's pages live; empty: all in memory
+    model::KvStoreFactory kv_store;  // where each lane's pages live; empty: all in memory (with
+                                     //   a device: DeviceModel::kv_store, on the device)
     SamplingParams sampling;
     uint64_t seed = 0;
     int64_t eos_id = -1;           // −1: no stop token
@@ -138,7 +142,9 @@ model::Model build_model(const Job& job, const parallel::Grid& grid);
 // least over the ranks (collective), so every rank of a replica pages alike.
 int64_t kv_pages(const Job& job, int64_t page_bytes, const parallel::Grid& grid);
 // The same on the GPU: inference.kv_cache.pages (an error when they do not fit next to the
-// weights), or (auto) the device model's budget; the least over the ranks (collective).
+// weights), or (auto) the device model's budget; the least over the ranks (collective). With
+// kv_cache.offload: host, the host tier's budget (DeviceModel::host_kv_page_budget): pages in
+// half the node's available memory shared by the world's ranks, their two layer slots on the GPU.
 int64_t device_kv_pages(const Job& job,
                         const model::DeviceModel& device,
                         int64_t page_bytes,

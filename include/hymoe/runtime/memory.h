@@ -6,7 +6,8 @@
 // (a GPU's CUDA context and NCCL buffers). The KV pages are counted twice: all of them at their
 // most (kv_pages, what the plan's KV pages are), and what the rank held of them in memory at most
 // (kv_resident: the same without offload; with kv_cache.offload: file, the spill tier's two
-// layer slots), which is what `allocated` counts. Logged for rank 0 and written to profile.h5.
+// layer slots; on the GPU none, or with offload: host every page's pinned host memory), which is
+// what `allocated` counts. Logged for rank 0 and written to profile.h5.
 #pragma once
 
 #include <array>

@@ -32,6 +32,17 @@ struct Candidate {
 // logits [V]
 std::vector<Candidate> sampler_candidates(const float* logits, int64_t V, const SamplingParams& p);
 
+// The same from a row's n best tokens already in candidate order (logit descending, id ascending)
+// with their logits, tokens [n] and logits [n]: equal to sampler_candidates on the whole row when
+// n ≥ 1 for greedy and n ≥ top_k > 0 otherwise (what a device sends instead of the row).
+std::vector<Candidate> sampler_candidates_sorted(const int64_t* tokens,
+                                                 const float* logits,
+                                                 int64_t n,
+                                                 const SamplingParams& p);
+
+// The first candidate whose cumulative probability exceeds u in [0, 1).
+int64_t draw_candidate(const std::vector<Candidate>& c, float u);
+
 // The token for uniform u in [0, 1). logits [V]
 int64_t sample_token(const float* logits, int64_t V, const SamplingParams& p, float u);
 

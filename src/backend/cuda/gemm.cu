@@ -193,6 +193,12 @@ void Blas::grouped_linear(const Tensor& x,
     if (groups == 0)
         return;
     HYMOE_CHECK(groups <= max_groups_, "grouped_linear: ", groups, " experts > ", max_groups_);
+    // The pointer tables go through host staging read at copy time: not capturable in a graph.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    HYMOE_CUDA_CHECK(cudaStreamIsCapturing(stream_.get(), &capture), "grouped GEMM");
+    HYMOE_CHECK(capture == cudaStreamCaptureStatusNone,
+                "grouped_linear: called while its stream is captured into a CUDA graph (its "
+                "pointer tables are staged from the host at each call)");
     // The staging may still feed the previous call's copy: wait for that copy, not the GEMM.
     HYMOE_CUDA_CHECK(cudaEventSynchronize(tables_copied_), "grouped GEMM tables");
     void** host = static_cast<void**>(host_tables_.data());

@@ -165,7 +165,8 @@ void launch(const Stream& s, const IndexerTopkParams& p, const IndexerPlan& P) {
 
 void indexer_topk(const Stream& s, const IndexerTopkParams& p, const IndexerPlan& P) {
     HYMOE_CHECK(P.supported, "indexer_topk: ", P.why ? P.why : "no plan");
-    HYMOE_CHECK(p.n_q >= 0 && p.n_q <= 65535 * P.queries_per_block && p.top_k > 0 &&
+    HYMOE_CHECK(p.n_q >= 0 && p.n_q <= P.n_q && p.n_head == P.n_head && p.d == P.d &&
+                    p.top_k == P.top_k && p.n_q <= 65535 * P.queries_per_block && p.top_k > 0 &&
                     (p.n_head * P.queries_per_block) % 16 == 0 && p.d % 16 == 0 &&
                     P.capacity >= p.top_k + P.key_tile &&
                     (P.queries_per_block == 1 || p.seq == nullptr) &&
@@ -179,7 +180,15 @@ void indexer_topk(const Stream& s, const IndexerTopkParams& p, const IndexerPlan
                 p.d,
                 " top_k ",
                 p.top_k,
-                " against its plan (",
+                " against its plan (n_q ",
+                P.n_q,
+                " H_I ",
+                P.n_head,
+                " d_I ",
+                P.d,
+                " top_k ",
+                P.top_k,
+                ", ",
                 P.queries_per_block,
                 " queries a block, capacity ",
                 P.capacity,

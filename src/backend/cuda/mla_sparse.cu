@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 void mla_sparse(const Stream& s, const MlaSparseParams& p, const MlaSparsePlan& P) {
     HYMOE_CHECK(P.supported, "mla_sparse: ", P.why ? P.why : "no plan");
     const int CS = kWarps / P.row_blocks;
-    HYMOE_CHECK(p.n_q >= 0 && p.n_q <= 65535 && p.n_head > 0 &&
+    HYMOE_CHECK(p.n_q >= 0 && p.n_q <= 65535 && p.n_head == P.n_head && p.r_kv == P.r_kv &&
+                    p.d_r == P.d_r && p.n_head > 0 &&
                     p.n_head <= 16 * P.row_blocks * P.head_tiles && (p.r_kv + p.d_r) % 16 == 0 &&
                     p.r_kv % (16 * CS) == 0 && p.r_kv / CS / 8 <= kMaxOTiles && p.n_selected >= 0 &&
                     (p.cache.dtype == DType::f32 || p.cache.dtype == DType::bf16),
@@ -186,7 +187,13 @@ void mla_sparse(const Stream& s, const MlaSparseParams& p, const MlaSparsePlan& 
                 p.r_kv,
                 " d_r ",
                 p.d_r,
-                " against its plan (",
+                " against its plan (H ",
+                P.n_head,
+                " r_kv ",
+                P.r_kv,
+                " d_r ",
+                P.d_r,
+                ", ",
                 P.row_blocks,
                 " row blocks)");
     HYMOE_CHECK(p.n_q == 0 || (p.q_hat && p.cache.rows && p.visible && p.o_bar &&

@@ -37,17 +37,20 @@ __device__ inline uint32_t smem_address(const void* p) {
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_address(row)));
+                 : "r"(smem_address(row))
+                 : "memory");
 }
 __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_address(row)));
+                 : "r"(smem_address(row))
+                 : "memory");
 }
 __device__ inline void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                  : "=r"(r[0]), "=r"(r[1])
-                 : "r"(smem_address(row)));
+                 : "r"(smem_address(row))
+                 : "memory");
 }
 
 // The 16×16 A tile at `a` (row-major, stride ld). ldmatrix matrices 0..3 are (rows 0-7, k 0-7),
@@ -147,15 +150,16 @@ __device__ inline void store_c_bf16(__nv_bfloat16* out,
 __device__ inline void cp_async16(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)),
                  "l"(src),
-                 "r"(valid ? 16 : 0));
+                 "r"(valid ? 16 : 0)
+                 : "memory");
 }
 __device__ inline void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 // Waits until at most n committed groups are still in flight.
 template <int n>
 __device__ inline void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(n));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
 }
 
 }  // namespace hymoe::backend::cuda::mma

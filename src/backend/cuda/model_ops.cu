@@ -207,27 +207,6 @@ __global__ void indexer_decode_kernel(const IndexerDecode p) {
     p.scores[b * p.max_keys + u] = acc;
 }
 
-template <class T>
-__global__ void combine_kernel(const T* out,
-                               const int64_t* row,
-                               const float* weight,
-                               int64_t n_tok,
-                               int64_t k,
-                               int64_t width,
-                               float* acc) {
-    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n_tok * width;
-         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t t = j / width, col = j % width;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < k; ++i) {
-            const int64_t r = row[t * k + i];
-            if (r >= 0)
-                sum += weight[t * k + i] * load(out, r * width + col);
-        }
-        acc[j] = sum;
-    }
-}
-
 void check_rows(const Tensor& src, const Tensor& idx, const Tensor& dst, const char* op) {
     check_float(src, op, src.dtype);
     check_float(dst, op, src.dtype);
@@ -249,6 +228,14 @@ size_t device_free_bytes() {
     size_t free = 0, total = 0;
     HYMOE_CUDA_CHECK(cudaMemGetInfo(&free, &total), "free device memory");
     return free;
+}
+
+int device_sm_count() {
+    int device = 0, n = 0;
+    HYMOE_CUDA_CHECK(cudaGetDevice(&device), "current device");
+    HYMOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+                     "SM count");
+    return n;
 }
 
 void zero(void* p, size_t bytes, const Stream& s) {
@@ -479,41 +466,6 @@ void indexer_decode_scores(const Stream& s, const IndexerDecode& p) {
     const dim3 grid(grid_for(p.max_keys, kBlock), static_cast<unsigned>(p.n_seq));
     indexer_decode_kernel<<<grid, kBlock, 0, s.get()>>>(p);
     check_launch("indexer_decode_scores");
-}
-
-void moe_combine(const Stream& s,
-                 const Tensor& out,
-                 const Tensor& row,
-                 const Tensor& weight,
-                 int64_t k,
-                 Tensor& acc) {
-    check_float(out, "moe_combine", out.dtype);
-    check_float(acc, "moe_combine", DType::f32);
-    const int64_t n_tok = acc.dim(0), width = acc.dim(-1);
-    HYMOE_CHECK(k > 0 && out.dim(-1) == width && row.device == Device::cuda &&
-                    row.dtype == DType::i64 && row.numel() == n_tok * k &&
-                    weight.device == Device::cuda && weight.dtype == DType::f32 &&
-                    weight.numel() == n_tok * k,
-                "moe_combine: out ",
-                shape_string(out.shape),
-                " acc ",
-                shape_string(acc.shape),
-                " k ",
-                k);
-    if (n_tok * width == 0)
-        return;
-    dispatch(out.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        combine_kernel<T>
-            <<<grid_for(n_tok * width, kBlock), kBlock, 0, s.get()>>>(out.ptr<T>(),
-                                                                      row.ptr<int64_t>(),
-                                                                      weight.ptr<float>(),
-                                                                      n_tok,
-                                                                      k,
-                                                                      width,
-                                                                      acc.ptr<float>());
-    });
-    check_launch("moe_combine");
 }
 
 }  // namespace hymoe::backend::cuda

@@ -21,14 +21,14 @@ __global__ void permute_kernel(
     }
 }
 
-template <class T>
+template <class T, class Acc>
 __global__ void unpermute_kernel(const T* out,
                                  const int64_t* row,
                                  const float* weight,
                                  int64_t n_tok,
                                  int64_t k,
                                  int64_t width,
-                                 T* acc) {
+                                 Acc* acc) {
     for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n_tok * width;
          j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t t = j / width, col = j % width;
@@ -83,7 +83,13 @@ void moe_unpermute(const Stream& s,
                    int64_t k,
                    Tensor& acc) {
     check_float(out, "moe_unpermute", out.dtype);
-    check_float(acc, "moe_unpermute", out.dtype);
+    HYMOE_CHECK(acc.dtype == out.dtype || acc.dtype == DType::f32,
+                "moe_unpermute: acc in ",
+                to_string(acc.dtype),
+                " for out in ",
+                to_string(out.dtype),
+                " (out's dtype or f32)");
+    check_float(acc, "moe_unpermute", acc.dtype);
     const int64_t n_tok = acc.dim(0), width = acc.dim(-1);
     HYMOE_CHECK(k > 0 && acc.shape.size() == 2 && out.shape.size() == 2 && out.dim(1) == width,
                 "moe_unpermute: out ",
@@ -100,8 +106,14 @@ void moe_unpermute(const Stream& s,
         return;
     dispatch(out.dtype, [&](auto tag) {
         using T = decltype(tag);
-        unpermute_kernel<T><<<grid_for(n_tok * width, kBlock), kBlock, 0, s.get()>>>(
-            out.ptr<T>(), row.ptr<int64_t>(), weight.ptr<float>(), n_tok, k, width, acc.ptr<T>());
+        const auto launch = [&](auto* acc_data) {
+            unpermute_kernel<<<grid_for(n_tok * width, kBlock), kBlock, 0, s.get()>>>(
+                out.ptr<T>(), row.ptr<int64_t>(), weight.ptr<float>(), n_tok, k, width, acc_data);
+        };
+        if (acc.dtype == DType::f32)
+            launch(acc.ptr<float>());
+        else
+            launch(acc.ptr<T>());
     });
     check_launch("moe_unpermute");
 }

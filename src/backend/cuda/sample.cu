@@ -1,7 +1,8 @@
 // Greedy decoding and logprobs on the device (hymoe/backend/cuda_ops.h), with the host sampler's
 // rules (runtime/sampler.h): the argmax takes the smallest id among equal maxima, and
 // log_softmax(x)[t] = x[t] − max − log Σ e^{x − max} with the exponentials summed in double.
-// One block per row: a (value, id) reduction, then a double-precision sum.
+// One block per row: a (value, id) reduction, then a double-precision sum. top_logit_rows gives the
+// host sampler a row's top tokens' logits and the same double sum (model::TopLogits).
 #include <cmath>
 
 #include "hymoe/backend/cuda_ops.h"
@@ -58,6 +59,30 @@ __global__ void logprob_kernel(
     }
 }
 
+// Row blockIdx.x: values ← the logits at idx (idx[0] the row's maximum), log_sum ← log Σ e^{x −
+// max}.
+__global__ void top_logit_kernel(
+    const float* logits, int64_t V, const int64_t* idx, int64_t n, float* values, double* log_sum) {
+    __shared__ double part[kBlock];
+    const float* x = logits + static_cast<int64_t>(blockIdx.x) * V;
+    const int64_t* row_idx = idx + static_cast<int64_t>(blockIdx.x) * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        values[static_cast<int64_t>(blockIdx.x) * n + i] = x[row_idx[i]];
+    const double mx = static_cast<double>(x[row_idx[0]]);
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+        sum += exp(static_cast<double>(x[i]) - mx);
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = kBlock / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        log_sum[blockIdx.x] = log(part[0]);
+}
+
 void launch(const Stream& s,
             const Tensor& logits,
             bool choose,
@@ -95,6 +120,31 @@ void greedy_rows(const Stream& s, const Tensor& logits, Tensor& tokens, Tensor& 
 
 void token_logprobs(const Stream& s, const Tensor& logits, const Tensor& tokens, Tensor& logprobs) {
     launch(s, logits, false, tokens, logprobs, "token_logprobs");
+}
+
+void top_logit_rows(
+    const Stream& s, const Tensor& logits, const Tensor& idx, Tensor& values, double* log_sum) {
+    const int64_t rows = logits.shape.size() == 2 ? logits.dim(0) : -1, V = logits.dim(-1);
+    const int64_t n = idx.dim(-1);
+    HYMOE_CHECK(logits.device == Device::cuda && logits.dtype == DType::f32 && rows >= 0 &&
+                    idx.device == Device::cuda && idx.dtype == DType::i64 &&
+                    (idx.shape == Shape{rows, n}) && n >= 1 && n <= V &&
+                    values.device == Device::cuda && values.dtype == DType::f32 &&
+                    values.shape == idx.shape && rows <= INT32_MAX,
+                "top_logit_rows: logits ",
+                to_string(logits.dtype),
+                shape_string(logits.shape),
+                " idx ",
+                to_string(idx.dtype),
+                shape_string(idx.shape),
+                " values ",
+                to_string(values.dtype),
+                shape_string(values.shape));
+    if (rows == 0)
+        return;
+    top_logit_kernel<<<static_cast<unsigned>(rows), kBlock, 0, s.get()>>>(
+        logits.ptr<float>(), V, idx.ptr<int64_t>(), n, values.ptr<float>(), log_sum);
+    check_launch("top_logit_rows");
 }
 
 }  // namespace hymoe::backend::cuda

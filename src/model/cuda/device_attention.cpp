@@ -4,7 +4,12 @@
 // key k_r, the indexer's q, k, w), the new rows appended to the layer's device pages, then
 //   q̂_h = [W_kvb[h, :d_n]ᵀ q_n,h | q_r,h],  ō_h = softmax(τ q̂_h · [c_kv | k_r]ᵀ + mask) · c_kv,
 //   o_h = W_kvb[h, d_n:] ō_h,  y = o_proj(concat_h o_h [⊙ σ(W_g x)]),
-// with the keys of each query: single-token rows (decode) of all sequences in paged launches
+// with the keys of each query its visible ones (position + 1, its own included), for DSA only the
+// indexer's top-k of them (model::indexer_mask: ties to the smaller key, all of them when they
+// are no more than top-k). DSA with the fused kernels (step.fused, bf16, sizes their plans take,
+// model/fused_step.h): every row of the step in one indexer_topk over the pages and one
+// mla_sparse over the selected rows (cuda_fused.h; bf16 operands, fp32 scores and softmax).
+// Otherwise the generic ops: single-token rows (decode) of all sequences in paged launches
 // (cuda_ops.h mla_decode; DSA: the top-k of the indexer's scores over the pages), and each
 // prefill chunk by two GEMMs over its sequence's gathered latent, all heads at once; both in
 // groups (of sequences, or of a chunk's queries) whose scores stay under kScoreFloats (DSA: the
@@ -15,6 +20,7 @@
 #include "device_blocks.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/model/fused_step.h"
 
 namespace hymoe::model::gpu {
 
@@ -296,6 +302,85 @@ void attend_chunk(Gpu& g,
     }
 }
 
+// The most keys a row of the step sees: the longest sequence's length after the step.
+int64_t max_visible(const StepBatch& step) {
+    const SeqBatch& batch = *step.batch;
+    int64_t most = 0;
+    for (int64_t q = 0; q < step.n_seq; ++q)
+        most = std::max(most, batch.pos0[q] + batch.length(q));
+    return most;
+}
+
+// ō of every row of the step at once (DSA, fused kernels): indexer_topk ranks each row's visible
+// keys (the indexer keys at column d_lat of the layer's page rows) and keeps its top-k, then
+// mla_sparse attends to those latent rows. The indexer's time goes to indexer_seconds.
+void attend_fused(Gpu& g,
+                  const ModelConfig& cfg,
+                  const DsaFusedPlan& plan,
+                  const Projected& p,
+                  const Tensor& q_hat,  // [n, H·d_lat]
+                  const StepBatch& step,
+                  int layer,
+                  Tensor& o_bar,  // [n, H·r_kv]
+                  double* indexer_seconds) {
+    const Dims m = dims_of(cfg);
+    const int n = static_cast<int>(step.n_tok);
+    const cu::Stream& st = g.stream;
+    const cu::KvPages kv = step.pages_of(layer);
+    auto columns_from = [&](int64_t col) {  // the layer's page rows from column col on
+        cu::PagedRows r;
+        r.rows = kv.pages + col;
+        r.dtype = DType::f32;
+        r.row_stride = kv.row_stride;
+        r.page_stride = kv.page_stride;
+        r.page_tokens = kv.page_tokens;
+        r.block_table = kv.block_table;
+        r.max_pages = kv.max_pages;
+        return r;
+    };
+    Scratch s(g.arena);
+    Tensor idx = s(DType::i32, {n, plan.top_k});  // [n, top_k] keys best first, −1 after
+    Tensor scratch;                               // the indexer's split candidates
+    if (plan.indexer.scratch_bytes > 0)
+        scratch = s(DType::i32, {(plan.indexer.scratch_bytes + 3) / 4});
+    if (indexer_seconds)
+        st.synchronize();
+    const double start = wall_seconds();
+    cu::IndexerTopkParams ip;
+    ip.n_q = n;
+    ip.n_head = static_cast<int>(m.h_i);
+    ip.d = static_cast<int>(m.d_i);
+    ip.top_k = plan.top_k;
+    ip.q_dtype = DType::f32;
+    ip.q = p.q_idx.data;
+    ip.w = p.w_idx.ptr<float>();
+    ip.visible = step.visible.ptr<int32_t>();
+    // two queries a block share the block table's row 0 (one sequence), else each its own row
+    ip.seq = plan.indexer.queries_per_block == 1 ? step.row_seq.ptr<int32_t>() : nullptr;
+    ip.keys = columns_from(m.d_lat());
+    ip.idx = idx.ptr<int32_t>();
+    ip.scratch = scratch.data;
+    cu::indexer_topk(st, ip, plan.indexer);
+    if (indexer_seconds) {
+        st.synchronize();
+        *indexer_seconds += wall_seconds() - start;
+    }
+    cu::MlaSparseParams ap;
+    ap.n_q = n;
+    ap.n_head = static_cast<int>(m.H);
+    ap.r_kv = static_cast<int>(m.r_kv);
+    ap.d_r = static_cast<int>(m.d_r);
+    ap.tau = static_cast<float>(mla_softmax_scale(cfg.mla));
+    ap.q_hat = q_hat.ptr<float>();
+    ap.cache = columns_from(0);
+    ap.seq = step.row_seq.ptr<int32_t>();
+    ap.visible = step.visible.ptr<int32_t>();
+    ap.selected = idx.ptr<int32_t>();
+    ap.n_selected = plan.top_k;
+    ap.o_bar = o_bar.ptr<float>();
+    cu::mla_sparse(st, ap, plan.attention);
+}
+
 }  // namespace
 
 void attention_block(Gpu& g,
@@ -351,11 +436,19 @@ void attention_block(Gpu& g,
 
     // ō [n, H, r_kv] over each query's keys
     Tensor o_bar = s(DType::f32, {n, H * m.r_kv});
-    if (step.n_one > 0)
-        attend_one_rows(g, cfg, dsa, p, q_hat, step, layer, o_bar);
-    for (int64_t seq = 0; seq < step.n_seq; ++seq)
-        if (step.batch->length(seq) > 1)
-            attend_chunk(g, cfg, dsa, p, q_hat, step, layer, seq, o_bar);
+    const DsaFusedPlan fused =
+        dsa && step.fused && cd == DType::bf16
+            ? dsa_fused_plan(cfg, n, max_visible(step), step.n_seq == 1, cu::device_sm_count())
+            : DsaFusedPlan{};
+    if (fused.supported) {
+        attend_fused(g, cfg, fused, p, q_hat, step, layer, o_bar, indexer_seconds);
+    } else {
+        if (step.n_one > 0)
+            attend_one_rows(g, cfg, dsa, p, q_hat, step, layer, o_bar);
+        for (int64_t seq = 0; seq < step.n_seq; ++seq)
+            if (step.batch->length(seq) > 1)
+                attend_chunk(g, cfg, dsa, p, q_hat, step, layer, seq, o_bar);
+    }
 
     // o_h = W_kvb[h, d_n:] ō_h, the gate, o_proj
     const Tensor obc = in_dtype(g, s, o_bar, cd);

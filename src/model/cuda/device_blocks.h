@@ -172,12 +172,15 @@ Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype);
 
 // ---- one step on the device (device_model.cpp fills it) -----------------------------------------
 
+class HostKvStore;  // the host tier of the KV pages (device_kv_offload.h)
+
 struct StepBatch {
     const SeqBatch* batch = nullptr;
     int64_t n_tok = 0, n_seq = 0;
     Tensor offsets;     // i64 [n_seq + 1]
     Tensor row_seq;     // i32 [n_tok] sequence of each row
     Tensor positions;   // i64 [n_tok] absolute position of each row
+    Tensor visible;     // i32 [n_tok] keys each row sees: its position + 1 (its own included)
     int64_t n_kda = 0;  // the model's KDA layers
     Tensor kda_states;  // float* [2, n_kda_layers, n_seq] each sequence's layer S, then its tail
     // The same S as slots of a pool for the fused kernels (cuda_fused.h KdaBatchParams): layer
@@ -200,6 +203,9 @@ struct StepBatch {
     Tensor one_table;  // i32 [n_one, max_pages] their block tables
     Tensor one_keys;   // i32 [n_one] their keys after the step (the query's own included)
     int64_t one_max_keys = 0;
+    // The pool's host tier, whose slots `pages` points into (block tables in slot indices);
+    // null: the pages are all on the device.
+    HostKvStore* host_kv = nullptr;
 
     cu::KvPages pages_of(int layer) const {
         return {pages + layer_offset[layer],

@@ -107,7 +107,7 @@ DecodeGraphRunner::Graph& DecodeGraphRunner::graph(int bucket, int64_t key_bucke
     gr.padded.offsets.resize(static_cast<size_t>(bucket) + 1);
     for (int r = 0; r <= bucket; ++r)
         gr.padded.offsets[static_cast<size_t>(r)] = r;
-    gr.padded.pos0.assign(static_cast<size_t>(bucket), 0);
+    gr.padded.pos0.assign(static_cast<size_t>(bucket), std::max<int64_t>(key_bucket - 1, 0));
     return graph_.emplace(std::make_pair(bucket, key_bucket), std::move(gr)).first->second;
 }
 
@@ -180,6 +180,7 @@ StepBatch DecodeGraphRunner::step_of(const Graph& gr) const {
     s.one_rows = at(L.one_rows, DType::i64, {B});
     s.one_table = s.block_table;
     s.one_keys = at(L.one_keys, DType::i32, {B});
+    s.visible = s.one_keys;  // a decode row sees its keys, its own included
     s.one_max_keys = gr.key_bucket;
     return s;
 }
@@ -202,9 +203,7 @@ void DecodeGraphRunner::queue(const Graph& gr) {
                 " scratch blocks held");
 }
 
-void DecodeGraphRunner::run(const std::vector<DecodeRow>& rows,
-                            const KvGeometry* kv,
-                            Buffer& logits) {
+Tensor DecodeGraphRunner::run(const std::vector<DecodeRow>& rows, const KvGeometry* kv) {
     const auto n = static_cast<int>(rows.size());
     int64_t keys = 0;  // the key bucket (0: no attention layer)
     if (kv) {
@@ -229,12 +228,7 @@ void DecodeGraphRunner::run(const std::vector<DecodeRow>& rows,
     dg.run(g_.stream, n);
     counters_.captures += dg.captured() - captured;
     ++counters_.graph_steps;
-    logits = Buffer(DType::f32, {n, vocab_});
-    cu::copy_to_host(logits.ptr<float>(),
-                     logits_.data,
-                     static_cast<size_t>(n * vocab_) * sizeof(float),
-                     g_.stream);
-    g_.stream.synchronize();
+    return logits_.rows(0, n);
 }
 
 }  // namespace hymoe::model::gpu

@@ -9,7 +9,8 @@
 //     position 0, one key in a reserved KV page, a scratch KDA state zeroed at each step's start;
 //   - the step's scratch comes from one workspace at fixed addresses that every graph shares (one
 //     replays at a time on the stream), through a LIFO stack (device_blocks.h Workspace);
-//   - logits land in a fixed [max batch, V] buffer, of which the n real rows are downloaded.
+//   - logits land in a fixed [max batch, V] buffer, of which the caller downloads the n real rows
+//     (or their top tokens).
 // The first use of a (B, key bucket) runs the step once eagerly on padding alone (one-time
 // setup outside the capture: cuBLAS state, kernel attributes), then captures it (DecodeGraphs).
 // A graph bakes in the KV store's page base: a step over another store with the same page
@@ -87,9 +88,10 @@ public:
     DecodeGraphRunner& operator=(const DecodeGraphRunner&) = delete;
 
     const cu::DecodeBuckets& buckets() const { return buckets_; }
-    // One decode step: rows (1 ≤ n ≤ max batch) over the pages of kv (null: no attention layer);
-    // logits [n, V] come to the host. The stream is idle on return.
-    void run(const std::vector<DecodeRow>& rows, const KvGeometry* kv, Buffer& logits);
+    // Queues one decode step: rows (1 ≤ n ≤ max batch) over the pages of kv (null: no attention
+    // layer). Returns the real rows' logits [n, V] f32 on the device, valid until the next run;
+    // the caller synchronises the stream before that (the metadata's staging is reused).
+    Tensor run(const std::vector<DecodeRow>& rows, const KvGeometry* kv);
     const DecodeGraphCounters& counters() const { return counters_; }
 
 private:
@@ -99,7 +101,9 @@ private:
         int64_t key_bucket = 0;
         ArenaBlock meta;                         // device [layout.bytes]
         std::unique_ptr<cu::PinnedBuffer> host;  // its staging
-        SeqBatch padded;                         // B sequences of one row (the blocks' host view)
+        // the blocks' host view: B sequences of one row, each at position key_bucket − 1 (the
+        // most keys a row of the graph may see: what the DSA plan is sized for)
+        SeqBatch padded;
     };
     Graph& graph(int bucket, int64_t key_bucket);
     cu::DecodeGraphs& graphs(int64_t key_bucket);

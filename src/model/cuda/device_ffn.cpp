@@ -155,7 +155,7 @@ std::vector<int64_t> routed_host(Gpu& g,
     }
     Tensor out = s(cd, {n_rows, width});  // [n_rows, w]
     g.blas.grouped_linear(activate(g, m.expert_act, gate, up), w.down, r.tokens_per_expert, out);
-    cu::moe_combine(g.stream, out, row_dev, weight_dev, k, acc);
+    cu::moe_unpermute(g.stream, out, row_dev, weight_dev, k, acc);
     return std::move(r.tokens_per_expert);
 }
 

@@ -1,22 +1,26 @@
 // The GPU model (model/cuda_model.h): the weights uploaded once, the KV pages of a pool in one
 // device block (KvPool's layout: page p holds every attention layer's rows of its tokens, layer
 // after layer), every sequence's KDA states in one device block made at its first forward and
-// freed with it, and the forward: the step's packed batch on the device (offsets, positions,
+// freed with it (or the pool's rows in pinned host memory, staged a layer at a time:
+// device_kv_offload.h), and the forward: the step's packed batch on the device (offsets, positions,
 // block tables, state pointers; one small upload each), the embedding, the layers
 // (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h), blocks in device_*.cpp), the final norm and the
-// head, and one copy of the logits to the host. A pure decode step that qualifies
-// (decode_graph_plan.h) replays a CUDA graph of the same embedding, layers and head instead
-// (device_decode_graphs.h); the layer loop is one function both paths run.
+// head, and one copy of the logits to the host (or of each row's top tokens: model::TopLogits).
+// A pure decode step that qualifies (decode_graph_plan.h) replays a CUDA graph of the same
+// embedding, layers and head instead (device_decode_graphs.h); the layer loop is one function
+// both paths run.
 #include <algorithm>
 #include <limits>
 #include <memory>
 
 #include "device_blocks.h"
 #include "device_decode_graphs.h"
+#include "device_kv_offload.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/cuda_model.h"
+#include "hymoe/model/fused_step.h"
 
 namespace hymoe::model {
 
@@ -75,8 +79,6 @@ public:
                        " lives on the GPU; only the GPU model reads it");
     }
     int64_t peak_resident_bytes() const override { return 0; }  // no host memory
-    // Every page stays at pages() for the store's life, so a captured step may address it.
-    bool resident() const { return true; }
 
     cu::DeviceArena& arena() const { return arena_; }
     float* pages() const { return pages_; }
@@ -98,11 +100,16 @@ public:
         return std::make_unique<CudaKvStore>(layout, g_->arena);
     }
     int64_t kv_page_budget(int64_t page_bytes) const override;
+    std::unique_ptr<KvStore> host_kv_store(const KvLayout& layout) override {
+        return std::make_unique<gpu::HostKvStore>(layout, *g_);
+    }
+    int64_t host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) const override;
     void forward(const std::vector<int64_t>& tokens,
                  const SeqBatch& batch,
                  const std::vector<SequenceState*>& states,
                  Buffer& logits,
-                 const ForwardOptions& options) override;
+                 const ForwardOptions& options,
+                 TopLogits* top) override;
     std::string describe() const override;
     DecodeGraphCounters graph_counters() const {
         return graphs_ ? graphs_->counters() : DecodeGraphCounters{};
@@ -113,6 +120,8 @@ private:
     void check_call(const std::vector<int64_t>& tokens,
                     const SeqBatch& batch,
                     const std::vector<SequenceState*>& states) const;
+    // out's rows reduced to top.n tokens each (TopLogits), their copies queued to the host.
+    void download_top(Scratch& s, const Tensor& out, TopLogits& top);
     gpu::StepBatch make_step(Scratch& s,
                              const SeqBatch& batch,
                              const std::vector<SequenceState*>& states);
@@ -131,14 +140,20 @@ private:
                        const SeqBatch& batch,
                        const std::vector<SequenceState*>& states,
                        Buffer& logits,
-                       const ForwardOptions& options);
+                       const ForwardOptions& options,
+                       TopLogits* top);
     // Floats a step's row holds at the widest point of a block (inputs, outputs, their casts).
     int64_t row_floats() const;
+    // Bytes the fused blocks' own buffers take in a step of `rows` rows (one block's at a time).
+    int64_t fused_bytes(int64_t rows) const;
     // The decode graphs' rules for this model and, when its decode steps can qualify, their
     // runner (workspace, logits buffer, padding).
     void make_graphs();
-    // Bytes one step of max_tokens rows may hold at once (activations, scores, logits).
+    // Bytes one step of max_tokens rows may hold at once (activations, scores, the fused
+    // blocks' buffers, logits).
     int64_t step_bytes() const;
+    // Device bytes left for KV pages: next to the weights, max_seqs KDA states and one step.
+    int64_t kv_room() const;
     // Floats of one sequence's KDA block: its layers' S and tails, and room to align S to a slot.
     int64_t sequence_floats() const {
         return n_kda_ == 0 ? 0 : n_kda_ * (s_floats_ + tail_floats_) + (kda_slots_ ? s_floats_ : 0);
@@ -159,7 +174,7 @@ private:
     bool kda_slots_ = false;    // the arena's S slots fit int32 (the fused kernels' slot ids)
     size_t weight_bytes_ = 0;
     DecodeGraphModel graph_model_;
-    std::unique_ptr<gpu::DecodeGraphRunner> graphs_;  // null when graphs are off
+    std::unique_ptr<gpu::DecodeGraphRunner> graphs_;  // null when no decode step can qualify
 };
 
 CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.cfg), o_(o) {
@@ -201,7 +216,6 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
                                        static_cast<size_t>(s_floats_ * int64_t{sizeof(float)}) <
                                    static_cast<size_t>(std::numeric_limits<int32_t>::max());
     weight_bytes_ = g_->arena.book().used() - before;
-
     make_graphs();
 }
 
@@ -210,9 +224,7 @@ void CudaModel::make_graphs() {
     graph_model_.fused = o_.fused;
     graph_model_.dtype = o_.dtype;
     graph_model_.kda_slots = kda_slots_;
-    // DSA decode sizes its top-k by the step's key count on the host (device_attention.cpp
-    // attend_one_rows): true once it runs the fused indexer_topk + mla_sparse kernels
-    graph_model_.dsa_fixed_shapes = false;
+    graph_model_.n_sm = cu::device_sm_count();
     graph_model_.max_key_bucket = key_bucket(1);
     while (graph_model_.max_key_bucket * 2 * std::max(cfg_.mla.n_head, 1) <= gpu::kScoreFloats)
         graph_model_.max_key_bucket *= 2;
@@ -222,11 +234,11 @@ void CudaModel::make_graphs() {
     if (decode_graph_refusal(cfg_, graph_model_, buckets, single_sequence(1), {}, true) !=
         GraphRefusal::none)
         return;
-    // the workspace: a step of max_seqs rows with room to spare, and one group's scores
-    const auto rows = static_cast<size_t>(buckets.max());
-    const size_t workspace = 2 * rows * static_cast<size_t>(row_floats()) * sizeof(float) +
-                             static_cast<size_t>(gpu::kScoreFloats) * sizeof(float) +
-                             (size_t{16} << 20);
+    // the workspace: a step of max_seqs rows with room to spare, the fused blocks' buffers and
+    // one group's scores
+    const int64_t rows = buckets.max();
+    const auto workspace = static_cast<size_t>(2 * rows * row_floats() * 4 + fused_bytes(rows) +
+                                               gpu::kScoreFloats * 4 + (int64_t{16} << 20));
     graphs_ = std::make_unique<gpu::DecodeGraphRunner>(
         *g_,
         buckets.max(),
@@ -274,17 +286,44 @@ int64_t CudaModel::row_floats() const {
     return 4 * d + std::max({kda, mla, moe, dense});
 }
 
+int64_t CudaModel::fused_bytes(int64_t rows) const {
+    // selections, plan scratch
+    return o_.fused && o_.dtype == DType::bf16
+               ? std::max(moe_fused_bytes(cfg_, rows),
+                          dsa_fused_bytes(cfg_, rows, cu::device_sm_count()))
+               : 0;
+}
+
 int64_t CudaModel::step_bytes() const {
     const int64_t T = o_.max_tokens, B = o_.max_seqs, V = cfg_.vocab_size;
     const int64_t per_row = row_floats() + (o_.logits_all ? V : 0);
-    return 4 * (T * per_row + B * V) + (int64_t{256} << 20);  // + attention scores (bounded)
+    return 4 * (T * per_row + B * V) + (int64_t{256} << 20) + fused_bytes(T);  // + scores
 }
 
-int64_t CudaModel::kv_page_budget(int64_t page_bytes) const {
+int64_t CudaModel::kv_room() const {
     const cu::OffsetAllocator& book = g_->arena.book();
     const int64_t seqs = int64_t{o_.max_seqs} * sequence_floats() * 4;
     const int64_t left = static_cast<int64_t>(book.capacity() - book.used()) - step_bytes() - seqs;
-    return std::max<int64_t>(left, 0) / std::max<int64_t>(page_bytes, 1);
+    return std::max<int64_t>(left, 0);
+}
+
+int64_t CudaModel::kv_page_budget(int64_t page_bytes) const {
+    return kv_room() / std::max<int64_t>(page_bytes, 1);
+}
+
+int64_t CudaModel::host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) const {
+    KvLayout one;  // one page: its slots on the device
+    one.capacity = 1;
+    int64_t row = 0;  // floats a token over the attention layers
+    for (const LayerSpec& l : cfg_.layers) {
+        one.width.push_back(kv_row_floats(cfg_, l.mixer));
+        row += one.width.back();
+    }
+    const int64_t host = host_bytes / std::max<int64_t>(page_bytes, 1);
+    if (row == 0)
+        return host;
+    one.page_tokens = static_cast<int>(page_bytes / (row * 4));
+    return std::min(host, kv_room() / std::max<int64_t>(gpu::HostKvStore::slot_bytes(one), 1));
 }
 
 std::string CudaModel::describe() const {
@@ -362,14 +401,17 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
     step.n_seq = batch.n_seq();
     std::vector<int32_t> row_seq(static_cast<size_t>(step.n_tok));
     std::vector<int64_t> positions(static_cast<size_t>(step.n_tok));
+    std::vector<int32_t> visible(static_cast<size_t>(step.n_tok));
     for (int64_t q = 0; q < step.n_seq; ++q)
         for (int64_t t = batch.offsets[q]; t < batch.offsets[q + 1]; ++t) {
             row_seq[t] = static_cast<int32_t>(q);
             positions[t] = batch.pos0[q] + (t - batch.offsets[q]);
+            visible[t] = static_cast<int32_t>(positions[t] + 1);
         }
     step.offsets = gpu::upload_values(*g_, s, batch.offsets, DType::i64);
     step.row_seq = gpu::upload_values(*g_, s, row_seq, DType::i32);
     step.positions = gpu::upload_values(*g_, s, positions, DType::i64);
+    step.visible = gpu::upload_values(*g_, s, visible, DType::i32);
 
     // KDA: each sequence's state block (a new one zeroed), S and tail pointers and S slots per
     // (layer, sequence)
@@ -410,12 +452,16 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
     if (pool == nullptr)
         return step;
     auto* store = dynamic_cast<CudaKvStore*>(&pool->store());
-    HYMOE_CHECK(store != nullptr && &store->arena() == &g_->arena,
-                "GPU forward: the KvPool's pages are not this GPU model's (DeviceModel::kv_store)");
-    step.pages = store->pages();
-    step.page_stride = store->page_floats();
+    auto* host_kv = dynamic_cast<gpu::HostKvStore*>(&pool->store());
+    HYMOE_CHECK(store ? &store->arena() == &g_->arena : host_kv != nullptr && host_kv->on(*g_),
+                "GPU forward: the KvPool's pages are not this GPU model's (DeviceModel::kv_store "
+                "or host_kv_store)");
+    if (store != nullptr) {  // the host tier sets these in stage_step
+        step.pages = store->pages();
+        step.page_stride = store->page_floats();
+        step.layer_offset = store->offsets();
+    }
     step.page_tokens = pool->page_tokens();
-    step.layer_offset = store->offsets();
     step.row_width.resize(cfg_.layers.size());
     for (size_t i = 0; i < cfg_.layers.size(); ++i)
         step.row_width[i] = pool->row_width(static_cast<int>(i));
@@ -440,6 +486,11 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
                     " tokens, not ",
                     keys);
         std::copy(pages.begin(), pages.end(), table.begin() + q * step.max_pages);
+    }
+    if (host_kv != nullptr)  // the tables in slot indices
+        host_kv->stage_step(batch, table, step);
+    for (int64_t q = 0; q < step.n_seq; ++q) {
+        const int64_t keys = batch.pos0[q] + batch.length(q);
         if (batch.length(q) != 1)
             continue;
         one_rows.push_back(batch.offsets[q]);
@@ -486,6 +537,8 @@ void CudaModel::layers(const gpu::StepBatch& step, Tensor& h, ForwardStats& stat
         if (spec.mixer == Mixer::kda) {
             gpu::kda_block(*g_, cfg_, w.kda, xn, step, kda_index_[i], cd, y);
         } else {
+            if (step.host_kv != nullptr)
+                step.host_kv->await_layer(static_cast<int>(i));
             double indexer = 0;
             gpu::attention_block(*g_,
                                  cfg_,
@@ -497,6 +550,8 @@ void CudaModel::layers(const gpu::StepBatch& step, Tensor& h, ForwardStats& stat
                                  cd,
                                  y,
                                  timed ? &indexer : nullptr);
+            if (step.host_kv != nullptr)
+                step.host_kv->release_layer(static_cast<int>(i));
             stats.attn.indexer_seconds += indexer;
             stats.attn.attention_seconds += now() - t0 - indexer;
         }
@@ -514,6 +569,8 @@ void CudaModel::layers(const gpu::StepBatch& step, Tensor& h, ForwardStats& stat
         cu::add_inplace(st, h, y);
         stats.ffn_seconds[i] += now() - t1;
     }
+    if (step.host_kv != nullptr)
+        step.host_kv->finish_step();
 }
 
 void CudaModel::head(Scratch& s, const Tensor& rows, Tensor& out) {
@@ -534,19 +591,36 @@ void advance(const ModelConfig& cfg,
     }
 }
 
+void CudaModel::download_top(Scratch& s, const Tensor& out, TopLogits& top) {
+    const int64_t r = out.dim(0), n = top.n;
+    const cu::Stream& st = g_->stream;
+    Tensor idx = s(DType::i64, {r, n}), values = s(DType::f32, {r, n});  // [r, n]
+    Tensor sums = s(DType::i64, {r});  // [r] doubles (an 8-byte element type)
+    cu::top_k_rows(st, out, n, idx);
+    cu::top_logit_rows(st, out, idx, values, static_cast<double*>(sums.data));
+    top.tokens.resize(static_cast<size_t>(r * n));
+    top.logits.resize(static_cast<size_t>(r * n));
+    top.log_sum.resize(static_cast<size_t>(r));
+    cu::copy_to_host(top.tokens.data(), idx.data, idx.bytes(), st);
+    cu::copy_to_host(top.logits.data(), values.data, values.bytes(), st);
+    cu::copy_to_host(top.log_sum.data(), sums.data, sums.bytes(), st);
+}
+
 bool CudaModel::forward_graph(const std::vector<int64_t>& tokens,
                               const SeqBatch& batch,
                               const std::vector<SequenceState*>& states,
                               Buffer& logits,
-                              const ForwardOptions& options) {
-    // the store of the sequences' pages: one, this model's, resident
+                              const ForwardOptions& options,
+                              TopLogits* top) {
+    // the store of the sequences' pages: plainly resident (this model's CudaKvStore, not the host
+    // tier) and one for all
     KvPool* pool = nullptr;
     const CudaKvStore* store = nullptr;
     bool resident = true;
     if (first_attention_ >= 0 && !states.empty()) {
         pool = states[0]->attn[first_attention_].pool;
         store = pool ? dynamic_cast<const CudaKvStore*>(&pool->store()) : nullptr;
-        resident = store != nullptr && &store->arena() == &g_->arena && store->resident();
+        resident = store != nullptr && &store->arena() == &g_->arena;
         for (const SequenceState* st : states)
             resident = resident && st->attn[first_attention_].pool == pool;
     }
@@ -576,7 +650,16 @@ bool CudaModel::forward_graph(const std::vector<int64_t>& tokens,
         for (size_t i = 0; i < cfg_.layers.size(); ++i)
             kv.row_width.push_back(pool->row_width(static_cast<int>(i)));
     }
-    graphs_->run(rows, store ? &kv : nullptr, logits);
+    const Tensor out = graphs_->run(rows, store ? &kv : nullptr);  // [n, V] on the device
+    if (top != nullptr) {
+        Scratch s(g_->arena);
+        download_top(s, out, *top);
+        logits = Buffer();
+    } else {
+        logits = Buffer(DType::f32, out.shape);
+        cu::download(out, logits.view(), g_->stream);
+    }
+    g_->stream.synchronize();
     advance(cfg_, batch, states);
     return true;
 }
@@ -585,9 +668,16 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
                         const SeqBatch& batch,
                         const std::vector<SequenceState*>& states,
                         Buffer& logits,
-                        const ForwardOptions& options) {
+                        const ForwardOptions& options,
+                        TopLogits* top) {
     check_call(tokens, batch, states);
-    if (graphs_ && forward_graph(tokens, batch, states, logits, options))
+    HYMOE_CHECK(top == nullptr ||
+                    (options.logits == Logits::last && top->n >= 1 && top->n <= cfg_.vocab_size),
+                "GPU forward: the rows reduced to their top ",
+                top ? top->n : 0,
+                " tokens need last-row logits and 1 ≤ n ≤ ",
+                cfg_.vocab_size);
+    if (graphs_ && forward_graph(tokens, batch, states, logits, options, top))
         return;
     const int64_t n = batch.n_tok(), n_seq = batch.n_seq(), d = cfg_.hidden_size;
     const int64_t V = cfg_.vocab_size, n_layer = static_cast<int64_t>(cfg_.layers.size());
@@ -599,6 +689,8 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     stats.layer_flops.resize(n_layer);
     if (n == 0) {
         logits = Buffer(DType::f32, {0, V});
+        if (top != nullptr)
+            top->tokens.clear(), top->logits.clear(), top->log_sum.clear();
         return;
     }
     ++stats.steps;
@@ -647,8 +739,13 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     const int64_t r = rows.dim(0);
     Tensor out = s(DType::f32, {r, V});
     head(s, rows, out);
-    logits = Buffer(DType::f32, {r, V});
-    cu::download(out, logits.view(), st);
+    if (top != nullptr) {
+        download_top(s, out, *top);
+        logits = Buffer();
+    } else {
+        logits = Buffer(DType::f32, {r, V});
+        cu::download(out, logits.view(), st);
+    }
     st.synchronize();
     stats.head_seconds += wall_seconds() - t0;
 }

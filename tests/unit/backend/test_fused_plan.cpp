@@ -100,6 +100,8 @@ BOOST_AUTO_TEST_CASE(indexer_plan_blocks_regions_and_splits) {
     // DeepSeek-V3.2's indexer (64 heads of 128, top 2048): a prefill block of one sequence
     const cu::IndexerPlan pre = cu::indexer_topk_plan(8192, 8192, 64, 128, 2048, true, sms);
     BOOST_TEST_REQUIRE(pre.supported);
+    // the sizes the launch checks its call against
+    BOOST_TEST((pre.n_q == 8192 && pre.n_head == 64 && pre.d == 128 && pre.top_k == 2048));
     BOOST_TEST(pre.queries_per_block == 2);
     BOOST_TEST(pre.n_split == 1);
     BOOST_TEST(pre.capacity == 4096);
@@ -141,6 +143,7 @@ BOOST_AUTO_TEST_CASE(mla_sparse_plan_tiles_and_regions) {
          std::vector<std::array<int, 3>>{{16, 1, 1}, {8, 1, 1}, {40, 2, 2}, {128, 4, 2}}) {
         const cu::MlaSparsePlan P = cu::mla_sparse_plan(H, 512, 64);
         BOOST_TEST_REQUIRE(P.supported);
+        BOOST_TEST((P.n_head == H && P.r_kv == 512 && P.d_r == 64));
         BOOST_TEST(P.head_tiles == tiles);
         BOOST_TEST(P.row_blocks == rb);
         BOOST_TEST(P.smem_bytes <= cu::kDynamicSmemLimit);

@@ -1,7 +1,7 @@
 // The decode graphs' host side (model/decode_graph_plan.h) on the CPU: key buckets; the fused-MoE
 // rule against each of its conditions; every refusal of decode_graph_refusal on a model built to
-// qualify (tiny-kimi widened to the fused MoE kernels' sizes) and the DSA rule's switch; the
-// metadata layout (aligned, disjoint arrays) and its packing of 3 rows into a bucket of 4, read
+// qualify (tiny-kimi widened to the fused MoE kernels' sizes), DSA on and off the fused kernels;
+// the metadata layout (aligned, disjoint arrays) and its packing of 3 rows into a bucket of 4, read
 // back array by array, padding included, with the block-table checks.
 #include <cstdint>
 #include <cstring>
@@ -33,7 +33,13 @@ DecodeGraphModel graph_model() {
     m.fused = true;
     m.dtype = DType::bf16;
     m.kda_slots = true;
+    m.n_sm = 132;
     m.max_key_bucket = 4096;
+    return m;
+}
+
+DecodeGraphModel f32_model(DecodeGraphModel m) {
+    m.dtype = DType::f32;
     return m;
 }
 
@@ -132,17 +138,21 @@ BOOST_AUTO_TEST_CASE(every_refusal) {
     wide_kda.kda.head_dim = 256;
     BOOST_TEST((why(wide_kda, m, decode) == GraphRefusal::kda));
 
-    DecodeGraphModel f32 = m;
-    f32.dtype = DType::f32;
-    BOOST_TEST((why(c, f32, decode) == GraphRefusal::moe));
+    BOOST_TEST((why(c, f32_model(m), decode) == GraphRefusal::moe));
 
-    ModelConfig dsa = c;
+    ModelConfig dsa = c;  // a DSA layer whose latent (r_kv 32) the sparse attention does not take
     dsa.layers[3].mixer = Mixer::dsa;
     dsa.indexer = {16, 16, 8};
     BOOST_TEST((why(dsa, m, decode) == GraphRefusal::dsa));
-    DecodeGraphModel fixed = m;  // the fused DSA decode path: its shapes do not follow the keys
-    fixed.dsa_fixed_shapes = true;
-    BOOST_TEST((why(dsa, fixed, decode) == GraphRefusal::none));
+    ModelConfig deepseek = preset_config("tiny-deepseek");  // DSA throughout, on the fused path
+    deepseek.hidden_size = 128;
+    deepseek.moe.moe_intermediate = deepseek.moe.shared_intermediate = 64;
+    deepseek.mla.kv_lora_rank = 128;
+    deepseek.mla.qk_rope_head_dim = 16;
+    BOOST_TEST((why(deepseek, m, decode) == GraphRefusal::none));
+    BOOST_TEST((why(deepseek, f32_model(m), decode) == GraphRefusal::dsa));
+    deepseek.mla.q_lora_rank = 0;  // the fused indexer reads the query latent
+    BOOST_TEST((why(deepseek, m, decode) == GraphRefusal::dsa));
 
     BOOST_TEST((why(c, m, decode, plain, false) == GraphRefusal::kv_store));
     ModelConfig kda_only = c;  // no attention layer: no pages to be resident

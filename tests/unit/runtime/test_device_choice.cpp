@@ -80,7 +80,11 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
                "the GPU model runs no LoRA adapters (inference.adapters)");
     const rt::Job offload = job_of(infer_deck("cuda", ", kv_cache: {offload: file}"));
     BOOST_TEST(rt::device_limit(offload, true).value() ==
-               "the GPU model keeps its KV pages on the GPU (inference.kv_cache.offload: file)");
+               "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a "
+               "spill file (inference.kv_cache.offload: file; host offloads them on the GPU)");
+    const rt::Job host = job_of(infer_deck("cuda", ", kv_cache: {offload: host}"));
+    BOOST_TEST(!rt::device_limit(host, true).has_value());  // the GPU's host tier
+    BOOST_TEST(rt::device_limit(host, false).value().starts_with("this hymoe was built without"));
     const rt::Job invariant = job_of(infer_deck("cuda", ", batch_invariant: true"));
     BOOST_TEST(rt::device_limit(invariant, true).value() ==
                "the GPU model has no batch-invariant mode (inference.batch_invariant)");

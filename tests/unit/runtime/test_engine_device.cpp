@@ -1,7 +1,11 @@
 // The engine's device hooks (EngineOptions::device, model/device_model.h) in every build: a
 // DeviceModel that runs the host forward makes the sequences, the pools' stores and every step's
-// forward, and the engine's results are bit for bit those of the plain engine, with preemptions.
+// forward (or, given EngineOptions::kv_store, that factory makes the stores), and the engine's
+// results are bit for bit those of the plain engine, with preemptions; so are they when the
+// device reduces the last rows to their top tokens (model::TopLogits) for greedy decoding, top-k
+// sampling and top logprobs.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +15,7 @@
 #include "hymoe/core/rng.h"
 #include "hymoe/model/device_model.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/sampler.h"
 
 using namespace hymoe;
 
@@ -29,29 +34,74 @@ public:
         return model::make_memory_kv_store(layout);
     }
     int64_t kv_page_budget(int64_t) const override { return 0; }
+    std::unique_ptr<model::KvStore> host_kv_store(const model::KvLayout& layout) override {
+        ++host_stores;
+        return model::make_memory_kv_store(layout);
+    }
+    int64_t host_kv_page_budget(int64_t, int64_t) const override { return 0; }
     void forward(const std::vector<int64_t>& tokens,
                  const model::SeqBatch& batch,
                  const std::vector<model::SequenceState*>& states,
                  Buffer& logits,
-                 const model::ForwardOptions& options) override {
+                 const model::ForwardOptions& options,
+                 model::TopLogits* top) override {
         ++forwards;
         model::forward(m_, tokens, batch, states, logits, options);
+        if (top != nullptr) {
+            ++reduced;
+            BOOST_TEST((options.logits == model::Logits::last));
+            reduce_rows(logits, *top);
+            logits = Buffer();
+        }
     }
     std::string describe() const override { return "host"; }
 
-    int sequences = 0, stores = 0, forwards = 0;
+    int sequences = 0, stores = 0, host_stores = 0, forwards = 0, reduced = 0;
 
 private:
+    // Each row's top n in the sampler's order, their logits and log Σ e^{x − max} summed as
+    // runtime::token_logprob sums (what the GPU model computes, in another order).
+    static void reduce_rows(const Buffer& logits, model::TopLogits& top) {
+        const int64_t rows = logits.view().dim(0), V = logits.view().dim(1), n = top.n;
+        top.tokens.resize(static_cast<size_t>(rows * n));
+        top.logits.resize(static_cast<size_t>(rows * n));
+        top.log_sum.resize(static_cast<size_t>(rows));
+        std::vector<float> unused(static_cast<size_t>(n));
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* x = logits.ptr<float>() + r * V;
+            runtime::top_logprobs(x, V, static_cast<int>(n), &top.tokens[r * n], unused.data());
+            for (int64_t i = 0; i < n; ++i)
+                top.logits[r * n + i] = x[top.tokens[r * n + i]];
+            const double mx = static_cast<double>(top.logits[r * n]);
+            double sum = 0;
+            for (int64_t j = 0; j < V; ++j)
+                sum += std::exp(static_cast<double>(x[j]) - mx);
+            top.log_sum[r] = std::log(sum);
+        }
+    }
+
     const model::Model& m_;
 };
 
-std::vector<runtime::Finished> run(const model::Model& m, model::DeviceModel* device) {
+struct Sampling {
+    runtime::SamplingParams params;
+    int top_logprobs = 0;
+    bool prompt_logprobs = true;
+};
+
+std::vector<runtime::Finished> run(const model::Model& m,
+                                   model::DeviceModel* device,
+                                   const Sampling& sampling = {},
+                                   const model::KvStoreFactory& kv_store = {}) {
     runtime::EngineOptions o;
     o.max_seqs = 4, o.max_tokens = 32, o.prefill_chunk = 8;
     o.max_new_tokens = 6, o.progress_every_s = 0, o.seed = 3;
     o.page_tokens = 4, o.kv_pages = 14;  // few pages: preemptions
-    o.prompt_logprobs = true;
+    o.sampling = sampling.params;
+    o.top_logprobs = sampling.top_logprobs;
+    o.prompt_logprobs = sampling.prompt_logprobs;
     o.device = device;
+    o.kv_store = kv_store;
     Philox rng(9, 0, 0);
     std::vector<runtime::Pending> reqs(10);
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -78,6 +128,21 @@ std::vector<runtime::Finished> run(const model::Model& m, model::DeviceModel* de
     return out;
 }
 
+void expect_same(const std::vector<runtime::Finished>& dev,
+                 const std::vector<runtime::Finished>& host) {
+    BOOST_REQUIRE_EQUAL(dev.size(), host.size());
+    for (size_t i = 0; i < dev.size(); ++i) {
+        BOOST_TEST(dev[i].tokens == host[i].tokens, boost::test_tools::per_element());
+        BOOST_TEST(dev[i].logprobs == host[i].logprobs, boost::test_tools::per_element());
+        BOOST_TEST(dev[i].prompt_logprobs == host[i].prompt_logprobs,
+                   boost::test_tools::per_element());
+        BOOST_TEST(dev[i].top_tokens == host[i].top_tokens, boost::test_tools::per_element());
+        BOOST_TEST(dev[i].top_logprobs == host[i].top_logprobs, boost::test_tools::per_element());
+        BOOST_TEST(dev[i].greedy_token == host[i].greedy_token);
+        BOOST_TEST(dev[i].greedy_logprob == host[i].greedy_logprob);
+    }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(engine_device)
@@ -88,16 +153,49 @@ BOOST_AUTO_TEST_CASE(a_device_model_runs_every_step_with_the_same_results) {
     const std::vector<runtime::Finished> host = run(m, nullptr);
     HostDevice device(m);
     const std::vector<runtime::Finished> dev = run(m, &device);
-    BOOST_TEST(device.stores == 1);      // one lane
+    BOOST_TEST(device.stores == 1);  // one lane
+    BOOST_TEST(device.host_stores == 0);
     BOOST_TEST(device.sequences >= 10);  // every admission and every preemption
     BOOST_TEST(device.forwards > 0);
-    BOOST_REQUIRE_EQUAL(dev.size(), host.size());
-    for (size_t i = 0; i < dev.size(); ++i) {
-        BOOST_TEST(dev[i].tokens == host[i].tokens, boost::test_tools::per_element());
-        BOOST_TEST(dev[i].logprobs == host[i].logprobs, boost::test_tools::per_element());
-        BOOST_TEST(dev[i].prompt_logprobs == host[i].prompt_logprobs,
-                   boost::test_tools::per_element());
+    expect_same(dev, host);
+}
+
+// Greedy with top logprobs, top-k sampling with and without prompt logprobs: the device's top
+// rows decide as the whole rows do; sampling without top-k gets the whole rows.
+BOOST_AUTO_TEST_CASE(rows_reduced_on_the_device_decide_as_the_whole_rows) {
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, 5);
+    const Sampling cases[] = {
+        {{}, 3, false},              // greedy, top 3 logprobs: every step reduced
+        {{0.8, 5, 0.9}, 2, true},    // top-k sampling: decode steps reduced
+        {{1.2, 40, 1.0}, 0, false},  // top-k sampling without any prompt logprobs
+        {{1.0, 0, 0.9}, 0, false},   // top-p alone reads the whole row: never reduced
+    };
+    for (const Sampling& c : cases) {
+        const std::vector<runtime::Finished> host = run(m, nullptr, c);
+        HostDevice device(m);
+        expect_same(run(m, &device, c), host);
+        if (c.params.temperature > 0 && c.params.top_k == 0)
+            BOOST_TEST(device.reduced == 0);
+        else if (c.prompt_logprobs)
+            BOOST_TEST((device.reduced > 0 && device.reduced < device.forwards));
+        else
+            BOOST_TEST(device.reduced == device.forwards);
     }
+}
+
+BOOST_AUTO_TEST_CASE(a_store_factory_given_with_a_device_makes_the_pools_stores) {
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, 5);
+    const std::vector<runtime::Finished> host = run(m, nullptr);
+    HostDevice device(m);
+    const std::vector<runtime::Finished> dev =
+        run(m, &device, {}, [&](const model::KvLayout& l) { return device.host_kv_store(l); });
+    BOOST_TEST(device.host_stores == 1);  // the factory's, for the one lane
+    BOOST_TEST(device.stores == 0);
+    BOOST_REQUIRE_EQUAL(dev.size(), host.size());
+    for (size_t i = 0; i < dev.size(); ++i)
+        BOOST_TEST(dev[i].tokens == host[i].tokens, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

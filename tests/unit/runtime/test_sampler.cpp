@@ -1,7 +1,10 @@
 // Sampler rules (runtime/sampler.h): greedy = argmax with ties to the smallest id; top-k and top-p
 // masks worked out by hand; temperature draws follow softmax(logits / T) for a fixed seed; the
-// same (seed, request, token index) always gives the same token.
+// same (seed, request, token index) always gives the same token; a row's top n (what a device
+// sends) gives the whole row's candidates exactly.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -100,6 +103,41 @@ BOOST_AUTO_TEST_CASE(token_logprob_is_the_raw_log_softmax) {
     const std::vector<float> logits = {0.0f, std::log(3.0f)};
     BOOST_TEST(rt::token_logprob(logits.data(), 2, 1) == std::log(0.75),
                boost::test_tools::tolerance(1e-7));
+}
+
+BOOST_AUTO_TEST_CASE(a_rows_top_n_gives_the_whole_rows_candidates) {
+    const int64_t V = 300;
+    hymoe::Philox rng(4, 0, 0);
+    for (int row = 0; row < 20; ++row) {
+        std::vector<float> logits(V);  // coarse values: many ties
+        rng.fill_normal(logits.data(), logits.size(), 0.0f, 2.0f);
+        for (float& x : logits)
+            x = std::round(x * 4) / 4;
+        for (const SamplingParams& p : {SamplingParams{},
+                                        SamplingParams{0.7, 1, 1.0},
+                                        SamplingParams{1.0, 8, 1.0},
+                                        SamplingParams{0.8, 50, 0.9},
+                                        SamplingParams{1.3, 40, 0.3}}) {
+            const int64_t n = std::max(p.top_k, 1) + row % 3;  // at least what the rules read
+            std::vector<int64_t> order(V);
+            std::iota(order.begin(), order.end(), int64_t{0});
+            std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+                return logits[a] > logits[b];
+            });
+            std::vector<float> top(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i)
+                top[i] = logits[order[i]];
+            const auto whole = rt::sampler_candidates(logits.data(), V, p);
+            const auto part = rt::sampler_candidates_sorted(order.data(), top.data(), n, p);
+            BOOST_TEST_REQUIRE(part.size() == whole.size());
+            for (size_t i = 0; i < part.size(); ++i) {
+                BOOST_TEST(part[i].token == whole[i].token);
+                BOOST_TEST(part[i].prob == whole[i].prob);  // the same sums in the same order
+            }
+            const float u = rng.uniform();
+            BOOST_TEST(rt::draw_candidate(part, u) == rt::sample_token(logits.data(), V, p, u));
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

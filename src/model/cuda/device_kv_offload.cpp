@@ -1,0 +1,112 @@
+// The host tier of the GPU model's KV pages (device_kv_offload.h).
+#include "device_kv_offload.h"
+
+#include "hymoe/core/error.h"
+
+namespace hymoe::model::gpu {
+
+namespace {
+
+constexpr int64_t kF = sizeof(float);
+
+}  // namespace
+
+int64_t HostKvStore::slot_bytes(const KvLayout& layout) {
+    const KvTierLayout at(layout);
+    return at.n_slots * at.slot_floats * kF;
+}
+
+HostKvStore::HostKvStore(const KvLayout& layout, Gpu& g) : at_(layout), g_(g) {
+    if (at_.host_floats > 0)
+        host_ = std::make_unique<backend::cuda::PinnedBuffer>(
+            static_cast<size_t>(at_.host_floats * kF));
+    if (at_.n_slots * at_.slot_floats > 0)
+        slots_ = static_cast<float*>(
+            g_.arena.allocate(static_cast<size_t>(at_.n_slots * at_.slot_floats * kF)));
+}
+
+HostKvStore::~HostKvStore() {
+    try {  // no copy may outlive the memory it reads or writes (none is left after a forward)
+        copies_.synchronize();
+    } catch (const Error&) {  // a failed stream: nothing left to wait for, and no throw here
+    }
+    if (slots_ != nullptr)
+        g_.arena.free(slots_);
+}
+
+void HostKvStore::grow(int64_t n) {
+    HYMOE_CHECK(n <= at_.kv.capacity, "host KV pages: page ", n, " of ", at_.kv.capacity);
+}
+
+float* HostKvStore::page(int layer, int32_t page, bool) {
+    HYMOE_CHECK(layer >= 0 && static_cast<size_t>(layer) < at_.rank.size() &&
+                    at_.rank[static_cast<size_t>(layer)] >= 0 && page >= 0 &&
+                    page < at_.kv.capacity,
+                "host KV pages: page ",
+                page,
+                " of layer ",
+                layer);
+    return static_cast<float*>(host_->data()) + at_.host_offset[static_cast<size_t>(layer)] +
+           page * at_.kv.layer_page_floats(layer);
+}
+
+void HostKvStore::stage_step(const SeqBatch& batch, std::vector<int32_t>& table, StepBatch& step) {
+    staging_ = stage_kv_pages(table, step.max_pages, batch, at_.kv.page_tokens, at_.kv.capacity);
+    table = staging_.table;
+    step.pages = slots_;
+    step.page_stride = at_.slot_page_floats;
+    step.layer_offset = at_.slot_offset;
+    step.host_kv = this;
+    started_.record(g_.stream);  // the last step's users of the slots are queued before this
+    backend::cuda::wait_for(copies_, started_);
+    for (int k = 0; k < at_.n_slots; ++k)
+        fetch(at_.attention[static_cast<size_t>(k)]);
+}
+
+void HostKvStore::await_layer(int layer) {
+    backend::cuda::wait_for(g_.stream, fetched_[at_.slot_of(layer)]);
+}
+
+void HostKvStore::release_layer(int layer) {
+    const int slot = at_.slot_of(layer);
+    released_[slot].record(g_.stream);
+    backend::cuda::wait_for(copies_, released_[slot]);
+    write_back(layer);
+    const auto after_next = static_cast<size_t>(at_.rank[static_cast<size_t>(layer)] + 2);
+    if (after_next < at_.attention.size())
+        fetch(at_.attention[after_next]);
+}
+
+void HostKvStore::finish_step() {
+    written_.record(copies_);
+    backend::cuda::wait_for(g_.stream, written_);
+}
+
+void HostKvStore::fetch(int layer) {
+    const auto page_bytes = static_cast<size_t>(at_.kv.layer_page_floats(layer) * kF);
+    const auto* host = static_cast<const float*>(host_->data());
+    for (const KvTierLayout::Copy& c : at_.copies(layer, staging_.fetch))
+        backend::cuda::copy_rows_to_device(slots_ + c.slot,
+                                           static_cast<size_t>(at_.slot_page_floats * kF),
+                                           host + c.host,
+                                           page_bytes,
+                                           page_bytes,
+                                           static_cast<size_t>(c.pages),
+                                           copies_);
+    fetched_[at_.slot_of(layer)].record(copies_);
+}
+
+void HostKvStore::write_back(int layer) {
+    const auto page_bytes = static_cast<size_t>(at_.kv.layer_page_floats(layer) * kF);
+    auto* host = static_cast<float*>(host_->data());
+    for (const KvTierLayout::Copy& c : at_.copies(layer, staging_.write))
+        backend::cuda::copy_rows_to_host(host + c.host,
+                                         page_bytes,
+                                         slots_ + c.slot,
+                                         static_cast<size_t>(at_.slot_page_floats * kF),
+                                         page_bytes,
+                                         static_cast<size_t>(c.pages),
+                                         copies_);
+}
+
+}  // namespace hymoe::model::gpu

@@ -1,0 +1,76 @@
+// The host tier of the GPU model's KV pages (inference.kv_cache.offload: host; DeviceModel::
+// host_kv_store): a pool's rows live in pinned host memory and the device holds only the step's
+// pages of two attention layers, the one running and the next, in two slots (model/kv_staging.h
+// has the index logic: KvTierLayout places the rows, stage_kv_pages plans a step).
+//   - Host: every page of the pool, laid out [layer][page] ([capacity, page_tokens, width] a
+//     layer), so that pool pages p..p+n of one layer are one contiguous run.
+//   - Device: slot k mod 2 for the k-th MLA/DSA layer, [capacity, page_tokens, widest row] (the
+//     step's pages in slot order; disjoint block tables keep them within capacity), allocated
+//     with the store: the steps of a full pool touch about all of its pages, so slots sized for
+//     capacity cost what a busy engine needs anyway, and never move or grow.
+//   - A step (CudaModel::make_step calls stage_step): the block tables become slot indices, and
+//     StepBatch's pages, page stride and layer offsets point each layer at its slot, so the
+//     attention kernels run unchanged. The fetches of the first two attention layers go on the
+//     store's copy stream at once, after an event marking where the compute stream stands.
+//   - Layer i (the forward calls await_layer before and release_layer after its attention
+//     block): the compute stream waits for i's fetch; afterwards the copy stream waits for the
+//     compute stream to finish with the slot, copies back the pages the step's new rows went to
+//     (only those), and fetches the attention layer after next into the slot, so that a fetch
+//     runs while the layers in between compute. finish_step has the compute stream wait for the
+//     last write-back, so a forward that returns has every row on the host.
+// Copies: one cudaMemcpy2DAsync per run of pages consecutive in both the slot and the pool (the
+// pitches differ where a layer is narrower than the widest); only pages with rows of earlier
+// steps are fetched. The host rows are readable and writable (page()) between forwards.
+// Invariants: one forward at a time; the store must not outlive its model (it holds its Gpu).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "device_blocks.h"
+#include "hymoe/backend/cuda_async.h"
+#include "hymoe/model/kv_cache.h"
+#include "hymoe/model/kv_staging.h"
+
+namespace hymoe::model::gpu {
+
+class HostKvStore final : public KvStore {
+public:
+    HostKvStore(const KvLayout& layout, Gpu& g);
+    ~HostKvStore() override;
+    HostKvStore(const HostKvStore&) = delete;
+    HostKvStore& operator=(const HostKvStore&) = delete;
+
+    void grow(int64_t n) override;
+    // The host rows of `page` in `layer` [page_tokens, width], between forwards.
+    float* page(int layer, int32_t page, bool write) override;
+    int64_t peak_resident_bytes() const override {  // pinned, all at once
+        return at_.host_floats * static_cast<int64_t>(sizeof(float));
+    }
+
+    bool on(const Gpu& g) const { return &g == &g_; }
+    // Device bytes of the slots of a store with `layout`.
+    static int64_t slot_bytes(const KvLayout& layout);
+
+    // The step's block tables table [n_seq, max_pages] (pool pages, covering each sequence's
+    // keys) become slot indices; step's pages, page_stride, layer_offset and host_kv point at
+    // the slots; the first two attention layers' fetches are queued.
+    void stage_step(const SeqBatch& batch, std::vector<int32_t>& table, StepBatch& step);
+    void await_layer(int layer);    // before the attention block of `layer`
+    void release_layer(int layer);  // after it
+    void finish_step();             // after the last layer
+
+private:
+    void fetch(int layer);       // the staged fetch runs of `layer` into its slot (copy stream)
+    void write_back(int layer);  // the staged write runs of `layer` from its slot (copy stream)
+
+    KvTierLayout at_;  // where the rows are, on the host and in the slots
+    Gpu& g_;
+    std::unique_ptr<backend::cuda::PinnedBuffer> host_;  // [layer][capacity, page_tokens, width]
+    float* slots_ = nullptr;                             // [n_slots, capacity, page_tokens, widest]
+    backend::cuda::Stream copies_;
+    backend::cuda::Event started_, written_, fetched_[2], released_[2];
+    KvStaging staging_;  // the running step's
+};
+
+}  // namespace hymoe::model::gpu
