@@ -304,7 +304,9 @@ EngineStats run_engine(const model::Model& m,
             break;
         model::ForwardOptions fo;
         fo.logits = work.all_rows ? model::Logits::all : model::Logits::last;
-        fo.stats = o.layer_stats;
+        fo.stats = o.device == nullptr || tick % std::max(o.device_stats_every, 1) == 0
+                       ? o.layer_stats
+                       : nullptr;
         fo.stage_out = &h_out;
         fo.media = &work.media;
         const bool reduced = top.n > 0 && !work.all_rows;

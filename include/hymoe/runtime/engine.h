@@ -71,6 +71,9 @@ struct EngineOptions {
     int top_logprobs = 0;          // the N most likely tokens and logprobs at each output token
     double progress_every_s = 5;   // ≤ 0: no progress lines
     model::ForwardStats* layer_stats = nullptr;  // per-layer timings summed over steps, if given
+    // With a device: layer_stats only on every Nth step (timing synchronises at each layer and
+    // keeps a step off the decode graphs), so the timings and expert loads are those steps'.
+    int device_stats_every = 16;
     std::function<bool()> stop;       // polled every tick on every rank: true on any rank ends
                                       //   the run at that tick boundary (EngineStats::stopped)
     int64_t rebalance_every = 0;      // call rebalance() after every this many ticks (0: never);
