@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "device_blocks.h"
+#include "device_vision.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
@@ -100,6 +101,10 @@ public:
                  Buffer& logits,
                  const ForwardOptions& options,
                  TopLogits* top) override;
+    void encode_images(const std::vector<VisionImage>& images,
+                       int pool,
+                       Tensor& out,
+                       VisionStats* stats) override;
     std::string describe() const override;
 
 private:
@@ -126,6 +131,7 @@ private:
     Tensor head_;        // [V, d] cd (embed_ when tied)
     Tensor final_norm_;  // [d]
     std::vector<gpu::LayerW> layers_;
+    std::unique_ptr<gpu::DeviceVision> vision_;  // the vision tower (cfg.vision.present)
     std::vector<int> kda_index_;  // [n_layer] the layer's rank among the KDA layers, −1 otherwise
     int n_kda_ = 0;
     int first_attention_ = -1;  // the first MLA/DSA layer, −1 when none
@@ -167,6 +173,8 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
         else if (first_attention_ < 0)
             first_attention_ = static_cast<int>(i);
     }
+    if (cfg_.vision.present)
+        vision_ = std::make_unique<gpu::DeviceVision>(*g_, cfg_, host.vision, o.dtype);
     const int64_t D = int64_t{cfg_.kda.n_head} * cfg_.kda.head_dim;
     s_floats_ = D * cfg_.kda.head_dim;
     tail_floats_ = (cfg_.kda.conv_kernel - 1) * 3 * D;
@@ -214,6 +222,16 @@ int64_t CudaModel::kv_page_budget(int64_t page_bytes) const {
     const int64_t seqs = int64_t{o_.max_seqs} * sequence_floats() * 4;
     const int64_t left = static_cast<int64_t>(book.capacity() - book.used()) - step_bytes() - seqs;
     return std::max<int64_t>(left, 0) / std::max<int64_t>(page_bytes, 1);
+}
+
+void CudaModel::encode_images(const std::vector<VisionImage>& images,
+                              int pool,
+                              Tensor& out,
+                              VisionStats* stats) {
+    HYMOE_CHECK(vision_ != nullptr, "GPU model: images for a model without a vision tower");
+    // between steps: the room a step keeps free holds a pass
+    const int64_t room = o_.vision_scratch_bytes > 0 ? o_.vision_scratch_bytes : step_bytes();
+    vision_->encode(images, pool, room, out, stats);
 }
 
 std::string CudaModel::describe() const {
