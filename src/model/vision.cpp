@@ -98,6 +98,25 @@ int64_t vision_tokens(const VisionConfig& v, int64_t grid_h, int64_t grid_w, int
     return (grid_h / u) * (grid_w / u);
 }
 
+int64_t checked_vision_tokens(const VisionConfig& v,
+                              const std::vector<VisionImage>& images,
+                              int pool) {
+    HYMOE_CHECK(pool >= 1, "vision: pool ", pool);
+    int64_t tokens = 0;
+    for (const VisionImage& im : images) {
+        const int64_t u = int64_t{v.merge} * pool;
+        HYMOE_CHECK(im.grid_h % u == 0 && im.grid_w % u == 0 && im.grid_h > 0 && im.grid_w > 0,
+                    "vision: grid ",
+                    im.grid_h,
+                    "x",
+                    im.grid_w,
+                    " is not a multiple of ",
+                    u);
+        tokens += vision_tokens(v, im.grid_h, im.grid_w, pool);
+    }
+    return tokens;
+}
+
 void patchify(const VisionConfig& v, const std::vector<VisionImage>& images, Tensor& patches) {
     const int64_t p = v.patch_size, row = 3 * p * p;
     HYMOE_CHECK(patches.dim(0) == total_patches(images) && patches.dim(1) == row,
@@ -273,18 +292,7 @@ void vision_forward(const ModelConfig& cfg,
     const VisionConfig& v = cfg.vision;
     const double t0 = wall_seconds(), f0 = ops::gemm_counter().flops;
     const int64_t C = v.width, p = v.patch_size, M = v.mlp, m2 = int64_t{v.merge} * v.merge;
-    int64_t tokens = 0;
-    for (const VisionImage& im : images) {
-        const int64_t u = int64_t{v.merge} * pool;
-        HYMOE_CHECK(im.grid_h % u == 0 && im.grid_w % u == 0 && im.grid_h > 0 && im.grid_w > 0,
-                    "vision: grid ",
-                    im.grid_h,
-                    "x",
-                    im.grid_w,
-                    " is not a multiple of ",
-                    u);
-        tokens += vision_tokens(v, im.grid_h, im.grid_w, pool);
-    }
+    const int64_t tokens = checked_vision_tokens(v, images, pool);
     HYMOE_CHECK(out.dim(0) == tokens && out.dim(1) == cfg.hidden_size,
                 "vision: out ",
                 out.dim(0),

@@ -166,12 +166,11 @@ void Lane::encode_images() {
     const int64_t d = m_.cfg.hidden_size;
     Buffer out(DType::f32, {tokens, d});  // [Σ image tokens, d]
     model::VisionStats scratch;
-    model::vision_forward(m_.cfg,
-                          m_.vision,
-                          images,
-                          o_.image_pool,
-                          out.view(),
-                          o_.layer_stats ? &o_.layer_stats->vision : &scratch);
+    model::VisionStats& stats = o_.layer_stats ? o_.layer_stats->vision : scratch;
+    if (o_.device)
+        o_.device->encode_images(images, o_.image_pool, out.view(), &stats);
+    else
+        model::vision_forward(m_.cfg, m_.vision, images, o_.image_pool, out.view(), &stats);
     int64_t row = 0;
     for (size_t i = 0; i < todo.size(); ++i) {
         todo[i]->media = Buffer(DType::f32, {counts[i], d});

@@ -25,8 +25,10 @@
 // Layout: the whole model on one rank (tp = pp = ep = 1; dp replicas each hold their own copy).
 // ForwardOptions::kda_mode, attn_mode and stage_out do not apply (one form of each block, one
 // stage); with ForwardOptions::stats, each layer is timed between two stream synchronisations.
-// The vision tower and LoRA adapters are not on the device. make_cuda_model exists in CUDA builds
-// only (src/model/cuda/); the header is plain C++.
+// The vision tower runs on the device too (src/model/cuda/device_vision.h: the encoder's GEMMs
+// in the matrices' dtype, the rest fp32; patchify and the position tables on the host); LoRA
+// adapters are not on the device. make_cuda_model exists in CUDA builds only (src/model/cuda/);
+// the header is plain C++.
 #pragma once
 
 #include <memory>
@@ -50,6 +52,9 @@ struct CudaModelOptions {
     // (model/decode_graph_plan.h: fused on, no stats or media, every block on a capture-safe
     // path, the KV pages resident); false: every step eagerly.
     bool graphs = true;
+    // Bytes of activations a pass of the vision encoder may hold (images are encoded in passes
+    // under it); 0: the room a step of max_tokens keeps free.
+    int64_t vision_scratch_bytes = 0;
 };
 
 // What the decode graphs of a GPU model have done so far.

@@ -64,6 +64,13 @@ public:
                          Buffer& logits,
                          const ForwardOptions& options,
                          TopLogits* top) = 0;
+    // model::vision_forward on the device, for a model with a vision tower (cfg.vision.present):
+    // images of grids that are multiples of merge·pool → out [Σ vision_tokens, d] f32 on the
+    // host; stats (if given) gets the call's figures as vision_forward's.
+    virtual void encode_images(const std::vector<VisionImage>& images,
+                               int pool,
+                               Tensor& out,
+                               VisionStats* stats) = 0;
     // One line for the log: device, dtype, memory used by the weights.
     virtual std::string describe() const = 0;
 };

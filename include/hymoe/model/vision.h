@@ -58,6 +58,11 @@ struct VisionImage {
 
 // Image tokens of one image: (grid_h/(pool·m)) · (grid_w/(pool·m)).
 int64_t vision_tokens(const VisionConfig& v, int64_t grid_h, int64_t grid_w, int pool);
+// Image tokens of a batch: Σ vision_tokens; fails unless every grid is a positive multiple of
+// merge·pool (what vision_forward takes).
+int64_t checked_vision_tokens(const VisionConfig& v,
+                              const std::vector<VisionImage>& images,
+                              int pool);
 
 // patches [Σ h·w, 3·p·p]: every image's patches, image after image, row-major over its grid.
 void patchify(const VisionConfig& v, const std::vector<VisionImage>& images, Tensor& patches);

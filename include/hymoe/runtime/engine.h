@@ -28,11 +28,11 @@
 // KV offload (inference.kv_cache.offload): EngineOptions::kv_store gives each lane's pool its
 // store, e.g. the spill-file tier of runtime/kv_spill.h.
 // GPU (EngineOptions::device): the device model makes the sequences' states and the pools' stores
-// (kv_store, or its host tier host_kv_store given as EngineOptions::kv_store) and runs every
-// forward; batching, paging and sampling are the same, so the outputs are the CPU's up to the
-// device's rounding. Sampling stays on the host: a step's last rows come back reduced to their
-// best few tokens (model::TopLogits: greedy, top-k sampling, top logprobs) and whole only where
-// the rules read the whole row (sampling without top-k, prompt logprobs).
+// (kv_store, or its host tier host_kv_store given as EngineOptions::kv_store), runs every forward
+// and encodes the images; batching, paging and sampling are the same, so the outputs are the
+// CPU's up to the device's rounding. Sampling stays on the host: a step's last rows come back
+// reduced to their best few tokens (model::TopLogits: greedy, top-k sampling, top logprobs) and
+// whole only where the rules read the whole row (sampling without top-k, prompt logprobs).
 #pragma once
 
 #include <cstdint>
@@ -83,8 +83,8 @@ struct EngineOptions {
     int image_pool = 1;  // vision feature pooling (inference.images.pool; model/vision.h)
     model::DeviceModel* device = nullptr;  // the forward on a GPU (model/device_model.h): its
                                            //   sequences, KV pages and forward replace the host
-                                           //   model's (m still gives the config and the vision
-                                           //   tower); null: the CPU
+                                           //   model's, and its encoder the vision tower's
+                                           //   (m still gives the config); null: the CPU
 };
 
 // A request with its index in the file (0-based over request lines, bad ones included).

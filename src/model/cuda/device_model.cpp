@@ -16,6 +16,7 @@
 #include "device_blocks.h"
 #include "device_decode_graphs.h"
 #include "device_kv_offload.h"
+#include "device_vision.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
@@ -110,6 +111,10 @@ public:
                  Buffer& logits,
                  const ForwardOptions& options,
                  TopLogits* top) override;
+    void encode_images(const std::vector<VisionImage>& images,
+                       int pool,
+                       Tensor& out,
+                       VisionStats* stats) override;
     std::string describe() const override;
     DecodeGraphCounters graph_counters() const {
         return graphs_ ? graphs_->counters() : DecodeGraphCounters{};
@@ -166,6 +171,7 @@ private:
     Tensor head_;        // [V, d] cd (embed_ when tied)
     Tensor final_norm_;  // [d]
     std::vector<gpu::LayerW> layers_;
+    std::unique_ptr<gpu::DeviceVision> vision_;  // the vision tower (cfg.vision.present)
     std::vector<int> kda_index_;  // [n_layer] the layer's rank among the KDA layers, −1 otherwise
     int n_kda_ = 0;
     int first_attention_ = -1;  // the first MLA/DSA layer, −1 when none
@@ -209,6 +215,8 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
         else if (first_attention_ < 0)
             first_attention_ = static_cast<int>(i);
     }
+    if (cfg_.vision.present)
+        vision_ = std::make_unique<gpu::DeviceVision>(*g_, cfg_, host.vision, o.dtype);
     const int64_t D = int64_t{cfg_.kda.n_head} * cfg_.kda.head_dim;
     s_floats_ = D * cfg_.kda.head_dim;
     tail_floats_ = (cfg_.kda.conv_kernel - 1) * 3 * D;
@@ -324,6 +332,16 @@ int64_t CudaModel::host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) c
         return host;
     one.page_tokens = static_cast<int>(page_bytes / (row * 4));
     return std::min(host, kv_room() / std::max<int64_t>(gpu::HostKvStore::slot_bytes(one), 1));
+}
+
+void CudaModel::encode_images(const std::vector<VisionImage>& images,
+                              int pool,
+                              Tensor& out,
+                              VisionStats* stats) {
+    HYMOE_CHECK(vision_ != nullptr, "GPU model: images for a model without a vision tower");
+    // between steps: the room a step keeps free holds a pass
+    const int64_t room = o_.vision_scratch_bytes > 0 ? o_.vision_scratch_bytes : step_bytes();
+    vision_->encode(images, pool, room, out, stats);
 }
 
 std::string CudaModel::describe() const {

@@ -3,7 +3,8 @@
 // forward (or, given EngineOptions::kv_store, that factory makes the stores), and the engine's
 // results are bit for bit those of the plain engine, with preemptions; so are they when the
 // device reduces the last rows to their top tokens (model::TopLogits) for greedy decoding, top-k
-// sampling and top logprobs.
+// sampling and top logprobs; and with requests carrying images, whose tokens the device's vision
+// encoder makes.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -54,9 +55,16 @@ public:
             logits = Buffer();
         }
     }
+    void encode_images(const std::vector<model::VisionImage>& images,
+                       int pool,
+                       Tensor& out,
+                       model::VisionStats* stats) override {
+        ++encodes;
+        model::vision_forward(m_.cfg, m_.vision, images, pool, out, stats);
+    }
     std::string describe() const override { return "host"; }
 
-    int sequences = 0, stores = 0, host_stores = 0, forwards = 0, reduced = 0;
+    int sequences = 0, stores = 0, host_stores = 0, forwards = 0, reduced = 0, encodes = 0;
 
 private:
     // Each row's top n in the sampler's order, their logits and log Σ e^{x − max} summed as
@@ -89,10 +97,13 @@ struct Sampling {
     bool prompt_logprobs = true;
 };
 
+// with_images: every third request carries one image of 4×4 or 8×4 patches, its placeholder
+// tokens after the prompt's first two; no other prompt token is the placeholder id.
 std::vector<runtime::Finished> run(const model::Model& m,
                                    model::DeviceModel* device,
                                    const Sampling& sampling = {},
-                                   const model::KvStoreFactory& kv_store = {}) {
+                                   const model::KvStoreFactory& kv_store = {},
+                                   bool with_images = false) {
     runtime::EngineOptions o;
     o.max_seqs = 4, o.max_tokens = 32, o.prefill_chunk = 8;
     o.max_new_tokens = 6, o.progress_every_s = 0, o.seed = 3;
@@ -110,6 +121,21 @@ std::vector<runtime::Finished> run(const model::Model& m,
         const uint32_t len = 3 + rng.next_u32() % 20;
         for (uint32_t t = 0; t < len; ++t)
             reqs[i].req.tokens.push_back(3 + rng.next_u32() % 250);
+        if (!with_images)
+            continue;
+        const model::VisionConfig& v = m.cfg.vision;
+        std::vector<int64_t>& t = reqs[i].req.tokens;
+        std::replace(t.begin(), t.end(), v.media_token_id, v.media_token_id + 1);
+        if (i % 3 != 0)
+            continue;
+        io::Image im;
+        im.grid_h = i % 2 == 0 ? 4 : 8, im.grid_w = 4;
+        im.pixels.resize(
+            static_cast<size_t>(3 * im.grid_h * im.grid_w * v.patch_size * v.patch_size));
+        rng.fill_normal(im.pixels.data(), im.pixels.size(), 0.0f, 0.5f);
+        const int64_t k = model::vision_tokens(v, im.grid_h, im.grid_w, 1);
+        t.insert(t.begin() + 2, static_cast<size_t>(k), v.media_token_id);
+        reqs[i].images.push_back(std::move(im));
     }
     size_t next = 0;
     std::vector<runtime::Finished> out;
@@ -196,6 +222,18 @@ BOOST_AUTO_TEST_CASE(a_store_factory_given_with_a_device_makes_the_pools_stores)
     BOOST_REQUIRE_EQUAL(dev.size(), host.size());
     for (size_t i = 0; i < dev.size(); ++i)
         BOOST_TEST(dev[i].tokens == host[i].tokens, boost::test_tools::per_element());
+}
+
+// Requests with images: the engine asks the device for their tokens, and the results are the
+// plain engine's (whose host encoder runs the same vision_forward).
+BOOST_AUTO_TEST_CASE(images_are_encoded_by_the_device_model) {
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, 5);
+    const std::vector<runtime::Finished> host = run(m, nullptr, {}, {}, true);
+    HostDevice device(m);
+    const std::vector<runtime::Finished> dev = run(m, &device, {}, {}, true);
+    BOOST_TEST(device.encodes > 0);
+    expect_same(dev, host);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
