@@ -42,14 +42,14 @@ float gelu_erf(float x) {
     return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
 }
 
+}  // namespace
+
 int64_t total_patches(const std::vector<VisionImage>& images) {
     int64_t n = 0;
     for (const VisionImage& im : images)
         n += im.grid_h * im.grid_w;
     return n;
 }
-
-}  // namespace
 
 TensorList vision_tensors(const ModelConfig& cfg, VisionWeights& w) {
     const VisionConfig& v = cfg.vision;

@@ -56,6 +56,9 @@ struct VisionImage {
     const float* pixels = nullptr;   // [3, grid_h·p, grid_w·p] normalised
 };
 
+// Patches of every image: Σ grid_h · grid_w.
+int64_t total_patches(const std::vector<VisionImage>& images);
+
 // Image tokens of one image: (grid_h/(pool·m)) · (grid_w/(pool·m)).
 int64_t vision_tokens(const VisionConfig& v, int64_t grid_h, int64_t grid_w, int pool);
 // Image tokens of a batch: Σ vision_tokens; fails unless every grid is a positive multiple of

@@ -12,6 +12,22 @@ namespace hymoe::backend::cuda {
 
 namespace {
 
+// Σ_i e^{x_i − mx} over the row x [V], in double, in every thread of the block (part: kBlock
+// doubles of shared memory).
+__device__ double exp_sum(const float* x, int64_t V, double mx, double* part) {
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+        sum += exp(static_cast<double>(x[i]) - mx);
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = kBlock / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    return part[0];
+}
+
 // choose: tokens[row] ← the argmax; else tokens[row] is read.
 __global__ void logprob_kernel(
     const float* logits, int64_t V, bool choose, int64_t* tokens, float* logprobs) {
@@ -41,21 +57,12 @@ __global__ void logprob_kernel(
         __syncthreads();
     }
     const double mx = static_cast<double>(best_v[0]);
-    double sum = 0;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-        sum += exp(static_cast<double>(x[i]) - mx);
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    for (int half = kBlock / 2; half > 0; half >>= 1) {
-        if (threadIdx.x < half)
-            part[threadIdx.x] += part[threadIdx.x + half];
-        __syncthreads();
-    }
+    const double sum = exp_sum(x, V, mx, part);
     if (threadIdx.x == 0) {
         if (choose)
             tokens[blockIdx.x] = best_i[0];
         const int64_t t = tokens[blockIdx.x];
-        logprobs[blockIdx.x] = static_cast<float>(static_cast<double>(x[t]) - mx - log(part[0]));
+        logprobs[blockIdx.x] = static_cast<float>(static_cast<double>(x[t]) - mx - log(sum));
     }
 }
 
@@ -69,18 +76,9 @@ __global__ void top_logit_kernel(
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         values[static_cast<int64_t>(blockIdx.x) * n + i] = x[row_idx[i]];
     const double mx = static_cast<double>(x[row_idx[0]]);
-    double sum = 0;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-        sum += exp(static_cast<double>(x[i]) - mx);
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    for (int half = kBlock / 2; half > 0; half >>= 1) {
-        if (threadIdx.x < half)
-            part[threadIdx.x] += part[threadIdx.x + half];
-        __syncthreads();
-    }
+    const double sum = exp_sum(x, V, mx, part);
     if (threadIdx.x == 0)
-        log_sum[blockIdx.x] = log(part[0]);
+        log_sum[blockIdx.x] = log(sum);
 }
 
 void launch(const Stream& s,

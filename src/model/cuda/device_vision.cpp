@@ -17,13 +17,6 @@ namespace {
 constexpr float kLnEps = 1e-5f;  // every LayerNorm of the tower and projector (model/vision.cpp)
 constexpr int64_t kPositionCacheBytes = int64_t{256} << 20;  // host position tables kept
 
-int64_t patches_of(const std::vector<VisionImage>& images) {
-    int64_t n = 0;
-    for (const VisionImage& im : images)
-        n += im.grid_h * im.grid_w;
-    return n;
-}
-
 }  // namespace
 
 DeviceVision::DeviceVision(Gpu& g, const ModelConfig& cfg, const VisionWeights& host, DType cd)
@@ -181,7 +174,7 @@ int64_t DeviceVision::encode_pass(const std::vector<VisionImage>& images,
     const cu::Stream& st = g_.stream;
     const int64_t C = v_.width, pp = 3 * int64_t{v_.patch_size} * v_.patch_size;
     const int64_t m2 = int64_t{v_.merge} * v_.merge, g = int64_t{pool} * pool;
-    const int64_t n = patches_of(images), np = n / g, tokens = np / m2;
+    const int64_t n = total_patches(images), np = n / g, tokens = np / m2;
     Scratch s(g_.arena);
     Tensor x = s(DType::f32, {n, C});
     // host tensors stay until the pass's last synchronisation
@@ -259,7 +252,7 @@ void DeviceVision::encode(const std::vector<VisionImage>& images,
     if (!stats)
         return;
     stats->images += static_cast<int64_t>(images.size());
-    stats->patches += patches_of(images);
+    stats->patches += total_patches(images);
     stats->tokens += tokens;
     stats->seconds += wall_seconds() - t0;
     stats->flops += flops_;

@@ -14,25 +14,14 @@
 #include "hymoe/model/model.h"
 #include "hymoe/model/vision_plan.h"
 
-namespace {
-
 using namespace hymoe;
 using namespace hymoe::model;
-
-int64_t patches_of(const std::vector<VisionImage>& images) {
-    int64_t n = 0;
-    for (const VisionImage& im : images)
-        n += im.grid_h * im.grid_w;
-    return n;
-}
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(vision_plan)
 
 BOOST_AUTO_TEST_CASE(gather_rows_give_pooling_and_merge_bit_for_bit) {
     const std::vector<VisionImage> images = {{4, 4, nullptr}, {8, 4, nullptr}, {4, 12, nullptr}};
-    const int64_t C = 3, n = patches_of(images);
+    const int64_t C = 3, n = total_patches(images);
     Buffer x(DType::f32, {n, C});
     Philox rng(7, 0, 0);
     rng.fill_normal(x.ptr<float>(), static_cast<size_t>(n * C), 0.0f, 1.0f);
