@@ -304,7 +304,18 @@ int64_t CudaModel::row_floats() const {
     const int64_t moe = m.n_routed_experts + m.top_k * (2 * w + 2 * m.moe_intermediate) + 2 * w +
                         2 * m.shared_intermediate;
     const int64_t dense = 2 * cfg_.intermediate_size;
-    return 4 * d + std::max({kda, mla, moe, dense});
+    // LoRA adapters (device_lora.h): an adapted projection's gathered rows of x and y and their
+    // fp32 copies, next to its block's own
+    const int64_t widest = std::max({w,
+                                     3 * D,
+                                     H * d_qk,
+                                     d_lat,
+                                     H * a.v_head_dim,
+                                     int64_t{cfg_.intermediate_size},
+                                     int64_t{m.moe_intermediate},
+                                     int64_t{m.shared_intermediate}});
+    const int64_t lora = n_adapters_ > 0 ? 4 * widest : 0;
+    return 4 * d + std::max({kda, mla, moe, dense}) + lora;
 }
 
 int64_t CudaModel::fused_bytes(int64_t rows) const {
