@@ -12,8 +12,11 @@
 // bounds against the CPU's default forms (median row ≤ 1e-2, worst ≤ 0.25; the adapters stay
 // fp32, their inputs are rounded as the base GEMMs'). And the adapters are not a no-op: on the
 // GPU, the adapted sequences' rows differ from the same batch on the base model by more than
-// 1e-2 relative while the base sequence's rows stay within the fp32 bound.
+// 1e-2 relative while the base sequence's rows stay within the fp32 bound. Then the engine
+// (fp32, tiny): requests naming adapters "a", "b" or none give the CPU engine's tokens and
+// logprobs.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +29,7 @@
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/model.h"
+#include "hymoe/runtime/engine.h"
 
 namespace utf = boost::unit_test;
 using namespace hymoe;
@@ -148,6 +152,45 @@ std::vector<size_t> row_sequences() {
     return seq;
 }
 
+// 12 requests of 1..30 tokens naming adapters "a", "b" and none in turn, through run_engine
+// (mixed prefill and decode steps, few pages: preemptions) on the CPU or the GPU.
+std::vector<runtime::Finished> run_engine(const model::Model& m, model::DeviceModel* device) {
+    runtime::EngineOptions o;
+    o.max_seqs = 6, o.max_tokens = 48, o.prefill_chunk = 16;
+    o.max_new_tokens = 6, o.progress_every_s = 0, o.seed = 3;
+    o.page_tokens = kPageTokens, o.kv_pages = 16;
+    o.prompt_logprobs = true;
+    o.device = device;
+    o.adapter_ids = {{"a", 0}, {"b", 1}};
+    std::vector<runtime::Pending> reqs;
+    Philox rng(13, 0, 0);
+    const std::string names[] = {"a", "", "b"};
+    for (int i = 0; i < 12; ++i) {
+        runtime::Pending& p = reqs.emplace_back();
+        p.index = i;
+        p.req.id = "r" + std::to_string(i);
+        p.req.line = i + 1;
+        p.req.adapter = names[i % 3];
+        const int64_t len = 1 + rng.next_u32() % 30;
+        for (int64_t t = 0; t < len; ++t)
+            p.req.tokens.push_back(3 + rng.next_u32() % 253);
+    }
+    size_t next = 0;
+    std::vector<runtime::Finished> out;
+    runtime::run_engine(
+        m,
+        o,
+        [&](runtime::Pending& p) {
+            if (next == reqs.size())
+                return false;
+            p = reqs[next++];
+            return true;
+        },
+        [&](runtime::Finished&& f) { out.push_back(std::move(f)); });
+    std::sort(out.begin(), out.end(), [](auto& x, auto& y) { return x.index < y.index; });
+    return out;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_lora, *utf::label("cuda"))
@@ -193,6 +236,29 @@ BOOST_AUTO_TEST_CASE(bf16_adapters_are_close_to_the_cpu, *utf::precondition(need
                                       << rel[rel.size() / 2] << ", worst " << rel.back());
             BOOST_TEST(rel[rel.size() / 2] <= 1e-2);
             BOOST_TEST(rel.back() <= 0.25);
+        }
+    }
+}
+
+// The engine with the device and requests naming adapters: the CPU engine's tokens, and its
+// logprobs and prompt logprobs to 2e-5 (test_model.cpp's engine bound).
+BOOST_AUTO_TEST_CASE(engine_requests_with_adapters_match_the_cpu, *utf::precondition(need_gpu)) {
+    const auto a = std::make_unique<Adapted>("tiny");
+    const std::vector<runtime::Finished> cpu = run_engine(a->m, nullptr);
+    const auto dm = device_model(a->m, DType::f32);
+    const std::vector<runtime::Finished> gpu = run_engine(a->m, dm.get());
+    BOOST_REQUIRE_EQUAL(gpu.size(), cpu.size());
+    for (size_t i = 0; i < gpu.size(); ++i) {
+        BOOST_TEST_CONTEXT("request " << cpu[i].index) {
+            BOOST_TEST(gpu[i].index == cpu[i].index);
+            BOOST_TEST(gpu[i].tokens == cpu[i].tokens, boost::test_tools::per_element());
+            BOOST_REQUIRE_EQUAL(gpu[i].logprobs.size(), cpu[i].logprobs.size());
+            BOOST_REQUIRE_EQUAL(gpu[i].prompt_logprobs.size(), cpu[i].prompt_logprobs.size());
+            for (size_t k = 0; k < gpu[i].logprobs.size(); ++k)
+                BOOST_TEST(std::abs(gpu[i].logprobs[k] - cpu[i].logprobs[k]) <= 2e-5f);
+            for (size_t k = 0; k < gpu[i].prompt_logprobs.size(); ++k)
+                BOOST_TEST(std::abs(gpu[i].prompt_logprobs[k] - cpu[i].prompt_logprobs[k]) <=
+                           2e-5f);
         }
     }
 }
