@@ -7,6 +7,7 @@
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/fused_step.h"
+#include "hymoe/model/lora_rows.h"
 
 namespace hymoe::model {
 
@@ -37,6 +38,8 @@ const char* to_string(GraphRefusal r) {
             return "timings asked for";
         case GraphRefusal::media:
             return "media rows";
+        case GraphRefusal::lora:
+            return "LoRA adapters in use";
         case GraphRefusal::not_decode:
             return "not a pure decode step";
         case GraphRefusal::too_many:
@@ -67,6 +70,8 @@ GraphRefusal decode_graph_refusal(const ModelConfig& cfg,
         return GraphRefusal::stats;
     if (options.media != nullptr && !options.media->rows.empty())
         return GraphRefusal::media;
+    if (!adapter_rows(batch, model.n_adapters).rows.empty())
+        return GraphRefusal::lora;
     const int64_t n = batch.n_seq();
     if (n == 0 || batch.n_tok() != n)
         return GraphRefusal::not_decode;

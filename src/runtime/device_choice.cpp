@@ -25,8 +25,6 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
             l.pp,
             ", ep = ",
             l.ep);
-    if (!inf.adapters.empty())
-        return std::string("the GPU model runs no LoRA adapters (inference.adapters)");
     if (inf.offload == "file")
         return std::string(
             "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a spill "

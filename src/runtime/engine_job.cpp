@@ -76,6 +76,11 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;
     o.max_new_tokens = inf.max_new_tokens;
     o.page_tokens = inf.page_tokens;
+    // the adapters before the KV budget: on a GPU they take device memory next to the weights
+    const InferAdapters adapters = load_infer_adapters(job, m);
+    o.adapter_ids = adapters.ids;
+    if (device && !adapters.ids.empty())
+        device->set_lora_adapters(m);
     const int64_t page_bytes = model::KvPool(m.local, m.shard, o.page_tokens, 0).page_bytes();
     o.kv_pages =
         device ? device_kv_pages(job, *device, page_bytes, grid) : kv_pages(job, page_bytes, grid);
@@ -103,8 +108,6 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
     o.prompt_logprobs = inf.prompt_logprobs;
     o.top_logprobs = top_n;
-    const InferAdapters adapters = load_infer_adapters(job, m);
-    o.adapter_ids = adapters.ids;
     o.image_pool = inf.image_pool;
     int64_t n_stop = 0, n_length = 0;
     auto sink = [&](Finished&& f) {

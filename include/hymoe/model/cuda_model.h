@@ -26,8 +26,11 @@
 // ForwardOptions::kda_mode, attn_mode and stage_out do not apply (one form of each block, one
 // stage); with ForwardOptions::stats, each layer is timed between two stream synchronisations.
 // The vision tower runs on the device too (src/model/cuda/device_vision.h: the encoder's GEMMs
-// in the matrices' dtype, the rest fp32; patchify and the position tables on the host); LoRA
-// adapters are not on the device. make_cuda_model exists in CUDA builds only (src/model/cuda/);
+// in the matrices' dtype, the rest fp32; patchify and the position tables on the host). LoRA
+// adapters (set_lora_adapters, src/model/cuda/device_lora.h): fp32 factors, each adapter's rows
+// gathered per adapted projection, two fp32 GEMMs and the rows added back; an MoE layer with
+// routed-expert adapters routes on the host in a step that uses one, and such steps run eagerly
+// (no decode graph). make_cuda_model exists in CUDA builds only (src/model/cuda/);
 // the header is plain C++.
 #pragma once
 

@@ -45,6 +45,7 @@ struct DecodeGraphModel {
     bool kda_slots = false;      // KDA states are slots of one pool (the fused decode's addressing)
     int n_sm = 0;                // the device's SMs (the fused DSA plans split keys by them)
     int64_t max_key_bucket = 0;  // the largest key bucket whose scores the workspace holds
+    int n_adapters = 0;          // LoRA adapters held (DeviceModel::set_lora_adapters)
 };
 
 // Why a step runs eagerly (none: it may replay a graph). A DSA layer qualifies on the fused
@@ -55,6 +56,7 @@ enum class GraphRefusal {
     off,         // graphs or the fused kernels switched off
     stats,       // ForwardOptions::stats: timings need synchronisations
     media,       // image rows spliced in
+    lora,        // some sequence uses a LoRA adapter (model/lora.h's choice) the model holds
     not_decode,  // some sequence has other than one row (prefill, mixed), or no sequence
     too_many,    // more sequences than the largest bucket
     kda,         // a KDA layer would not run the fused decode kernel

@@ -71,6 +71,12 @@ public:
                                int pool,
                                Tensor& out,
                                VisionStats* stats) = 0;
+    // The LoRA adapters hooked into host's blocks (model/lora_model.h: attach_lora, then the
+    // adapters added or loaded into its slots) uploaded to the device: from then on each
+    // sequence's rows get its adapter (SeqBatch::adapter, as model/lora.h chooses) on every
+    // adapted projection. Once, before the first forward; host is the model this one was made
+    // from (only its slots are read).
+    virtual void set_lora_adapters(const Model& host) = 0;
     // One line for the log: device, dtype, memory used by the weights.
     virtual std::string describe() const = 0;
 };

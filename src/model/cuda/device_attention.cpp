@@ -84,8 +84,10 @@ Projected project(Gpu& g,
         cu::rms_norm(st, c_q, w.q_a_norm, eps, c_q);
         cqc = in_dtype(g, s, c_q, cd);
         g.blas.linear(cqc, w.q_b, p.q);
+        lora_apply(g, w.lora.q, step.lora.rows, c_q, p.q);
     } else {
         g.blas.linear(xc, w.q, p.q);
+        lora_apply(g, w.lora.q, step.lora.rows, xc, p.q);
     }
     p.c_kv = s(DType::f32, {n, m.r_kv});
     p.k_r = s(DType::f32, {n, m.d_r});
@@ -119,6 +121,9 @@ Projected project(Gpu& g,
                 0.0f,
                 p.k_r.data,
                 m.d_r);
+    // kv_a's adapter: its B rows [0, r_kv) onto c_kv, [r_kv, r_kv + d_r) onto k_r
+    lora_apply(g, w.lora.kv, step.lora.rows, xc, p.c_kv, 0, 0, m.r_kv);
+    lora_apply(g, w.lora.kv, step.lora.rows, xc, p.k_r, 0, m.r_kv, m.d_r);
     cu::rms_norm(st, p.c_kv, w.kv_a_norm, eps, p.c_kv);
     if (!cfg.mla.nope) {
         cu::rope(
@@ -476,6 +481,7 @@ void attention_block(Gpu& g,
         cu::mul_inplace(st, o, gate);
     }
     g.blas.linear(in_dtype(g, s, o, cd), w.o_proj, y);
+    lora_apply(g, w.lora.o, step.lora.rows, o, y);
 }
 
 }  // namespace hymoe::model::gpu

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "device_lora.h"
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_model_ops.h"
@@ -120,6 +121,8 @@ struct KdaW {
     Tensor a_log;    // [H]
     Tensor o_norm;   // [K]
     Tensor o_proj;   // [d, D] cd
+    // adapters on q, k, v, o (set_lora_adapters)
+    MixerLoraW lora;
 };
 struct IndexerW {
     Tensor wq_b;          // [H_I·d_I, r_q] cd
@@ -139,11 +142,14 @@ struct MlaW {
     Tensor o_proj;     // [d, H·d_v] cd
     Tensor g_proj;     // [H·d_v, d] cd (gated)
     IndexerW indexer;  // dsa
+    MixerLoraW lora;   // adapters on q (q or q_b), kv (kv_a), o (set_lora_adapters)
 };
 struct MlpW {
     Tensor gate;  // [I, w] cd (swiglu only)
     Tensor up;    // [I, w] cd
     Tensor down;  // [w, I] cd
+    // adapters on gate, up, down (set_lora_adapters)
+    MlpLoraW lora;
 };
 struct MoeW {
     Tensor router;    // [E, d] f32 (routing is fp32, model-math §10)
@@ -155,6 +161,7 @@ struct MoeW {
     Tensor down;      // [E, w, I] cd
     MlpW shared;      // n_shared_experts > 0
     MoeWeights host;  // the correction bias alone, for the host routing (router.h)
+    std::vector<MlpLoraW> expert_lora;  // [E] the routed experts' adapters; empty: none
 };
 struct LayerW {
     Tensor attn_norm;  // [d]
@@ -206,6 +213,7 @@ struct StepBatch {
     // The pool's host tier, whose slots `pages` points into (block tables in slot indices);
     // null: the pages are all on the device.
     HostKvStore* host_kv = nullptr;
+    LoraStep lora;  // the rows of each LoRA adapter the step uses (device_lora.h)
 
     cu::KvPages pages_of(int layer) const {
         return {pages + layer_offset[layer],
@@ -247,13 +255,22 @@ void attention_block(Gpu& g,
                      Tensor& y,
                      double* indexer_seconds);
 
-// y (+)= down(act(x)) for x [n, w] in cd (model::dense_ffn_forward); beta 1 adds to y.
-void mlp_block(Gpu& g, const MlpW& w, ExpertAct act, const Tensor& x, Tensor& y, float beta);
+// y (+)= down(act(x)) for x [n, w] in cd (model::dense_ffn_forward); beta 1 adds to y. With
+// lora_rows, w.lora's adapters on those rows.
+void mlp_block(Gpu& g,
+               const MlpW& w,
+               ExpertAct act,
+               const Tensor& x,
+               Tensor& y,
+               float beta,
+               const std::vector<AdapterRowsW>* lora_rows = nullptr);
 
 // model::moe_forward. Fused (`fused`, cd bf16, SwiGLU, dropless, widths the grouped kernels
 // take): routing, dispatch plan, experts and combine on the device (cuda_fused.h), no host round
 // trip unless `count_load`. Else: route on the host from the device's logits, experts on the
-// device. stats gets the layer's expert load (fused: only with count_load, one download).
+// device. stats gets the layer's expert load (fused: only with count_load, one download). With
+// lora (rows present): the shared experts' adapters, and when the layer has routed-expert
+// adapters, the host routing and each expert's adapters on its rows per adapter.
 void moe_block(Gpu& g,
                const ModelConfig& cfg,
                const LayerSpec& spec,
@@ -263,6 +280,7 @@ void moe_block(Gpu& g,
                bool fused,
                bool count_load,
                Tensor& y,
-               MoeCommStats& stats);
+               MoeCommStats& stats,
+               const LoraStep* lora = nullptr);
 
 }  // namespace hymoe::model::gpu

@@ -6,7 +6,10 @@
 // contiguous, in token order) and uploads the row map and weights; then permute, the experts as
 // grouped GEMMs (one launch per matrix for all experts), the activation and the slot-ordered
 // combine into fp32 run on the device. Fused (bf16 SwiGLU experts, dropless): the same phases in
-// the fused kernels (cuda_fused.h), routing included, with no host round trip.
+// the fused kernels (cuda_fused.h), routing included, with no host round trip. LoRA adapters
+// (device_lora.h): on the MLPs' projections per adapter's rows; a layer with routed-expert
+// adapters routes on the host in a step that uses any, so that each expert's rows per adapter
+// are known there.
 #include <utility>
 #include <vector>
 
@@ -33,17 +36,29 @@ Tensor activate(Gpu& g, ExpertAct act, Tensor& gate, Tensor& up) {
 
 }  // namespace
 
-void mlp_block(Gpu& g, const MlpW& w, ExpertAct act, const Tensor& x, Tensor& y, float beta) {
+void mlp_block(Gpu& g,
+               const MlpW& w,
+               ExpertAct act,
+               const Tensor& x,
+               Tensor& y,
+               float beta,
+               const std::vector<AdapterRowsW>* lora_rows) {
     const int64_t n = x.dim(0), inter = w.up.dim(0);
+    const std::vector<AdapterRowsW> none;
+    const std::vector<AdapterRowsW>& rows = lora_rows ? *lora_rows : none;
     Scratch s(g.arena);
     Tensor up = s(x.dtype, {n, inter});  // [n, I]
     Tensor gate;                         // [n, I] (swiglu)
     g.blas.linear(x, w.up, up);
+    lora_apply(g, w.lora.up, rows, x, up);
     if (act == ExpertAct::swiglu) {
         gate = s(x.dtype, {n, inter});
         g.blas.linear(x, w.gate, gate);
+        lora_apply(g, w.lora.gate, rows, x, gate);
     }
-    g.blas.linear(activate(g, act, gate, up), w.down, y, beta);
+    const Tensor h = activate(g, act, gate, up);  // [n, I]
+    g.blas.linear(h, w.down, y, beta);
+    lora_apply(g, w.lora.down, rows, h, y);
 }
 
 namespace {
@@ -119,7 +134,8 @@ std::vector<int64_t> routed_host(Gpu& g,
                                  const MoeW& w,
                                  const Tensor& logits,
                                  const Tensor& z,
-                                 Tensor& acc) {
+                                 Tensor& acc,
+                                 const LoraStep* lora) {
     const MoeConfig& m = cfg.moe;
     const int64_t n = z.dim(0), k = m.top_k, n_exp = m.n_routed_experts, width = z.dim(1);
     const DType cd = z.dtype;
@@ -142,6 +158,20 @@ std::vector<int64_t> routed_host(Gpu& g,
     const int64_t n_rows = offset.back();
     const Tensor row_dev = upload_values(g, s, row, DType::i64);
     const Tensor weight_dev = upload_values(g, s, r.weight, DType::f32);
+    // the experts' adapters: each expert's grouped rows per adapter (lora_rows.h)
+    const std::vector<std::vector<AdapterRowsW>> lora_rows =
+        lora ? upload_lora_rows(
+                   g,
+                   s,
+                   expert_adapter_rows(row, k, lora->row_adapter, offset, lora->n_adapters),
+                   n_exp)
+             : std::vector<std::vector<AdapterRowsW>>();
+    // f(expert's adapters, its rows per adapter) for each expert with adapted rows
+    auto each_adapted = [&](auto&& f) {
+        for (size_t e = 0; e < lora_rows.size(); ++e)
+            if (!lora_rows[e].empty())
+                f(w.expert_lora[e], lora_rows[e]);
+    };
 
     // experts on the kept rows, then the weighted sum in slot order (fp32)
     Tensor in = s(cd, {n_rows, width});  // [n_rows, w] rows grouped by expert
@@ -149,12 +179,17 @@ std::vector<int64_t> routed_host(Gpu& g,
     const int64_t inter = w.up.dim(1);
     Tensor up = s(cd, {n_rows, inter}), gate;  // [n_rows, I]
     g.blas.grouped_linear(in, w.up, r.tokens_per_expert, up);
+    each_adapted([&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.up, rows, in, up); });
     if (m.expert_act == ExpertAct::swiglu) {
         gate = s(cd, {n_rows, inter});
         g.blas.grouped_linear(in, w.gate, r.tokens_per_expert, gate);
+        each_adapted(
+            [&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.gate, rows, in, gate); });
     }
-    Tensor out = s(cd, {n_rows, width});  // [n_rows, w]
-    g.blas.grouped_linear(activate(g, m.expert_act, gate, up), w.down, r.tokens_per_expert, out);
+    Tensor out = s(cd, {n_rows, width});                   // [n_rows, w]
+    const Tensor h = activate(g, m.expert_act, gate, up);  // [n_rows, I]
+    g.blas.grouped_linear(h, w.down, r.tokens_per_expert, out);
+    each_adapted([&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.down, rows, h, out); });
     cu::moe_unpermute(g.stream, out, row_dev, weight_dev, k, acc);
     return std::move(r.tokens_per_expert);
 }
@@ -170,7 +205,8 @@ void moe_block(Gpu& g,
                bool fused,
                bool count_load,
                Tensor& y,
-               MoeCommStats& stats) {
+               MoeCommStats& stats,
+               const LoraStep* lora) {
     const MoeConfig& m = cfg.moe;
     const int64_t n = x.dim(0), n_exp = m.n_routed_experts;
     const bool latent = spec.ffn == Ffn::latent_moe;
@@ -188,14 +224,16 @@ void moe_block(Gpu& g,
     Tensor y_lat;  // [n, ℓ] (latent)
     Tensor& acc = latent ? (y_lat = s(DType::f32, {n, width})) : y;
     const cu::MoePlan plan = cu::moe_plan(n, m.top_k, n_exp, width, w.up.dim(1));
-    const bool use_fused = moe_runs_fused(cfg, spec, cd, fused, n);
-    std::vector<int64_t> load = use_fused
-                                    ? routed_fused(g, cfg, w, plan, logits, z, count_load, acc)
-                                    : routed_host(g, cfg, w, logits, z, acc);
+    const bool has_rows = lora != nullptr && !lora->rows.empty();
+    const bool expert_lora = has_rows && !w.expert_lora.empty();  // routes on the host
+    const bool use_fused = !expert_lora && moe_runs_fused(cfg, spec, cd, fused, n);
+    std::vector<int64_t> load =
+        use_fused ? routed_fused(g, cfg, w, plan, logits, z, count_load, acc)
+                  : routed_host(g, cfg, w, logits, z, acc, expert_lora ? lora : nullptr);
     if (latent)
         g.blas.linear(in_dtype(g, s, y_lat, cd), w.fc2, y);
     if (m.n_shared_experts > 0)
-        mlp_block(g, w.shared, m.expert_act, xc, y, 1.0f);  // y += Shared(x)
+        mlp_block(g, w.shared, m.expert_act, xc, y, 1.0f, has_rows ? &lora->rows : nullptr);
 
     MoeCommStats one;  // the one-rank MoE: only its expert load
     one.calls = 1;

@@ -61,6 +61,9 @@ void kda_block(Gpu& g,
     Tensor u = s(DType::f32, {n, 3 * D});       // [n, 3D] pre-conv q|k|v
     Tensor qkv = s(DType::f32, {3, n * H, K});  // planes q, k, v, each [n, H, K]
     g.blas.linear(xc, w.qkv, u);
+    lora_apply(g, w.lora.q, step.lora.rows, x, u, 0);  // adapters on q | k | v (f32 input)
+    lora_apply(g, w.lora.k, step.lora.rows, x, u, D);
+    lora_apply(g, w.lora.v, step.lora.rows, x, u, 2 * D);
     cu::kda_conv_silu(st, b, u.ptr<float>(), w.conv.ptr<float>(), qkv.ptr<float>());
     cu::kda_conv_tails(st, b, u.ptr<float>());
     Tensor q{qkv.data, DType::f32, Device::cuda, {n * H, K}};
@@ -146,6 +149,7 @@ void kda_block(Gpu& g,
     cu::mul_inplace(st, o, gate);
     o.shape = {n, D};
     g.blas.linear(in_dtype(g, s, o, cd), w.o_proj, y);
+    lora_apply(g, w.lora.o, step.lora.rows, o, y);
 }
 
 }  // namespace hymoe::model::gpu

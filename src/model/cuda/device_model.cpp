@@ -115,6 +115,7 @@ public:
                        int pool,
                        Tensor& out,
                        VisionStats* stats) override;
+    void set_lora_adapters(const Model& host) override;
     std::string describe() const override;
     DecodeGraphCounters graph_counters() const {
         return graphs_ ? graphs_->counters() : DecodeGraphCounters{};
@@ -179,6 +180,7 @@ private:
     int64_t tail_floats_ = 0;   // one KDA layer's conv tail of one sequence: (W−1)·3D
     bool kda_slots_ = false;    // the arena's S slots fit int32 (the fused kernels' slot ids)
     size_t weight_bytes_ = 0;
+    int n_adapters_ = 0;  // LoRA adapters held (set_lora_adapters)
     DecodeGraphModel graph_model_;
     std::unique_ptr<gpu::DecodeGraphRunner> graphs_;  // null when no decode step can qualify
 };
@@ -267,6 +269,17 @@ void CudaModel::make_graphs() {
         });
 }
 
+void CudaModel::set_lora_adapters(const Model& host) {
+    HYMOE_CHECK(n_adapters_ == 0 && host.layers.size() == layers_.size(),
+                "set_lora_adapters: once, from the model this one was made from");
+    const size_t before = g_->arena.book().used();
+    for (size_t i = 0; i < layers_.size(); ++i)
+        n_adapters_ =
+            std::max(n_adapters_, gpu::upload_layer_lora(*g_, host.layers[i], layers_[i]));
+    weight_bytes_ += g_->arena.book().used() - before;
+    graph_model_.n_adapters = n_adapters_;
+}
+
 SequenceState CudaModel::new_sequence() {
     SequenceState s;
     s.attn.resize(cfg_.layers.size());
@@ -291,7 +304,18 @@ int64_t CudaModel::row_floats() const {
     const int64_t moe = m.n_routed_experts + m.top_k * (2 * w + 2 * m.moe_intermediate) + 2 * w +
                         2 * m.shared_intermediate;
     const int64_t dense = 2 * cfg_.intermediate_size;
-    return 4 * d + std::max({kda, mla, moe, dense});
+    // LoRA adapters (device_lora.h): an adapted projection's gathered rows of x and y and their
+    // fp32 copies, next to its block's own
+    const int64_t widest = std::max({w,
+                                     3 * D,
+                                     H * d_qk,
+                                     d_lat,
+                                     H * a.v_head_dim,
+                                     int64_t{cfg_.intermediate_size},
+                                     int64_t{m.moe_intermediate},
+                                     int64_t{m.shared_intermediate}});
+    const int64_t lora = n_adapters_ > 0 ? 4 * widest : 0;
+    return 4 * d + std::max({kda, mla, moe, dense}) + lora;
 }
 
 int64_t CudaModel::fused_bytes(int64_t rows) const {
@@ -428,6 +452,12 @@ gpu::StepBatch CudaModel::make_step(Scratch& s,
         }
     step.offsets = gpu::upload_values(*g_, s, batch.offsets, DType::i64);
     step.row_seq = gpu::upload_values(*g_, s, row_seq, DType::i32);
+    if (n_adapters_ > 0) {  // each adapter's rows, once for every adapted projection
+        step.lora.n_adapters = n_adapters_;
+        step.lora.rows = gpu::upload_lora_rows(*g_, s, adapter_rows(batch, n_adapters_), 1)[0];
+        if (!step.lora.rows.empty())
+            step.lora.row_adapter = lora_row_adapters(batch);
+    }
     step.positions = gpu::upload_values(*g_, s, positions, DType::i64);
     step.visible = gpu::upload_values(*g_, s, visible, DType::i32);
 
@@ -579,10 +609,16 @@ void CudaModel::layers(const gpu::StepBatch& step, Tensor& h, ForwardStats& stat
         cu::rms_norm(st, h, w.ffn_norm, eps, xn);
         if (spec.ffn == Ffn::dense) {
             Scratch sd(g_->arena);
-            gpu::mlp_block(
-                *g_, w.dense, ExpertAct::swiglu, gpu::in_dtype(*g_, sd, xn, cd), y, 0.0f);
+            gpu::mlp_block(*g_,
+                           w.dense,
+                           ExpertAct::swiglu,
+                           gpu::in_dtype(*g_, sd, xn, cd),
+                           y,
+                           0.0f,
+                           &step.lora.rows);
         } else {
-            gpu::moe_block(*g_, cfg_, spec, w.moe, xn, cd, o_.fused, timed, y, stats.moe[i]);
+            gpu::moe_block(
+                *g_, cfg_, spec, w.moe, xn, cd, o_.fused, timed, y, stats.moe[i], &step.lora);
         }
         cu::add_inplace(st, h, y);
         stats.ffn_seconds[i] += now() - t1;

@@ -1,6 +1,7 @@
 // The decode graphs' host side (model/decode_graph_plan.h) on the CPU: key buckets; the fused-MoE
 // rule against each of its conditions; every refusal of decode_graph_refusal on a model built to
-// qualify (tiny-kimi widened to the fused MoE kernels' sizes), DSA on and off the fused kernels;
+// qualify (tiny-kimi widened to the fused MoE kernels' sizes), DSA on and off the fused kernels,
+// LoRA adapters in use or not;
 // the metadata layout (aligned, disjoint arrays) and its packing of 3 rows into a bucket of 4, read
 // back array by array, padding included, with the block-table checks.
 #include <cstdint>
@@ -124,6 +125,18 @@ BOOST_AUTO_TEST_CASE(every_refusal) {
     MediaSplice no_media;  // an empty splice is no media
     with_media.media = &no_media;
     BOOST_TEST((why(c, m, decode, with_media) == GraphRefusal::none));
+
+    DecodeGraphModel adapters = m;  // a model holding two LoRA adapters
+    adapters.n_adapters = 2;
+    SeqBatch adapted = decode;
+    adapted.adapter = {-1, 1, -1};
+    BOOST_TEST((why(c, adapters, adapted) == GraphRefusal::lora));
+    BOOST_TEST((why(c, m, adapted) == GraphRefusal::none));  // no adapter held: nothing applies
+    adapted.adapter = {-1, 2, -1};                           // not an adapter it holds
+    BOOST_TEST((why(c, adapters, adapted) == GraphRefusal::none));
+    adapted.adapter = {};  // lora.h: no list is adapter 0 on every sequence
+    BOOST_TEST((why(c, adapters, adapted) == GraphRefusal::lora));
+    BOOST_TEST(std::strcmp(to_string(GraphRefusal::lora), "LoRA adapters in use") == 0);
 
     const SeqBatch prefill{{0, 1, 4}, {7, 0}, {}};  // the second sequence has three rows
     BOOST_TEST((why(c, m, prefill) == GraphRefusal::not_decode));

@@ -62,6 +62,8 @@ public:
         ++encodes;
         model::vision_forward(m_.cfg, m_.vision, images, pool, out, stats);
     }
+    // the host forward reads the adapters from the model's own slots
+    void set_lora_adapters(const model::Model& host) override { BOOST_TEST(&host == &m_); }
     std::string describe() const override { return "host"; }
 
     int sequences = 0, stores = 0, host_stores = 0, forwards = 0, reduced = 0, encodes = 0;
