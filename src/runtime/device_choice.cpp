@@ -16,15 +16,18 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     if (d.job.kind != deck::JobKind::infer)
         return cat(deck::to_string(d.job.kind),
                    " jobs run on the CPU only (the GPU runs infer jobs)");
-    if (l.tp != 1 || l.pp != 1 || l.ep != 1)
+    if (l.tp != 1 || l.pp != 1)
         return cat(
-            "the GPU model holds the whole model on each rank (parallel.tp = pp = ep = 1, "
-            "any dp), not tp = ",
+            "the GPU model holds every layer whole on each rank (parallel.tp = pp = 1, any dp, "
+            "the routed experts whole or split over ep), not tp = ",
             l.tp,
             ", pp = ",
-            l.pp,
-            ", ep = ",
-            l.ep);
+            l.pp);
+    if (l.dp % l.ep != 0)
+        return cat("the GPU model splits the routed experts over ep groups of dp replicas: dp = ",
+                   l.dp,
+                   " is not a multiple of ep = ",
+                   l.ep);
     if (!inf.adapters.empty())
         return std::string("the GPU model runs no LoRA adapters (inference.adapters)");
     if (inf.offload == "file")

@@ -45,6 +45,7 @@ struct DecodeGraphModel {
     bool kda_slots = false;      // KDA states are slots of one pool (the fused decode's addressing)
     int n_sm = 0;                // the device's SMs (the fused DSA plans split keys by them)
     int64_t max_key_bucket = 0;  // the largest key bucket whose scores the workspace holds
+    int ep = 1;                  // the expert-parallel group its MoE layers dispatch over
 };
 
 // Why a step runs eagerly (none: it may replay a graph). A DSA layer qualifies on the fused
@@ -53,6 +54,7 @@ struct DecodeGraphModel {
 enum class GraphRefusal {
     none,
     off,         // graphs or the fused kernels switched off
+    ep,          // MoE layers dispatch over an ep group (NCCL, sized on the host each layer)
     stats,       // ForwardOptions::stats: timings need synchronisations
     media,       // image rows spliced in
     not_decode,  // some sequence has other than one row (prefill, mixed), or no sequence

@@ -150,11 +150,12 @@ struct MoeW {
     Tensor bias;      // [E] f32 correction bias (correction_bias)
     Tensor fc1;       // [ℓ, d] cd (latent_moe)
     Tensor fc2;       // [d, ℓ] cd (latent_moe)
-    Tensor gate;      // [E, I, w] cd (swiglu)
+    Tensor gate;      // [E, I, w] cd (swiglu); ep > 1: the hosted experts [E_local, I, w]
     Tensor up;        // [E, I, w] cd
     Tensor down;      // [E, w, I] cd
     MlpW shared;      // n_shared_experts > 0
-    MoeWeights host;  // the correction bias alone, for the host routing (router.h)
+    MoeWeights host;  // the correction bias and the placement alone, for the host routing
+                      //   (router.h) and the ep dispatch (device_moe_ep.h)
 };
 struct LayerW {
     Tensor attn_norm;  // [d]

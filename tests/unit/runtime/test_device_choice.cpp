@@ -1,7 +1,8 @@
 // job.device's decision without MPI or a GPU (runtime/device_choice.h): the limits a job meets
-// in order (build, kind, layout, adapters, offload, batch invariance), and for each choice (cpu,
-// auto, cuda) what a limit or a missing GPU does: cuda is Exit::invalid with the one sentence
-// naming job.device's place in the deck, auto is the CPU with the log line, cpu says nothing.
+// in order (build, kind, layout: tp = pp = 1 with ep dividing dp, adapters, offload, batch
+// invariance), and for each choice (cpu, auto, cuda) what a limit or a missing GPU does: cuda is
+// Exit::invalid with the one sentence naming job.device's place in the deck, auto is the CPU with
+// the log line, cpu says nothing.
 #include <optional>
 #include <string>
 
@@ -59,15 +60,26 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
     rt::Job tp = plain;
     tp.layout.tp = 2;
     BOOST_TEST(rt::device_limit(tp, true).value() ==
-               "the GPU model holds the whole model on each rank (parallel.tp = pp = ep = 1, "
-               "any dp), not tp = 2, pp = 1, ep = 1");
+               "the GPU model holds every layer whole on each rank (parallel.tp = pp = 1, any dp, "
+               "the routed experts whole or split over ep), not tp = 2, pp = 1");
     BOOST_TEST(rt::device_limit(tp, false).value().starts_with("this hymoe was built without"));
-    rt::Job ep = plain;
+    rt::Job ep = plain;  // experts over ep groups of dp replicas: allowed
+    ep.layout.dp = 4;
     ep.layout.ep = 2;
-    BOOST_TEST(rt::device_limit(ep, true).value().ends_with("not tp = 1, pp = 1, ep = 2"));
+    BOOST_TEST(!rt::device_limit(ep, true).has_value());
+    ep.layout.ep = 4;
+    BOOST_TEST(!rt::device_limit(ep, true).has_value());
+    ep.layout.dp = 6;
+    BOOST_TEST(rt::device_limit(ep, true).value() ==
+               "the GPU model splits the routed experts over ep groups of dp replicas: dp = 6 is "
+               "not a multiple of ep = 4");
+    rt::Job tp_ep = ep;  // tp still refused with ep
+    tp_ep.layout.tp = 2;
+    tp_ep.layout.dp = 4;
+    BOOST_TEST(rt::device_limit(tp_ep, true).value().ends_with("not tp = 2, pp = 1"));
     rt::Job pp = plain;
     pp.layout.pp = 2;
-    BOOST_TEST(rt::device_limit(pp, true).value().ends_with("not tp = 1, pp = 2, ep = 1"));
+    BOOST_TEST(rt::device_limit(pp, true).value().ends_with("not tp = 1, pp = 2"));
 
     rt::Job lora = plain;
     lora.deck.job.kind = hymoe::deck::JobKind::lora;
