@@ -115,9 +115,9 @@ double rel_error(const std::vector<Buffer>& a, const std::vector<Buffer>& b) {
         if (n != b[k].view().numel())
             return INFINITY;
         for (int64_t i = 0; i < n; ++i) {
-            const double d = static_cast<double>(a[k].ptr<float>()[i]) - b[k].ptr<float>()[i];
-            diff += d * d;
-            norm += static_cast<double>(b[k].ptr<float>()[i]) * b[k].ptr<float>()[i];
+            const double got = a[k].ptr<float>()[i], want = b[k].ptr<float>()[i];
+            diff += (got - want) * (got - want);
+            norm += want * want;
         }
     }
     return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
