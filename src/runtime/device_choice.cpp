@@ -28,6 +28,10 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
                    l.dp,
                    " is not a multiple of ep = ",
                    l.ep);
+    if (l.ep > 1 && d.parallel.rebalance_every > 0)
+        return std::string(
+            "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
+            "moves them on the CPU only)");
     if (!inf.adapters.empty())
         return std::string("the GPU model runs no LoRA adapters (inference.adapters)");
     if (inf.offload == "file")

@@ -73,6 +73,12 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
     BOOST_TEST(rt::device_limit(ep, true).value() ==
                "the GPU model splits the routed experts over ep groups of dp replicas: dp = 6 is "
                "not a multiple of ep = 4");
+    rt::Job moving = ep;  // experts moved by the rebalancer: CPU only
+    moving.layout.dp = 4;
+    moving.deck.parallel.rebalance_every = 16;
+    BOOST_TEST(rt::device_limit(moving, true).value() ==
+               "the GPU model keeps each routed expert where it was loaded "
+               "(parallel.rebalance_every moves them on the CPU only)");
     rt::Job tp_ep = ep;  // tp still refused with ep
     tp_ep.layout.tp = 2;
     tp_ep.layout.dp = 4;
