@@ -251,6 +251,16 @@ void attention_block(Gpu& g,
 // y (+)= down(act(x)) for x [n, w] in cd (model::dense_ffn_forward); beta 1 adds to y.
 void mlp_block(Gpu& g, const MlpW& w, ExpertAct act, const Tensor& x, Tensor& y, float beta);
 
+// The fused routing (cuda_fused.h moe_route) of router logits [n, E] f32 into idx [n, k] i32 (each
+// token's experts, best first) and weight [n, k] f32 (their combine weights): router.h's choice,
+// dropless, on the device.
+void route_on_device(Gpu& g,
+                     const ModelConfig& cfg,
+                     const MoeW& w,
+                     const Tensor& logits,
+                     Tensor& idx,
+                     Tensor& weight);
+
 // model::moe_forward. Fused (`fused`, cd bf16, SwiGLU, dropless, widths the grouped kernels
 // take): routing, dispatch plan, experts and combine on the device (cuda_fused.h), no host round
 // trip unless `count_load`. Else: route on the host from the device's logits, experts on the

@@ -232,7 +232,7 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
                                    static_cast<size_t>(std::numeric_limits<int32_t>::max());
     weight_bytes_ = g_->arena.book().used() - before;
     if (host.shard.ep > 1)
-        moe_ep_ = std::make_unique<gpu::MoeEp>(host.comms->ep, o.ep_overlap);
+        moe_ep_ = std::make_unique<gpu::MoeEp>(host.comms->ep, o.ep_overlap, o.fused);
     graph_model_.ep = host.shard.ep;
     make_graphs();
 }

@@ -1,5 +1,6 @@
 // The GPU MoE layer over an ep group (device_moe_ep.h). Per layer: router logits on the device,
-// the routing on the host (the one-rank model's host path, so the same choice), the host plan of
+// the routing where the one-rank model routes (the fused route kernel for the layers that run
+// fused, else router.h on the host), brought to the host, the host plan of
 // every micro-batch (moe_ep_plan.h) with its counts, expert ids and weights exchanged over MPI,
 // then on the device: gather the rows to send (compute stream) → all-to-all-v (communication
 // stream) → permute into each hosted expert's rows, grouped GEMMs, slot-ordered fp32 partial per
@@ -13,6 +14,7 @@
 #include "../router.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
+#include "hymoe/model/decode_graph_plan.h"
 #include "hymoe/model/moe_ep_plan.h"
 
 namespace hymoe::model::gpu {
@@ -92,9 +94,45 @@ void run_experts(Gpu& g, Scratch& s, const ModelConfig& cfg, const MoeW& w, Batc
     cu::moe_unpermute(g.stream, out, row, weight, k, b.partial);
 }
 
+// The rows' routing from the device's logits [n, E], brought to the host (one synchronisation):
+// on the device where the one-rank model routes there (moe_runs_fused: the fused route kernel,
+// dropless), else router.h on the host.
+Routing route(Gpu& g,
+              Scratch& s,
+              const ModelConfig& cfg,
+              const LayerSpec& spec,
+              const MoeW& w,
+              const Tensor& logits,
+              DType cd,
+              bool fused) {
+    const int64_t n = logits.dim(0), n_exp = cfg.moe.n_routed_experts, k = cfg.moe.top_k;
+    if (!moe_runs_fused(cfg, spec, cd, fused, n)) {
+        Buffer scores(DType::f32, {n, n_exp});
+        cu::download(logits, scores.view(), g.stream);
+        g.stream.synchronize();
+        detail::router_activate(cfg, scores.view());
+        return detail::route_scores(cfg, w.host, scores.view());
+    }
+    Tensor idx = s(DType::i32, {n, k}), weight = s(DType::f32, {n, k});  // [n, k]
+    route_on_device(g, cfg, w, logits, idx, weight);
+    std::vector<int32_t> ids(static_cast<size_t>(n * k));
+    Routing r;
+    r.weight.resize(ids.size());
+    cu::copy_to_host(ids.data(), idx.data, ids.size() * sizeof(int32_t), g.stream);
+    cu::copy_to_host(r.weight.data(), weight.data, r.weight.size() * sizeof(float), g.stream);
+    g.stream.synchronize();
+    r.idx.assign(ids.begin(), ids.end());
+    r.kept.assign(ids.size(), 1);
+    r.tokens_per_expert.assign(static_cast<size_t>(n_exp), 0);
+    for (int32_t e : ids)
+        ++r.tokens_per_expert[static_cast<size_t>(e)];
+    return r;
+}
+
 }  // namespace
 
-MoeEp::MoeEp(const comm::Comm& ep, bool overlap) : ep_(ep), overlap_(overlap) {}
+MoeEp::MoeEp(const comm::Comm& ep, bool overlap, bool fused)
+    : ep_(ep), overlap_(overlap), fused_(fused) {}
 
 void MoeEp::forward(Gpu& g,
                     const ModelConfig& cfg,
@@ -127,11 +165,7 @@ void MoeEp::forward(Gpu& g,
             z = s(cd, {n, width});
             g.blas.linear(xc, w.fc1, z);
         }
-        Buffer scores(DType::f32, {n, n_exp});
-        cu::download(logits, scores.view(), st);
-        st.synchronize();
-        detail::router_activate(cfg, scores.view());
-        r = detail::route_scores(cfg, w.host, scores.view());
+        r = route(g, s, cfg, spec, w, logits, cd, fused_);
     }
 
     // the host plan of every micro-batch, the same count of them on every rank

@@ -18,13 +18,15 @@ namespace hymoe::model::gpu {
 class MoeEp {
 public:
     // ep: the group the MoE layers dispatch over (every rank calls forward for every MoE layer
-    // of every step, also with no rows); overlap: two micro-batches on two streams.
-    MoeEp(const comm::Comm& ep, bool overlap);
+    // of every step, also with no rows); overlap: two micro-batches on two streams; fused: route
+    // on the device where the one-rank model would (CudaModelOptions::fused).
+    MoeEp(const comm::Comm& ep, bool overlap, bool fused);
     int size() const { return ep_.size(); }
     // model::moe_forward over the group on x [n, d] f32 (n ≥ 0) into y [n, d] f32, w holding the
     // hosted experts only ([E_local, ·, ·], ids ascending, placement w.host.expert_rank). The
-    // routing is the host's (router.h, from the device's logits): one download and one
-    // synchronisation a layer, which also sizes the exchange; the counts and the rows' expert ids
+    // routing is the one-rank model's (the fused route kernel where moe_runs_fused holds, else
+    // router.h on the host from the device's logits), downloaded with one synchronisation a
+    // layer, which also sizes the exchange; the counts and the rows' expert ids
     // and weights go over MPI (host), the rows and their partials over NCCL. Collective over ep.
     void forward(Gpu& g,
                  const ModelConfig& cfg,
@@ -37,7 +39,7 @@ public:
 
 private:
     const comm::Comm& ep_;
-    bool overlap_;
+    bool overlap_, fused_;
     cu::Stream comm_;       // the all-to-alls
     cu::Event sent_ready_;  // every micro-batch's rows gathered (compute stream)
     cu::Event dispatched_[2], computed_[2], combined_[2];
