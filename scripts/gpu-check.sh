@@ -5,6 +5,8 @@
 # of the library compiles), run the CUDA parity tests (`make test-cuda`: the kernels, the fused
 # kernels and the whole model against the CPU), the kernel benchmark (build/cuda/bench_cuda, fused
 # kernels included) and the model benchmark (build/cuda/bench_cuda_model), and write a summary.
+# With 2 GPUs or more it also builds build/cuda/test_mpi and runs the ep-parallel GPU forward
+# against the CPU on 2 ranks (`cuda_ep`, 60 s more; it builds within the build step's limit).
 # Usage:
 #   scripts/gpu-check.sh [OUT_DIR]      (default build/gpu-check)
 # OUT_DIR receives summary.txt (the figures and verdicts) and one full log per step. Installs
@@ -41,13 +43,21 @@ else
     note "gpu: no nvidia-smi on this machine"
 fi
 
+n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 step build 190 make -j"$jobs" CUDA=1 build/cuda/hymoe build/cuda/test_cuda build/cuda/bench_cuda \
-    build/cuda/bench_cuda_model
+    build/cuda/bench_cuda_model $([ "$n_gpus" -ge 2 ] && echo build/cuda/test_mpi)
 grep -E "warning:|error:|undefined reference|\*\*\*" "$out/build.log" | head -10 | tee -a "$summary"
 
 step test-cuda 80 make --no-print-directory test-cuda NPROC="$jobs"
 grep -E "FAILED|error:|^[0-9]+ passed, [0-9]+ failed" "$out/test-cuda.log" | head -20 |
     tee -a "$summary"
+
+if [ "$n_gpus" -ge 2 ]; then
+    step cuda-ep 60 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_ep --log_level=message
+    grep -E "cuda_ep|FAILED|error:" "$out/cuda-ep.log" | head -12 | tee -a "$summary"
+else
+    note "== cuda-ep: skipped ($n_gpus GPU; the ep-parallel forward needs 2 ranks on 2 GPUs)"
+fi
 
 step bench 130 build/cuda/bench_cuda
 grep -vE "^$" "$out/bench.log" | head -40 | tee -a "$summary"

@@ -34,6 +34,8 @@ const char* to_string(GraphRefusal r) {
             return "none";
         case GraphRefusal::off:
             return "graphs off";
+        case GraphRefusal::ep:
+            return "MoE dispatched over an ep group";
         case GraphRefusal::stats:
             return "timings asked for";
         case GraphRefusal::media:
@@ -66,6 +68,8 @@ GraphRefusal decode_graph_refusal(const ModelConfig& cfg,
                                   bool kv_resident) {
     if (!model.graphs || !model.fused)
         return GraphRefusal::off;
+    if (model.ep > 1)
+        return GraphRefusal::ep;
     if (options.stats != nullptr)
         return GraphRefusal::stats;
     if (options.media != nullptr && !options.media->rows.empty())

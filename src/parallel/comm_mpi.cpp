@@ -392,6 +392,24 @@ void all_to_all_v(const Tensor& in,
     HYMOE_MPI_CHECK(rc_mpi, "all_to_all_v of ", shape_string(in.shape), " over ", c.name());
 }
 
+void all_to_all_v_queued(const Tensor& in,
+                         const std::vector<int64_t>& send_rows,
+                         Tensor& out,
+                         const std::vector<int64_t>& recv_rows,
+                         const Comm& c,
+                         void* stream) {
+    check_all_to_all_v(in, send_rows, out, recv_rows, c);
+    HYMOE_CHECK(in.device == Device::cuda && out.device == Device::cuda,
+                "all_to_all_v_queued over ",
+                c.name(),
+                ": device tensors only (host tensors go through all_to_all_v)");
+#ifdef HYMOE_CUDA
+    nccl::all_to_all_v_queued(in, send_rows, out, recv_rows, c, stream);
+#else
+    (void)stream;
+#endif
+}
+
 // The MPI request and what MPI reads until it completes: the int counts and displacements.
 struct Request::Impl {
     MPI_Request mpi = MPI_REQUEST_NULL;

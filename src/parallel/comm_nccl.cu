@@ -6,7 +6,8 @@
 // ncclCommInitRank makes it on the current device (select_device has called cudaSetDevice). That
 // first call is therefore collective over the Comm, as every collective here already is.
 // Every call runs on the current stream (for now the per-thread default stream) and synchronises
-// it before returning, so the result is ready and the tensors reusable when the call returns.
+// it before returning, so the result is ready and the tensors reusable when the call returns;
+// all_to_all_v_queued alone runs on the caller's stream and returns once queued.
 // Unlike the MPI path (fp32 accumulation, one rounding), NCCL reduces bf16/f16 in their own type.
 #include <cstddef>
 #include <cstdint>
@@ -208,16 +209,18 @@ void recv(Tensor& x, int src, const Comm& c) {
     finish(nc, "recv", x, c);
 }
 
+namespace {
+
 // One group of point-to-point calls: to every rank r, the next send_rows[r] rows of in; from
 // every rank r, recv_rows[r] rows into out, in source-rank order. Empty blocks are skipped. The
 // group is always closed, even when a call inside it fails, before the error is raised.
-void all_to_all_v(const Tensor& in,
-                  const std::vector<int64_t>& send_rows,
-                  Tensor& out,
-                  const std::vector<int64_t>& recv_rows,
-                  const Comm& c) {
-    ncclComm_t nc = handle(c);
-    cudaStream_t stream = current_stream();
+void queue_all_to_all_v(const Tensor& in,
+                        const std::vector<int64_t>& send_rows,
+                        Tensor& out,
+                        const std::vector<int64_t>& recv_rows,
+                        const Comm& c,
+                        ncclComm_t nc,
+                        cudaStream_t stream) {
     const size_t row_bytes =
         dtype_size(in.dtype) *
         static_cast<size_t>(shape_numel(Shape(in.shape.begin() + 1, in.shape.end())));
@@ -260,7 +263,28 @@ void all_to_all_v(const Tensor& in,
                        " over ",
                        c.name(),
                        failed_peer >= 0 ? cat(", peer rank ", failed_peer) : std::string());
+}
+
+}  // namespace
+
+void all_to_all_v(const Tensor& in,
+                  const std::vector<int64_t>& send_rows,
+                  Tensor& out,
+                  const std::vector<int64_t>& recv_rows,
+                  const Comm& c) {
+    ncclComm_t nc = handle(c);
+    queue_all_to_all_v(in, send_rows, out, recv_rows, c, nc, current_stream());
     finish(nc, "all_to_all_v", in, c);
+}
+
+void all_to_all_v_queued(const Tensor& in,
+                         const std::vector<int64_t>& send_rows,
+                         Tensor& out,
+                         const std::vector<int64_t>& recv_rows,
+                         const Comm& c,
+                         void* stream) {
+    queue_all_to_all_v(
+        in, send_rows, out, recv_rows, c, handle(c), static_cast<cudaStream_t>(stream));
 }
 
 // Called from ~Comm::Impl: never throws, and a failure to free is not worth a crash at exit.

@@ -17,6 +17,13 @@ void all_to_all_v(const Tensor& in,
                   Tensor& out,
                   const std::vector<int64_t>& recv_rows,
                   const Comm& c);
+// The same, queued on `stream` (a cudaStream_t) and not waited for.
+void all_to_all_v_queued(const Tensor& in,
+                         const std::vector<int64_t>& send_rows,
+                         Tensor& out,
+                         const std::vector<int64_t>& recv_rows,
+                         const Comm& c,
+                         void* stream);
 void destroy(Comm::Impl& impl);
 
 }  // namespace hymoe::comm::nccl

@@ -16,14 +16,26 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     if (d.job.kind != deck::JobKind::infer)
         return cat(deck::to_string(d.job.kind),
                    " jobs run on the CPU only (the GPU runs infer jobs)");
-    if (l.tp != 1 || l.pp != 1 || l.ep != 1)
+    if (l.tp != 1 || l.pp != 1)
         return cat(
-            "the GPU model holds the whole model on each rank (parallel.tp = pp = ep = 1, "
-            "any dp), not tp = ",
+            "the GPU model holds every layer whole on each rank (parallel.tp = pp = 1, any dp, "
+            "the routed experts whole or split over ep), not tp = ",
             l.tp,
             ", pp = ",
-            l.pp,
-            ", ep = ",
+            l.pp);
+    if (l.dp % l.ep != 0)
+        return cat("the GPU model splits the routed experts over ep groups of dp replicas: dp = ",
+                   l.dp,
+                   " is not a multiple of ep = ",
+                   l.ep);
+    if (l.ep > 1 && d.parallel.rebalance_every > 0)
+        return std::string(
+            "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
+            "moves them on the CPU only)");
+    if (l.ep > 1 && !inf.adapters.empty())
+        return cat(
+            "the GPU model applies LoRA adapters with the routed experts whole on each rank "
+            "(inference.adapters need parallel.ep = 1 on the GPU), not ep = ",
             l.ep);
     if (inf.offload == "file")
         return std::string(

@@ -22,7 +22,10 @@
 // dummy sequence, its metadata moved by one copy into fixed device buffers, its scratch in one
 // fixed workspace, the real rows' logits (or top tokens) copied back (src/model/cuda/
 // device_decode_graphs.h). Any other step runs eagerly, with the same results.
-// Layout: the whole model on one rank (tp = pp = ep = 1; dp replicas each hold their own copy).
+// Layout: every layer whole on each rank (tp = pp = 1; dp replicas each hold their own copy), the
+// routed experts whole (ep = 1) or split over an ep group of dp replicas (ep > 1: each rank its
+// hosted experts, model/shard.h; src/model/cuda/device_moe_ep.h dispatches and combines over
+// NCCL, the routing on the host, and no decode graphs).
 // ForwardOptions::kda_mode, attn_mode and stage_out do not apply (one form of each block, one
 // stage); with ForwardOptions::stats, each layer is timed between two stream synchronisations.
 // The vision tower runs on the device too (src/model/cuda/device_vision.h: the encoder's GEMMs
@@ -58,6 +61,9 @@ struct CudaModelOptions {
     // Bytes of activations a pass of the vision encoder may hold (images are encoded in passes
     // under it); 0: the room a step of max_tokens keeps free.
     int64_t vision_scratch_bytes = 0;
+    // ep > 1: each MoE layer's rows in two micro-batches, one's all-to-all running while the
+    // other's experts compute (false: one batch, the exchange then the experts).
+    bool ep_overlap = true;
 };
 
 // What the decode graphs of a GPU model have done so far.
@@ -69,8 +75,10 @@ struct DecodeGraphCounters {
     int64_t resets = 0;       // times every graph was dropped for a store of another geometry
 };
 
-// Uploads `host` (a whole model: make_model(cfg) with its weights) to the current device
-// (backend::select_device has chosen it). The host model may be freed afterwards.
+// Uploads `host` (a whole model: make_model(cfg) with its weights, or a rank's part at tp = pp =
+// 1 with its routed experts split over ep: make_model(cfg, grid)) to the current device
+// (backend::select_device has chosen it). The host model may be freed afterwards; at ep > 1
+// its comms (the grid) must outlive the device model.
 std::unique_ptr<DeviceModel> make_cuda_model(const Model& host, const CudaModelOptions& options);
 // The counters of a model make_cuda_model made (all zero while graphs are off).
 DecodeGraphCounters decode_graph_counters(const DeviceModel& model);

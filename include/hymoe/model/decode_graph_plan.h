@@ -46,6 +46,7 @@ struct DecodeGraphModel {
     int n_sm = 0;                // the device's SMs (the fused DSA plans split keys by them)
     int64_t max_key_bucket = 0;  // the largest key bucket whose scores the workspace holds
     int n_adapters = 0;          // LoRA adapters held (DeviceModel::set_lora_adapters)
+    int ep = 1;                  // the expert-parallel group its MoE layers dispatch over
 };
 
 // Why a step runs eagerly (none: it may replay a graph). A DSA layer qualifies on the fused
@@ -54,6 +55,7 @@ struct DecodeGraphModel {
 enum class GraphRefusal {
     none,
     off,         // graphs or the fused kernels switched off
+    ep,          // MoE layers dispatch over an ep group (NCCL, sized on the host each layer)
     stats,       // ForwardOptions::stats: timings need synchronisations
     media,       // image rows spliced in
     lora,        // some sequence uses a LoRA adapter (model/lora.h's choice) the model holds

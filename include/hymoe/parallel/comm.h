@@ -90,6 +90,18 @@ Request all_to_all_v_start(const Tensor& in,
                            const std::vector<int64_t>& recv_rows,
                            const Comm& c);
 
+// all_to_all_v of device tensors (CUDA builds) queued on `stream` (a cudaStream_t) and not waited
+// for: NCCL's grouped sends and receives run on that stream in queue order with the kernels
+// around them, so the caller orders its producers and consumers with events on it. The same
+// checks and row layout as all_to_all_v; in and out must stay alive until the stream has run it.
+// Collective over c: every rank queues its calls on c in one order.
+void all_to_all_v_queued(const Tensor& in,
+                         const std::vector<int64_t>& send_rows,
+                         Tensor& out,
+                         const std::vector<int64_t>& recv_rows,
+                         const Comm& c,
+                         void* stream);
+
 // send, started and not waited for (MPI_Isend): x must stay alive and untouched until the
 // Request completes. Device tensors are sent at once (NCCL) and return a completed Request.
 Request send_start(const Tensor& x, int dest, const Comm& c, int tag);

@@ -1,8 +1,9 @@
 // Where a job computes: the deck's job.device (auto | cpu | cuda) against what this build, the
 // job and the machine allow. Decided once, before the job's output folder is made, for the kinds
-// that run the model (infer, lora). The GPU model (model/cuda_model.h) runs infer jobs with the
-// whole model on each rank's GPU: tp = pp = ep = 1 (any dp), no LoRA adapters, KV offload none
-// or host (no spill file), no batch-invariant mode. `cuda` that cannot be had is an invalid deck
+// that run the model (infer, lora). The GPU model (model/cuda_model.h) runs infer jobs with every
+// layer whole on each rank's GPU: tp = pp = 1, any dp, the routed experts whole or split over
+// ep (dp a multiple of ep, no rebalancing), LoRA adapters at ep = 1 only, KV offload none or
+// host (no spill file), no batch-invariant mode. `cuda` that cannot be had is an invalid deck
 // (exit 2, one sentence naming job.device's place in the deck); `auto` then runs on the CPU and
 // logs one line saying why. Each rank takes GPU local_rank mod the GPUs it sees (backend/device.h).
 #pragma once

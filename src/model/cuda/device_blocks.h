@@ -156,11 +156,12 @@ struct MoeW {
     Tensor bias;      // [E] f32 correction bias (correction_bias)
     Tensor fc1;       // [ℓ, d] cd (latent_moe)
     Tensor fc2;       // [d, ℓ] cd (latent_moe)
-    Tensor gate;      // [E, I, w] cd (swiglu)
+    Tensor gate;      // [E, I, w] cd (swiglu); ep > 1: the hosted experts [E_local, I, w]
     Tensor up;        // [E, I, w] cd
     Tensor down;      // [E, w, I] cd
     MlpW shared;      // n_shared_experts > 0
-    MoeWeights host;  // the correction bias alone, for the host routing (router.h)
+    MoeWeights host;  // the correction bias and the placement alone, for the host routing
+                      //   (router.h) and the ep dispatch (device_moe_ep.h)
     std::vector<MlpLoraW> expert_lora;  // [E] the routed experts' adapters; empty: none
 };
 struct LayerW {
@@ -264,6 +265,16 @@ void mlp_block(Gpu& g,
                Tensor& y,
                float beta,
                const std::vector<AdapterRowsW>* lora_rows = nullptr);
+
+// The fused routing (cuda_fused.h moe_route) of router logits [n, E] f32 into idx [n, k] i32 (each
+// token's experts, best first) and weight [n, k] f32 (their combine weights): router.h's choice,
+// dropless, on the device.
+void route_on_device(Gpu& g,
+                     const ModelConfig& cfg,
+                     const MoeW& w,
+                     const Tensor& logits,
+                     Tensor& idx,
+                     Tensor& weight);
 
 // model::moe_forward. Fused (`fused`, cd bf16, SwiGLU, dropless, widths the grouped kernels
 // take): routing, dispatch plan, experts and combine on the device (cuda_fused.h), no host round

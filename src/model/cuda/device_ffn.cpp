@@ -61,25 +61,15 @@ void mlp_block(Gpu& g,
     lora_apply(g, w.lora.down, rows, h, y);
 }
 
-namespace {
-
-// The fused routed experts (cuda_fused.h) of z [n, w] bf16 into acc [n, w] f32 with routing on the
-// device from logits [n, E]: route → dispatch plan → grouped SwiGLU experts → slot-ordered combine.
-// Returns the expert load when count_load (one download of the plan's offsets), else nothing.
-std::vector<int64_t> routed_fused(Gpu& g,
-                                  const ModelConfig& cfg,
-                                  const MoeW& w,
-                                  const cu::MoePlan& plan,
-                                  const Tensor& logits,
-                                  const Tensor& z,
-                                  bool count_load,
-                                  Tensor& acc) {
+void route_on_device(Gpu& g,
+                     const ModelConfig& cfg,
+                     const MoeW& w,
+                     const Tensor& logits,
+                     Tensor& idx,
+                     Tensor& weight) {
     const MoeConfig& m = cfg.moe;
-    const int64_t n = z.dim(0), k = m.top_k, n_exp = m.n_routed_experts, inter = w.up.dim(1);
+    const int64_t n = logits.dim(0), k = m.top_k, n_exp = m.n_routed_experts;
     const detail::WeightRule rule = detail::weight_rule(cfg);
-    Scratch s(g.arena);
-    Tensor idx = s(DType::i32, {n, k});     // [n, k] expert of each slot, best first
-    Tensor weight = s(DType::f32, {n, k});  // [n, k]
     cu::MoeRouteParams rp;
     rp.n_tok = static_cast<int>(n);
     rp.n_exp = static_cast<int>(n_exp);
@@ -98,6 +88,27 @@ std::vector<int64_t> routed_fused(Gpu& g,
     rp.idx = idx.ptr<int32_t>();
     rp.weight = weight.ptr<float>();
     cu::moe_route(g.stream, rp);
+}
+
+namespace {
+
+// The fused routed experts (cuda_fused.h) of z [n, w] bf16 into acc [n, w] f32 with routing on the
+// device from logits [n, E]: route → dispatch plan → grouped SwiGLU experts → slot-ordered combine.
+// Returns the expert load when count_load (one download of the plan's offsets), else nothing.
+std::vector<int64_t> routed_fused(Gpu& g,
+                                  const ModelConfig& cfg,
+                                  const MoeW& w,
+                                  const cu::MoePlan& plan,
+                                  const Tensor& logits,
+                                  const Tensor& z,
+                                  bool count_load,
+                                  Tensor& acc) {
+    const MoeConfig& m = cfg.moe;
+    const int64_t n = z.dim(0), k = m.top_k, n_exp = m.n_routed_experts, inter = w.up.dim(1);
+    Scratch s(g.arena);
+    Tensor idx = s(DType::i32, {n, k});     // [n, k] expert of each slot, best first
+    Tensor weight = s(DType::f32, {n, k});  // [n, k]
+    route_on_device(g, cfg, w, logits, idx, weight);
 
     Tensor scratch = s(DType::i32, {(plan.scratch_bytes + 3) / 4});
     const cu::MoeDispatch d = cu::moe_dispatch_arrays(

@@ -16,12 +16,14 @@
 #include "device_blocks.h"
 #include "device_decode_graphs.h"
 #include "device_kv_offload.h"
+#include "device_moe_ep.h"
 #include "device_vision.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/cuda_model.h"
 #include "hymoe/model/fused_step.h"
+#include "hymoe/model/moe_ep_plan.h"
 
 namespace hymoe::model {
 
@@ -131,6 +133,8 @@ private:
     gpu::StepBatch make_step(Scratch& s,
                              const SeqBatch& batch,
                              const std::vector<SequenceState*>& states);
+    // Layer i's uploaded routed experts against the ones the shard hosts (all E at ep = 1).
+    void check_experts(const Model& host, size_t i) const;
     // The sequence's KDA block (its layer-0 S), made and zeroed by the first call.
     float* kda_state_of(DeviceSequence& ds);
     // h [n, d] f32 = the embedding rows of ids (i64 [n] on the device).
@@ -183,17 +187,19 @@ private:
     int n_adapters_ = 0;  // LoRA adapters held (set_lora_adapters)
     DecodeGraphModel graph_model_;
     std::unique_ptr<gpu::DecodeGraphRunner> graphs_;  // null when no decode step can qualify
+    std::unique_ptr<gpu::MoeEp> moe_ep_;  // the MoE layers over the ep group (ep > 1), else null
 };
 
 CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.cfg), o_(o) {
-    HYMOE_CHECK(host.shard.tp == 1 && host.shard.pp == 1 && host.shard.ep == 1,
-                "make_cuda_model: the GPU model holds the whole model (tp = pp = ep = 1), not a "
-                "shard of tp ",
-                host.shard.tp,
-                ", pp ",
-                host.shard.pp,
-                ", ep ",
-                host.shard.ep);
+    HYMOE_CHECK(
+        host.shard.tp == 1 && host.shard.pp == 1 && (host.shard.ep == 1 || host.comms != nullptr),
+        "make_cuda_model: the GPU model holds every layer whole but the routed experts "
+        "(tp = pp = 1, experts split over ep with its comms), not a shard of tp ",
+        host.shard.tp,
+        ", pp ",
+        host.shard.pp,
+        ", ep ",
+        host.shard.ep);
     HYMOE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16,
                 "make_cuda_model: matrices in ",
                 to_string(o.dtype),
@@ -212,6 +218,7 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
     for (size_t i = 0; i < cfg_.layers.size(); ++i) {
         layers_.push_back(
             gpu::upload_layer(*g_, cfg_, host.layers[i], static_cast<int>(i), o.dtype));
+        check_experts(host, i);
         if (cfg_.layers[i].mixer == Mixer::kda)
             kda_index_[i] = n_kda_++;
         else if (first_attention_ < 0)
@@ -226,7 +233,32 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
                                        static_cast<size_t>(s_floats_ * int64_t{sizeof(float)}) <
                                    static_cast<size_t>(std::numeric_limits<int32_t>::max());
     weight_bytes_ = g_->arena.book().used() - before;
+    if (host.shard.ep > 1)
+        moe_ep_ = std::make_unique<gpu::MoeEp>(host.comms->ep, o.ep_overlap, o.fused);
+    graph_model_.ep = host.shard.ep;
     make_graphs();
+}
+
+void CudaModel::check_experts(const Model& host, size_t i) const {
+    const LayerSpec& spec = cfg_.layers[i];
+    if (spec.ffn == Ffn::dense)
+        return;
+    const int64_t n_exp = cfg_.moe.n_routed_experts;
+    const std::vector<int> local = local_expert_index(
+        host.layers[i].moe.expert_rank, n_exp, host.shard.ep, host.shard.ep_rank);
+    const auto hosted = std::count_if(local.begin(), local.end(), [](int l) { return l >= 0; });
+    HYMOE_CHECK(layers_[i].moe.up.dim(0) == hosted,
+                "make_cuda_model: layer ",
+                i,
+                " holds ",
+                layers_[i].moe.up.dim(0),
+                " routed experts where ep rank ",
+                host.shard.ep_rank,
+                " of ",
+                host.shard.ep,
+                " hosts ",
+                hosted,
+                ": is every hosted expert loaded?");
 }
 
 void CudaModel::make_graphs() {
@@ -376,7 +408,11 @@ std::string CudaModel::describe() const {
                static_cast<double>(weight_bytes_) * gb,
                " GB of a ",
                static_cast<double>(g_->arena.book().capacity()) * gb,
-               " GB device arena");
+               " GB device arena",
+               moe_ep_ ? cat(", routed experts over ep ",
+                             moe_ep_->size(),
+                             o_.ep_overlap ? " (two micro-batches overlapped)" : "")
+                       : std::string());
 }
 
 void CudaModel::check_call(const std::vector<int64_t>& tokens,
@@ -617,8 +653,11 @@ void CudaModel::layers(const gpu::StepBatch& step, Tensor& h, ForwardStats& stat
                            0.0f,
                            &step.lora.rows);
         } else {
-            gpu::moe_block(
-                *g_, cfg_, spec, w.moe, xn, cd, o_.fused, timed, y, stats.moe[i], &step.lora);
+            if (moe_ep_)
+                moe_ep_->forward(*g_, cfg_, spec, w.moe, xn, cd, y, stats.moe[i]);
+            else
+                gpu::moe_block(
+                    *g_, cfg_, spec, w.moe, xn, cd, o_.fused, timed, y, stats.moe[i], &step.lora);
         }
         cu::add_inplace(st, h, y);
         stats.ffn_seconds[i] += now() - t1;
@@ -742,6 +781,13 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     stats.moe.resize(n_layer);
     stats.layer_flops.resize(n_layer);
     if (n == 0) {
+        for (size_t i = 0; moe_ep_ && i < cfg_.layers.size(); ++i)  // the ep group's collectives
+            if (cfg_.layers[i].ffn != Ffn::dense) {
+                Scratch s(g_->arena);
+                Tensor none = s(DType::f32, {0, d}), out = s(DType::f32, {0, d});  // [0, d]
+                moe_ep_->forward(
+                    *g_, cfg_, cfg_.layers[i], layers_[i].moe, none, o_.dtype, out, stats.moe[i]);
+            }
         logits = Buffer(DType::f32, {0, V});
         if (top != nullptr)
             top->tokens.clear(), top->logits.clear(), top->log_sum.clear();

@@ -101,14 +101,17 @@ MlpW upload_mlp(Gpu& g, const DenseFfnWeights& w, ExpertAct act, DType cd) {
     return out;
 }
 
-// The E experts' matrix `which` as one [E, rows, cols] tensor.
+// The held experts' matrix `which` as one [E_held, rows, cols] tensor, ids ascending: all E of a
+// whole model, the hosted ones of an ep shard (model/shard.h: the others are left empty).
 Tensor upload_experts(Gpu& g,
                       const std::vector<DenseFfnWeights>& experts,
                       Buffer DenseFfnWeights::*which,
                       DType cd) {
     std::vector<const Buffer*> parts;
     for (const DenseFfnWeights& e : experts)
-        parts.push_back(&(e.*which));
+        if (e.up_proj.view().data != nullptr)
+            parts.push_back(&(e.*which));
+    HYMOE_CHECK(!parts.empty(), "GPU model: an MoE layer holds no routed expert");
     const Shape& one = parts.front()->view().shape;
     for (const Buffer* b : parts)
         HYMOE_CHECK(b->view().shape == one,
@@ -136,6 +139,7 @@ MoeW upload_moe(
     out.down = upload_experts(g, w.experts, &DenseFfnWeights::down_proj, cd);
     if (m.n_shared_experts > 0)
         out.shared = upload_mlp(g, w.shared, m.expert_act, cd);
+    out.host.expert_rank = w.expert_rank;
     if (m.correction_bias) {
         out.bias = upload_weight(g, w.correction_bias, {m.n_routed_experts}, DType::f32);
         out.host.correction_bias = Buffer(DType::f32, w.correction_bias.view().shape);

@@ -112,6 +112,9 @@ BOOST_AUTO_TEST_CASE(every_refusal) {
     off = m;
     off.fused = false;
     BOOST_TEST((why(c, off, decode) == GraphRefusal::off));
+    DecodeGraphModel expert_parallel = m;  // every rank of the group must dispatch eagerly
+    expert_parallel.ep = 2;
+    BOOST_TEST((why(c, expert_parallel, decode) == GraphRefusal::ep));
 
     ForwardStats stats;
     ForwardOptions timed;

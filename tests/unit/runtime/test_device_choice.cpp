@@ -1,8 +1,8 @@
 // job.device's decision without MPI or a GPU (runtime/device_choice.h): the limits a job meets
-// in order (build, kind, layout, offload, batch invariance; adapters are no limit), and for each
-// choice (cpu, auto, cuda) what a limit or a missing GPU does: cuda is Exit::invalid with the one
-// sentence naming job.device's place in the deck, auto is the CPU with the log line, cpu says
-// nothing.
+// in order (build, kind, layout: tp = pp = 1 with ep dividing dp, adapters at ep > 1, offload,
+// batch invariance; adapters at ep = 1 are no limit), and for each choice (cpu, auto, cuda) what a
+// limit or a missing GPU does: cuda is Exit::invalid with the one sentence naming job.device's
+// place in the deck, auto is the CPU with the log line, cpu says nothing.
 #include <optional>
 #include <string>
 
@@ -60,15 +60,32 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
     rt::Job tp = plain;
     tp.layout.tp = 2;
     BOOST_TEST(rt::device_limit(tp, true).value() ==
-               "the GPU model holds the whole model on each rank (parallel.tp = pp = ep = 1, "
-               "any dp), not tp = 2, pp = 1, ep = 1");
+               "the GPU model holds every layer whole on each rank (parallel.tp = pp = 1, any dp, "
+               "the routed experts whole or split over ep), not tp = 2, pp = 1");
     BOOST_TEST(rt::device_limit(tp, false).value().starts_with("this hymoe was built without"));
-    rt::Job ep = plain;
+    rt::Job ep = plain;  // experts over ep groups of dp replicas: allowed
+    ep.layout.dp = 4;
     ep.layout.ep = 2;
-    BOOST_TEST(rt::device_limit(ep, true).value().ends_with("not tp = 1, pp = 1, ep = 2"));
+    BOOST_TEST(!rt::device_limit(ep, true).has_value());
+    ep.layout.ep = 4;
+    BOOST_TEST(!rt::device_limit(ep, true).has_value());
+    ep.layout.dp = 6;
+    BOOST_TEST(rt::device_limit(ep, true).value() ==
+               "the GPU model splits the routed experts over ep groups of dp replicas: dp = 6 is "
+               "not a multiple of ep = 4");
+    rt::Job moving = ep;  // experts moved by the rebalancer: CPU only
+    moving.layout.dp = 4;
+    moving.deck.parallel.rebalance_every = 16;
+    BOOST_TEST(rt::device_limit(moving, true).value() ==
+               "the GPU model keeps each routed expert where it was loaded "
+               "(parallel.rebalance_every moves them on the CPU only)");
+    rt::Job tp_ep = ep;  // tp still refused with ep
+    tp_ep.layout.tp = 2;
+    tp_ep.layout.dp = 4;
+    BOOST_TEST(rt::device_limit(tp_ep, true).value().ends_with("not tp = 2, pp = 1"));
     rt::Job pp = plain;
     pp.layout.pp = 2;
-    BOOST_TEST(rt::device_limit(pp, true).value().ends_with("not tp = 1, pp = 2, ep = 1"));
+    BOOST_TEST(rt::device_limit(pp, true).value().ends_with("not tp = 1, pp = 2"));
 
     rt::Job lora = plain;
     lora.deck.job.kind = hymoe::deck::JobKind::lora;
@@ -80,6 +97,12 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
     BOOST_TEST(!rt::device_limit(adapters, true).has_value());
     BOOST_TEST(
         rt::device_limit(adapters, false).value().starts_with("this hymoe was built without"));
+    rt::Job adapters_ep = adapters;  // the ep MoE path applies no expert adapters
+    adapters_ep.layout.dp = 2;
+    adapters_ep.layout.ep = 2;
+    BOOST_TEST(rt::device_limit(adapters_ep, true).value() ==
+               "the GPU model applies LoRA adapters with the routed experts whole on each rank "
+               "(inference.adapters need parallel.ep = 1 on the GPU), not ep = 2");
     const rt::Job offload = job_of(infer_deck("cuda", ", kv_cache: {offload: file}"));
     BOOST_TEST(rt::device_limit(offload, true).value() ==
                "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a "
