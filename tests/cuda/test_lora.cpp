@@ -30,6 +30,7 @@
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/model.h"
 #include "hymoe/runtime/engine.h"
+#include "paged_sequences.h"
 
 namespace utf = boost::unit_test;
 using namespace hymoe;
@@ -86,22 +87,12 @@ std::vector<Buffer> run(const model::Model& m,
                         const std::vector<int>& adapters,
                         model::KdaMode kda = model::KdaMode::automatic,
                         model::AttnMode attn = model::AttnMode::automatic) {
-    std::unique_ptr<model::KvPool> pool =
-        device ? std::make_unique<model::KvPool>(
-                     m.local,
-                     m.shard,
-                     kPageTokens,
-                     kPages,
-                     [&](const model::KvLayout& l) { return device->kv_store(l); })
-               : std::make_unique<model::KvPool>(m.local, m.shard, kPageTokens, kPages);
-    std::vector<model::SequenceState> states;
-    for (size_t s = 0; s < kLengths.size(); ++s)
-        states.push_back(device ? device->new_sequence() : model::make_sequence_state(m));
+    PagedSequences paged = paged_sequences(m, device, kPageTokens, kPages, kLengths.size());
+    std::unique_ptr<model::KvPool>& pool = paged.pool;
+    std::vector<model::SequenceState>& states = paged.states;
     std::vector<model::SequenceState*> ptrs;
-    for (model::SequenceState& st : states) {
-        model::attach_kv_pool(m, st, *pool);
+    for (model::SequenceState& st : states)
         ptrs.push_back(&st);
-    }
     const int64_t V = m.cfg.vocab_size;
     std::vector<Buffer> out;
     for (int step = 0; step < 2; ++step) {

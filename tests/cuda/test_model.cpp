@@ -49,6 +49,7 @@
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 #include "hymoe/runtime/engine.h"
+#include "paged_sequences.h"
 
 namespace utf = boost::unit_test;
 using namespace hymoe;
@@ -151,20 +152,10 @@ struct Side {
 std::vector<Buffer> run_plan(const Side& side,
                              std::vector<std::vector<int64_t>>& fed,
                              std::vector<float>* rows = nullptr) {
-    std::unique_ptr<model::KvPool> pool;
-    if (side.device)
-        pool = std::make_unique<model::KvPool>(
-            side.m.local, side.m.shard, kPageTokens, kPages, [&](const model::KvLayout& l) {
-                return side.host_tier ? side.device->host_kv_store(l) : side.device->kv_store(l);
-            });
-    else
-        pool = std::make_unique<model::KvPool>(side.m.local, side.m.shard, kPageTokens, kPages);
-    std::vector<model::SequenceState> states;
-    for (size_t s = 0; s < kLengths.size(); ++s)
-        states.push_back(side.device ? side.device->new_sequence()
-                                     : model::make_sequence_state(side.m));
-    for (model::SequenceState& st : states)
-        model::attach_kv_pool(side.m, st, *pool);
+    PagedSequences paged =
+        paged_sequences(side.m, side.device, kPageTokens, kPages, kLengths.size(), side.host_tier);
+    std::unique_ptr<model::KvPool>& pool = paged.pool;
+    std::vector<model::SequenceState>& states = paged.states;
     const bool first = fed.empty();
     if (first)
         fed = prompts();

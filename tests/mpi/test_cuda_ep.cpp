@@ -20,6 +20,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "../cuda/paged_sequences.h"
 #include "../testing.h"
 #include "hymoe/backend/device.h"
 #include "hymoe/core/rng.h"
@@ -69,19 +70,10 @@ std::vector<Buffer> run(const model::Model& m,
                         model::DeviceModel* device,
                         const std::vector<StepRows>& plan,
                         const std::vector<std::vector<int64_t>>& seqs) {
-    std::unique_ptr<model::KvPool> pool =
-        device ? std::make_unique<model::KvPool>(
-                     m.local,
-                     m.shard,
-                     kPageTokens,
-                     kPages,
-                     [&](const model::KvLayout& l) { return device->kv_store(l); })
-               : std::make_unique<model::KvPool>(m.local, m.shard, kPageTokens, kPages);
-    std::vector<model::SequenceState> states;
-    for (size_t s = 0; s < seqs.size(); ++s)
-        states.push_back(device ? device->new_sequence() : model::make_sequence_state(m));
-    for (model::SequenceState& st : states)
-        model::attach_kv_pool(m, st, *pool);
+    cuda_test::PagedSequences paged =
+        cuda_test::paged_sequences(m, device, kPageTokens, kPages, seqs.size());
+    std::unique_ptr<model::KvPool>& pool = paged.pool;
+    std::vector<model::SequenceState>& states = paged.states;
     std::vector<Buffer> out;
     for (size_t k = 0; k < plan.size(); ++k) {
         std::vector<int64_t> tokens;
