@@ -105,7 +105,7 @@ struct DecodeMetaLayout {
 };
 DecodeMetaLayout decode_meta_layout(int64_t rows, int64_t max_pages, int64_t n_kda);
 
-// A sequence's KDA block on the device (model/cuda/device_model.cpp DeviceSequence): its n_kda
+// A sequence's KDA block on the device (src/model/cuda/cuda_model_impl.h DeviceSequence): its n_kda
 // layers' S of s_floats floats each, then their conv tails of tail_floats each.
 struct KdaBlockShape {
     int64_t n_kda = 0, s_floats = 0, tail_floats = 0;

@@ -178,7 +178,7 @@ LayerW upload_layer(Gpu& g, const ModelConfig& cfg, const LayerWeights& host, in
 // A host matrix or vector uploaded as `dtype` (f32 or bf16), in permanent arena memory.
 Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype);
 
-// ---- one step on the device (device_model.cpp fills it) -----------------------------------------
+// ---- one step on the device (device_step.cpp fills it) ------------------------------------------
 
 class HostKvStore;  // the host tier of the KV pages (device_kv_offload.h)
 

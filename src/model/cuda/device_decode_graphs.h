@@ -32,7 +32,7 @@
 
 namespace hymoe::model::gpu {
 
-// The pages of a KV store as a step addresses them (device_model.cpp CudaKvStore).
+// The pages of a KV store as a step addresses them (cuda_model_impl.h CudaKvStore).
 struct KvGeometry {
     float* pages = nullptr;  // page 0, layer 0
     int64_t page_floats = 0;

@@ -1,0 +1,277 @@
+// The GPU model's forward (CudaModel::forward, cuda_model_impl.h): the embedding, the layers
+// (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h), blocks in device_*.cpp; with the host KV tier,
+// each attention layer's pages awaited and released), the final norm and the head, and one copy
+// of the logits to the host (or of each row's top tokens: model::TopLogits). A pure decode step
+// that qualifies (decode_graph_plan.h) replays a CUDA graph of the same embedding, layers and
+// head instead (device_decode_graphs.h); the layer loop is one function both paths run.
+#include <algorithm>
+
+#include "cuda_model_impl.h"
+#include "hymoe/backend/cuda_ops.h"
+#include "hymoe/core/timer.h"
+
+namespace hymoe::model::gpu {
+
+void CudaModel::embed(Scratch& s, const Tensor& ids, Tensor& h) {
+    const DType cd = o_.dtype;
+    Tensor e = cd == DType::f32 ? h : s(cd, h.shape);  // [n, d] the table's rows
+    cu::embed_rows(g_->stream, embed_, ids, 0, e);
+    if (cd != DType::f32)
+        cu::cast(g_->stream, e, h);
+}
+
+void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bool timed) {
+    const int64_t n = step.n_tok, d = cfg_.hidden_size;
+    // wall seconds with the GPU caught up when timings were asked for (a synchronisation each)
+    auto now = [&] {
+        if (timed)
+            g_->stream.synchronize();
+        return wall_seconds();
+    };
+    const cu::Stream& st = g_->stream;
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    const DType cd = o_.dtype;
+    Scratch s(g_->arena);
+    Tensor xn = s(DType::f32, {n, d}), y = s(DType::f32, {n, d});  // [n, d] normed input, block out
+    for (size_t i = 0; i < cfg_.layers.size(); ++i) {
+        const LayerSpec& spec = cfg_.layers[i];
+        const LayerW& w = layers_[i];
+        const double t0 = now();
+        cu::rms_norm(st, h, w.attn_norm, eps, xn);
+        if (spec.mixer == Mixer::kda) {
+            kda_block(*g_, cfg_, w.kda, xn, step, kda_index_[i], cd, y);
+        } else {
+            if (step.host_kv != nullptr)
+                step.host_kv->await_layer(static_cast<int>(i));
+            double indexer = 0;
+            attention_block(*g_,
+                            cfg_,
+                            spec,
+                            w.mla,
+                            xn,
+                            step,
+                            static_cast<int>(i),
+                            cd,
+                            y,
+                            timed ? &indexer : nullptr);
+            if (step.host_kv != nullptr)
+                step.host_kv->release_layer(static_cast<int>(i));
+            stats.attn.indexer_seconds += indexer;
+            stats.attn.attention_seconds += now() - t0 - indexer;
+        }
+        cu::add_inplace(st, h, y);
+        const double t1 = now();
+        stats.mixer_seconds[i] += t1 - t0;
+        cu::rms_norm(st, h, w.ffn_norm, eps, xn);
+        if (spec.ffn == Ffn::dense) {
+            Scratch sd(g_->arena);
+            mlp_block(*g_,
+                      w.dense,
+                      ExpertAct::swiglu,
+                      in_dtype(*g_, sd, xn, cd),
+                      y,
+                      0.0f,
+                      &step.lora.rows);
+        } else {
+            if (moe_ep_)
+                moe_ep_->forward(*g_, cfg_, spec, w.moe, xn, cd, y, stats.moe[i]);
+            else
+                moe_block(
+                    *g_, cfg_, spec, w.moe, xn, cd, o_.fused, timed, y, stats.moe[i], &step.lora);
+        }
+        cu::add_inplace(st, h, y);
+        stats.ffn_seconds[i] += now() - t1;
+    }
+    if (step.host_kv != nullptr)
+        step.host_kv->finish_step();
+}
+
+void CudaModel::head(Scratch& s, const Tensor& rows, Tensor& out) {
+    Tensor normed = s(DType::f32, rows.shape);
+    cu::rms_norm(g_->stream, rows, final_norm_, static_cast<float>(cfg_.rms_norm_eps), normed);
+    g_->blas.linear(in_dtype(*g_, s, normed, o_.dtype), head_, out);
+}
+
+namespace {
+
+// Each sequence advances by its rows.
+void advance(const ModelConfig& cfg,
+             const SeqBatch& batch,
+             const std::vector<SequenceState*>& states) {
+    for (int64_t q = 0; q < batch.n_seq(); ++q) {
+        states[q]->n_tokens += batch.length(q);
+        for (size_t i = 0; i < cfg.layers.size(); ++i)
+            if (cfg.layers[i].mixer != Mixer::kda)
+                states[q]->attn[i].n += batch.length(q);
+    }
+}
+
+}  // namespace
+
+void CudaModel::download_top(Scratch& s, const Tensor& out, TopLogits& top) {
+    const int64_t r = out.dim(0), n = top.n;
+    const cu::Stream& st = g_->stream;
+    Tensor idx = s(DType::i64, {r, n}), values = s(DType::f32, {r, n});  // [r, n]
+    Tensor sums = s(DType::i64, {r});  // [r] doubles (an 8-byte element type)
+    cu::top_k_rows(st, out, n, idx);
+    cu::top_logit_rows(st, out, idx, values, static_cast<double*>(sums.data));
+    top.tokens.resize(static_cast<size_t>(r * n));
+    top.logits.resize(static_cast<size_t>(r * n));
+    top.log_sum.resize(static_cast<size_t>(r));
+    cu::copy_to_host(top.tokens.data(), idx.data, idx.bytes(), st);
+    cu::copy_to_host(top.logits.data(), values.data, values.bytes(), st);
+    cu::copy_to_host(top.log_sum.data(), sums.data, sums.bytes(), st);
+}
+
+bool CudaModel::forward_graph(const std::vector<int64_t>& tokens,
+                              const SeqBatch& batch,
+                              const std::vector<SequenceState*>& states,
+                              Buffer& logits,
+                              const ForwardOptions& options,
+                              TopLogits* top) {
+    // the store of the sequences' pages: plainly resident (this model's CudaKvStore, not the host
+    // tier) and one for all
+    KvPool* pool = nullptr;
+    const CudaKvStore* store = nullptr;
+    bool resident = true;
+    if (first_attention_ >= 0 && !states.empty()) {
+        pool = states[0]->attn[first_attention_].pool;
+        store = pool ? dynamic_cast<const CudaKvStore*>(&pool->store()) : nullptr;
+        resident = store != nullptr && &store->arena() == &g_->arena;
+        for (const SequenceState* st : states)
+            resident = resident && st->attn[first_attention_].pool == pool;
+    }
+    if (decode_graph_refusal(cfg_, graph_model_, graphs_->buckets(), batch, options, resident) !=
+        GraphRefusal::none)
+        return false;
+    char* const base = g_->arena.base();
+    const auto slot_bytes = static_cast<int64_t>(s_floats_ * sizeof(float));
+    std::vector<DecodeRow> rows(static_cast<size_t>(batch.n_seq()));
+    for (size_t q = 0; q < rows.size(); ++q) {
+        DecodeRow& r = rows[q];
+        r.token = tokens[q];
+        r.position = batch.pos0[q];
+        r.pages = store ? &states[q]->pages : nullptr;
+        if (n_kda_ > 0) {
+            float* S = kda_state_of(*states[q]->device);
+            r.kda_state = reinterpret_cast<uint64_t>(S);
+            r.kda_slot = static_cast<int32_t>((reinterpret_cast<char*>(S) - base) / slot_bytes);
+        }
+    }
+    KvGeometry kv;
+    if (store) {
+        kv.pages = store->pages();
+        kv.page_floats = store->page_floats();
+        kv.page_tokens = pool->page_tokens();
+        kv.layer_offset = store->offsets();
+        for (size_t i = 0; i < cfg_.layers.size(); ++i)
+            kv.row_width.push_back(pool->row_width(static_cast<int>(i)));
+    }
+    const Tensor out = graphs_->run(rows, store ? &kv : nullptr);  // [n, V] on the device
+    if (top != nullptr) {
+        Scratch s(g_->arena);
+        download_top(s, out, *top);
+        logits = Buffer();
+    } else {
+        logits = Buffer(DType::f32, out.shape);
+        cu::download(out, logits.view(), g_->stream);
+    }
+    g_->stream.synchronize();
+    advance(cfg_, batch, states);
+    return true;
+}
+
+void CudaModel::forward(const std::vector<int64_t>& tokens,
+                        const SeqBatch& batch,
+                        const std::vector<SequenceState*>& states,
+                        Buffer& logits,
+                        const ForwardOptions& options,
+                        TopLogits* top) {
+    check_call(tokens, batch, states);
+    HYMOE_CHECK(top == nullptr ||
+                    (options.logits == Logits::last && top->n >= 1 && top->n <= cfg_.vocab_size),
+                "GPU forward: the rows reduced to their top ",
+                top ? top->n : 0,
+                " tokens need last-row logits and 1 ≤ n ≤ ",
+                cfg_.vocab_size);
+    if (graphs_ && forward_graph(tokens, batch, states, logits, options, top))
+        return;
+    const int64_t n = batch.n_tok(), n_seq = batch.n_seq(), d = cfg_.hidden_size;
+    const int64_t V = cfg_.vocab_size, n_layer = static_cast<int64_t>(cfg_.layers.size());
+    ForwardStats scratch_stats;  // where timings go when the caller asked for none
+    ForwardStats& stats = options.stats ? *options.stats : scratch_stats;
+    stats.mixer_seconds.resize(n_layer);
+    stats.ffn_seconds.resize(n_layer);
+    stats.moe.resize(n_layer);
+    stats.layer_flops.resize(n_layer);
+    if (n == 0) {
+        for (size_t i = 0; moe_ep_ && i < cfg_.layers.size(); ++i)  // the ep group's collectives
+            if (cfg_.layers[i].ffn != Ffn::dense) {
+                Scratch s(g_->arena);
+                Tensor none = s(DType::f32, {0, d}), out = s(DType::f32, {0, d});  // [0, d]
+                moe_ep_->forward(
+                    *g_, cfg_, cfg_.layers[i], layers_[i].moe, none, o_.dtype, out, stats.moe[i]);
+            }
+        logits = Buffer(DType::f32, {0, V});
+        if (top != nullptr)
+            top->tokens.clear(), top->logits.clear(), top->log_sum.clear();
+        return;
+    }
+    ++stats.steps;
+    const bool timed = options.stats != nullptr;
+    auto now = [&] {
+        if (timed)
+            g_->stream.synchronize();
+        return wall_seconds();
+    };
+    const cu::Stream& st = g_->stream;
+    Scratch s(g_->arena);
+    double t0 = now();
+    const StepBatch step = make_step(s, batch, states);
+    Tensor h = s(DType::f32, {n, d});  // [n, d] the residual stream
+    embed(s, upload_values(*g_, s, tokens, DType::i64), h);
+    if (options.media != nullptr && !options.media->rows.empty()) {
+        const MediaSplice& media = *options.media;
+        const auto n_media = static_cast<int64_t>(media.rows.size());
+        HYMOE_CHECK(media.embeds.view().numel() == n_media * d,
+                    "forward: ",
+                    n_media,
+                    " media rows for embeds of ",
+                    media.embeds.view().numel(),
+                    " floats");
+        for (int64_t r : media.rows)
+            HYMOE_CHECK(r >= 0 && r < n, "forward: media row ", r, " outside the batch");
+        Tensor embeds = s(DType::f32, {n_media, d});
+        cu::upload(media.embeds.view(), embeds, st);
+        cu::scatter_rows(st, embeds, upload_values(*g_, s, media.rows, DType::i64), h);
+    }
+    stats.head_seconds += now() - t0;
+
+    layers(step, h, stats, timed);
+    advance(cfg_, batch, states);
+
+    // final norm and head, on every row or only the last row of each sequence
+    t0 = now();
+    Tensor rows = h;
+    if (options.logits == Logits::last) {
+        std::vector<int64_t> last(static_cast<size_t>(n_seq));
+        for (int64_t q = 0; q < n_seq; ++q)
+            last[q] = batch.offsets[q + 1] - 1;
+        rows = s(DType::f32, {n_seq, d});
+        cu::gather_rows(st, h, upload_values(*g_, s, last, DType::i64), rows);
+    }
+    const int64_t r = rows.dim(0);
+    Tensor out = s(DType::f32, {r, V});
+    head(s, rows, out);
+    if (top != nullptr) {
+        download_top(s, out, *top);
+        logits = Buffer();
+    } else {
+        logits = Buffer(DType::f32, {r, V});
+        cu::download(out, logits.view(), st);
+    }
+    st.synchronize();
+    stats.head_seconds += wall_seconds() - t0;
+}
+
+}  // namespace hymoe::model::gpu

@@ -1,0 +1,189 @@
+// A step's packed batch on the GPU (CudaModel::make_step, cuda_model_impl.h): the call checked
+// against the states, each sequence's KDA block made at its first step, and the step's offsets,
+// positions, KDA state pointers and slots, and block tables (for the host KV tier, remapped to
+// its slots) uploaded, one small copy each.
+#include <algorithm>
+
+#include "cuda_model_impl.h"
+#include "hymoe/backend/cuda_ops.h"
+
+namespace hymoe::model::gpu {
+
+void CudaModel::check_call(const std::vector<int64_t>& tokens,
+                           const SeqBatch& batch,
+                           const std::vector<SequenceState*>& states) const {
+    HYMOE_CHECK(static_cast<int64_t>(tokens.size()) == batch.n_tok() &&
+                    static_cast<int64_t>(states.size()) == batch.n_seq(),
+                "GPU forward: ",
+                tokens.size(),
+                " tokens / ",
+                states.size(),
+                " states for a batch of ",
+                batch.n_tok(),
+                " tokens / ",
+                batch.n_seq(),
+                " sequences");
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        const SequenceState& st = *states[s];
+        HYMOE_CHECK(st.n_tokens == batch.pos0[s] && batch.length(s) >= 1,
+                    "GPU forward: sequence ",
+                    s,
+                    " state holds ",
+                    st.n_tokens,
+                    " tokens but the batch continues at ",
+                    batch.pos0[s],
+                    " with ",
+                    batch.length(s),
+                    " rows");
+        HYMOE_CHECK(st.device && st.device->arena == &g_->arena,
+                    "GPU forward: sequence ",
+                    s,
+                    " was not made by this model's new_sequence()");
+    }
+    for (int64_t t : tokens)
+        HYMOE_CHECK(t >= 0 && t < cfg_.vocab_size,
+                    "forward: token id ",
+                    t,
+                    " outside the vocabulary [0, ",
+                    cfg_.vocab_size,
+                    ")");
+}
+
+float* CudaModel::kda_state_of(DeviceSequence& ds) {
+    if (ds.block != nullptr)
+        return ds.state;
+    const auto slot_bytes = static_cast<size_t>(s_floats_) * sizeof(float);
+    char* const base = g_->arena.base();
+    ds.block = g_->arena.allocate(static_cast<size_t>(sequence_floats()) * sizeof(float));
+    const auto offset = static_cast<size_t>(static_cast<char*>(ds.block) - base);
+    const size_t start = kda_slots_ ? (offset + slot_bytes - 1) / slot_bytes * slot_bytes : offset;
+    ds.state = reinterpret_cast<float*>(base + start);
+    cu::zero(ds.state,
+             static_cast<size_t>(n_kda_ * (s_floats_ + tail_floats_)) * sizeof(float),
+             g_->stream);
+    return ds.state;
+}
+
+StepBatch CudaModel::make_step(Scratch& s,
+                               const SeqBatch& batch,
+                               const std::vector<SequenceState*>& states) {
+    StepBatch step;
+    step.batch = &batch;
+    step.n_tok = batch.n_tok();
+    step.n_seq = batch.n_seq();
+    std::vector<int32_t> row_seq(static_cast<size_t>(step.n_tok));
+    std::vector<int64_t> positions(static_cast<size_t>(step.n_tok));
+    std::vector<int32_t> visible(static_cast<size_t>(step.n_tok));
+    for (int64_t q = 0; q < step.n_seq; ++q)
+        for (int64_t t = batch.offsets[q]; t < batch.offsets[q + 1]; ++t) {
+            row_seq[t] = static_cast<int32_t>(q);
+            positions[t] = batch.pos0[q] + (t - batch.offsets[q]);
+            visible[t] = static_cast<int32_t>(positions[t] + 1);
+        }
+    step.offsets = upload_values(*g_, s, batch.offsets, DType::i64);
+    step.row_seq = upload_values(*g_, s, row_seq, DType::i32);
+    if (n_adapters_ > 0) {  // each adapter's rows, once for every adapted projection
+        step.lora.n_adapters = n_adapters_;
+        step.lora.rows = upload_lora_rows(*g_, s, adapter_rows(batch, n_adapters_), 1)[0];
+        if (!step.lora.rows.empty())
+            step.lora.row_adapter = lora_row_adapters(batch);
+    }
+    step.positions = upload_values(*g_, s, positions, DType::i64);
+    step.visible = upload_values(*g_, s, visible, DType::i32);
+
+    // KDA: each sequence's state block (a new one zeroed), S and tail pointers and S slots per
+    // (layer, sequence)
+    step.fused = o_.fused;
+    step.n_kda = n_kda_;
+    if (n_kda_ > 0) {
+        const auto slot_bytes = static_cast<size_t>(s_floats_) * sizeof(float);
+        char* const base = g_->arena.base();
+        const auto cells = static_cast<size_t>(n_kda_ * step.n_seq);
+        std::vector<float*> ptrs(2 * cells);  // [2, n_kda, n_seq] S, then tails
+        std::vector<int32_t> slots(cells);    // [n_kda, n_seq]
+        for (int64_t q = 0; q < step.n_seq; ++q) {
+            DeviceSequence& ds = *states[q]->device;
+            kda_state_of(ds);
+            const auto slot0 = static_cast<int64_t>((reinterpret_cast<char*>(ds.state) - base) /
+                                                    static_cast<int64_t>(slot_bytes));
+            for (int64_t j = 0; j < n_kda_; ++j) {
+                const auto c = static_cast<size_t>(j * step.n_seq + q);
+                ptrs[c] = ds.state + j * s_floats_;
+                ptrs[cells + c] = ds.state + n_kda_ * s_floats_ + j * tail_floats_;
+                slots[c] = static_cast<int32_t>(slot0 + j);
+            }
+        }
+        static_assert(sizeof(float*) == sizeof(int64_t));  // the pointers travel as i64
+        step.kda_states = upload_values(*g_, s, ptrs, DType::i64);
+        if (kda_slots_) {
+            step.kda_pool = reinterpret_cast<float*>(base);
+            step.kda_slots = upload_values(*g_, s, slots, DType::i32);
+        }
+    }
+    if (first_attention_ < 0)
+        return step;
+
+    // the paged cache: one pool for every sequence, its store ours, block tables covering the step
+    KvPool* pool = states.empty() ? nullptr : states[0]->attn[first_attention_].pool;
+    HYMOE_CHECK(pool != nullptr || states.empty(),
+                "GPU forward: the sequences are not paged into a KvPool (attach_kv_pool)");
+    if (pool == nullptr)
+        return step;
+    auto* store = dynamic_cast<CudaKvStore*>(&pool->store());
+    auto* host_kv = dynamic_cast<HostKvStore*>(&pool->store());
+    HYMOE_CHECK(store ? &store->arena() == &g_->arena : host_kv != nullptr && host_kv->on(*g_),
+                "GPU forward: the KvPool's pages are not this GPU model's (DeviceModel::kv_store "
+                "or host_kv_store)");
+    if (store != nullptr) {  // the host tier sets these in stage_step
+        step.pages = store->pages();
+        step.page_stride = store->page_floats();
+        step.layer_offset = store->offsets();
+    }
+    step.page_tokens = pool->page_tokens();
+    step.row_width.resize(cfg_.layers.size());
+    for (size_t i = 0; i < cfg_.layers.size(); ++i)
+        step.row_width[i] = pool->row_width(static_cast<int>(i));
+    for (const SequenceState* st : states) {
+        HYMOE_CHECK(st->attn[first_attention_].pool == pool,
+                    "GPU forward: the sequences of one step page into different pools");
+        step.max_pages = std::max(step.max_pages, static_cast<int>(st->pages.size()));
+    }
+    step.max_pages = std::max(step.max_pages, 1);
+    const auto mp = static_cast<size_t>(step.max_pages);
+    std::vector<int32_t> table(static_cast<size_t>(step.n_seq) * mp, -1), one_table;
+    std::vector<int32_t> one_keys;
+    std::vector<int64_t> one_rows;
+    for (int64_t q = 0; q < step.n_seq; ++q) {
+        const std::vector<int32_t>& pages = states[q]->pages;
+        const int64_t keys = batch.pos0[q] + batch.length(q);
+        HYMOE_CHECK(static_cast<int64_t>(pages.size()) * step.page_tokens >= keys,
+                    "GPU forward: sequence ",
+                    q,
+                    "'s block table covers ",
+                    pages.size() * step.page_tokens,
+                    " tokens, not ",
+                    keys);
+        std::copy(pages.begin(), pages.end(), table.begin() + q * step.max_pages);
+    }
+    if (host_kv != nullptr)  // the tables in slot indices
+        host_kv->stage_step(batch, table, step);
+    for (int64_t q = 0; q < step.n_seq; ++q) {
+        const int64_t keys = batch.pos0[q] + batch.length(q);
+        if (batch.length(q) != 1)
+            continue;
+        one_rows.push_back(batch.offsets[q]);
+        one_keys.push_back(static_cast<int32_t>(keys));
+        one_table.insert(one_table.end(),
+                         table.begin() + q * step.max_pages,
+                         table.begin() + (q + 1) * step.max_pages);
+        step.one_max_keys = std::max(step.one_max_keys, keys);
+    }
+    step.block_table = upload_values(*g_, s, table, DType::i32);
+    step.n_one = static_cast<int64_t>(one_rows.size());
+    step.one_rows = upload_values(*g_, s, one_rows, DType::i64);
+    step.one_table = upload_values(*g_, s, one_table, DType::i32);
+    step.one_keys = upload_values(*g_, s, one_keys, DType::i32);
+    return step;
+}
+
+}  // namespace hymoe::model::gpu
