@@ -68,7 +68,7 @@ NPM_PKGS := tiktoken@1.0.22
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all
-.PHONY: all run test test-cuda check bench report format format-check deps help clean FORCE
+.PHONY: all run test test-cuda check bench report format format-check depcheck deps help clean FORCE
 
 all: $(BINS) build/hymoe  ## build hymoe and the test binaries (CUDA=1 adds the CUDA backend, SAN=asan sanitizers)
 
@@ -187,6 +187,9 @@ deps:  ## install the missing Debian packages (spec/toolchain.md's apt line) and
 FORMAT_SRC = $(shell find include src tests -name '*.h' -o -name '*.cpp' -o -name '*.cu' | sort)
 format:  ## clang-format every C++ and CUDA file in place
 	clang-format -i $(FORMAT_SRC)
+
+depcheck:  ## fail on any #include that breaks the one-way module order (scripts/depcheck.py)
+	@$(PYTHON) scripts/depcheck.py
 
 format-check:  ## fail if clang-format would change a file
 	clang-format --dry-run --Werror $(FORMAT_SRC)

@@ -1,9 +1,9 @@
 // job.device against the build, the job and the machine (runtime/device_choice.h).
 #include "hymoe/runtime/device_choice.h"
 
-#include "hymoe/backend/device.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
+#include "hymoe/parallel/device_select.h"
 
 namespace hymoe::runtime {
 
@@ -75,7 +75,7 @@ DeviceDecision choose_device(const Job& job) {
 #endif
     const std::optional<std::string> limit = device_limit(job, cuda_build);
     const bool want = job.deck.job.device != deck::DeviceChoice::cpu && !limit;
-    const backend::DeviceInfo info = backend::select_device(want);  // collective in every case
+    const backend::DeviceInfo info = parallel::select_device(want);  // collective in every case
     DeviceDecision decision = decide_device(job.deck, limit, info.cuda_available);
     if (decision.cuda)
         decision.note = cat("device: GPU ",

@@ -25,12 +25,12 @@
 
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_model_ops.h"
-#include "hymoe/backend/device.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/cuda_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
+#include "hymoe/parallel/device_select.h"
 #include "hymoe/parallel/mpi_env.h"
 
 using namespace hymoe;
@@ -227,7 +227,7 @@ bool decode(model::Model& m,
 
 int main(int argc, char** argv) {
     parallel::MpiEnv mpi(&argc, &argv);
-    const backend::DeviceInfo info = backend::select_device(true);
+    const backend::DeviceInfo info = parallel::select_device(true);
     if (!info.cuda_available) {
         std::printf("bench_cuda_model: no CUDA device: skipped\n");
         return 0;

@@ -22,13 +22,13 @@
 
 #include "../cuda/paged_sequences.h"
 #include "../testing.h"
-#include "hymoe/backend/device.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/cuda_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
+#include "hymoe/parallel/device_select.h"
 
 namespace {
 
@@ -132,7 +132,7 @@ model::CudaModelOptions options(DType dtype, bool overlap) {
 
 // Each rank on its own GPU: NCCL refuses two ranks of one communicator on one device.
 bool distinct_gpus() {
-    const backend::DeviceInfo d = backend::select_device(true);
+    const backend::DeviceInfo d = parallel::select_device(true);
     return all_ranks(world_size() >= 2 && d.cuda_available && d.local_rank < d.n_devices);
 }
 

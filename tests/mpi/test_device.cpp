@@ -9,11 +9,11 @@
 #include <mpi.h>
 
 #include "../testing.h"
-#include "hymoe/backend/device.h"
 #include "hymoe/core/error.h"
+#include "hymoe/parallel/device_select.h"
 
 using hymoe::backend::DeviceInfo;
-using hymoe::backend::select_device;
+using hymoe::parallel::select_device;
 using hymoe::testing::all_ranks;
 using hymoe::testing::world_size;
 

@@ -9,13 +9,9 @@
 #include <cstdint>
 
 #include "hymoe/backend/cuda_arena.h"
+#include "hymoe/backend/kda_params.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/tensor/tensor.h"
-
-// hymoe/model/kda.h: the KDA recurrence's POD parameters, filled by the host for both backends.
-namespace hymoe::model {
-struct KdaScanParams;
-}
 
 namespace hymoe::backend::cuda {
 
@@ -126,7 +122,7 @@ void moe_unpermute(const Stream& s,
 // (q, k, g [T, H, K], v, o [T, H, V], beta [T, H], S [H, K, V] fp32 state in and out). One thread
 // per (head, value column) owns that column of S through all T tokens, so the decode step (T = 1)
 // reads and writes the state once per pass; sums run over K in the CPU's order.
-void kda_recurrent(const Stream& s, const model::KdaScanParams& p);
+void kda_recurrent(const Stream& s, const ops::KdaScanParams& p);
 // KDA's decay gate in place (model/kda.cpp decay_gate), f32: g [n_tok, H·K] holds the decay
 // logits f and becomes, with z = f + dt_bias [H·K] and a = e^{a_log[h]} (a_log [H]),
 //   −a · softplus(z)    or, with a lower bound lb (has_lower_bound),   lb · σ(a · z).

@@ -1,10 +1,8 @@
-// select_device: which GPU, if any, this rank computes on. Collective over MPI_COMM_WORLD: every
-// rank calls it once at start-up, before any device memory or NCCL communicator is made (NCCL
-// communicators are made on the device chosen here). The local rank comes from the ranks sharing
-// this node's memory (MPI_COMM_TYPE_SHARED, ordered by world rank), in every build. CUDA is used
-// only if it was asked for, this is a CUDA build and every rank sees at least one GPU (agreed
-// with an MPI_Allreduce(MIN)); otherwise every rank falls back to the CPU, without an error.
-// No MPI or CUDA header here.
+// The device a rank computes on, found in two local steps around one agreement that the parallel
+// layer makes (parallel/device_select.h: select_device): visible_devices counts this process's
+// GPUs, open_device sets and describes the chosen one. CUDA is used only if it was asked for,
+// this is a CUDA build and every rank sees at least one GPU; otherwise every rank stays on the
+// CPU, without an error. No MPI or CUDA header here, and no collective.
 #pragma once
 
 #include <string>
@@ -20,9 +18,13 @@ struct DeviceInfo {
     double memory_gb = 0;  // its total memory in GB (1e9 bytes); 0 on CPU
 };
 
-// Finds the local rank, and with want_cuda (CUDA builds) counts the GPUs, agrees on availability
-// and calls cudaSetDevice(local_rank % n_devices). Several ranks on one GPU are allowed here, but
-// NCCL refuses two ranks of one communicator on the same GPU.
-DeviceInfo select_device(bool want_cuda);
+// GPUs this process sees when want_cuda (0 in a CPU build, without a driver, or when not asked).
+int visible_devices(bool want_cuda);
+
+// The device of the rank at `local_rank` on its node that sees n_devices GPUs: with all_have_gpu
+// (every rank of the world sees one) cudaSetDevice(local_rank % n_devices) and its description;
+// otherwise the CPU. Several ranks on one GPU are allowed here, but NCCL refuses two ranks of one
+// communicator on the same GPU.
+DeviceInfo open_device(int local_rank, int n_devices, bool all_have_gpu);
 
 }  // namespace hymoe::backend

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hymoe/backend/kda_params.h"
 #include "hymoe/model/batch.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/lora.h"
@@ -58,21 +59,8 @@ struct KdaState {
 // A zeroed state: a new sequence.
 KdaState make_kda_state(const ModelConfig& cfg);
 
-// The recurrence of one sequence, all heads, after the projections, conv, norms and gates. The
-// rows of every per-token array are tokens; heads are contiguous within a row.
-struct KdaScanParams {
-    int64_t n_tok = 0;            // T: tokens of the sequence in this call
-    int n_head = 0;               // H
-    int d_k = 0;                  // K
-    int d_v = 0;                  // V
-    const float* q = nullptr;     // [T, H, K] l2-normalised, scaled by K^{-1/2}
-    const float* k = nullptr;     // [T, H, K] l2-normalised
-    const float* v = nullptr;     // [T, H, V]
-    const float* g = nullptr;     // [T, H, K] log-decay, ≤ 0
-    const float* beta = nullptr;  // [T, H]
-    float* S = nullptr;           // [H, K, V] state in (after the previous tokens) and out
-    float* o = nullptr;           // [T, H, V] output
-};
+// The recurrence of one sequence (backend/kda_params.h): one POD struct for both backends.
+using ops::KdaScanParams;
 
 // The naive recurrence, token by token (fla naive_recurrent_kda).
 void kda_recurrent(const KdaScanParams& p);

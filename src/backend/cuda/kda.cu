@@ -4,14 +4,13 @@
 // thread owns it; the state stays fp32 in global memory (coalesced across the columns of a warp)
 // and carries over to the next call. The gate is one thread per element.
 #include "hymoe/backend/cuda_ops.h"
-#include "hymoe/model/kda.h"
 #include "kernels.h"
 
 namespace hymoe::backend::cuda {
 
 namespace {
 
-__global__ void kda_recurrent_kernel(const model::KdaScanParams p) {
+__global__ void kda_recurrent_kernel(const ops::KdaScanParams p) {
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v;
     for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < H * V;
          j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -92,7 +91,7 @@ void kda_decay_gate(const Stream& s,
     check_launch("kda_decay_gate");
 }
 
-void kda_recurrent(const Stream& s, const model::KdaScanParams& p) {
+void kda_recurrent(const Stream& s, const ops::KdaScanParams& p) {
     HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && p.S != nullptr,
                 "kda_recurrent: T ",
                 p.n_tok,
