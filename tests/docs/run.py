@@ -92,7 +92,8 @@ def check_decks():
             m = re.match(r"#\s*(\S+\.yaml)\s*$", first)
             where = f"{path}:{line}"
             if m and os.path.exists(m.group(1)):
-                same = open(m.group(1)).read().strip() == text.strip()
+                body = text.split("\n", 1)[1]  # the block without its "# path" line
+                same = open(m.group(1)).read().strip() == body.strip()
                 report(same, f"{where}: equals {m.group(1)}",
                        "the block differs from the file; copy the file into the doc")
                 deck, tmp = m.group(1), None
