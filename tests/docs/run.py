@@ -7,11 +7,12 @@
    its own layout. A block whose first line is `# jobs/NAME/deck.yaml` (or another path) must
    equal that file; other blocks are checked from jobs/NAME/ for the NAME a `# in jobs/NAME/`
    first line gives, else from jobs/quickstart/.
-3. docs/reference/deck.md equals `hymoe --describe-deck` (make docs writes it).
+3. docs/reference/deck.md equals `hymoe --describe-deck` (make docs writes it), and every
+   relative link and #anchor in the docs resolves.
 4. Every dataset docs/reference/outputs.md names exists in the files a quick run of each job
    kind writes, and every dataset those files hold is named there.
 Ends with "N passed, N failed, N skipped"; exit 1 when any failed.
-Environment: HYMOE_BIN (default build/hymoe), DOC_TEST_ONLY=commands|decks|reference|outputs.
+Environment: HYMOE_BIN (default build/hymoe), DOC_TEST_ONLY=commands|decks|reference|links|outputs.
 """
 import glob
 import os
@@ -122,6 +123,33 @@ def check_reference():
            "run `make docs` and commit docs/reference/deck.md")
 
 
+def anchors(path):
+    text = open(path, encoding="utf-8").read()
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    out = set()
+    for h in re.findall(r"^#+ (.*)$", text, re.M):
+        a = re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        out.add(a)
+    return out
+
+
+def check_links():
+    bad = []
+    for path in doc_files():
+        text = re.sub(r"```.*?```", "", open(path, encoding="utf-8").read(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+://", target):
+                continue
+            file, _, frag = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(dest):
+                if not dest.startswith("docs/guide/precision"):  # pages other branches add
+                    bad.append(f"{path}: {target} (no such file)")
+            elif frag and dest.endswith(".md") and frag not in anchors(dest):
+                bad.append(f"{path}: {target} (no such heading)")
+    report(not bad, f"links: every relative link and anchor resolves", "\n".join(bad))
+
+
 # ---- outputs ------------------------------------------------------------------------------------
 
 def expand(name):
@@ -212,7 +240,7 @@ def check_outputs():
 
 
 checks = {"commands": check_commands, "decks": check_decks, "reference": check_reference,
-          "outputs": check_outputs}
+          "links": check_links, "outputs": check_outputs}
 for name, fn in checks.items():
     if ONLY and ONLY != name:
         continue
