@@ -13,6 +13,7 @@
 #include "hymoe/core/error.h"
 #include "hymoe/deck/deck.h"
 #include "hymoe/deck/describe.h"
+#include "hymoe/text/chat.h"
 
 namespace fs = std::filesystem;
 using hymoe::deck::describe_deck;
@@ -104,6 +105,16 @@ BOOST_AUTO_TEST_CASE(the_reference_holds_every_section_and_refuses_unknown_ones)
         BOOST_TEST((e.code() == hymoe::Exit::invalid));
         BOOST_TEST(std::string(e.what()).find("--describe-deck inferense: no such section") == 0);
     }
+}
+
+BOOST_AUTO_TEST_CASE(the_chat_choices_are_the_presets) {
+    std::string row = describe_deck("tokenizer");
+    row = row.substr(row.find("| `chat` |"));
+    row = row.substr(0, row.find('\n'));
+    std::string want = "`none`";
+    for (const std::string& p : hymoe::text::kChatPresets)
+        want += ", `" + p + "`";
+    BOOST_TEST(row.find("| " + want + " |") != std::string::npos, row);
 }
 
 BOOST_AUTO_TEST_CASE(a_misspelt_section_is_an_unknown_key_at_its_line) {
