@@ -68,7 +68,7 @@ NPM_PKGS := tiktoken@1.0.22
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all
-.PHONY: all run test test-cuda check bench report format format-check depcheck deps help clean FORCE
+.PHONY: all run test test-cuda check bench report docs format format-check depcheck deps help clean FORCE
 
 all: $(BINS) build/hymoe  ## build hymoe and the test binaries (CUDA=1 adds the CUDA backend, SAN=asan sanitizers)
 
@@ -146,7 +146,7 @@ test-cuda:  ## build with CUDA=1 and run the CUDA parity tests (each skips where
 	@$(MAKE) --no-print-directory CUDA=1 -j$(NPROC) build/cuda$(if $(SAN),-$(SAN))/test_cuda
 	@build/cuda$(if $(SAN),-$(SAN))/test_cuda --run_test=@cuda
 
-check:  ## run the test tiers (unit, mpi, e2e, slurm) on what is built (no install, no build)
+check:  ## run the test tiers (unit, mpi, e2e, emulate, docs, slurm) on what is built (no install, no build)
 	@OUT=$(OUT) tests/run_tiers
 
 bench: deps  ## speed as ratios measured in the same run
@@ -159,12 +159,16 @@ bench: deps  ## speed as ratios measured in the same run
 	@$(OUT)/bench_tokenizer
 	@OMP_NUM_THREADS=1 $(OUT)/bench_offload
 
+docs: $(OUT)/hymoe  ## write docs/reference/deck.md from the deck schema (hymoe --describe-deck)
+	@$(OUT)/hymoe --describe-deck > docs/reference/deck.md.tmp && mv docs/reference/deck.md.tmp docs/reference/deck.md
+	@echo "wrote docs/reference/deck.md"
+
 PYTHON ?= /usr/bin/python3
 report:  ## plots and an HTML page of a job's outputs: make report JOB=jobs/NAME (-> JOB/out/report/)
 	@test -n "$(JOB)" || { echo "usage: make report JOB=jobs/NAME"; exit 2; }
 	@$(PYTHON) analysis/report.py $(JOB)/out
 
-deps:  ## install the missing Debian packages (spec/toolchain.md's apt line) and the npm tiktoken peer
+deps:  ## install the missing Debian packages (DEB_PKGS) and the npm tiktoken peer
 	@missing=""; for p in $(DEB_PKGS); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \

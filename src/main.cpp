@@ -1,4 +1,5 @@
-// hymoe: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]... (also --ranks, --gather)
+// hymoe: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]... (also --ranks, --gather,
+// --describe-deck [SECTION]: the deck reference from the schema table the parser uses)
 // MPI → command line → deck, model config and layout (validated before anything is allocated)
 // → communicators → the job (--check: print the plan of runtime/plan.h and stop). Errors seen by
 // every rank (deck, config, layout) print once on rank 0 and every rank exits with the error's
@@ -6,10 +7,12 @@
 // Error::one).
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "hymoe/core/build_info.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
+#include "hymoe/deck/describe.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/job.h"
@@ -21,6 +24,15 @@ namespace {
 
 int run(int argc, char** argv) {
     using namespace hymoe;
+    if (argc >= 2 && std::string(argv[1]) == "--describe-deck") {
+        if (argc > 3)
+            HYMOE_FAIL(
+                Exit::invalid, "--describe-deck takes one section at most; ", runtime::usage());
+        const std::string text = deck::describe_deck(argc == 3 ? argv[2] : "");
+        if (parallel::world_rank() == 0)
+            std::fputs(text.c_str(), stdout);
+        return 0;
+    }
     runtime::CommandLine cli = runtime::parse_command_line(argc, argv);
     if (cli.help || cli.version) {
         if (parallel::world_rank() == 0)

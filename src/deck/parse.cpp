@@ -1,5 +1,5 @@
-// The deck schema: every section, key, default and allowed range (README "Deck reference" lists
-// the same), the cross-key rules that need no model or MPI, and --set overrides.
+// The deck parser: each section read through the schema table (schema.cpp: every key's type,
+// default, range and meaning), the cross-key rules that need no model or MPI, and --set overrides.
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -17,28 +17,14 @@ namespace hymoe::deck {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kLoraTargets = {"q_proj",
-                                               "k_proj",
-                                               "v_proj",
-                                               "o_proj",
-                                               "gate_proj",
-                                               "up_proj",
-                                               "down_proj",
-                                               "experts",
-                                               "shared_experts"};
-
 namespace {
-
-constexpr int64_t kMaxRanks = 1 << 20;
-constexpr int64_t kBig = int64_t{1} << 40;
 
 DType parse_dtype(const std::string& s) {
     return s == "bf16" ? DType::bf16 : s == "fp16" ? DType::f16 : DType::f32;
 }
 
 void read_job(Section s, JobSection& job, const std::string& deck_dir) {
-    std::string kind =
-        s.choice("kind", std::nullopt, {"infer", "lora", "convert", "plan", "tokenize"});
+    std::string kind = s.choice("kind");
     job.kind = kind == "infer"     ? JobKind::infer
                : kind == "lora"    ? JobKind::lora
                : kind == "convert" ? JobKind::convert
@@ -46,16 +32,16 @@ void read_job(Section s, JobSection& job, const std::string& deck_dir) {
                                    : JobKind::tokenize;
     std::string folder = fs::absolute(deck_dir).lexically_normal().filename().string();
     job.name = s.text("name", folder.empty() ? std::string("job") : folder);
-    job.seed = static_cast<uint64_t>(s.integer("seed", 0, 0, INT64_MAX));
-    std::string out = s.text("output", std::string("out"));
+    job.seed = static_cast<uint64_t>(s.integer("seed"));
+    std::string out = s.text("output");
     job.output = (fs::path(out).is_relative() ? fs::path(deck_dir) / out : fs::path(out))
                      .lexically_normal()
                      .string();
-    std::string device = s.choice("device", std::string("auto"), {"auto", "cpu", "cuda"});
+    std::string device = s.choice("device");
     job.device = device == "cpu"    ? DeviceChoice::cpu
                  : device == "cuda" ? DeviceChoice::cuda
                                     : DeviceChoice::automatic;
-    job.max_hours = s.number("max_hours", 0.0, 0.0, 1e5);
+    job.max_hours = s.number("max_hours");
     s.finish();
 }
 
@@ -65,10 +51,10 @@ void read_model(Section s, ModelSection& m, JobKind kind) {
         s.fail("config", "give either model.preset or model.config, not both");
     if (!has_preset && !has_config)
         s.fail("preset", "required: either model.preset (a built-in name) or model.config");
-    m.preset = s.text("preset", std::string());
-    m.config = s.path("config", false, PathKind::file, true);
-    m.weights = s.path("weights", false, PathKind::file_or_dir, true);
-    m.init_random = s.choice("init", std::string("none"), {"none", "random"}) == "random";
+    m.preset = s.text("preset");
+    m.config = s.path("config");
+    m.weights = s.path("weights");
+    m.init_random = s.choice("init") == "random";
     const bool has_weights = !m.weights.empty();
     if (has_weights && m.init_random)
         s.fail("init", "give either model.weights or model.init: random, not both");
@@ -78,60 +64,56 @@ void read_model(Section s, ModelSection& m, JobKind kind) {
                "required for this job kind: model.weights (a folder) or model.init: random");
     if (kind == JobKind::convert && !has_weights)
         s.fail("weights", "a convert job needs model.weights (the safetensors folder to convert)");
-    m.dtype = parse_dtype(s.choice("dtype", std::string("bf16"), {"bf16", "fp16", "fp32"}));
+    m.dtype = parse_dtype(s.choice("dtype"));
     s.finish();
 }
 
 void read_parallel(Section s, ParallelSection& p) {
-    p.tp = static_cast<int>(s.integer("tp", 1, 1, kMaxRanks));
-    p.pp = static_cast<int>(s.integer("pp", 1, 1, kMaxRanks));
-    p.dp = static_cast<int>(s.integer("dp", 1, 1, kMaxRanks));
-    p.ep = static_cast<int>(s.integer("ep", 1, 1, kMaxRanks));
-    p.etp = static_cast<int>(s.integer("etp", 1, 1, kMaxRanks));
-    p.rebalance_every = s.integer("rebalance_every", 0, 0, 1'000'000'000);
+    p.tp = static_cast<int>(s.integer("tp"));
+    p.pp = static_cast<int>(s.integer("pp"));
+    p.dp = static_cast<int>(s.integer("dp"));
+    p.ep = static_cast<int>(s.integer("ep"));
+    p.etp = static_cast<int>(s.integer("etp"));
+    p.rebalance_every = s.integer("rebalance_every");
     s.finish();
 }
 
 void read_finetune(Section s, FinetuneSection& f) {
     f.present = true;
-    f.method = s.choice("method", std::string("lora"), {"lora"});
-    f.base_dtype =
-        parse_dtype(s.choice("base_dtype", std::string("bf16"), {"bf16", "fp16", "fp32"}));
+    f.method = s.choice("method");
+    f.base_dtype = parse_dtype(s.choice("base_dtype"));
     {
         Section l = s.section("lora");
-        f.lora.rank = static_cast<int>(l.integer("rank", 16, 1, 65536));
-        f.lora.alpha = l.number("alpha", 2.0 * f.lora.rank, 1e-6, 1e6);
-        f.lora.dropout = l.number("dropout", 0.0, 0.0, 0.99);
-        f.lora.target_modules = l.list("target_modules", kLoraTargets);
+        f.lora.rank = static_cast<int>(l.integer("rank"));
+        f.lora.alpha = l.number("alpha", 2.0 * f.lora.rank);
+        f.lora.dropout = l.number("dropout");
+        f.lora.target_modules = l.list("target_modules");
         if (f.lora.target_modules.empty())
             f.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
-        f.lora.rslora = l.flag("rslora", false);
-        f.lora.per_expert =
-            l.choice("expert_adapters", std::string("shared"), {"shared", "per_expert"}) ==
-            "per_expert";
+        f.lora.rslora = l.flag("rslora");
+        f.lora.per_expert = l.choice("expert_adapters") == "per_expert";
         l.finish();
     }
     {
         Section o = s.section("optimizer");
         OptimizerSection& opt = f.optimizer;
-        opt.lr = o.number("lr", 1e-4, 0.0, 10.0);
-        opt.scheduler =
-            o.choice("scheduler", std::string("cosine"), {"cosine", "linear", "constant"});
-        opt.warmup_steps = static_cast<int>(o.integer("warmup_steps", 0, 0, kBig));
-        opt.min_lr_ratio = o.number("min_lr_ratio", 0.1, 0.0, 1.0);
-        opt.weight_decay = o.number("weight_decay", 0.0, 0.0, 10.0);
-        opt.grad_clip = o.number("grad_clip", 1.0, 0.0, 1e6);
-        opt.beta1 = o.number("beta1", 0.9, 0.0, 0.999999);
-        opt.beta2 = o.number("beta2", 0.999, 0.0, 0.999999);
-        opt.eps = o.number("eps", 1e-8, 1e-30, 1.0);
+        opt.lr = o.number("lr");
+        opt.scheduler = o.choice("scheduler");
+        opt.warmup_steps = static_cast<int>(o.integer("warmup_steps"));
+        opt.min_lr_ratio = o.number("min_lr_ratio");
+        opt.weight_decay = o.number("weight_decay");
+        opt.grad_clip = o.number("grad_clip");
+        opt.beta1 = o.number("beta1");
+        opt.beta2 = o.number("beta2");
+        opt.eps = o.number("eps");
         o.finish();
     }
     {
         Section d = s.section("data");
-        f.domain_data = d.path("domain", true, PathKind::file, true);
-        f.general_data = d.path("general", false, PathKind::file, true);
-        f.domain_ratio = d.number("domain_ratio", f.general_data.empty() ? 1.0 : 0.8, 0.0, 1.0);
-        f.general_ratio = d.number("general_ratio", 1.0 - f.domain_ratio, 0.0, 1.0);
+        f.domain_data = d.path("domain");
+        f.general_data = d.path("general");
+        f.domain_ratio = d.number("domain_ratio", f.general_data.empty() ? 1.0 : 0.8);
+        f.general_ratio = d.number("general_ratio", 1.0 - f.domain_ratio);
         if (std::abs(f.domain_ratio + f.general_ratio - 1.0) > 1e-9)
             d.fail("general_ratio",
                    cat("domain_ratio + general_ratio = ",
@@ -141,62 +123,62 @@ void read_finetune(Section s, FinetuneSection& f) {
             d.fail("general_ratio", "is above 0 but finetune.data.general is not given");
         d.finish();
     }
-    f.steps = static_cast<int>(s.integer("steps", std::nullopt, 1, kBig));
+    f.steps = static_cast<int>(s.integer("steps"));
     {
         Section b = s.section("batch");
-        f.micro_batch = static_cast<int>(b.integer("micro_batch", 1, 1, 1 << 20));
-        f.seq_len = static_cast<int>(b.integer("seq_len", 512, 2, 1 << 24));
-        f.grad_accum = static_cast<int>(b.integer("grad_accum", 1, 1, 1 << 20));
+        f.micro_batch = static_cast<int>(b.integer("micro_batch"));
+        f.seq_len = static_cast<int>(b.integer("seq_len"));
+        f.grad_accum = static_cast<int>(b.integer("grad_accum"));
         b.finish();
     }
     {
         Section e = s.section("eval");
-        f.eval_every = static_cast<int>(e.integer("every", 0, 0, kBig));
-        f.eval_domain = e.path("domain", false, PathKind::file, true);
-        f.eval_general = e.path("general", false, PathKind::file, true);
-        f.eval_batches = static_cast<int>(e.integer("batches", 8, 1, 1 << 20));
+        f.eval_every = static_cast<int>(e.integer("every"));
+        f.eval_domain = e.path("domain");
+        f.eval_general = e.path("general");
+        f.eval_batches = static_cast<int>(e.integer("batches"));
         if (f.eval_every > 0 && f.eval_domain.empty() && f.eval_general.empty())
             e.fail("every", "evaluation asked for, but neither eval.domain nor eval.general given");
         e.finish();
     }
     {
         Section c = s.section("checkpoint");
-        f.checkpoint_every = static_cast<int>(c.integer("every", 0, 0, kBig));
-        f.checkpoint_keep = static_cast<int>(c.integer("keep", 3, 1, 1000));
+        f.checkpoint_every = static_cast<int>(c.integer("every"));
+        f.checkpoint_keep = static_cast<int>(c.integer("keep"));
         c.finish();
     }
-    f.recompute = s.flag("recompute", false);
-    f.on_nonfinite = s.choice("on_nonfinite", std::string("stop"), {"stop", "skip"});
-    f.loss_spike = s.number("loss_spike", 0.0, 0.0, 1e6);
-    f.export_merged = s.flag("export_merged", false);
+    f.recompute = s.flag("recompute");
+    f.on_nonfinite = s.choice("on_nonfinite");
+    f.loss_spike = s.number("loss_spike");
+    f.export_merged = s.flag("export_merged");
     s.finish();
 }
 
 void read_inference(Section s, InferenceSection& in) {
     in.present = true;
-    in.dataset = s.path("dataset", true, PathKind::file, true);
-    in.adapters = s.path_map("adapters", PathKind::dir);
-    in.max_new_tokens = static_cast<int>(s.integer("max_new_tokens", 64, 0, 1 << 24));
-    in.prompt_logprobs = s.flag("prompt_logprobs", false);
-    in.logprobs = static_cast<int>(s.integer("logprobs", 0, 0, 64));
-    in.on_bad_request = s.choice("on_bad_request", std::string("fail"), {"fail", "skip"});
-    in.batch_invariant = s.flag("batch_invariant", false);
-    in.shards = s.integer("shards", 1, 1, 1'000'000'000);
-    in.shard = s.integer("shard", 0, 0, 1'000'000'000);
+    in.dataset = s.path("dataset");
+    in.adapters = s.path_map("adapters");
+    in.max_new_tokens = static_cast<int>(s.integer("max_new_tokens"));
+    in.prompt_logprobs = s.flag("prompt_logprobs");
+    in.logprobs = static_cast<int>(s.integer("logprobs"));
+    in.on_bad_request = s.choice("on_bad_request");
+    in.batch_invariant = s.flag("batch_invariant");
+    in.shards = s.integer("shards");
+    in.shard = s.integer("shard");
     if (in.shard >= in.shards)
         s.fail("shard", cat(in.shard, " is not below inference.shards = ", in.shards));
     {
         Section p = s.section("sampling");
-        in.temperature = p.number("temperature", 0.0, 0.0, 100.0);
-        in.top_p = p.number("top_p", 1.0, 1e-6, 1.0);
-        in.top_k = static_cast<int>(p.integer("top_k", 0, 0, 1 << 24));
+        in.temperature = p.number("temperature");
+        in.top_p = p.number("top_p");
+        in.top_k = static_cast<int>(p.integer("top_k"));
         p.finish();
     }
     {
         Section b = s.section("batch");
-        in.max_tokens = static_cast<int>(b.integer("max_tokens", 8192, 1, 1 << 30));
-        in.max_seqs = static_cast<int>(b.integer("max_seqs", 64, 1, 1 << 24));
-        in.prefill_chunk = static_cast<int>(b.integer("prefill_chunk", 2048, 1, 1 << 30));
+        in.max_tokens = static_cast<int>(b.integer("max_tokens"));
+        in.max_seqs = static_cast<int>(b.integer("max_seqs"));
+        in.prefill_chunk = static_cast<int>(b.integer("prefill_chunk"));
         if (in.prefill_chunk > in.max_tokens)
             b.fail("prefill_chunk",
                    cat(in.prefill_chunk, " is larger than batch.max_tokens = ", in.max_tokens));
@@ -204,17 +186,17 @@ void read_inference(Section s, InferenceSection& in) {
     }
     {
         Section k = s.section("kv_cache");
-        in.page_tokens = static_cast<int>(k.integer("page_tokens", 64, 1, 1 << 20));
-        in.pages = k.integer_or_auto("pages", 1, kBig);
-        in.offload = k.choice("offload", std::string("none"), {"none", "host", "file"});
-        in.offload_path = k.path("offload_path", false, PathKind::dir, true);
+        in.page_tokens = static_cast<int>(k.integer("page_tokens"));
+        in.pages = k.integer_or_auto("pages");
+        in.offload = k.choice("offload");
+        in.offload_path = k.path("offload_path");
         k.finish();
     }
     {
         Section im = s.section("images");
-        in.image_max_patches = im.integer("max_patches", 4096, 1, int64_t{1} << 24);
-        in.image_max_pixels = im.integer("max_pixels", int64_t{1} << 26, 1, int64_t{1} << 34);
-        in.image_pool = static_cast<int>(im.integer("pool", 1, 1, 16));
+        in.image_max_patches = im.integer("max_patches");
+        in.image_max_pixels = im.integer("max_pixels");
+        in.image_pool = static_cast<int>(im.integer("pool"));
         im.finish();
     }
     s.finish();
@@ -228,11 +210,9 @@ void read_chat_role(Section s, text::ChatRole& role) {
 
 void read_tokenizer(Section s, TokenizerSection& t) {
     t.present = true;
-    t.path = s.path("path", true, PathKind::file_or_dir, true);
-    t.pattern = s.text("pattern", std::string());
-    std::vector<std::string> chats = {"none"};
-    chats.insert(chats.end(), text::kChatPresets.begin(), text::kChatPresets.end());
-    t.chat = s.choice("chat", std::string("none"), chats);
+    t.path = s.path("path");
+    t.pattern = s.text("pattern");
+    t.chat = s.choice("chat");
     text::ChatTemplate& c = t.chat_template;
     if (t.chat != "none")
         c = text::chat_preset(t.chat);
@@ -249,37 +229,37 @@ void read_tokenizer(Section s, TokenizerSection& t) {
 
 void read_tokenize(Section s, TokenizeSection& t, const std::string& output_dir) {
     t.present = true;
-    t.dataset = s.path("dataset", true, PathKind::file, true);
-    const std::string out = s.text("output", std::string("tokens.h5"));
+    t.dataset = s.path("dataset");
+    const std::string out = s.text("output");
     t.output = (fs::path(out).is_relative() ? fs::path(output_dir) / out : fs::path(out))
                    .lexically_normal()
                    .string();
-    t.eos = s.text("eos", std::string());
-    t.max_line_bytes = s.integer("max_line_bytes", 1 << 24, 16, int64_t{1} << 32);
-    t.on_bad_request = s.choice("on_bad_request", std::string("fail"), {"fail", "skip"});
-    t.chunk_lines = s.integer("chunk_lines", 4096, 1, 1 << 24);
+    t.eos = s.text("eos");
+    t.max_line_bytes = s.integer("max_line_bytes");
+    t.on_bad_request = s.choice("on_bad_request");
+    t.chunk_lines = s.integer("chunk_lines");
     s.finish();
 }
 
 void read_profile(Section s, ProfileSection& p) {
-    p.layers = s.flag("layers", true);
-    p.experts = s.flag("experts", true);
+    p.layers = s.flag("layers");
+    p.experts = s.flag("experts");
     s.finish();
 }
 
 void read_hardware(Section s, HardwareSection& h) {
-    h.gpu_memory_gb = s.number("gpu_memory_gb", 141.0, 0.1, 1e6);
-    h.hbm_tb_s = s.number("hbm_tb_s", 4.8, 1e-3, 1e4);
-    h.tflops = s.number("tflops", 989.0, 1e-3, 1e6);
-    h.nvlink_gb_s = s.number("nvlink_gb_s", 900.0, 1e-3, 1e6);
-    h.ib_gbit_s = s.number("ib_gbit_s", 400.0, 1e-3, 1e6);
-    h.ib_links = static_cast<int>(s.integer("ib_links", 8, 1, 1024));
-    h.gpus_per_node = static_cast<int>(s.integer("gpus_per_node", 8, 1, 1024));
+    h.gpu_memory_gb = s.number("gpu_memory_gb");
+    h.hbm_tb_s = s.number("hbm_tb_s");
+    h.tflops = s.number("tflops");
+    h.nvlink_gb_s = s.number("nvlink_gb_s");
+    h.ib_gbit_s = s.number("ib_gbit_s");
+    h.ib_links = static_cast<int>(s.integer("ib_links"));
+    h.gpus_per_node = static_cast<int>(s.integer("gpus_per_node"));
     s.finish();
 }
 
 void read_plan(Section s, PlanSection& p) {
-    p.gpus = static_cast<int>(s.integer("gpus", 0, 0, kMaxRanks));
+    p.gpus = static_cast<int>(s.integer("gpus"));
     s.finish();
 }
 
@@ -313,6 +293,10 @@ void apply_override(YAML::Node root, const std::string& arg, ParseContext& ctx) 
         node.reset(next);
     }
     node[keys.back()] = value;
+    // a value for a whole section replaces what earlier --set gave inside it
+    for (auto it = ctx.overrides.lower_bound(path + ".");
+         it != ctx.overrides.end() && it->first.rfind(path + ".", 0) == 0;)
+        it = ctx.overrides.erase(it);
     ctx.overrides[path] = "--set " + arg;
 }
 

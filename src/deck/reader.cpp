@@ -53,12 +53,18 @@ std::string format_number(double v) {
 }  // namespace
 
 std::string ParseContext::where(const YAML::Mark& mark, const std::string& path) const {
-    auto it = overrides.find(path);
-    if (it != overrides.end())
-        return it->second;
-    if (mark.line < 0) {  // a key that only exists because --set made it or a section around it
+    // The --set that gave the key, or a map value around it (--set 'parallel={tp: 0}': its
+    // marks are lines of the argument, not of the deck); the innermost one wins (the map is
+    // ordered, so a key sorts after the sections around it).
+    std::string given;
+    for (const auto& [key, arg] : overrides)
+        if (key == path || path.rfind(key + ".", 0) == 0)
+            given = arg;
+    if (!given.empty())
+        return given;
+    if (mark.line < 0) {  // a section that only exists because a --set below it made it
         for (const auto& [key, arg] : overrides)
-            if (key.rfind(path + ".", 0) == 0 || path.rfind(key + ".", 0) == 0)
+            if (key.rfind(path + ".", 0) == 0)
                 return arg;
         return cat(file, ":1:1");
     }
@@ -78,10 +84,14 @@ Section::Section(
         return;
     if (!node_.IsMap())
         ctx_.fail(node_.Mark(), path_, cat("expected a map of keys, got ", type_name(node_)));
+    const std::vector<std::string> known = section_keys(path_);
     for (auto it = node_.begin(); it != node_.end(); ++it) {
         if (!it->first.IsScalar())
             ctx_.fail(it->first.Mark(), path_, "keys must be plain words");
         std::string key = it->first.Scalar();
+        if (std::find(known.begin(), known.end(), key) == known.end())
+            ctx_.fail(
+                it->first.Mark(), key_path(key), cat("unknown key (allowed: ", join(known), ")"));
         auto [prev, inserted] = key_marks_.emplace(key, it->first.Mark());
         if (!inserted)
             ctx_.fail(it->first.Mark(),
@@ -117,7 +127,6 @@ bool Section::has(const std::string& key) const {
 }
 
 const YAML::Node* Section::find(const std::string& key) {
-    allowed_.push_back(key);
     read_.insert(key);
     record(key);
     auto it = values_.find(key);
@@ -135,10 +144,28 @@ const YAML::Node& Section::scalar(const std::string& key, const char* expected) 
     return v;
 }
 
-int64_t Section::integer(const std::string& key,
-                         std::optional<int64_t> def,
-                         int64_t lo,
-                         int64_t hi) {
+const KeySpec& Section::spec(const std::string& key, KeyType type) const {
+    const KeySpec& k = key_spec(key_path(key));
+    HYMOE_CHECK(k.type == type, "deck key ", k.path, " is read as ", type_name(type));
+    return k;
+}
+
+namespace {
+
+int64_t to_bound(double v) {  // a table bound as an int64 (9.3e18 = the whole range)
+    return v >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+int64_t Section::integer(const std::string& key) {
+    const KeySpec& k = spec(key, KeyType::integer);
+    return integer_in(key, k.def ? std::optional<int64_t>(std::stoll(k.def)) : std::nullopt);
+}
+
+int64_t Section::integer_in(const std::string& key, std::optional<int64_t> def) {
+    const KeySpec& k = key_spec(key_path(key));
+    const int64_t lo = to_bound(k.lo), hi = to_bound(k.hi);
     const YAML::Node* v = find(key);
     int64_t x = 0;
     if (!v) {
@@ -157,7 +184,19 @@ int64_t Section::integer(const std::string& key,
     return x;
 }
 
-double Section::number(const std::string& key, std::optional<double> def, double lo, double hi) {
+double Section::number(const std::string& key) {
+    const KeySpec& k = spec(key, KeyType::number);
+    return number_in(key, k.def ? std::optional<double>(std::stod(k.def)) : std::nullopt);
+}
+
+double Section::number(const std::string& key, double def) {
+    spec(key, KeyType::number);
+    return number_in(key, def);
+}
+
+double Section::number_in(const std::string& key, std::optional<double> def) {
+    const KeySpec& k = key_spec(key_path(key));
+    const double lo = k.lo, hi = k.hi;
     const YAML::Node* v = find(key);
     double x = 0;
     if (!v) {
@@ -189,19 +228,21 @@ double Section::number(const std::string& key, std::optional<double> def, double
     return x;
 }
 
-int64_t Section::integer_or_auto(const std::string& key, int64_t lo, int64_t hi) {
+int64_t Section::integer_or_auto(const std::string& key) {
+    spec(key, KeyType::integer_or_auto);
     auto it = values_.find(key);
     if (it == values_.end() || (it->second.IsScalar() && it->second.Scalar() == "auto")) {
         find(key);
         resolved_[key] = "auto";
         return 0;
     }
-    return integer(key, std::nullopt, lo, hi);
+    return integer_in(key, std::nullopt);
 }
 
-bool Section::flag(const std::string& key, bool def) {
+bool Section::flag(const std::string& key) {
+    const KeySpec& k = spec(key, KeyType::flag);
     const YAML::Node* v = find(key);
-    bool x = def;
+    bool x = std::string(k.def) == "true";
     if (v) {
         const std::string& s = scalar(key, "true or false").Scalar();
         if (s == "true")
@@ -215,15 +256,15 @@ bool Section::flag(const std::string& key, bool def) {
     return x;
 }
 
-std::string Section::choice(const std::string& key,
-                            std::optional<std::string> def,
-                            const std::vector<std::string>& allowed) {
+std::string Section::choice(const std::string& key) {
+    const KeySpec& k = spec(key, KeyType::choice);
+    const std::vector<std::string>& allowed = k.choices;
     const YAML::Node* v = find(key);
     std::string x;
     if (!v) {
-        if (!def)
+        if (!k.def)
             fail(key, cat("required key is missing (allowed: ", join(allowed), ")"));
-        x = *def;
+        x = k.def;
     } else {
         x = scalar(key, "a word").Scalar();
         if (std::find(allowed.begin(), allowed.end(), x) == allowed.end())
@@ -233,7 +274,17 @@ std::string Section::choice(const std::string& key,
     return x;
 }
 
-std::string Section::text(const std::string& key, std::optional<std::string> def) {
+std::string Section::text(const std::string& key) {
+    const KeySpec& k = spec(key, KeyType::text);
+    return text_in(key, k.def ? std::optional<std::string>(k.def) : std::nullopt);
+}
+
+std::string Section::text(const std::string& key, const std::string& def) {
+    spec(key, KeyType::text);
+    return text_in(key, def);
+}
+
+std::string Section::text_in(const std::string& key, std::optional<std::string> def) {
     const YAML::Node* v = find(key);
     std::string x;
     if (!v) {
@@ -252,15 +303,15 @@ std::string Section::text(const std::string& key, std::optional<std::string> def
 namespace {
 
 // Empty when p is acceptable, else what is wrong with it.
-std::string check_path(const fs::path& p, PathKind kind) {
+std::string check_path(const fs::path& p, KeyType kind) {
     std::error_code ec;
     fs::file_status st = fs::status(p, ec);
     if (ec || !fs::exists(st))
         return cat("'", p.string(), "' does not exist");
     bool is_dir = fs::is_directory(st);
-    if (kind == PathKind::file && is_dir)
+    if (kind == KeyType::file && is_dir)
         return cat("'", p.string(), "' is a folder, expected a file");
-    if (kind == PathKind::dir && !is_dir)
+    if ((kind == KeyType::dir || kind == KeyType::path_map) && !is_dir)
         return cat("'", p.string(), "' is not a folder");
     if (!is_dir) {
         std::FILE* f = std::fopen(p.c_str(), "rb");
@@ -280,10 +331,15 @@ std::string resolve(const std::string& dir, const std::string& p) {
 
 }  // namespace
 
-std::string Section::path(const std::string& key, bool required, PathKind kind, bool must_exist) {
+std::string Section::path(const std::string& key) {
+    const KeySpec& k = key_spec(key_path(key));
+    HYMOE_CHECK(k.type == KeyType::file || k.type == KeyType::dir || k.type == KeyType::file_or_dir,
+                "deck key ",
+                k.path,
+                " is read as a path");
     const YAML::Node* v = find(key);
     if (!v) {
-        if (required)
+        if (!k.def)
             fail(key, "required key is missing (a path, relative to the deck's folder)");
         return {};
     }
@@ -291,17 +347,15 @@ std::string Section::path(const std::string& key, bool required, PathKind kind, 
     if (raw.empty())
         fail(key, "must not be empty");
     std::string p = resolve(ctx_.dir, raw);
-    if (must_exist) {
-        std::string bad = check_path(p, kind);
-        if (!bad.empty())
-            fail(key, bad);
-    }
+    std::string bad = check_path(p, k.type);
+    if (!bad.empty())
+        fail(key, bad);
     resolved_[key] = raw;  // as written: the resolved deck stays valid from the deck's folder
     return p;
 }
 
-std::vector<std::string> Section::list(const std::string& key,
-                                       const std::vector<std::string>& allowed) {
+std::vector<std::string> Section::list(const std::string& key) {
+    const std::vector<std::string>& allowed = spec(key, KeyType::list).choices;
     const YAML::Node* v = find(key);
     std::vector<std::string> out;
     if (v) {
@@ -334,7 +388,8 @@ std::vector<std::string> Section::list(const std::string& key,
     return out;
 }
 
-std::map<std::string, std::string> Section::path_map(const std::string& key, PathKind kind) {
+std::map<std::string, std::string> Section::path_map(const std::string& key) {
+    const KeyType kind = spec(key, KeyType::path_map).type;
     const YAML::Node* v = find(key);
     std::map<std::string, std::string> out;
     YAML::Node resolved(YAML::NodeType::Map);
@@ -361,6 +416,7 @@ std::map<std::string, std::string> Section::path_map(const std::string& key, Pat
 }
 
 Section Section::section(const std::string& key) {
+    spec(key, KeyType::section);
     const YAML::Node* v = find(key);
     resolved_[key] = YAML::Node(YAML::NodeType::Map);
     YAML::Node child = resolved_[key];
@@ -374,7 +430,7 @@ void Section::finish() const {
         if (!read_.count(it->first.Scalar()))
             ctx_.fail(it->first.Mark(),
                       key_path(it->first.Scalar()),
-                      cat("unknown key (allowed: ", join(allowed_), ")"));
+                      cat("unknown key (allowed: ", join(section_keys(path_)), ")"));
 }
 
 }  // namespace hymoe::deck

@@ -1,6 +1,7 @@
-// Typed, checked reads from one YAML map of the deck. Each read records where the value came from
-// and writes the resolved value (default filled in) into the resolved tree, so the schema is
-// written once, in parse.cpp. finish() rejects any key the section did not read.
+// Typed, checked reads from one YAML map of the deck. Each read takes the key's type, default and
+// range from the schema table (schema.h), records where the value came from and writes the
+// resolved value (default filled in) into the resolved tree. A key the table does not list is an
+// error when the section is opened; finish() rejects any listed key the job did not read.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "hymoe/deck/deck.h"
+#include "schema.h"
 
 namespace hymoe::deck {
 
@@ -29,33 +31,35 @@ struct ParseContext {
     std::string where(const YAML::Mark& mark, const std::string& path) const;
 };
 
-enum class PathKind { file, dir, file_or_dir };
-
 class Section {
 public:
+    // Rejects at once, at its line, any key the schema table does not list for this section.
     Section(
         ParseContext& ctx, YAML::Node node, YAML::Node resolved, std::string path, YAML::Mark mark);
 
     bool has(const std::string& key) const;
-    // Readers: std::nullopt as default means the key is required.
-    int64_t integer(const std::string& key, std::optional<int64_t> def, int64_t lo, int64_t hi);
-    double number(const std::string& key, std::optional<double> def, double lo, double hi);
-    // An integer in [lo, hi] or the word "auto" (the default), returned as 0.
-    int64_t integer_or_auto(const std::string& key, int64_t lo, int64_t hi);
-    bool flag(const std::string& key, bool def);
-    std::string choice(const std::string& key,
-                       std::optional<std::string> def,
-                       const std::vector<std::string>& allowed);
-    std::string text(const std::string& key, std::optional<std::string> def);
-    // A path relative to the deck folder; checked to exist as `kind` when must_exist.
-    std::string path(const std::string& key, bool required, PathKind kind, bool must_exist);
-    std::vector<std::string> list(const std::string& key, const std::vector<std::string>& allowed);
-    // A map of name -> path (each path checked like path()).
-    std::map<std::string, std::string> path_map(const std::string& key, PathKind kind);
+    // Readers: type, default and range come from the schema table (schema.h); a key whose
+    // table default is nullptr is required. The overloads with def pass a default that depends
+    // on other keys (the table says so in words).
+    int64_t integer(const std::string& key);
+    double number(const std::string& key);
+    double number(const std::string& key, double def);
+    // An integer in range or the word "auto" (the default), returned as 0.
+    int64_t integer_or_auto(const std::string& key);
+    bool flag(const std::string& key);
+    std::string choice(const std::string& key);
+    std::string text(const std::string& key);
+    std::string text(const std::string& key, const std::string& def);
+    // A path relative to the deck folder, checked to exist as the table's file, dir or
+    // file_or_dir; "" when absent and not required.
+    std::string path(const std::string& key);
+    std::vector<std::string> list(const std::string& key);
+    // A map of name -> folder (each checked like path()).
+    std::map<std::string, std::string> path_map(const std::string& key);
     // A nested map; an absent one reads as empty (every key takes its default).
     Section section(const std::string& key);
     // An optional key this job does not use: accepted by finish(), absent from the resolved deck.
-    void allow(const std::string& key) { allowed_.push_back(key); }
+    void allow(const std::string& key) { read_.insert(key); }
     // Unknown keys are errors naming the allowed ones.
     void finish() const;
 
@@ -68,6 +72,10 @@ private:
     YAML::Mark mark_of(const std::string& key) const;
     void record(const std::string& key);
     const YAML::Node& scalar(const std::string& key, const char* expected);
+    const KeySpec& spec(const std::string& key, KeyType type) const;  // the table's, checked
+    int64_t integer_in(const std::string& key, std::optional<int64_t> def);
+    double number_in(const std::string& key, std::optional<double> def);
+    std::string text_in(const std::string& key, std::optional<std::string> def);
 
     ParseContext& ctx_;
     YAML::Node node_;      // the map read (undefined or null when absent)
@@ -77,7 +85,6 @@ private:
     std::map<std::string, YAML::Node> values_;  // key -> value node
     std::map<std::string, YAML::Mark> key_marks_;
     std::set<std::string> read_;
-    std::vector<std::string> allowed_;  // keys asked for, in order, for the unknown-key message
 };
 
 }  // namespace hymoe::deck

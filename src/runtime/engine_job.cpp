@@ -13,6 +13,7 @@
 #include "hymoe/core/sha256.h"
 #include "hymoe/core/stop.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/deck/chat_check.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/kv_spill.h"
@@ -68,6 +69,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
         tokenizer.emplace(
             text::load_tokenizer(job.deck.tokenizer.path, job.deck.tokenizer.pattern));
         log::info("tokenizer: " + tokenizer->describe());
+        deck::check_chat_template(job.deck, *tokenizer);
         journal.set_tokenizer(&*tokenizer);
     }
     Stream stream(job, journal.done(), grid.me.dp, tokenizer ? &*tokenizer : nullptr);

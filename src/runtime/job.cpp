@@ -13,7 +13,7 @@ namespace hymoe::runtime {
 std::string usage() {
     return "usage: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]... "
            "| hymoe DECK.yaml --ranks [--set ...] | hymoe --gather OUT_DIR SHARD_DIR... "
-           "| hymoe --help | hymoe --version";
+           "| hymoe --describe-deck [SECTION] | hymoe --help | hymoe --version";
 }
 
 CommandLine parse_command_line(int argc, char** argv) {

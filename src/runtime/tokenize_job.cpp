@@ -11,6 +11,7 @@
 #include "hymoe/core/log.h"
 #include "hymoe/core/sha256.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/deck/chat_check.h"
 #include "hymoe/io/meta.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/parallel/mpi_env.h"
@@ -159,6 +160,7 @@ int run_tokenize(const Job& job, const parallel::Grid& grid) {
     const text::Tokenizer tok =
         text::load_tokenizer(job.deck.tokenizer.path, job.deck.tokenizer.pattern);
     log::info("tokenizer: " + tok.describe());
+    deck::check_chat_template(job.deck, tok);
     const int32_t eos = tk.eos.empty() ? -1 : tok.special_id(tk.eos);
     if (!tk.eos.empty() && eos < 0)
         HYMOE_FAIL(Exit::invalid,
