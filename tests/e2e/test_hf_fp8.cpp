@@ -78,7 +78,7 @@ void write_folders(const std::string& dir, Break brk = Break::none) {
             twin.push_back(testing::raw_f32(t.name, v.shape, widened));
         }
     }
-    for (const std::string& sub : {"fp8", "twin"}) {
+    for (const std::string sub : {"fp8", "twin"}) {
         const std::string d = dir + "/" + sub;
         fs::create_directories(d);
         fs::copy_file(kConfig, d + "/config.json");
@@ -123,7 +123,7 @@ BOOST_AUTO_TEST_CASE(fp8_folder_scores_exactly_like_its_dequantized_twin) {
     const std::string par =
         " --set job.output=out4 --set parallel.tp=2 --set parallel.dp=2 "
         "--set parallel.ep=2";
-    for (const std::string& sub : {"fp8", "twin"}) {
+    for (const std::string sub : {"fp8", "twin"}) {
         auto one = testing::run_hymoe(dir + "/" + sub + "/deck.yaml");
         BOOST_REQUIRE_MESSAGE(one.code == 0, one.err);
         auto four = testing::run_hymoe(dir + "/" + sub + "/deck.yaml" + par, 4);
