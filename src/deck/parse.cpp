@@ -154,7 +154,7 @@ void read_finetune(Section s, FinetuneSection& f) {
     s.finish();
 }
 
-void read_inference(Section s, InferenceSection& in) {
+void read_inference(Section s, InferenceSection& in, DType model_dtype) {
     in.present = true;
     in.dataset = s.path("dataset");
     in.adapters = s.path_map("adapters");
@@ -190,6 +190,10 @@ void read_inference(Section s, InferenceSection& in) {
         in.pages = k.integer_or_auto("pages");
         in.offload = k.choice("offload");
         in.offload_path = k.path("offload_path");
+        const char* model_dtype_name = model_dtype == DType::bf16  ? "bf16"
+                                       : model_dtype == DType::f16 ? "fp16"
+                                                                   : "fp32";
+        in.kv_dtype = parse_dtype(k.choice("dtype", model_dtype_name));
         k.finish();
     }
     {
@@ -385,10 +389,11 @@ Deck parse_deck(const std::string& text,
     } else {
         top.allow("finetune");
     }
+    deck.inference.kv_dtype = deck.model.dtype;  // a plan job without inference: the default
     if (top.has("inference")) {
         if (kind == JobKind::convert)
             top.fail("inference", "not allowed when job.kind is convert");
-        read_inference(top.section("inference"), deck.inference);
+        read_inference(top.section("inference"), deck.inference, deck.model.dtype);
     } else if (kind == JobKind::infer) {
         top.fail("inference", "required for an infer job (at least inference.dataset)");
     } else {

@@ -258,13 +258,23 @@ bool Section::flag(const std::string& key) {
 
 std::string Section::choice(const std::string& key) {
     const KeySpec& k = spec(key, KeyType::choice);
-    const std::vector<std::string>& allowed = k.choices;
+    return choice_in(key, k.choices, k.def ? std::optional<std::string>(k.def) : std::nullopt);
+}
+
+std::string Section::choice(const std::string& key, const std::string& def) {
+    const KeySpec& k = spec(key, KeyType::choice);
+    return choice_in(key, k.choices, def);
+}
+
+std::string Section::choice_in(const std::string& key,
+                               const std::vector<std::string>& allowed,
+                               std::optional<std::string> def) {
     const YAML::Node* v = find(key);
     std::string x;
     if (!v) {
-        if (!k.def)
+        if (!def)
             fail(key, cat("required key is missing (allowed: ", join(allowed), ")"));
-        x = k.def;
+        x = *def;
     } else {
         x = scalar(key, "a word").Scalar();
         if (std::find(allowed.begin(), allowed.end(), x) == allowed.end())

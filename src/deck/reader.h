@@ -48,6 +48,7 @@ public:
     int64_t integer_or_auto(const std::string& key);
     bool flag(const std::string& key);
     std::string choice(const std::string& key);
+    std::string choice(const std::string& key, const std::string& def);
     std::string text(const std::string& key);
     std::string text(const std::string& key, const std::string& def);
     // A path relative to the deck folder, checked to exist as the table's file, dir or
@@ -76,6 +77,9 @@ private:
     int64_t integer_in(const std::string& key, std::optional<int64_t> def);
     double number_in(const std::string& key, std::optional<double> def);
     std::string text_in(const std::string& key, std::optional<std::string> def);
+    std::string choice_in(const std::string& key,
+                          const std::vector<std::string>& allowed,
+                          std::optional<std::string> def);
 
     ParseContext& ctx_;
     YAML::Node node_;      // the map read (undefined or null when absent)

@@ -115,6 +115,7 @@ const std::vector<KeySpec> kSchema = {
 {"inference.kv_cache.pages", T::integer_or_auto, "auto", 1, kBig, {}, "KV pages per dp replica; auto = what half the free memory holds (the plan: every sequence at full context); running out preempts"},
 {"inference.kv_cache.offload", T::choice, "none", 0, 0, {"none", "host", "file"}, "slower tier for the pages of inactive layers: a spill file (file), pinned host memory on the GPU (host; on the CPU = none)"},
 {"inference.kv_cache.offload_path", T::dir, "", 0, 0, {}, "where offload: file makes its spill files; default the job's output folder"},
+{"inference.kv_cache.dtype", T::choice, "model.dtype", 0, 0, kDtypes, "storage of the cached MLA/DSA latent, rope key and indexer key (reads widen to fp32); the KDA state stays fp32; the GPU stores fp32"},
 {"inference.images", T::section, "", 0, 0, {}, "image requests"},
 {"inference.images.max_patches", T::integer, "4096", 1, 1 << 24, {}, "patches per image; a larger image is scaled down to about this many"},
 {"inference.images.max_pixels", T::integer, "67108864", 1, double(int64_t{1} << 34), {}, "a decoded image with more pixels (H*W) is a bad request"},

@@ -584,10 +584,10 @@ void SafetensorsFile::read_rows(const std::string& name, int64_t row_begin, Tens
     read_slice(name, 0, row_begin, dest);
 }
 
-void SafetensorsFile::read_slice(const std::string& name,
+int SafetensorsFile::check_slice(const std::string& name,
                                  int dim,
                                  int64_t begin,
-                                 Tensor& dest) const {
+                                 const Tensor& dest) const {
     const SafetensorsInfo& t = info(name);
     const int rank = static_cast<int>(t.shape.size());
     const int d = dim < 0 ? dim + rank : dim;
@@ -616,6 +616,15 @@ void SafetensorsFile::read_slice(const std::string& name,
                        " ",
                        shape_string(dest.shape));
     }
+    return d;
+}
+
+void SafetensorsFile::read_slice(const std::string& name,
+                                 int dim,
+                                 int64_t begin,
+                                 Tensor& dest) const {
+    const SafetensorsInfo& t = info(name);
+    const int d = check_slice(name, dim, begin, dest);
     check_convertible(path_, name, t.dtype, dest);
     copy_part(data_ + t.begin, t.dtype, t.shape, d, begin, dest.shape, dest);
 }

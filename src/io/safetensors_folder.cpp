@@ -142,18 +142,20 @@ const SafetensorsInfo& SafetensorsFolder::info(const std::string& name) const {
 }
 
 void SafetensorsFolder::read(const std::string& name, Tensor& dest) const {
-    file_of(name).read(name, dest);
+    if (!read_fp8(name, true, 0, 0, dest))
+        file_of(name).read(name, dest);
 }
 
 void SafetensorsFolder::read_rows(const std::string& name, int64_t row_begin, Tensor& dest) const {
-    file_of(name).read_rows(name, row_begin, dest);
+    read_slice(name, 0, row_begin, dest);
 }
 
 void SafetensorsFolder::read_slice(const std::string& name,
                                    int dim,
                                    int64_t begin,
                                    Tensor& dest) const {
-    file_of(name).read_slice(name, dim, begin, dest);
+    if (!read_fp8(name, false, dim, begin, dest))
+        file_of(name).read_slice(name, dim, begin, dest);
 }
 
 void SafetensorsFolder::check_all() const {

@@ -53,8 +53,9 @@ public:
     CacheRows(const AttnCache& cache, int64_t r_kv, int64_t d_r, int64_t d_i)
         : cache_(cache), r_kv_(r_kv), d_r_(d_r), d_i_(d_i) {}
     int64_t n() const { return cache_.n; }
-    const float* c_kv_row(int64_t u) const { return row(u, 0, cache_.c_kv, r_kv_); }
-    const float* k_r_row(int64_t u) const { return row(u, r_kv_, cache_.k_r, d_r_); }
+    // row u's c_kv [r_kv] and k_r [d_r] into out
+    void c_kv_row(int64_t u, float* out) const { row(u, 0, cache_.c_kv, r_kv_, out); }
+    void k_r_row(int64_t u, float* out) const { row(u, r_kv_, cache_.k_r, d_r_, out); }
     const float* c_kv_all() const { return all(c_kv_, 0, cache_.c_kv, r_kv_); }  // [n, r_kv]
     const float* k_r_all() const { return all(k_r_, r_kv_, cache_.k_r, d_r_); }  // [n, d_r]
     const float* k_idx_all() const {                                             // [n, d_I]
@@ -62,15 +63,16 @@ public:
     }
 
 private:
-    // row u of the array at `offset` in a paged row, or of the private array of `width`
-    const float* row(int64_t u,
-                     int64_t offset,
-                     const std::vector<float>& own,
-                     int64_t width) const {
-        if (cache_.pool == nullptr)
-            return own.data() + u * width;
+    // row u of the array at `offset` in a paged row (widened to fp32), or of the private array
+    // of `width`, into out [width]
+    void row(
+        int64_t u, int64_t offset, const std::vector<float>& own, int64_t width, float* out) const {
+        if (cache_.pool == nullptr) {
+            std::copy_n(own.data() + u * width, width, out);
+            return;
+        }
         const int64_t pt = cache_.pool->page_tokens();
-        return cache_.pool->row(cache_.layer, (*cache_.pages)[u / pt], u % pt) + offset;
+        cache_.pool->read_row(cache_.layer, (*cache_.pages)[u / pt], u % pt, offset, width, out);
     }
     const float* all(std::vector<float>& gathered,
                      int64_t offset,
@@ -81,7 +83,7 @@ private:
         if (gathered.empty() && cache_.n > 0) {
             gathered.resize(static_cast<size_t>(cache_.n * width));
             for (int64_t u = 0; u < cache_.n; ++u)
-                std::copy_n(row(u, offset, own, width), width, gathered.data() + u * width);
+                row(u, offset, own, width, gathered.data() + u * width);
         }
         return gathered.data();
     }
@@ -113,11 +115,19 @@ void append_tokens(AttnCache& cache,
                     cache.n + count);
         for (int64_t t = 0; t < count; ++t) {
             const int64_t u = cache.n + t;
-            float* row = cache.pool->write_row(cache.layer, (*cache.pages)[u / pt], u % pt);
-            std::copy_n(c_kv.ptr<float>() + (row0 + t) * r_kv, r_kv, row);
-            std::copy_n(k_r.ptr<float>() + (row0 + t) * d_r, d_r, row + r_kv);
+            const int32_t page = (*cache.pages)[u / pt];
+            auto put = [&](int64_t offset, const Buffer& src, int64_t width) {  // its row t
+                cache.pool->write_row(cache.layer,
+                                      page,
+                                      u % pt,
+                                      offset,
+                                      width,
+                                      src.ptr<float>() + (row0 + t) * width);
+            };
+            put(0, c_kv, r_kv);
+            put(r_kv, k_r, d_r);
             if (k_idx)
-                std::copy_n(k_idx->ptr<float>() + (row0 + t) * d_i, d_i, row + r_kv + d_r);
+                put(r_kv + d_r, *k_idx, d_i);
         }
     }
     cache.n += count;
@@ -249,9 +259,9 @@ void attend_absorbed(const ModelConfig& cfg,
         for (int64_t j = 0; j < n_sel; ++j) {
             const int64_t u = keys[static_cast<size_t>(j)];
             float* l_j = lat.ptr<float>() + j * m.d_lat();
-            std::copy_n(s.cache->c_kv_row(u), m.r_kv, l_j);
-            std::copy_n(s.cache->k_r_row(u), m.d_r, l_j + m.r_kv);
-            std::copy_n(s.cache->c_kv_row(u), m.r_kv, c_kv.ptr<float>() + j * m.r_kv);
+            s.cache->c_kv_row(u, l_j);
+            s.cache->k_r_row(u, l_j + m.r_kv);
+            std::copy_n(l_j, m.r_kv, c_kv.ptr<float>() + j * m.r_kv);
             for (int64_t i = 0; i < n_b; ++i)
                 mask.ptr<float>()[i * n_sel + j] = fm[i * n_kb + u];
         }

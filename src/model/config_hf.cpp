@@ -1,6 +1,7 @@
 // Readers of HF config.json files: model_type kimi_linear (Kimi-Linear-48B-A3B, modeling_kimi.py)
 // and deepseek_v32 (DeepSeek-V3.2). Keys and their meaning: spec/model-math.md §2. Keys that do
-// not change the math (architectures, torch_dtype, quantization_config, ...) are ignored; keys
+// not change the math (architectures, torch_dtype, ...) are ignored; quantization_config is read
+// for FP8 block-scaled checkpoints (DeepSeek-V3's "fp8" e4m3 format, nothing else); keys
 // that would change it in a way hymoe does not implement (hidden_act other than silu, attention
 // bias, RoPE scaling other than yarn) are errors.
 #include <string>
@@ -13,8 +14,38 @@ namespace hymoe::model::detail {
 
 namespace {
 
+// quantization_config as DeepSeek-V3/V3.2 publish it (HF's FineGrainedFP8Config): quant_method
+// "fp8", fmt "e4m3" (default), weight_block_size [rows, cols] (default [128, 128]),
+// activation_scheme "dynamic" (the default; activations stay unquantized here either way).
+WeightQuant read_quantization(const JsonObject& top) {
+    WeightQuant w;
+    if (!top.has("quantization_config"))
+        return w;
+    JsonObject q = top.get_object("quantization_config");
+    const std::string method = q.get_string("quant_method");
+    if (method != "fp8")
+        q.fail(
+            "quant_method",
+            cat("hymoe reads FP8 block-scaled checkpoints (\"fp8\") only, got \"", method, "\""));
+    const std::string fmt = q.opt_string("fmt", "e4m3");
+    if (fmt != "e4m3")
+        q.fail("fmt", cat("hymoe reads e4m3 FP8 weights only, got \"", fmt, "\""));
+    q.opt_choice("activation_scheme", {"dynamic"}, 0);
+    w.fp8 = true;
+    if (q.has("weight_block_size")) {
+        const std::vector<int64_t> b = q.get_int_list("weight_block_size", 1, int_max);
+        if (b.size() != 2)
+            q.fail("weight_block_size",
+                   cat("expected two block sides [rows, cols], got ", b.size(), " numbers"));
+        w.block_rows = static_cast<int>(b[0]);
+        w.block_cols = static_cast<int>(b[1]);
+    }
+    return w;
+}
+
 // Fields both families spell the same way.
 void read_common(const JsonObject& top, ModelConfig& c) {
+    c.quant = read_quantization(top);
     c.vocab_size = top.get_int64("vocab_size", 1, int_max);
     c.hidden_size = top.get_int("hidden_size", 1);
     c.rms_norm_eps = top.opt_double("rms_norm_eps", 1e-6, positive);

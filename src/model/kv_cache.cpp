@@ -2,6 +2,7 @@
 #include "hymoe/model/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "hymoe/core/error.h"
@@ -22,25 +23,26 @@ class MemoryKvStore final : public KvStore {
 public:
     explicit MemoryKvStore(const KvLayout& layout) : offset_(layout.width.size(), 0) {
         for (size_t l = 0; l < layout.width.size(); ++l) {
-            offset_[l] = page_floats_;
-            page_floats_ += layout.layer_page_floats(static_cast<int>(l));
+            offset_[l] = page_bytes_;
+            page_bytes_ += layout.layer_page_bytes(static_cast<int>(l));
         }
     }
-    void grow(int64_t n) override {
+    void grow(int64_t n) override {  // float-aligned, as every dtype needs
+        const auto floats = static_cast<size_t>((page_bytes_ + 3) / 4);
         while (static_cast<int64_t>(memory_.size()) < n)
-            memory_.push_back(std::make_unique<float[]>(static_cast<size_t>(page_floats_)));
+            memory_.push_back(std::make_unique<float[]>(floats));
     }
-    float* page(int layer, int32_t page, bool) override {
-        return memory_[static_cast<size_t>(page)].get() + offset_[static_cast<size_t>(layer)];
+    void* page(int layer, int32_t page, bool) override {
+        return reinterpret_cast<unsigned char*>(memory_[static_cast<size_t>(page)].get()) +
+               offset_[static_cast<size_t>(layer)];
     }
     int64_t peak_resident_bytes() const override {  // pages are never given back
-        return static_cast<int64_t>(memory_.size()) * page_floats_ *
-               static_cast<int64_t>(sizeof(float));
+        return static_cast<int64_t>(memory_.size()) * page_bytes_;
     }
 
 private:
-    std::vector<int64_t> offset_;  // [n_layer] a layer's rows in a page
-    int64_t page_floats_ = 0;
+    std::vector<int64_t> offset_;  // [n_layer] a layer's first byte in a page
+    int64_t page_bytes_ = 0;
     std::vector<std::unique_ptr<float[]>> memory_;  // [pages ever used] all layers' rows
 };
 
@@ -54,7 +56,8 @@ KvPool::KvPool(const ModelConfig& local,
                const ModelShard& shard,
                int page_tokens,
                int64_t capacity,
-               const KvStoreFactory& make_store) {
+               const KvStoreFactory& make_store,
+               DType dtype) {
     HYMOE_CHECK(
         page_tokens >= 1 && capacity >= 0 && capacity <= std::numeric_limits<int32_t>::max(),
         "KvPool: ",
@@ -62,6 +65,10 @@ KvPool::KvPool(const ModelConfig& local,
         " pages of ",
         page_tokens,
         " tokens");
+    HYMOE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
+                "KvPool: rows of ",
+                to_string(dtype));
+    layout_.dtype = dtype;
     layout_.page_tokens = page_tokens;
     layout_.capacity = capacity;
     layout_.width.assign(local.layers.size(), 0);
@@ -78,7 +85,7 @@ int64_t KvPool::page_bytes() const {
 }
 
 int64_t KvPool::layer_page_bytes(int layer) const {
-    return layout_.layer_page_floats(layer) * static_cast<int64_t>(sizeof(float));
+    return layout_.layer_page_bytes(layer);
 }
 
 bool KvPool::reserve(std::vector<int32_t>& table, int64_t tokens) {
@@ -106,21 +113,46 @@ void KvPool::release(std::vector<int32_t>& table) {
     table.clear();
 }
 
-float* KvPool::at(int layer, int32_t page, int64_t slot, bool write) {
+unsigned char* KvPool::at(int layer, int32_t page, int64_t slot, bool write) {
     HYMOE_CHECK(page >= 0 && page < used_ && row_width(layer) > 0,
                 "KvPool: page ",
                 page,
                 " of layer ",
                 layer);
-    return store_->page(layer, page, write) + slot * row_width(layer);
+    return static_cast<unsigned char*>(store_->page(layer, page, write)) +
+           slot * row_width(layer) * static_cast<int64_t>(dtype_size(layout_.dtype));
 }
 
-const float* KvPool::row(int layer, int32_t page, int64_t slot) {
-    return at(layer, page, slot, false);
+void KvPool::read_row(
+    int layer, int32_t page, int64_t slot, int64_t offset, int64_t n, float* out) {
+    const unsigned char* row = at(layer, page, slot, false);
+    if (layout_.dtype == DType::f32) {
+        std::memcpy(out, row + offset * 4, static_cast<size_t>(n) * 4);
+        return;
+    }
+    const auto* h = reinterpret_cast<const uint16_t*>(row) + offset;
+    if (layout_.dtype == DType::bf16)
+        for (int64_t i = 0; i < n; ++i)
+            out[i] = bf16_to_float(h[i]);
+    else
+        for (int64_t i = 0; i < n; ++i)
+            out[i] = f16_to_float(h[i]);
 }
 
-float* KvPool::write_row(int layer, int32_t page, int64_t slot) {
-    return at(layer, page, slot, true);
+void KvPool::write_row(
+    int layer, int32_t page, int64_t slot, int64_t offset, int64_t n, const float* in) {
+    unsigned char* row = at(layer, page, slot, true);
+    if (layout_.dtype == DType::f32) {
+        std::memcpy(row + offset * 4, in, static_cast<size_t>(n) * 4);
+        return;
+    }
+    auto* h = reinterpret_cast<uint16_t*>(row) + offset;
+    if (layout_.dtype == DType::bf16)
+        for (int64_t i = 0; i < n; ++i)
+            h[i] = float_to_bf16(in[i]);
+    else
+        for (int64_t i = 0; i < n; ++i)
+            h[i] = float_to_f16(in[i]);
 }
 
 }  // namespace hymoe::model

@@ -62,8 +62,11 @@ std::string file_of(const std::string& name, const model::ModelShard& shard) {
     return routed ? stage + "-ep" + std::to_string(shard.ep_rank) + ".h5" : stage + ".h5";
 }
 
+// FP8 weights are kept dequantized in bf16, as DeepSeek's fp8_cast_bf16.py writes them.
 DType kept_dtype(io::StDType t) {
-    return t == io::StDType::bf16 ? DType::bf16 : t == io::StDType::f16 ? DType::f16 : DType::f32;
+    if (t == io::StDType::bf16 || t == io::StDType::f8_e4m3)
+        return DType::bf16;
+    return t == io::StDType::f16 ? DType::f16 : DType::f32;
 }
 
 std::string sha256_file(const fs::path& path) {
@@ -140,6 +143,9 @@ int run_convert(const Job& job, const parallel::Grid& grid) {
 
     model::Model m = model::make_model(job.model, grid);
     io::SafetensorsFolder folder(job.deck.model.weights);
+    if (job.model.quant.fp8)
+        folder.set_fp8({job.model.quant.block_rows, job.model.quant.block_cols},
+                       job.deck.model.config);
     std::vector<Buffer> held;
     std::vector<io::CkptEntry> entries;
     const model::TensorList list = model::model_tensors(m);

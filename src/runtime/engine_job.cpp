@@ -83,7 +83,11 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     o.adapter_ids = adapters.ids;
     if (device && !adapters.ids.empty())
         device->set_lora_adapters(m);
-    const int64_t page_bytes = model::KvPool(m.local, m.shard, o.page_tokens, 0).page_bytes();
+    o.kv_dtype = device ? DType::f32 : inf.kv_dtype;
+    if (device && inf.kv_dtype != DType::f32)
+        log::info("inference.kv_cache.dtype: the GPU keeps its KV pages in fp32");
+    const int64_t page_bytes =
+        model::KvPool(m.local, m.shard, o.page_tokens, 0, {}, o.kv_dtype).page_bytes();
     o.kv_pages =
         device ? device_kv_pages(job, *device, page_bytes, grid) : kv_pages(job, page_bytes, grid);
     o.device = device.get();

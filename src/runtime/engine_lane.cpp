@@ -18,7 +18,7 @@ Lane::Lane(const model::Model& m, const EngineOptions& o, int index, int max_seq
       o_(o),
       index_(index),
       max_seqs_(max_seqs),
-      pool_(m.local, m.shard, o.page_tokens, pages, store_factory(o)) {}
+      pool_(m.local, m.shard, o.page_tokens, pages, store_factory(o), o.kv_dtype) {}
 
 model::KvStoreFactory Lane::store_factory(const EngineOptions& o) {
     if (o.device == nullptr || o.kv_store)

@@ -46,6 +46,9 @@ WeightFill weight_fill(const Job& job, const model::ModelShard& shard) {
     }
     // each rank reads only its part: the rows or columns of its slice out of the memory map
     auto folder = std::make_shared<io::SafetensorsFolder>(job.deck.model.weights);
+    if (job.model.quant.fp8)
+        folder->set_fp8({job.model.quant.block_rows, job.model.quant.block_cols},
+                        job.deck.model.config);
     auto read = [&job, folder](
                     const std::string& name, const model::TensorPart& part, Tensor& dest) {
         if (part.dim < 0)

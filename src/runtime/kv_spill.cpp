@@ -48,10 +48,10 @@ SpillKvStore::SpillKvStore(const model::KvLayout& layout,
                        std::strerror(errno));
     ::unlink(name.c_str());  // the file goes when the process closes it, even when killed
     for (size_t l = 0; l < layout.width.size(); ++l) {
-        const int64_t floats = layout.layer_page_floats(static_cast<int>(l));
+        const int64_t bytes = layout.layer_page_bytes(static_cast<int>(l));
         base_[l] = map_bytes_;
-        map_bytes_ += layout.capacity * floats * static_cast<int64_t>(sizeof(float));
-        max_page_floats_ = std::max(max_page_floats_, floats);
+        map_bytes_ += layout.capacity * bytes;
+        max_page_bytes_ = std::max(max_page_bytes_, bytes);
     }
     stats_.file_bytes = map_bytes_;
     if (map_bytes_ > 0) {
@@ -99,7 +99,7 @@ void SpillKvStore::grow(int64_t n) {
     stats_.spilled_bytes = map_bytes_ / std::max<int64_t>(layout_.capacity, 1) * used_;
 }
 
-float* SpillKvStore::page(int layer, int32_t page, bool write) {
+void* SpillKvStore::page(int layer, int32_t page, bool write) {
     HYMOE_CHECK(current_ >= 0 && slots_[current_].layer == layer && page < used_ &&
                     position_[static_cast<size_t>(page)] >= 0,
                 "spill tier: page ",
@@ -111,7 +111,7 @@ float* SpillKvStore::page(int layer, int32_t page, bool write) {
     const int32_t k = position_[static_cast<size_t>(page)];
     if (write)
         s.dirty[static_cast<size_t>(k)] = 1;
-    return rows_->rows[current_].data() + k * layout_.layer_page_floats(layer);
+    return rows_->rows[current_].data() + k * layout_.layer_page_bytes(layer);
 }
 
 int SpillKvStore::next_layer(int layer) const {
@@ -140,14 +140,14 @@ void SpillKvStore::begin_step(const std::vector<int32_t>& pages) {
         HYMOE_CHECK(pages[k] >= 0 && pages[k] < used_, "spill tier: page ", pages[k]);
         position_[static_cast<size_t>(pages[k])] = static_cast<int32_t>(k);
     }
-    const auto floats = static_cast<size_t>(static_cast<int64_t>(pages.size()) * max_page_floats_);
+    const auto bytes = static_cast<size_t>(static_cast<int64_t>(pages.size()) * max_page_bytes_);
     const int first = next_layer(-1);
     for (int k = 0; k < 2; ++k) {  // a stage with one MLA/DSA layer needs one slot
         Slot& s = slots_[k];
-        std::vector<float>& rows = rows_->rows[k];
-        if (rows.size() < floats && (k == 0 ? first >= 0 : first >= 0 && next_layer(first) >= 0)) {
-            peak_ += static_cast<int64_t>((floats - rows.size()) * sizeof(float));
-            rows.resize(floats);
+        std::vector<unsigned char>& rows = rows_->rows[k];
+        if (rows.size() < bytes && (k == 0 ? first >= 0 : first >= 0 && next_layer(first) >= 0)) {
+            peak_ += static_cast<int64_t>(bytes - rows.size());
+            rows.resize(bytes);
         }
         s.dirty.assign(pages.size(), 0);
         s.layer = -1;
@@ -206,13 +206,12 @@ void SpillKvStore::fetch(int slot, int layer) {
     post([this, slot, layer, used = used_] {
         const double t0 = wall_seconds();
         Slot& s = slots_[slot];
-        const int64_t floats = layout_.layer_page_floats(layer);
-        const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
+        const int64_t bytes = layout_.layer_page_bytes(layer);
         const int64_t base = base_[static_cast<size_t>(layer)];
         for (int32_t p : pages_)  // the kernel reads them ahead, in parallel with the copies
             advise(map_, base + p * bytes, base + (p + 1) * bytes, MADV_WILLNEED);
         for (size_t k = 0; k < pages_.size(); ++k)
-            std::memcpy(rows_->rows[slot].data() + static_cast<int64_t>(k) * floats,
+            std::memcpy(rows_->rows[slot].data() + static_cast<int64_t>(k) * bytes,
                         map_ + base + pages_[k] * bytes,
                         static_cast<size_t>(bytes));
         advise(map_, base, base + used * bytes, MADV_DONTNEED);  // out of the resident set
@@ -227,14 +226,13 @@ void SpillKvStore::write_back(int slot) {
     const int layer = slots_[slot].layer;
     post([this, slot, layer] {
         Slot& s = slots_[slot];
-        const int64_t floats = layout_.layer_page_floats(layer);
-        const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
+        const int64_t bytes = layout_.layer_page_bytes(layer);
         int64_t written = 0;
         for (size_t k = 0; k < pages_.size(); ++k) {
             if (!s.dirty[k])
                 continue;
             s.dirty[k] = 0;
-            const char* from = reinterpret_cast<const char*>(rows_->rows[slot].data() + k * floats);
+            const auto* from = rows_->rows[slot].data() + static_cast<int64_t>(k) * bytes;
             const int64_t at = base_[static_cast<size_t>(layer)] + pages_[k] * bytes;
             for (int64_t done = 0; done < bytes;) {
                 const ssize_t n =

@@ -81,6 +81,7 @@ PlanWorkload workload(const ModelConfig& m, const deck::Deck& deck) {
     const deck::InferenceSection& in = deck.inference;
     const deck::FinetuneSection& ft = deck.finetune;
     w.dtype = deck.model.dtype;
+    w.kv_dtype = deck.inference.kv_dtype;
     w.training = ft.present;
     w.inference =
         in.present || kind == deck::JobKind::infer || (kind == deck::JobKind::plan && !ft.present);

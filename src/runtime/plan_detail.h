@@ -109,7 +109,8 @@ struct Ctx {
 
 // ---- memory (plan_memory.cpp) -------------------------------------------------------------------
 
-// Cache bytes per token of one attention layer: latent c_kv + rope key k_r (+ DSA index key).
+// Cache bytes per token of one attention layer: latent c_kv + rope key k_r (+ DSA index key),
+// in the KV dtype.
 double kv_per_token(const Ctx& x, const LayerSpec& s);
 
 // One sequence's KDA state in one layer: fp32 S [H/tp, K, V] + conv tails 3 × [W−1, D/tp] fp32.

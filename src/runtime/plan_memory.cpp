@@ -20,7 +20,8 @@ constexpr int kKdaChunk = 64;          // KDA chunk length: training keeps a sta
 // ---- cache and state ----------------------------------------------------------------------------
 
 double kv_per_token(const Ctx& x, const LayerSpec& s) {
-    return static_cast<double>(model::kv_row_floats(x.m, s.mixer)) * x.b;
+    return static_cast<double>(model::kv_row_floats(x.m, s.mixer)) *
+           static_cast<double>(dtype_size(x.w.kv_dtype));
 }
 
 double kda_state_bytes(const Ctx& x) {

@@ -57,7 +57,7 @@ void write_folder(const std::string& dir,
     std::ofstream(dir + "/deck.yaml")
         << "job: {kind: infer, output: out}\n"
            "model: {config: config.json, weights: ., dtype: bf16}\n"
-           "inference: {dataset: prompts.jsonl, prompt_logprobs: true}\n";
+           "inference: {dataset: prompts.jsonl, prompt_logprobs: true, kv_cache: {dtype: fp32}}\n";
 }
 
 const std::vector<std::string> kFamilies = {"tiny-kimi", "tiny-deepseek"};

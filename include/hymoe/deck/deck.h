@@ -95,9 +95,10 @@ struct InferenceSection {
     int top_k = 0;  // 0 = no top-k filter
     int max_tokens = 8192, max_seqs = 64, prefill_chunk = 2048;
     int page_tokens = 64;
-    int64_t pages = 0;                 // 0 = auto: what memory allows
-    std::string offload = "none";      // none | host | file
-    std::string offload_path;          // file: the spill files' folder; "" = job.output
+    int64_t pages = 0;             // 0 = auto: what memory allows
+    std::string offload = "none";  // none | host | file
+    std::string offload_path;      // file: the spill files' folder; "" = job.output
+    DType kv_dtype = DType::bf16;  // kv_cache.dtype: the MLA/DSA cache rows (default model.dtype)
     int64_t image_max_patches = 4096;  // images.max_patches: patches per image (scaled down
                                        //   above it, io/image.h)
     int64_t image_max_pixels = int64_t{1} << 26;  // images.max_pixels: decoded H·W above it is a

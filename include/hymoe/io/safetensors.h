@@ -53,6 +53,19 @@ size_t st_dtype_size(StDType t);
 std::optional<StDType> st_dtype_from_string(const std::string& s);
 StDType st_dtype_of(DType t);  // how a hymoe dtype is stored: f32 -> F32, u8 -> U8, ...
 
+// FP8 block-scaled matrices (DeepSeek-V3/V3.2, HF quantization_config {"quant_method": "fp8",
+// "fmt": "e4m3", "weight_block_size": [rows, cols]}): a 2-D weight W [out, in] is stored as F8_E4M3
+// codes q with a sibling "<name>_scale_inv" of float scales s [ceil(out/rows), ceil(in/cols)]; the
+// weight is W[i][j] = e4m3(q[i][j]) · s[i/rows][j/cols] (the product in fp32, as DeepSeek's
+// weight_dequant), then converted into the destination's dtype like any F32 value.
+struct Fp8Blocks {
+    int64_t rows = 128, cols = 128;
+};
+
+// The value of one e4m3 code (OCP FP8 E4M3, "fn": bias 7, no infinities, S.1111.111 is NaN, the
+// largest finite value is 448); exact in fp32.
+float e4m3_to_float(uint8_t code);
+
 // One tensor as the header describes it.
 struct SafetensorsInfo {
     StDType dtype = StDType::f32;
@@ -85,6 +98,14 @@ public:
     // [begin, begin + dest.shape[dim]) along `dim` (negative counts from the end), every other dim
     // whole: a column slice of a [n_out, n_in] weight is read_slice(name, 1, col0, dest).
     void read_slice(const std::string& name, int dim, int64_t begin, Tensor& dest) const;
+    // read_slice of a 2-D F8_E4M3 weight, dequantized with its block scales `scale` (f32
+    // [ceil(out/rows), ceil(in/cols)] of the whole tensor, already checked by the caller).
+    void read_slice_fp8(const std::string& name,
+                        int dim,
+                        int64_t begin,
+                        const Tensor& scale,
+                        const Fp8Blocks& blocks,
+                        Tensor& dest) const;
 
 private:
     struct Unmap {
@@ -92,6 +113,8 @@ private:
         void operator()(void* p) const;
     };
     void parse_header(const char* text, size_t len);
+    // The dim (made non-negative) of a read_slice whose destination fits the stored tensor.
+    int check_slice(const std::string& name, int dim, int64_t begin, const Tensor& dest) const;
 
     std::string path_;
     std::unique_ptr<void, Unmap> map_;     // the whole file
@@ -121,17 +144,26 @@ public:
     void read_rows(const std::string& name, int64_t row_begin, Tensor& dest) const;
     void read_slice(const std::string& name, int dim, int64_t begin, Tensor& dest) const;
 
+    // FP8 weights are block-scaled by `blocks`, as `config` (the config.json, for messages) says.
+    void set_fp8(const Fp8Blocks& blocks, const std::string& config);
+
     // Open every shard and check that each holds the tensors the index assigns to it (the whole
     // checkpoint's headers, none of its data): a full check up front instead of lazily.
     void check_all() const;
 
 private:
+    // A read of an FP8 weight (or of a weight with block scales): checked and dequantized into
+    // dest (whole: the whole tensor, as read); false when `name` is neither, for the plain read.
+    bool read_fp8(const std::string& name, bool whole, int dim, int64_t begin, Tensor& dest) const;
+
     std::string dir_;                              // as given
     std::string base_;                             // the folder shard file names are relative to
     std::string index_;                            // path of the index, "" for a single file
     std::map<std::string, std::string> shard_of_;  // tensor -> shard file name
     std::vector<std::string> names_;
     mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> shards_;  // file name -> open
+    std::optional<Fp8Blocks> fp8_;  // set_fp8: FP8 weights are dequantized
+    std::string fp8_config_;        // the config.json that says so
 };
 
 // Write a valid safetensors file at `path`: f32/f16/bf16 tensors are stored as `store` (converted,

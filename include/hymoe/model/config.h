@@ -129,6 +129,14 @@ struct VisionConfig {             // MoonViT tower + 2×2 patch merger + project
     bool operator==(const VisionConfig&) const = default;
 };
 
+// How an HF checkpoint stores its matrices (config.json quantization_config; io/safetensors.h
+// Fp8Blocks). Not written by to_json: a converted checkpoint holds the dequantized weights.
+struct WeightQuant {
+    bool fp8 = false;                        // F8_E4M3 weights with "<name>_scale_inv" scales
+    int block_rows = 128, block_cols = 128;  // weight_block_size
+    bool operator==(const WeightQuant&) const = default;
+};
+
 // ---- the model -------------------------------------------------------------------------------
 
 struct ModelConfig {
@@ -153,6 +161,7 @@ struct ModelConfig {
     IndexerConfig indexer;              // used by Mixer::dsa layers
     MoeConfig moe;                      // used by Ffn::moe and Ffn::latent_moe layers
     VisionConfig vision;
+    WeightQuant quant;  // HF configs only
     bool operator==(const ModelConfig&) const = default;
 };
 

@@ -2,10 +2,12 @@
 // engine lane on a rank, `capacity` pages of page_tokens tokens. A page id stands for the same
 // token range in every MLA/DSA layer of the rank's stage, so a sequence holds one block table
 // (its page ids in token order) for all of them. A layer's token row is [c_kv | k_r | k_idx]
-// (k_idx for DSA layers only). Pages get memory on first use and go back to a LIFO free list
-// when a sequence finishes or is preempted; the pool never holds more than capacity pages.
-// Invariant: a page is in at most one block table or in the free list, never both.
-// Where the rows live is the pool's KvStore: all in memory (the default), or an offload tier
+// (k_idx for DSA layers only), stored in the pool's dtype (inference.kv_cache.dtype: f32, bf16 or
+// f16; rows narrow on write, rounding to nearest even, and widen to fp32 on read, so the attention
+// math stays fp32 and an f32 pool is bit-exact). Pages get memory on first use and go back to a
+// LIFO free list when a sequence finishes or is preempted; the pool never holds more than capacity
+// pages. Invariant: a page is in at most one block table or in the free list, never both. Where the
+// rows live is the pool's KvStore: all in memory (the default), or an offload tier
 // (inference.kv_cache.offload; runtime/kv_spill.h) that keeps only the running layer's and the
 // next one's pages of a step in memory. The forward tells the pool the step's pages, each layer
 // as it starts and the step's end (begin_step, enter_layer, end_step), so that a tier can fetch
@@ -25,12 +27,17 @@ namespace hymoe::model {
 // Floats one token of a layer caches: [c_kv r_kv | k_r d_r | k_idx d_I (dsa)]; 0 for KDA.
 int64_t kv_row_floats(const ModelConfig& cfg, Mixer mixer);
 
-// What a store holds: `capacity` pages; a page of layer l is [page_tokens, width[l]] floats.
+// What a store holds: `capacity` pages; a page of layer l is [page_tokens, width[l]] elements of
+// dtype.
 struct KvLayout {
     int page_tokens = 0;
     int64_t capacity = 0;
-    std::vector<int64_t> width;  // [n_layer] floats a token; 0: not an MLA/DSA layer here
-    int64_t layer_page_floats(int layer) const { return page_tokens * width[layer]; }
+    std::vector<int64_t> width;  // [n_layer] elements a token; 0: not an MLA/DSA layer here
+    DType dtype = DType::f32;    // f32, bf16 or f16
+    int64_t layer_page_floats(int layer) const { return page_tokens * width[layer]; }  // elements
+    int64_t layer_page_bytes(int layer) const {
+        return layer_page_floats(layer) * static_cast<int64_t>(dtype_size(dtype));
+    }
 };
 
 // The rows of a pool. Not thread-safe: one forward at a time uses a pool.
@@ -39,8 +46,9 @@ public:
     virtual ~KvStore() = default;
     // Pages [0, n) exist from now on (n only grows; a new page's rows are undefined).
     virtual void grow(int64_t n) = 0;
-    // Page `page` of `layer` [page_tokens, width]; `write`: the caller changes rows of it.
-    virtual float* page(int layer, int32_t page, bool write) = 0;
+    // Page `page` of `layer` [page_tokens, width] of the layout's dtype; `write`: the caller
+    // changes rows of it.
+    virtual void* page(int layer, int32_t page, bool write) = 0;
     // The next forward touches `pages` (its sequences' block tables) in every layer.
     virtual void begin_step(const std::vector<int32_t>& /*pages*/) {}
     // Layer `layer` starts: page() of its step pages works until the next enter_layer/end_step.
@@ -58,12 +66,13 @@ std::unique_ptr<KvStore> make_memory_kv_store(const KvLayout& layout);
 class KvPool {
 public:
     // Widths from the local config of the rank's stage (shard: its layers); rows in the store
-    // make_store gives (default: make_memory_kv_store).
+    // make_store gives (default: make_memory_kv_store), of element type dtype.
     KvPool(const ModelConfig& local,
            const ModelShard& shard,
            int page_tokens,
            int64_t capacity,
-           const KvStoreFactory& make_store = {});
+           const KvStoreFactory& make_store = {},
+           DType dtype = DType::f32);
 
     int page_tokens() const { return layout_.page_tokens; }
     int64_t capacity() const { return layout_.capacity; }
@@ -80,10 +89,11 @@ public:
     void release(std::vector<int32_t>& table);
 
     int64_t row_width(int layer) const { return layout_.width[static_cast<size_t>(layer)]; }
-    // The row of token slot `slot` (< page_tokens) of page `page` in `layer` [row_width floats],
-    // to read, or to write (write_row).
-    const float* row(int layer, int32_t page, int64_t slot);
-    float* write_row(int layer, int32_t page, int64_t slot);
+    // Elements [offset, offset + n) of the row of token slot `slot` (< page_tokens) of page
+    // `page` in `layer` [row_width]: read widened to fp32 into out[n], or written from in[n].
+    void read_row(int layer, int32_t page, int64_t slot, int64_t offset, int64_t n, float* out);
+    void write_row(
+        int layer, int32_t page, int64_t slot, int64_t offset, int64_t n, const float* in);
 
     // The forward's hooks (see above), passed to the store.
     void begin_step(const std::vector<int32_t>& pages) { store_->begin_step(pages); }
@@ -95,7 +105,8 @@ public:
     KvStore& store() const { return *store_; }
 
 private:
-    float* at(int layer, int32_t page, int64_t slot, bool write);
+    // The row's first byte.
+    unsigned char* at(int layer, int32_t page, int64_t slot, bool write);
 
     KvLayout layout_;
     int64_t in_use_ = 0, used_ = 0;  // pages in tables; pages ever used (ids [0, used_))

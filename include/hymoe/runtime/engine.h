@@ -59,8 +59,9 @@ const char* to_string(Finish f);
 
 struct EngineOptions {
     int max_seqs = 64, max_tokens = 8192, prefill_chunk = 2048;
-    int max_new_tokens = 64;  // for requests that do not give their own
-    int page_tokens = 64;     // KV cache page size (inference.kv_cache.page_tokens)
+    int max_new_tokens = 64;      // for requests that do not give their own
+    int page_tokens = 64;         // KV cache page size (inference.kv_cache.page_tokens)
+    DType kv_dtype = DType::f32;  // KV rows (inference.kv_cache.dtype; a device's are f32)
     int64_t kv_pages = std::numeric_limits<int32_t>::max();  // per dp replica, split over lanes
     model::KvStoreFactory kv_store;  // where each lane's pages live; empty: all in memory (with
                                      //   a device: DeviceModel::kv_store, on the device)

@@ -38,7 +38,7 @@ struct SpillStats {
 
 // The two slots' rows: [step pages, page_tokens, width] of the layer a slot holds.
 struct SpillSlots {
-    std::vector<float> rows[2];
+    std::vector<unsigned char> rows[2];  // bytes of the layout's dtype
 };
 
 class SpillKvStore final : public model::KvStore {
@@ -56,7 +56,7 @@ public:
     SpillKvStore& operator=(const SpillKvStore&) = delete;
 
     void grow(int64_t n) override;
-    float* page(int layer, int32_t page, bool write) override;
+    void* page(int layer, int32_t page, bool write) override;
     void begin_step(const std::vector<int32_t>& pages) override;
     void enter_layer(int layer) override;
     void end_step() override;
@@ -83,7 +83,7 @@ private:
     SpillStats* totals_;
     int fd_ = -1;
     const char* map_ = nullptr;
-    int64_t map_bytes_ = 0, used_ = 0, peak_ = 0, max_page_floats_ = 0;
+    int64_t map_bytes_ = 0, used_ = 0, peak_ = 0, max_page_bytes_ = 0;
     std::vector<int64_t> base_;      // [n_layer] byte offset of a layer's pages in the file
     std::vector<int32_t> pages_;     // the step's pages
     std::vector<int32_t> position_;  // [used] a page's position in pages_; −1: not in the step

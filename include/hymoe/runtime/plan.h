@@ -158,7 +158,8 @@ struct StagePlan {
 
 // The deck's batch as planned (per dp replica).
 struct PlanWorkload {
-    DType dtype = DType::bf16;  // model.dtype: weights, activations, KV pages
+    DType dtype = DType::bf16;     // model.dtype: weights, activations
+    DType kv_dtype = DType::bf16;  // inference.kv_cache.dtype: KV pages
     bool inference = false, training = false;
     bool training_primary = false;  // rank layouts by training (lora kind, or finetune only)
     int64_t prompt = 0;             // P

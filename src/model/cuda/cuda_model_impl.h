@@ -43,6 +43,7 @@ class CudaKvStore final : public KvStore {
 public:
     CudaKvStore(const KvLayout& layout, cu::DeviceArena& arena)
         : arena_(arena), capacity_(layout.capacity), offset_(layout.width.size(), 0) {
+        HYMOE_CHECK(layout.dtype == DType::f32, "device KV pages are fp32");
         for (size_t l = 0; l < layout.width.size(); ++l) {
             offset_[l] = page_floats_;
             page_floats_ += layout.layer_page_floats(static_cast<int>(l));
@@ -61,7 +62,7 @@ public:
     void grow(int64_t n) override {
         HYMOE_CHECK(n <= capacity_, "device KV pages: page ", n, " of ", capacity_);
     }
-    float* page(int layer, int32_t page, bool) override {
+    void* page(int layer, int32_t page, bool) override {
         HYMOE_FAIL_ONE(Exit::internal,
                        "KvPool: page ",
                        page,

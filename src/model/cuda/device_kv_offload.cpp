@@ -17,6 +17,7 @@ int64_t HostKvStore::slot_bytes(const KvLayout& layout) {
 }
 
 HostKvStore::HostKvStore(const KvLayout& layout, Gpu& g) : at_(layout), g_(g) {
+    HYMOE_CHECK(layout.dtype == DType::f32, "host-tier KV pages are fp32");
     if (at_.host_floats > 0)
         host_ = std::make_unique<backend::cuda::PinnedBuffer>(
             static_cast<size_t>(at_.host_floats * kF));
@@ -38,7 +39,7 @@ void HostKvStore::grow(int64_t n) {
     HYMOE_CHECK(n <= at_.kv.capacity, "host KV pages: page ", n, " of ", at_.kv.capacity);
 }
 
-float* HostKvStore::page(int layer, int32_t page, bool) {
+void* HostKvStore::page(int layer, int32_t page, bool) {
     HYMOE_CHECK(layer >= 0 && static_cast<size_t>(layer) < at_.rank.size() &&
                     at_.rank[static_cast<size_t>(layer)] >= 0 && page >= 0 &&
                     page < at_.kv.capacity,

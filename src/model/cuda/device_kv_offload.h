@@ -43,7 +43,7 @@ public:
 
     void grow(int64_t n) override;
     // The host rows of `page` in `layer` [page_tokens, width], between forwards.
-    float* page(int layer, int32_t page, bool write) override;
+    void* page(int layer, int32_t page, bool write) override;
     int64_t peak_resident_bytes() const override {  // pinned, all at once
         return at_.host_floats * static_cast<int64_t>(sizeof(float));
     }

@@ -73,6 +73,20 @@ BOOST_AUTO_TEST_CASE(defaults_are_filled_in) {
     BOOST_TEST(d.resolved_yaml.find("pages: auto") != std::string::npos);
 }
 
+// inference.kv_cache.dtype follows model.dtype unless given; a bad value names the key.
+BOOST_AUTO_TEST_CASE(kv_cache_dtype_defaults_to_the_model_dtype) {
+    JobFolder f;
+    using hymoe::DType;
+    BOOST_TEST((parse_deck(kInfer, f.deck_path(), {}).inference.kv_dtype == DType::bf16));
+    BOOST_TEST(
+        (parse_deck(kInfer, f.deck_path(), {"model.dtype=fp32"}).inference.kv_dtype == DType::f32));
+    BOOST_TEST(
+        (parse_deck(kInfer, f.deck_path(), {"inference.kv_cache.dtype=fp16"}).inference.kv_dtype ==
+         DType::f16));
+    BOOST_TEST(error_of(kInfer, f.deck_path(), {"inference.kv_cache.dtype=fp8"})
+                   .find("inference.kv_cache.dtype: 'fp8' is not allowed") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(resolved_deck_parses_to_the_same_values) {
     JobFolder f;
     Deck d = parse_deck(kInfer + "parallel: {tp: 2, dp: 2, ep: 4}\n", f.deck_path(), {});

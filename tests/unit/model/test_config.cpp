@@ -128,6 +128,9 @@ BOOST_AUTO_TEST_CASE(deepseek_v32_layout) {
     }
     BOOST_TEST(c.indexer.n_head == 64);
     BOOST_TEST(c.indexer.head_dim == 128);
+    BOOST_TEST(c.quant.fp8);  // the published checkpoint: e4m3 weights in 128 × 128 blocks
+    BOOST_TEST(c.quant.block_rows == 128);
+    BOOST_TEST(c.quant.block_cols == 128);
     BOOST_TEST(c.indexer.top_k == 2048);
     BOOST_TEST(c.mla.q_lora_rank == 1536);
     BOOST_TEST(!c.mla.nope);
@@ -298,6 +301,24 @@ BOOST_AUTO_TEST_CASE(malformed_configs_name_the_key) {
          {"num_experts_per_token", "256"}},
         {"kimi_act", kimi, [](Json& j) { j["hidden_act"] = "gelu"; }, {"hidden_act", "gelu"}},
         {"ds_topk_group", ds, [](Json& j) { j["topk_group"] = 9; }, {"topk_group", "8 groups"}},
+        {"ds_quant_method",
+         ds,
+         [](Json& j) { j["quantization_config"]["quant_method"] = "awq"; },
+         {"quantization_config.quant_method", "awq"}},
+        {"ds_quant_fmt",
+         ds,
+         [](Json& j) { j["quantization_config"]["fmt"] = "e5m2"; },
+         {"quantization_config.fmt", "e5m2"}},
+        {"ds_quant_blocks",
+         ds,
+         [](Json& j) { j["quantization_config"]["weight_block_size"] = {128}; },
+         {"quantization_config.weight_block_size", "two block sides"}},
+        {"ds_quant_block_type",
+         ds,
+         [](Json& j) {
+             j["quantization_config"]["weight_block_size"] = {128, "128"};
+         },
+         {"quantization_config.weight_block_size[1]"}},
         {"ds_q_lora",
          ds,
          [](Json& j) { j["q_lora_rank"] = nullptr; },

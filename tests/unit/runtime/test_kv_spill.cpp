@@ -2,8 +2,9 @@
 // back in later steps after their layer's slot was reused (round trip through the file, with
 // eviction); fetches are issued a layer ahead, in layer order; memory holds two slots of the
 // step's pages; a page outside the step or a layer not entered is refused; a folder where no file
-// can be made fails naming the key; and the tiny-deepseek model (four DSA layers) paged through
-// the file gives bit for bit the logits of the in-memory pool.
+// can be made fails naming the key; bf16 pages round trip bit-exact at half the bytes; and the
+// tiny-deepseek model (four DSA layers) paged through the file gives bit for bit the logits of the
+// in-memory pool, with fp32 and with bf16 rows.
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -37,7 +38,7 @@ float value(int layer, int32_t page, int64_t i) {
 void fill(SpillKvStore& s, int layer, const std::vector<int32_t>& pages) {
     const int64_t n = layout().layer_page_floats(layer);
     for (int32_t p : pages) {
-        float* rows = s.page(layer, p, true);
+        auto* rows = static_cast<float*>(s.page(layer, p, true));
         for (int64_t i = 0; i < n; ++i)
             rows[i] = value(layer, p, i);
     }
@@ -46,7 +47,7 @@ int64_t mismatches(SpillKvStore& s, int layer, const std::vector<int32_t>& pages
     const int64_t n = layout().layer_page_floats(layer);
     int64_t bad = 0;
     for (int32_t p : pages) {
-        const float* rows = s.page(layer, p, false);
+        const auto* rows = static_cast<const float*>(s.page(layer, p, false));
         for (int64_t i = 0; i < n; ++i)
             bad += rows[i] != value(layer, p, i);
     }
@@ -94,7 +95,7 @@ BOOST_AUTO_TEST_CASE(a_partly_written_page_keeps_its_earlier_rows) {
         for (int layer : {1, 2, 3}) {
             s.enter_layer(layer);
             const int64_t w = layout().width[static_cast<size_t>(layer)];
-            float* row = s.page(layer, 0, true) + step * w;
+            float* row = static_cast<float*>(s.page(layer, 0, true)) + step * w;
             for (int64_t i = 0; i < w; ++i)
                 row[i] = value(layer, 0, step * w + i);
         }
@@ -145,44 +146,86 @@ BOOST_AUTO_TEST_CASE(a_folder_without_room_for_the_file_names_the_key) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(bf16_pages_round_trip_through_the_file_bit_exact) {
+    model::KvLayout l = layout();
+    l.dtype = DType::bf16;
+    SpillKvStore s(l, kDir, "kv_cache.offload_path");
+    s.grow(6);
+    auto code = [](int layer, int32_t page, int64_t i) {  // every bit pattern but NaN's matter
+        return static_cast<uint16_t>((layer * 7919 + page * 104729 + i * 40503) & 0xffff);
+    };
+    const std::vector<int32_t> first{0, 2, 5}, second{5, 0, 2};
+    s.begin_step(first);
+    for (int layer : {1, 2, 3}) {
+        s.enter_layer(layer);
+        for (int32_t p : first) {
+            auto* rows = static_cast<uint16_t*>(s.page(layer, p, true));
+            for (int64_t i = 0; i < l.layer_page_floats(layer); ++i)
+                rows[i] = code(layer, p, i);
+        }
+    }
+    s.end_step();
+    s.begin_step(second);
+    int64_t bad = 0;
+    for (int layer : {1, 2, 3}) {
+        s.enter_layer(layer);
+        for (int32_t p : second) {
+            const auto* rows = static_cast<const uint16_t*>(s.page(layer, p, false));
+            for (int64_t i = 0; i < l.layer_page_floats(layer); ++i)
+                bad += rows[i] != code(layer, p, i);
+        }
+    }
+    s.end_step();
+    BOOST_TEST(bad == 0);
+    const int64_t one_of_each = 4 * (5 + 3 + 7) * 2;  // bf16 bytes of a page over the layers
+    BOOST_TEST(s.stats().file_bytes == 8 * one_of_each);
+    BOOST_TEST(s.stats().bytes_written == 3 * one_of_each);
+    BOOST_TEST(s.peak_resident_bytes() == 2 * 3 * 4 * 7 * 2);
+}
+
 BOOST_AUTO_TEST_CASE(the_model_paged_through_the_file_equals_the_memory_pool_bit_for_bit) {
     model::Model m = model::make_model(model::preset_config("tiny-deepseek"));  // DDDD
     model::init_model_random(m, 5);
-    auto run = [&](const model::KvStoreFactory& store) {
-        model::KvPool pool(m.local, m.shard, 4, 64, store);
-        std::vector<model::SequenceState> st(2);
-        for (auto& s : st) {
-            s = model::make_sequence_state(m);
-            model::attach_kv_pool(m, s, pool);
-        }
-        std::vector<float> out;
-        // two sequences: chunks of 7 and 5, then eight decode steps together
-        for (int step = 0; step < 12; ++step) {
-            const int64_t na = step < 3 ? 7 : 1, nb = step < 3 ? 5 : 1;
-            std::vector<int64_t> tokens;
-            for (int64_t i = 0; i < na + nb; ++i)
-                tokens.push_back((step * 31 + i * 7 + 3) % m.cfg.vocab_size);
-            BOOST_REQUIRE(pool.reserve(st[0].pages, st[0].n_tokens + na));
-            BOOST_REQUIRE(pool.reserve(st[1].pages, st[1].n_tokens + nb));
-            Buffer logits;
-            model::forward(m,
-                           tokens,
-                           model::SeqBatch{{0, na, na + nb}, {st[0].n_tokens, st[1].n_tokens}, {}},
-                           {&st[0], &st[1]},
-                           logits,
-                           {model::Logits::last});
-            out.insert(out.end(), logits.ptr<float>(), logits.ptr<float>() + logits.view().numel());
-        }
-        for (auto& s : st)
-            pool.release(s.pages);
-        return out;
-    };
-    const std::vector<float> memory = run({});
-    const std::vector<float> file = run([](const model::KvLayout& l) {
-        return std::make_unique<SpillKvStore>(l, kDir, "kv_cache.offload_path");
-    });
-    BOOST_REQUIRE(memory.size() == file.size());
-    BOOST_TEST(std::memcmp(memory.data(), file.data(), memory.size() * sizeof(float)) == 0);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+        auto run = [&](const model::KvStoreFactory& store) {
+            model::KvPool pool(m.local, m.shard, 4, 64, store, dtype);
+            std::vector<model::SequenceState> st(2);
+            for (auto& s : st) {
+                s = model::make_sequence_state(m);
+                model::attach_kv_pool(m, s, pool);
+            }
+            std::vector<float> out;
+            // two sequences: chunks of 7 and 5, then eight decode steps together
+            for (int step = 0; step < 12; ++step) {
+                const int64_t na = step < 3 ? 7 : 1, nb = step < 3 ? 5 : 1;
+                std::vector<int64_t> tokens;
+                for (int64_t i = 0; i < na + nb; ++i)
+                    tokens.push_back((step * 31 + i * 7 + 3) % m.cfg.vocab_size);
+                BOOST_REQUIRE(pool.reserve(st[0].pages, st[0].n_tokens + na));
+                BOOST_REQUIRE(pool.reserve(st[1].pages, st[1].n_tokens + nb));
+                Buffer logits;
+                model::forward(
+                    m,
+                    tokens,
+                    model::SeqBatch{{0, na, na + nb}, {st[0].n_tokens, st[1].n_tokens}, {}},
+                    {&st[0], &st[1]},
+                    logits,
+                    {model::Logits::last});
+                out.insert(
+                    out.end(), logits.ptr<float>(), logits.ptr<float>() + logits.view().numel());
+            }
+            for (auto& s : st)
+                pool.release(s.pages);
+            return out;
+        };
+        const std::vector<float> memory = run({});
+        const std::vector<float> file = run([](const model::KvLayout& l) {
+            return std::make_unique<SpillKvStore>(l, kDir, "kv_cache.offload_path");
+        });
+        BOOST_REQUIRE(memory.size() == file.size());
+        BOOST_TEST(std::memcmp(memory.data(), file.data(), memory.size() * sizeof(float)) == 0,
+                   to_string(dtype));
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

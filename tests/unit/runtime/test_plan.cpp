@@ -31,6 +31,7 @@ Deck plan_deck(hymoe::DType dtype = hymoe::DType::bf16) {
     Deck d;
     d.job.kind = hymoe::deck::JobKind::plan;
     d.model.dtype = dtype;
+    d.inference.kv_dtype = dtype;  // kv_cache.dtype's default
     return d;
 }
 
@@ -196,6 +197,11 @@ BOOST_AUTO_TEST_CASE(kv_pages_and_kda_states_by_hand) {
     BOOST_TEST(s.stages[0].mem.kv_cache == 0.0);
     BOOST_TEST(s.stages[1].mem.kv_cache == 28672.0);
     BOOST_TEST(s.stages[0].mem.kda_state == 2.0 * 2 * 6400);
+    // kv_cache.dtype fp32: twice the bytes of bf16 pages; the KDA state stays fp32
+    d.inference.kv_dtype = hymoe::DType::f32;
+    rt::Plan f = rt::make_plan(m, Layout{1, 1, 1, 1, 1}, d);
+    BOOST_TEST(f.stages[0].mem.kv_cache == 2 * 28672.0);
+    BOOST_TEST(f.stages[0].mem.kda_state == 38400.0);
 }
 
 // DeepSeek-V3.2 at pp 61 puts one DSA layer on each stage: 512 + 64 + 128 = 704 bf16 values
