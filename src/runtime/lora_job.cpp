@@ -20,6 +20,7 @@
 #include "hymoe/runtime/lora_grads.h"
 #include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/optimizer.h"
+#include "hymoe/runtime/preflight.h"
 #include "hymoe/runtime/train_data.h"
 #include "hymoe/runtime/train_results.h"
 #include "hymoe/runtime/trainer.h"
@@ -430,6 +431,7 @@ int Trainer::run() {
 }  // namespace
 
 int run_lora(const Job& job, const parallel::Grid& grid) {
+    check_train_data_vocab(job);  // before the model is built
     return Trainer(job, grid).run();
 }
 
