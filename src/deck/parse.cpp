@@ -56,6 +56,7 @@ void read_job(Section s, JobSection& job, const std::string& deck_dir) {
                  : device == "cuda" ? DeviceChoice::cuda
                                     : DeviceChoice::automatic;
     job.max_hours = s.number("max_hours", 0.0, 0.0, 1e5);
+    job.overwrite = s.flag("overwrite", false);
     s.finish();
 }
 

@@ -10,7 +10,6 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
-#include "hymoe/core/sha256.h"
 #include "hymoe/core/stop.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/io/requests.h"
@@ -20,6 +19,7 @@
 #include "hymoe/runtime/memory.h"
 #include "hymoe/runtime/profile.h"
 #include "hymoe/runtime/rebalance.h"
+#include "hymoe/runtime/rerun.h"
 #include "hymoe/runtime/results.h"
 #include "request_stream.h"
 
@@ -58,7 +58,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     const int top_n = static_cast<int>(std::min<int64_t>(inf.logprobs, job.model.vocab_size));
     ResultsJournal journal(
         job.deck.job.output,
-        sha256_hex(job.deck.resolved_yaml),
+        results_deck_sha(job.deck.resolved_yaml),
         inf.prompt_logprobs,
         top_n,
         {grid.comms.world, grid.comms.self, writer ? grid.me.dp : -1, job.layout.dp},
