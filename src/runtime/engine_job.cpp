@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include "hymoe/backend/ops.h"
@@ -12,6 +13,7 @@
 #include "hymoe/core/log.h"
 #include "hymoe/core/stop.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/io/h5.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/kv_spill.h"
@@ -119,29 +121,48 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     const int64_t total =
         grid.rank == 0 ? (io::count_requests(inf.dataset) + inf.shards - 1 - inf.shard) / inf.shards
                        : 0;
+    // every rank calls it at the same tick (runtime/engine.h): the figures are summed over the
+    // dp replicas; before the first request of this run finishes, the ETA comes from the token
+    // rate and the tokens dealt per request so far (prompt + max_new_tokens: an upper bound)
     auto progress = [&](const EngineStats& s, int64_t running) {
-        const double done = static_cast<double>(s.requests) * job.layout.dp;  // estimated
-        const double left = static_cast<double>(total - stream.resumed) - done;
+        int64_t sums[] = {
+            s.requests, s.prompt_tokens, s.generated_tokens, running, s.pages_in_use, stream.read};
+        if (job.layout.dp > 1) {
+            Tensor t{sums, DType::i64, Device::cpu, {6}};
+            comm::all_reduce(t, grid.comms.dp);
+        }
+        const auto [done, prompt, generated, n_running, pages, read] = sums;
+        const double left = static_cast<double>(total - stream.resumed - done);
+        const double secs = std::max(s.seconds, 1e-9);
+        const double dealt = static_cast<double>(std::accumulate(
+                                 stream.dealt.begin(), stream.dealt.end(), int64_t{0})) /
+                             static_cast<double>(std::max<int64_t>(read, 1));
+        std::string eta = "?";
+        if (done > 0)
+            eta = fixed(std::max(left, 0.0) * secs / static_cast<double>(done), 0) + " s";
+        else if (prompt + generated > 0)
+            eta = "~" + fixed(std::max(left, 0.0) * dealt * secs / (prompt + generated), 0) + " s";
         log::info(cat("progress: ",
-                      s.requests + stream.resumed,
+                      done + stream.resumed,
                       " requests done / ",
-                      stream.read + stream.resumed,
+                      read + stream.resumed,
                       " read / ",
                       total,
                       " in the file",
-                      job.layout.dp > 1 ? " (replica 0)" : "",
+                      stream.resumed > 0 ? cat(" (", stream.resumed, " resumed)") : "",
+                      job.layout.dp > 1 ? cat(" (all ", job.layout.dp, " replicas)") : "",
                       ", ETA ",
-                      done > 0 ? fixed(std::max(left, 0.0) * s.seconds / done, 0) + " s" : "?",
+                      eta,
                       ", ",
-                      fixed(s.prompt_tokens / s.seconds),
+                      fixed(static_cast<double>(prompt) / secs),
                       " prompt tokens/s, ",
-                      fixed(s.generated_tokens / s.seconds),
+                      fixed(static_cast<double>(generated) / secs),
                       " generated tokens/s, ",
-                      running,
+                      n_running,
                       " running, ",
-                      s.pages_in_use,
+                      pages,
                       " of ",
-                      o.kv_pages,
+                      o.kv_pages * job.layout.dp,
                       " KV pages in use"));
     };
     model::ForwardStats layer_stats;
@@ -196,6 +217,12 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     }
     const int64_t n =
         journal.finish({&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
+    if (grid.rank == 0 && stream.resumed > 0) {  // the finish counts of the whole job
+        n_stop = n_length = 0;
+        for (const std::string& f :
+             io::H5Reader(job.deck.job.output + "/results.h5").strings("/requests/finish_reason"))
+            ++(f == "stop" ? n_stop : n_length);
+    }
     const double secs = std::max(s.seconds, 1e-9);
     if (inf.prompt_logprobs)
         log::info(cat("scored ",

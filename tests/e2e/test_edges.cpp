@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -178,7 +179,8 @@ BOOST_AUTO_TEST_CASE(rerunning_a_finished_infer_deck) {
 // Ctrl-C to a 2-rank infer job: bare mpirun (OpenMPI 4.1) turns SIGINT into an abort that exits 1
 // whatever the ranks return, so slurm/run-local runs mpirun in its own process group and turns
 // the SIGINT into SIGUSR1, which mpirun forwards: the ranks flush, the exit code is 75 with one
-// "stopped by" line, and the rerun resumes to all 320 requests.
+// "stopped by" line, and the rerun resumes to all 320 requests, its closing finish counts and
+// progress lines covering the whole job (both replicas, the resumed requests).
 BOOST_AUTO_TEST_CASE(sigint_to_run_local_saves_and_exits_75) {
     const std::string out = fs::absolute("tests/decks/tokenize/out/sigint").string();
     fs::remove_all(out);
@@ -212,6 +214,22 @@ BOOST_AUTO_TEST_CASE(sigint_to_run_local_saves_and_exits_75) {
     BOOST_REQUIRE_MESSAGE(rerun.code == 0, rerun.err);
     BOOST_TEST(contains(rerun.out, "resuming: "), rerun.out);
     BOOST_TEST(hymoe::io::H5Reader(out + "/results.h5").strings("/requests/id").size() == 320u);
+    // the closing counts cover the whole job, the resumed requests included
+    std::smatch m;
+    BOOST_REQUIRE(std::regex_search(
+        rerun.out,
+        m,
+        std::regex("done: 320 requests .*finished by stop (\\d+), by length (\\d+)")));
+    BOOST_TEST(std::stoi(m[1]) + std::stoi(m[2]) == 320);
+    // progress lines (every 5 s: only if the rerun ran that long) sum both replicas and have an
+    // ETA from the first one on
+    const std::regex line("progress: [^\\n]*");
+    for (std::sregex_iterator it(rerun.out.begin(), rerun.out.end(), line);
+         it != std::sregex_iterator();
+         ++it) {
+        BOOST_TEST(contains(it->str(), " resumed) (all 2 replicas), ETA "), it->str());
+        BOOST_TEST(!contains(it->str(), "ETA ?"), it->str());
+    }
     fs::remove_all(out);
 }
 
