@@ -63,14 +63,26 @@ int64_t device_top_n(const EngineOptions& o, int64_t V) {
     return n <= std::min(V, kMaxTop) ? n : 0;
 }
 
-// The token drawn from `last` as sequence s's next output, with its logprob.
+// The token drawn from `last` as sequence s's next output, with its logprob. The request's own
+// sampling settings (io::Request) replace the deck's key by key; a request seed keys its draws
+// alone (Philox(seed, stream 0, token index)), so equal requests with equal seeds draw alike.
 std::pair<int64_t, float> draw_token(const Seq& s,
                                      const LastRow& last,
                                      int64_t V,
                                      const EngineOptions& o) {
+    const io::Request& r = s.out.req;
+    SamplingParams p = o.sampling;
+    if (r.temperature >= 0)
+        p.temperature = r.temperature;
+    if (r.top_k >= 0)
+        p.top_k = r.top_k;
+    if (r.top_p >= 0)
+        p.top_p = r.top_p;
     const auto k = static_cast<uint32_t>(s.out.tokens.size());
     float u = 0;
-    if (o.sampling.temperature > 0) {
+    if (p.temperature > 0 && r.seed >= 0) {
+        u = Philox(static_cast<uint64_t>(r.seed), 0, k).uniform();
+    } else if (p.temperature > 0) {
         // stream = the request index's low 32 bits; its high bits (files past 2^32 lines) are
         // folded into the key so no two requests share a stream
         const auto index = static_cast<uint64_t>(s.out.index);
@@ -78,10 +90,9 @@ std::pair<int64_t, float> draw_token(const Seq& s,
         u = Philox(key, static_cast<uint32_t>(index), k).uniform();
     }
     const int64_t tok =
-        last.row ? sample_token(last.row, V, o.sampling, u)
-                 : draw_candidate(sampler_candidates_sorted(
-                                      last.top_tokens, last.top_logits, last.n, o.sampling),
-                                  u);
+        last.row ? sample_token(last.row, V, p, u)
+                 : draw_candidate(
+                       sampler_candidates_sorted(last.top_tokens, last.top_logits, last.n, p), u);
     return {tok, last.logprob(tok, V)};
 }
 

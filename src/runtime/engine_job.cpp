@@ -73,6 +73,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
         journal.set_tokenizer(&*tokenizer);
     }
     Stream stream(job, journal.done(), grid.me.dp, tokenizer ? &*tokenizer : nullptr);
+    stream.on_gpu = device != nullptr;
     ops::set_batch_invariant(inf.batch_invariant);
     EngineOptions o;
     o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;

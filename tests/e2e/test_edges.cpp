@@ -176,6 +176,59 @@ BOOST_AUTO_TEST_CASE(rerunning_a_finished_infer_deck) {
     fs::remove_all(out);
 }
 
+// Per-request sampling settings (vLLM's SamplingParams names) against the sampler's definition,
+// in a deck that samples (temperature 0.7, top_k 50, top_p 0.95): temperature 0 and top_k 1
+// give the greedy tokens; two equal requests with one seed draw alike at different places in the
+// file (the in-process infer/per_request_sampling_follows_the_sampler checks the draws
+// themselves); max_tokens caps the output; an out-of-range value is a bad request naming file,
+// line and key.
+BOOST_AUTO_TEST_CASE(per_request_sampling_settings_follow_the_sampler) {
+    const std::string out = fs::absolute("tests/decks/tokenize/out/sampling").string();
+    fs::remove_all(out);
+    fs::create_directories(out);
+    auto write = [&](const std::string& name, const std::string& lines) {
+        std::ofstream(out + "/" + name) << lines;
+        return " --set inference.dataset=" + out + "/" + name + " --set job.output=" + out + "/" +
+               name + ".out";
+    };
+    auto tokens = [&](const std::string& name) {
+        hymoe::io::H5Reader h5(out + "/" + name + ".out/results.h5");
+        const auto t = h5.ints("/requests/output_tokens");
+        const auto off = h5.ints("/requests/output_offsets");
+        std::vector<std::vector<int64_t>> v;
+        for (size_t i = 0; i + 1 < off.size(); ++i)
+            v.emplace_back(t.begin() + off[i], t.begin() + off[i + 1]);
+        return v;
+    };
+    const std::string deck = "tests/decks/infer/deck.yaml";
+    const std::string mixed = write("mixed.jsonl",
+                                    "{\"id\": \"g\", \"tokens\": [5, 6, 7], \"temperature\": 0}\n"
+                                    "{\"id\": \"s1\", \"tokens\": [9, 8, 7], \"seed\": 42, "
+                                    "\"temperature\": 1.0, \"top_k\": 20}\n"
+                                    "{\"id\": \"s2\", \"tokens\": [9, 8, 7], \"seed\": 42, "
+                                    "\"temperature\": 1.0, \"top_k\": 20}\n"
+                                    "{\"id\": \"k1\", \"tokens\": [5, 6, 7], \"top_k\": 1, "
+                                    "\"temperature\": 1.5}\n"
+                                    "{\"id\": \"m\", \"tokens\": [5, 6, 7], \"max_tokens\": 3}\n");
+    BOOST_REQUIRE(run_hymoe(deck + mixed).code == 0);
+    const std::string greedy = write("greedy.jsonl", "{\"tokens\": [5, 6, 7]}\n");
+    BOOST_REQUIRE(run_hymoe(deck + greedy + " --set inference.sampling.temperature=0").code == 0);
+    const auto got = tokens("mixed.jsonl"), want_greedy = tokens("greedy.jsonl");
+    BOOST_REQUIRE(got.size() == 5u);
+    BOOST_TEST(got[0] == want_greedy[0]);
+    BOOST_TEST(got[3] == want_greedy[0]);
+    BOOST_TEST(got[1] == got[2]);
+    BOOST_TEST(got[1] != want_greedy[0]);  // it did sample (another prompt, but 16 tokens)
+    BOOST_TEST(got[4].size() <= 3u);
+    BOOST_TEST(!got[4].empty());
+
+    const std::string bad = write("bad.jsonl", "{\"tokens\": [1, 2], \"top_p\": 0}\n");
+    auto r = run_hymoe(deck + bad);
+    BOOST_TEST(r.code == 3);
+    BOOST_TEST(contains(r.err, "bad.jsonl:1: \"top_p\" must be a number in (0, 1]"), r.err);
+    fs::remove_all(out);
+}
+
 // Ctrl-C to a 2-rank infer job: bare mpirun (OpenMPI 4.1) turns SIGINT into an abort that exits 1
 // whatever the ranks return, so slurm/run-local runs mpirun in its own process group and turns
 // the SIGINT into SIGUSR1, which mpirun forwards: the ranks flush, the exit code is 75 with one
