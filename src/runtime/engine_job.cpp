@@ -23,6 +23,7 @@
 #include "hymoe/runtime/rebalance.h"
 #include "hymoe/runtime/rerun.h"
 #include "hymoe/runtime/results.h"
+#include "hymoe/runtime/results_jsonl.h"
 #include "request_stream.h"
 
 namespace hymoe::runtime {
@@ -218,6 +219,8 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     }
     const int64_t n =
         journal.finish({&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
+    if (grid.rank == 0)
+        write_results_jsonl(job.deck.job.output);
     if (grid.rank == 0 && stream.resumed > 0) {  // the finish counts of the whole job
         n_stop = n_length = 0;
         for (const std::string& f :
@@ -309,7 +312,8 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
         log::info(rebalance->summary());
     const RankMemory memory = rank_memory(job, m, s.peak_pages * page_bytes, s.kv_resident_bytes);
     log::info(memory_line(memory));
-    std::string outputs = job.deck.job.output + "/results.h5, ";
+    std::string outputs =
+        job.deck.job.output + "/results.h5, " + job.deck.job.output + "/results.jsonl, ";
     if (profiling) {
         // the references after the run: their 256 MiB probe would otherwise count in the peak
         // resident set of the memory report above

@@ -3,7 +3,7 @@
 // --check refuses the tokenizer), --ranks (and so slurm/submit) refusing an impossible layout
 // before anything is queued, reruns of a finished infer deck (already complete and nothing
 // touched; another deck's results refused unless job.overwrite), and Ctrl-C to a local 2-rank
-// run through slurm/run-local (saved, exit 75).
+// run through slurm/run-local (saved, exit 75); per-request sampling settings; results.jsonl.
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
 
 #include "hymoe/io/h5.h"
 #include "run_binary.h"
@@ -45,6 +46,31 @@ struct Stamp {
 };
 Stamp stamp(const std::string& path) {
     return {read_text(path), fs::last_write_time(path)};
+}
+
+// results.jsonl holds results.h5's requests, line by line, with the same values.
+void check_jsonl(const std::string& out) {
+    hymoe::io::H5Reader h5(out + "/results.h5");
+    const auto ids = h5.strings("/requests/id"), finish = h5.strings("/requests/finish_reason");
+    const auto tokens = h5.ints("/requests/output_tokens");
+    const auto offsets = h5.ints("/requests/output_offsets");
+    const auto logprobs = h5.floats("/requests/output_logprobs");
+    std::ifstream in(out + "/results.jsonl");
+    size_t i = 0;
+    for (std::string line; std::getline(in, line); ++i) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        BOOST_REQUIRE(i < ids.size());
+        BOOST_TEST(j["id"].get<std::string>() == ids[i]);
+        BOOST_TEST(j["finish_reason"].get<std::string>() == finish[i]);
+        BOOST_TEST(
+            j["output_tokens"].get<std::vector<int64_t>>() ==
+            std::vector<int64_t>(tokens.begin() + offsets[i], tokens.begin() + offsets[i + 1]));
+        BOOST_TEST(
+            j["output_logprobs"].get<std::vector<float>>() ==
+            std::vector<float>(logprobs.begin() + offsets[i], logprobs.begin() + offsets[i + 1]));
+    }
+    BOOST_TEST(i == ids.size());
+    BOOST_TEST(!fs::exists(out + "/results.jsonl.partial"));
 }
 
 }  // namespace
@@ -146,6 +172,7 @@ BOOST_AUTO_TEST_CASE(rerunning_a_finished_infer_deck) {
     auto first = run_hymoe(deck);
     BOOST_REQUIRE_MESSAGE(first.code == 0, first.err);
     const Stamp results = stamp(out + "/results.h5"), log = stamp(out + "/log");
+    check_jsonl(out);
 
     auto again = run_hymoe(deck);
     BOOST_TEST(again.code == 0, again.err);
