@@ -17,6 +17,7 @@
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/job.h"
 #include "hymoe/runtime/plan.h"
+#include "hymoe/runtime/preflight.h"
 #include "hymoe/runtime/results.h"
 #include "hymoe/runtime/run.h"
 
@@ -63,6 +64,7 @@ int run(int argc, char** argv) {
     parallel::Grid grid = parallel::make_grid(job.layout);
     runtime::log_job_header(job);
     if (cli.check) {
+        runtime::preflight(job);
         log::info(runtime::job_plan_report(runtime::plan_job(job)));
         log::info("check passed: the deck, the model config and the layout are valid");
         return 0;

@@ -42,6 +42,7 @@ void read_job(Section s, JobSection& job, const std::string& deck_dir) {
                  : device == "cuda" ? DeviceChoice::cuda
                                     : DeviceChoice::automatic;
     job.max_hours = s.number("max_hours");
+    job.overwrite = s.flag("overwrite");
     s.finish();
 }
 

@@ -1,6 +1,7 @@
 // The JSONL request reader and the choice of reader by file type (see io/requests.h).
 #include "hymoe/io/requests.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -47,6 +48,38 @@ std::unique_ptr<RequestReader> open_requests(const std::string& path) {
         return open_h5_requests(path);
     return std::make_unique<JsonlReader>(path);
 }
+
+namespace {
+
+// The request's own sampling settings (vLLM's SamplingParams names and ranges); bad(what) throws.
+template <typename Bad>
+void read_sampling(const nlohmann::json& j, Request& r, const Bad& bad) {
+    auto number = [&](const char* key, double lo, double hi, bool lo_open) {
+        const auto& v = j[key];
+        const double x = v.is_number() ? v.get<double>() : lo - 1;
+        if (!v.is_number() || x < lo || (lo_open && x == lo) || x > hi)
+            bad(cat("\"", key, "\" must be a number in ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
+        return x;
+    };
+    if (j.contains("temperature"))
+        r.temperature = number("temperature", 0, 1e4, false);
+    if (j.contains("top_p"))
+        r.top_p = number("top_p", 0, 1, true);
+    if (j.contains("top_k")) {
+        const auto& k = j["top_k"];
+        if (!k.is_number_integer() || k.get<int64_t>() < -1 || k.get<int64_t>() > (1 << 30))
+            bad("\"top_k\" must be an integer: -1 or 0 (no top-k filter) or the tokens to keep");
+        r.top_k = static_cast<int>(std::max<int64_t>(k.get<int64_t>(), 0));
+    }
+    if (j.contains("seed")) {
+        const auto& s = j["seed"];
+        if (!s.is_number_integer() || s.get<int64_t>() < 0)
+            bad("\"seed\" must be a non-negative integer");
+        r.seed = s.get<int64_t>();
+    }
+}
+
+}  // namespace
 
 std::vector<text::ChatMessage> messages_from_json(const nlohmann::json& j) {
     if (!j.is_array() || j.empty())
@@ -111,12 +144,17 @@ bool JsonlReader::next(Request& r) {
     } else {
         r.id = "line-" + std::to_string(line_);
     }
-    if (j.contains("max_new_tokens")) {
-        const auto& m = j["max_new_tokens"];
+    if (j.contains("max_new_tokens") && j.contains("max_tokens"))
+        bad("give \"max_tokens\" or \"max_new_tokens\", not both");
+    for (const char* key : {"max_new_tokens", "max_tokens"}) {
+        if (!j.contains(key))
+            continue;
+        const auto& m = j[key];
         if (!m.is_number_integer() || m.get<int64_t>() < 0 || m.get<int64_t>() > (1 << 24))
-            bad("\"max_new_tokens\" must be an integer from 0 to 16777216");
+            bad(cat("\"", key, "\" must be an integer from 0 to 16777216"));
         r.max_new_tokens = static_cast<int>(m.get<int64_t>());
     }
+    read_sampling(j, r, bad);
     if (j.contains("adapter")) {
         if (!j["adapter"].is_string())
             bad("\"adapter\" must be a string");

@@ -1,6 +1,7 @@
 // HDF5 token datasets (io/token_data.h): open checks, then one hyperslab read per document.
 #include "hymoe/io/token_data.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -59,6 +60,34 @@ void TokenDataset::read(int64_t i, std::vector<int64_t>& tokens, std::vector<uin
         for (int64_t t = 0; t < n; ++t)
             mask[t] = m[t] != 0;
     }
+}
+
+std::string TokenDataset::out_of_vocab(int64_t vocab) const {
+    constexpr int64_t kBlock = int64_t{1} << 20;
+    const int64_t n_tokens = offsets_.back();
+    for (int64_t begin = 0; begin < n_tokens; begin += kBlock) {
+        const std::vector<int64_t> t =
+            file_.ints("/tokens", begin, std::min(kBlock, n_tokens - begin));
+        const auto bad =
+            std::find_if(t.begin(), t.end(), [&](int64_t id) { return id < 0 || id >= vocab; });
+        if (bad == t.end())
+            continue;
+        const int64_t at = begin + (bad - t.begin());
+        const int64_t doc =
+            std::upper_bound(offsets_.begin(), offsets_.end(), at) - offsets_.begin() - 1;
+        std::string line;
+        if (file_.exists("/line"))
+            line = cat(" (source line ", file_.ints("/line", doc, 1).front(), ")");
+        return cat("document ",
+                   doc,
+                   line,
+                   " holds token id ",
+                   *bad,
+                   ", outside the model's vocabulary [0, ",
+                   vocab,
+                   ")");
+    }
+    return "";
 }
 
 }  // namespace hymoe::io

@@ -3,6 +3,7 @@
 // source files are hashed (spread over the ranks), and rank 0 writes manifest.json last: a folder
 // without it is not a checkpoint.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -205,17 +206,17 @@ int run_convert(const Job& job, const parallel::Grid& grid) {
         io::write_manifest(out, manifest.dump(1));
     }
     comm::barrier(world);
-    log::info(cat("convert: ",
+    char line[200];
+    std::snprintf(line,
+                  sizeof line,
+                  "%zu tensors on rank 0, %.3f GiB read by all ranks; read %.2f s, written %.2f s, "
+                  "sources hashed %.2f s",
                   list.size(),
-                  " tensors on rank 0, ",
-                  total,
-                  " bytes read by all ranks; read ",
+                  static_cast<double>(total) / (1 << 30),
                   t_read - t0,
-                  " s, written ",
                   t_write - t_read,
-                  " s, sources hashed ",
-                  wall_seconds() - t_write,
-                  " s"));
+                  wall_seconds() - t_write);
+    log::info(std::string("convert: ") + line);
     log::info("wrote the checkpoint " + out + " (manifest.json)");
     return 0;
 }

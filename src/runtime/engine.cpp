@@ -63,14 +63,26 @@ int64_t device_top_n(const EngineOptions& o, int64_t V) {
     return n <= std::min(V, kMaxTop) ? n : 0;
 }
 
-// The token drawn from `last` as sequence s's next output, with its logprob.
+// The token drawn from `last` as sequence s's next output, with its logprob. The request's own
+// sampling settings (io::Request) replace the deck's key by key; a request seed keys its draws
+// alone (Philox(seed, stream 0, token index)), so equal requests with equal seeds draw alike.
 std::pair<int64_t, float> draw_token(const Seq& s,
                                      const LastRow& last,
                                      int64_t V,
                                      const EngineOptions& o) {
+    const io::Request& r = s.out.req;
+    SamplingParams p = o.sampling;
+    if (r.temperature >= 0)
+        p.temperature = r.temperature;
+    if (r.top_k >= 0)
+        p.top_k = r.top_k;
+    if (r.top_p >= 0)
+        p.top_p = r.top_p;
     const auto k = static_cast<uint32_t>(s.out.tokens.size());
     float u = 0;
-    if (o.sampling.temperature > 0) {
+    if (p.temperature > 0 && r.seed >= 0) {
+        u = Philox(static_cast<uint64_t>(r.seed), 0, k).uniform();
+    } else if (p.temperature > 0) {
         // stream = the request index's low 32 bits; its high bits (files past 2^32 lines) are
         // folded into the key so no two requests share a stream
         const auto index = static_cast<uint64_t>(s.out.index);
@@ -78,10 +90,9 @@ std::pair<int64_t, float> draw_token(const Seq& s,
         u = Philox(key, static_cast<uint32_t>(index), k).uniform();
     }
     const int64_t tok =
-        last.row ? sample_token(last.row, V, o.sampling, u)
-                 : draw_candidate(sampler_candidates_sorted(
-                                      last.top_tokens, last.top_logits, last.n, o.sampling),
-                                  u);
+        last.row ? sample_token(last.row, V, p, u)
+                 : draw_candidate(
+                       sampler_candidates_sorted(last.top_tokens, last.top_logits, last.n, p), u);
     return {tok, last.logprob(tok, V)};
 }
 
@@ -202,16 +213,18 @@ void apply_step(const std::vector<Row>& rows,
 
 // What every rank needs to agree on at a tick: whether any dp replica still has work, and
 // whether any rank was asked to stop. One all-reduce over the world (nothing on one rank).
+// progress: world rank 0's clock says a progress line is due; every rank then calls the
+// progress callback at the same tick, so that it may sum over the dp replicas.
 struct TickVote {
-    bool any_work = false, stop = false;
+    bool any_work = false, stop = false, progress = false;
 };
-TickVote vote(bool has_work, bool stop, const model::Model& m) {
+TickVote vote(bool has_work, bool stop, bool progress_due, const model::Model& m) {
     if (m.comms == nullptr || m.comms->world.size() == 1)
-        return {has_work, stop};
-    int64_t v[2] = {has_work, stop};
-    Tensor t{v, DType::i64, Device::cpu, {2}};
+        return {has_work, stop, progress_due};
+    int64_t v[3] = {has_work, stop, progress_due && m.comms->world.rank() == 0};
+    Tensor t{v, DType::i64, Device::cpu, {3}};
     comm::all_reduce(t, m.comms->world, comm::ReduceOp::max);
-    return {v[0] != 0, v[1] != 0};
+    return {v[0] != 0, v[1] != 0, v[2] != 0};
 }
 
 // The last stage's StepOut on every stage of the pipeline.
@@ -294,7 +307,8 @@ EngineStats run_engine(const model::Model& m,
         const Step& work =
             static_cast<size_t>(stage) < n_flight ? flight[n_flight - 1 - stage] : none;
         // dp replicas tick together while any has work: their MoE layers share ep groups
-        const TickVote v = vote(active, o.stop && o.stop(), m);
+        const bool due = progress && o.progress_every_s > 0 && wall_seconds() - t0 >= next_progress;
+        const TickVote v = vote(active, o.stop && o.stop(), due, m);
         stats.stopped = v.stop;
         if (v.stop && stage > 0 && work.batch.n_tok() > 0) {  // take what the last tick sent
             Buffer drained(DType::f32, {work.batch.n_tok(), m.cfg.hidden_size});
@@ -336,7 +350,7 @@ EngineStats run_engine(const model::Model& m,
         if (o.rebalance && o.rebalance_every > 0 && (tick + 1) % o.rebalance_every == 0)
             o.rebalance();
         stats.seconds = wall_seconds() - t0;
-        if (progress && o.progress_every_s > 0 && stats.seconds >= next_progress) {
+        if (v.progress && progress) {
             int64_t n_running = 0;
             for (const Lane& lane : lanes)
                 n_running += lane.running();

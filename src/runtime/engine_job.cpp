@@ -5,15 +5,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
-#include "hymoe/core/sha256.h"
 #include "hymoe/core/stop.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/deck/chat_check.h"
+#include "hymoe/io/h5.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/kv_spill.h"
@@ -21,7 +22,9 @@
 #include "hymoe/runtime/memory.h"
 #include "hymoe/runtime/profile.h"
 #include "hymoe/runtime/rebalance.h"
+#include "hymoe/runtime/rerun.h"
 #include "hymoe/runtime/results.h"
+#include "hymoe/runtime/results_jsonl.h"
 #include "request_stream.h"
 
 namespace hymoe::runtime {
@@ -59,7 +62,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     const int top_n = static_cast<int>(std::min<int64_t>(inf.logprobs, job.model.vocab_size));
     ResultsJournal journal(
         job.deck.job.output,
-        sha256_hex(job.deck.resolved_yaml),
+        results_deck_sha(job.deck.resolved_yaml),
         inf.prompt_logprobs,
         top_n,
         {grid.comms.world, grid.comms.self, writer ? grid.me.dp : -1, job.layout.dp},
@@ -73,6 +76,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
         journal.set_tokenizer(&*tokenizer);
     }
     Stream stream(job, journal.done(), grid.me.dp, tokenizer ? &*tokenizer : nullptr);
+    stream.on_gpu = device != nullptr;
     ops::set_batch_invariant(inf.batch_invariant);
     EngineOptions o;
     o.max_seqs = inf.max_seqs, o.max_tokens = inf.max_tokens, o.prefill_chunk = inf.prefill_chunk;
@@ -125,29 +129,48 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     const int64_t total =
         grid.rank == 0 ? (io::count_requests(inf.dataset) + inf.shards - 1 - inf.shard) / inf.shards
                        : 0;
+    // every rank calls it at the same tick (runtime/engine.h): the figures are summed over the
+    // dp replicas; before the first request of this run finishes, the ETA comes from the token
+    // rate and the tokens dealt per request so far (prompt + max_new_tokens: an upper bound)
     auto progress = [&](const EngineStats& s, int64_t running) {
-        const double done = static_cast<double>(s.requests) * job.layout.dp;  // estimated
-        const double left = static_cast<double>(total - stream.resumed) - done;
+        int64_t sums[] = {
+            s.requests, s.prompt_tokens, s.generated_tokens, running, s.pages_in_use, stream.read};
+        if (job.layout.dp > 1) {
+            Tensor t{sums, DType::i64, Device::cpu, {6}};
+            comm::all_reduce(t, grid.comms.dp);
+        }
+        const auto [done, prompt, generated, n_running, pages, read] = sums;
+        const double left = static_cast<double>(total - stream.resumed - done);
+        const double secs = std::max(s.seconds, 1e-9);
+        const double dealt = static_cast<double>(std::accumulate(
+                                 stream.dealt.begin(), stream.dealt.end(), int64_t{0})) /
+                             static_cast<double>(std::max<int64_t>(read, 1));
+        std::string eta = "?";
+        if (done > 0)
+            eta = fixed(std::max(left, 0.0) * secs / static_cast<double>(done), 0) + " s";
+        else if (prompt + generated > 0)
+            eta = "~" + fixed(std::max(left, 0.0) * dealt * secs / (prompt + generated), 0) + " s";
         log::info(cat("progress: ",
-                      s.requests + stream.resumed,
+                      done + stream.resumed,
                       " requests done / ",
-                      stream.read + stream.resumed,
+                      read + stream.resumed,
                       " read / ",
                       total,
                       " in the file",
-                      job.layout.dp > 1 ? " (replica 0)" : "",
+                      stream.resumed > 0 ? cat(" (", stream.resumed, " resumed)") : "",
+                      job.layout.dp > 1 ? cat(" (all ", job.layout.dp, " replicas)") : "",
                       ", ETA ",
-                      done > 0 ? fixed(std::max(left, 0.0) * s.seconds / done, 0) + " s" : "?",
+                      eta,
                       ", ",
-                      fixed(s.prompt_tokens / s.seconds),
+                      fixed(static_cast<double>(prompt) / secs),
                       " prompt tokens/s, ",
-                      fixed(s.generated_tokens / s.seconds),
+                      fixed(static_cast<double>(generated) / secs),
                       " generated tokens/s, ",
-                      running,
+                      n_running,
                       " running, ",
-                      s.pages_in_use,
+                      pages,
                       " of ",
-                      o.kv_pages,
+                      o.kv_pages * job.layout.dp,
                       " KV pages in use"));
     };
     model::ForwardStats layer_stats;
@@ -202,6 +225,14 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     }
     const int64_t n =
         journal.finish({&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
+    if (grid.rank == 0)
+        write_results_jsonl(job.deck.job.output);
+    if (grid.rank == 0 && stream.resumed > 0) {  // the finish counts of the whole job
+        n_stop = n_length = 0;
+        for (const std::string& f :
+             io::H5Reader(job.deck.job.output + "/results.h5").strings("/requests/finish_reason"))
+            ++(f == "stop" ? n_stop : n_length);
+    }
     const double secs = std::max(s.seconds, 1e-9);
     if (inf.prompt_logprobs)
         log::info(cat("scored ",
@@ -287,7 +318,8 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
         log::info(rebalance->summary());
     const RankMemory memory = rank_memory(job, m, s.peak_pages * page_bytes, s.kv_resident_bytes);
     log::info(memory_line(memory));
-    std::string outputs = job.deck.job.output + "/results.h5, ";
+    std::string outputs =
+        job.deck.job.output + "/results.h5, " + job.deck.job.output + "/results.jsonl, ";
     if (profiling) {
         // the references after the run: their 256 MiB probe would otherwise count in the peak
         // resident set of the memory report above

@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "hymoe/core/error.h"
 #include "hymoe/parallel/mpi_env.h"
+#include "hymoe/runtime/preflight.h"
 
 namespace hymoe::runtime {
 
@@ -117,22 +119,28 @@ deck::Deck parse_deck_agreed(const CommandLine& cli) {
     HYMOE_FAIL(static_cast<Exit>(std::stoi(failure.substr(0, space))), failure.substr(space + 1));
 }
 
-}  // namespace
-
-int deck_ranks(const CommandLine& cli) {
-    const deck::ParallelSection& p = parse_deck_agreed(cli).parallel;
-    return p.tp * p.dp * p.pp;
-}
-
-Job load_job(const CommandLine& cli, int world_size) {
+// The layout rules against the world (0: the world the deck's layout needs) and the model.
+Job validated(deck::Deck deck, int world_size) {
     Job job;
-    job.deck = parse_deck_agreed(cli);
+    job.deck = std::move(deck);
     const deck::ParallelSection& p = job.deck.parallel;
     job.layout = parallel::Layout{p.tp, p.dp, p.pp, p.ep, p.etp};
-    parallel::check_layout(job.layout, world_size, job.deck);
+    parallel::check_layout(job.layout, world_size > 0 ? world_size : job.layout.world(), job.deck);
     job.model = load_model(job.deck);
     check_model_layout(job.model, job.layout, job.deck);
     return job;
+}
+
+}  // namespace
+
+int deck_ranks(const CommandLine& cli) {
+    const Job job = validated(parse_deck_agreed(cli), 0);
+    preflight(job);
+    return job.layout.world();
+}
+
+Job load_job(const CommandLine& cli, int world_size) {
+    return validated(parse_deck_agreed(cli), world_size);
 }
 
 std::optional<LayoutProblem> model_layout_problem(const model::ModelConfig& m,

@@ -20,6 +20,7 @@
 #include "hymoe/runtime/lora_grads.h"
 #include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/optimizer.h"
+#include "hymoe/runtime/preflight.h"
 #include "hymoe/runtime/train_data.h"
 #include "hymoe/runtime/train_results.h"
 #include "hymoe/runtime/trainer.h"
@@ -101,6 +102,8 @@ private:
     std::vector<Buffer> base_dist_;  // their router distributions at step 0 (B = 0: the base)
     const std::string ckpt_root_, config_sha_;
     std::vector<double> recent_;  // the last losses (spike guard)
+    double run_seconds_ = 0;      // the steps of this run: the ETA of the step lines
+    int64_t run_steps_ = 0;
 };
 
 model::LoraModel attached(model::Model& m, const deck::FinetuneSection& ft, uint64_t seed) {
@@ -322,6 +325,9 @@ StepOutcome Trainer::train_step(int64_t step) {
 }
 
 void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
+    // this run's steps: the ETA of the step lines (a resumed run's first line has one too)
+    run_seconds_ += seconds;
+    ++run_steps_;
     // expert load as shares per MoE layer (summed over every rank: each assignment is counted
     // once, by the etp rank 0 that computed it) and routing drift on the probe (per stage)
     const auto L = static_cast<int64_t>(hist_.moe_layers.size()), E = hist_.n_expert;
@@ -377,7 +383,12 @@ void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
         " tokens/s",
         L > 0
             ? cat(", router top-k overlap ", fixed(ov[0], 3), " (layer ", hist_.moe_layers[0], ")")
-            : ""));
+            : "",
+        ", ETA ",
+        fixed(static_cast<double>(ft_.steps - step - 1) * run_seconds_ /
+                  static_cast<double>(run_steps_),
+              0),
+        " s"));
 }
 
 int Trainer::run() {
@@ -430,6 +441,7 @@ int Trainer::run() {
 }  // namespace
 
 int run_lora(const Job& job, const parallel::Grid& grid) {
+    check_train_data_vocab(job);  // before the model is built
     return Trainer(job, grid).run();
 }
 

@@ -26,6 +26,11 @@ std::string fmt(const char* f, ...) {
     return buf;
 }
 
+// Memory and data volumes are reported in GiB / MiB (2^30 / 2^20 bytes) everywhere, in the log,
+// plan.h5's attributes and the analysis plots; rates and hardware.gpu_memory_gb keep the vendors'
+// decimal GB (10^9 bytes).
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 std::string count(double n) {
     if (n >= 1e12)
         return fmt("%.3fT", n / 1e12);
@@ -128,11 +133,12 @@ std::string memory_table(const Plan& p) {
     std::vector<std::string> head;
     for (const Column& c : cols)
         head.push_back(c.name());
-    double weights = 0;  // the unit: GB, or MB for models under 1 GB a rank
+    double weights = 0;  // the unit: GiB, or MiB for models under 1 GiB a rank
     for (const StagePlan& st : p.stages)
         weights = std::max(weights, st.mem.weights);
-    const double unit = weights < 1e9 ? 1e6 : 1e9;
-    std::string s = table_row(unit == 1e9 ? "memory per rank (GB)" : "memory per rank (MB)", head);
+    const double unit = weights < kGiB ? kGiB / 1024 : kGiB;
+    std::string s =
+        table_row(unit == kGiB ? "memory per rank (GiB)" : "memory per rank (MiB)", head);
     auto row = [&](const std::string& label, auto get) {
         std::vector<std::string> cells;
         for (const Column& c : cols) {
@@ -182,19 +188,25 @@ std::string memory_table(const Plan& p) {
         if (st.mem.peak > p.stages[full].mem.peak)
             full = st.stage;
     if (p.fits) {
-        s += fmt("  GPU memory %g GB: fits; headroom %.1f GB on the fullest rank (stage %d)",
-                 p.hw.gpu_memory_gb,
-                 (p.capacity_bytes - p.peak_bytes) / 1e9,
-                 full);
+        s +=
+            fmt("  GPU memory %.1f GiB (hardware.gpu_memory_gb %g GB): fits; headroom %.1f GiB on "
+                "the fullest rank (stage %d)",
+                p.capacity_bytes / kGiB,
+                p.hw.gpu_memory_gb,
+                (p.capacity_bytes - p.peak_bytes) / kGiB,
+                full);
         if (w.inference && p.spare_pages > 0)
             s += fmt(", room for %lld more KV pages", static_cast<long long>(p.spare_pages));
         s += "\n";
     } else {
-        s += fmt("  GPU memory %g GB: does NOT fit: %.1f GB > %g GB on stage %d\n",
-                 p.hw.gpu_memory_gb,
-                 p.peak_bytes / 1e9,
-                 p.hw.gpu_memory_gb,
-                 full);
+        s +=
+            fmt("  GPU memory %.1f GiB (hardware.gpu_memory_gb %g GB): does NOT fit: %.1f GiB > "
+                "%.1f GiB on stage %d\n",
+                p.capacity_bytes / kGiB,
+                p.hw.gpu_memory_gb,
+                p.peak_bytes / kGiB,
+                p.capacity_bytes / kGiB,
+                full);
     }
     return s;
 }
@@ -213,12 +225,13 @@ std::string comm_table(const Plan& p) {
     for (int i = 0; i < 3; ++i)
         if (st[i])
             head.push_back(step_name(i));
-    std::string s = table_row("comm per rank, slowest stage (MB)", head);
+    std::string s = table_row("comm per rank, slowest stage (MiB)", head);
     for (PlanPhase ph : {PlanPhase::tp, PlanPhase::ep, PlanPhase::pp, PlanPhase::dp}) {
         std::vector<std::string> cells;
         for (int i = 0; i < 3; ++i)
             if (st[i])
-                cells.push_back(fmt("%.2f", st[i]->comm_bytes[static_cast<size_t>(ph)] / 1e6));
+                cells.push_back(
+                    fmt("%.2f", st[i]->comm_bytes[static_cast<size_t>(ph)] / (kGiB / 1024)));
         s += table_row(to_string(ph), cells);
     }
     return s;
@@ -351,7 +364,7 @@ std::string search_report(const LayoutSearch& sr, size_t top) {
              "ep",
              "etp",
              "edp",
-             "GB/GPU",
+             "GiB/GPU",
              "prefill ms",
              "decode ms",
              "train ms",
@@ -369,7 +382,7 @@ std::string search_report(const LayoutSearch& sr, size_t top) {
                  l.ep,
                  l.etp,
                  l.edp(),
-                 c.peak_bytes / 1e9,
+                 c.peak_bytes / kGiB,
                  ms(c.prefill_seconds).c_str(),
                  ms(c.decode_seconds).c_str(),
                  ms(c.train_seconds).c_str(),

@@ -22,19 +22,13 @@ std::vector<int> divisors(int n) {
     return out;
 }
 
-std::string gigabytes(double bytes) {
+std::string gibibytes(double bytes) {  // memory is in GiB (2^30 bytes) everywhere
     char s[32];
-    std::snprintf(s, sizeof s, "%.1f", bytes / 1e9);
+    std::snprintf(s, sizeof s, "%.1f", bytes / (1 << 30));
     return s;
 }
 
 // The capacity as the deck wrote it ("141", "80.5").
-std::string capacity(double gb) {
-    char s[32];
-    std::snprintf(s, sizeof s, "%g", gb);
-    return s;
-}
-
 bool ranks_before(const LayoutCandidate& a, const LayoutCandidate& b) {
     if (a.seconds_per_token != b.seconds_per_token)
         return a.seconds_per_token < b.seconds_per_token;
@@ -76,9 +70,9 @@ LayoutSearch search_layouts(const model::ModelConfig& m, const deck::Deck& deck,
                         c.train_seconds = plan.train.total;
                         c.dominant = plan.dominant;
                         if (!c.fits) {
-                            c.rule = "memory > " + capacity(deck.hardware.gpu_memory_gb) + " GB";
-                            c.reason = "memory " + gigabytes(plan.peak_bytes) + " GB > " +
-                                       capacity(deck.hardware.gpu_memory_gb) + " GB";
+                            c.rule = "memory > " + gibibytes(plan.capacity_bytes) + " GiB";
+                            c.reason = "memory " + gibibytes(plan.peak_bytes) + " GiB > " +
+                                       gibibytes(plan.capacity_bytes) + " GiB";
                         }
                     }
                     if (c.fits) {

@@ -284,7 +284,7 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
                   p.peaks.gemm_gflops,
                   p.peaks.read_gb_s);
     out += line;
-    if (cfg.vision.present) {
+    if (cfg.vision.present && p.vision.images > 0) {  // text jobs: no line
         const model::VisionStats& v = p.vision;
         std::snprintf(line,
                       sizeof line,

@@ -35,6 +35,7 @@ struct Stream {
     int replica;
     std::vector<int64_t> dealt;  // [dp] tokens dealt to each replica
     int64_t index = -1, read = 0, skipped = 0, resumed = 0;
+    bool on_gpu = false;  // per-request sampling settings are bad requests there
     size_t next_done = 0;
 
     Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank, const text::Tokenizer* tok)
@@ -86,6 +87,10 @@ struct Stream {
                            " tokens)");
         if (!r.adapter.empty() && !job.deck.inference.adapters.count(r.adapter))
             return "adapter '" + r.adapter + "' is not one of inference.adapters";
+        // the GPU reduces a step's rows to the deck's top-k before drawing (runtime/engine.h)
+        if (on_gpu && (r.temperature >= 0 || r.top_k >= 0 || r.top_p >= 0 || r.seed >= 0))
+            return "per-request sampling settings (temperature, top_p, top_k, seed) run on the "
+                   "CPU backend only, not with job.device: cuda yet";
         return "";
     }
     // r's images decoded, resized and normalised into out; false when r was a bad request

@@ -15,6 +15,7 @@
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/plan.h"
+#include "hymoe/runtime/rerun.h"
 #include "hymoe/runtime/tokenize.h"
 #include "hymoe/runtime/trainer.h"
 
@@ -31,7 +32,7 @@ void log_job_header(const Job& job) {
                   job.deck.path,
                   " on ",
                   job.layout.world(),
-                  " ranks"));
+                  job.layout.world() == 1 ? " rank" : " ranks"));
     log::info("resolved deck:\n" + job.deck.resolved_yaml);
     log::info(parallel::grid_table(job.layout));
     log::info("model: " + model::describe(job.model));
@@ -78,6 +79,8 @@ int run_job(const Job& job, const parallel::Grid& grid) {
     const deck::JobKind kind = job.deck.job.kind;
     if (kind == deck::JobKind::convert)
         check_convert_output(job);
+    if (kind == deck::JobKind::infer && infer_already_complete(job))
+        return 0;  // nothing in job.output touched
     // the kinds that run the model: job.device, before anything is written
     const bool on_gpu =
         (kind == deck::JobKind::infer || kind == deck::JobKind::lora) && choose_device(job).cuda;

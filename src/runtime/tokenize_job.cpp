@@ -15,6 +15,7 @@
 #include "hymoe/io/meta.h"
 #include "hymoe/io/requests.h"
 #include "hymoe/parallel/mpi_env.h"
+#include "hymoe/runtime/preflight.h"
 #include "hymoe/runtime/tokenize.h"
 #include "hymoe/text/tokenizer.h"
 #include "hymoe/text/utf8.h"
@@ -46,7 +47,8 @@ struct Chunk {
 struct Encoder {
     const text::Tokenizer& tok;
     const deck::Deck& deck;
-    int32_t eos;  // −1: none
+    int32_t eos;    // −1: none
+    int64_t vocab;  // the model's: every id written must be below it
 
     // One line's document appended to c; throws Exit::bad_input with what is wrong.
     void encode(const std::string& s, Chunk& c) const {
@@ -79,6 +81,20 @@ struct Encoder {
         }
         if (c.tokens.size() == begin)
             HYMOE_FAIL(Exit::bad_input, "the line encodes to no tokens");
+        const auto past = std::find_if(c.tokens.begin() + static_cast<int64_t>(begin),
+                                       c.tokens.end(),
+                                       [&](int32_t id) { return id >= vocab; });
+        if (past != c.tokens.end())
+            HYMOE_FAIL(Exit::bad_input,
+                       "the tokenizer '",
+                       deck.tokenizer.path,
+                       "' gives token id ",
+                       *past,
+                       ", outside the model's vocabulary [0, ",
+                       vocab,
+                       ") (",
+                       vocab_source(deck),
+                       ")");
     }
     void add_eos(Chunk& c) const {
         if (eos >= 0)
@@ -173,7 +189,7 @@ int run_tokenize(const Job& job, const parallel::Grid& grid) {
         prepare_parts(parts, sha256_hex(job.deck.resolved_yaml));
     comm::barrier(world);
 
-    const Encoder enc{tok, job.deck, eos};
+    const Encoder enc{tok, job.deck, eos, job.model.vocab_size};
     const int world_n = world.size();
     const double t0 = wall_seconds();
     const double file_bytes = std::max(1.0, static_cast<double>(fs::file_size(tk.dataset)));

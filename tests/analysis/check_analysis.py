@@ -2,8 +2,8 @@
 """check_analysis.py: hand cases for analysis/ that need no hymoe run: agreement.py's match rate,
 first divergence and prefix log-probability differences on built request tables; the progress
 parser of h5read.py on log lines in the engine's format (only the last run of an appended log);
-the min/max over the ranks that ran a layer; and the page's notes for missing data and failed
-plots. Run by the e2e tier (tests/e2e/test_analysis.cpp); prints one line per failure and
+the min/max over the ranks that ran a layer; the page's notes for missing data and failed
+plots; and the plan plots drawing the search's best layout (not the deck's) in GiB. Run by the e2e tier (tests/e2e/test_analysis.cpp); prints one line per failure and
 "check_analysis: N passed, N failed", exit 1 on a failure."""
 import os
 import sys
@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 
 import agreement  # noqa: E402
 import plots_infer  # noqa: E402
+import plots_plan  # noqa: E402
 from h5read import Missing, Run  # noqa: E402
 from page import Page  # noqa: E402
 
@@ -121,6 +122,37 @@ def check_page_notes():
         assert not os.path.exists(os.path.join(d, "b.png"))
         assert "skipped: profile.h5 has no /x" in html and "failed: ValueError: bad shape" in html
         assert page.errors == 1 and len(page.pngs) == 1
+
+
+class FakePlan:
+    """A plan.h5 as h5read.Run.get sees it: the deck's layout, and with best the search's."""
+
+    def __init__(self, best):
+        items = np.array(["weights", "kv_cache", "peak"], dtype=object)
+        self.data = {"/plan/layout": np.array([1, 8, 1, 8, 1, 1]), "/plan/memory_items": items,
+                     "/plan/memory_bytes": np.array([[5000.0, 10.0, 5010.0]]) * 2**30}
+        if best:
+            best_bytes = np.array([[60.0, 40.0, 100.0]] * 8) * 2**30  # [pp 8, items]
+            self.data.update({"/search/best/layout": np.array([8, 8, 8, 64, 1, 8]),
+                              "/search/best/memory_items": items,
+                              "/search/best/memory_bytes": best_bytes})
+
+    def get(self, file, path):
+        if path not in self.data:
+            raise Missing(f"{file}.h5 has no {path}")
+        return self.data[path]
+
+
+def check_plan_plots_draw_the_best_layout():
+    fig = plots_plan.plan_memory(FakePlan(best=True))
+    ax = fig.axes[0]
+    assert "best layout found: tp8 dp8 pp8 ep64 etp1" in ax.get_title(), ax.get_title()
+    widths = [p.get_width() for p in ax.patches]
+    assert len(widths) == 16 and max(widths) == 60.0  # 8 stages x (weights, kv_cache) in GiB
+    assert "GiB" in ax.get_xlabel()
+    deck = plots_plan.plan_memory(FakePlan(best=False)).axes[0]
+    assert "deck's layout: tp1 dp8 pp1 ep8 etp1" in deck.get_title(), deck.get_title()
+    assert max(p.get_width() for p in deck.patches) == 5000.0
 
 
 def main():

@@ -201,6 +201,32 @@ BOOST_AUTO_TEST_CASE(steps_respect_max_seqs_and_max_tokens_and_report_progress) 
     BOOST_TEST(s.seqs <= s.steps * 5);
 }
 
+// A request's own sampling settings (io::Request, vLLM's names) are the sampler's definition
+// with those parameters: with a seed its draws are Philox(seed, stream 0, token index), i.e.
+// those of the same request at index 0 of a run whose job.seed is that seed and whose deck
+// samples with its settings; temperature 0 in a sampling deck is the greedy run.
+BOOST_AUTO_TEST_CASE(per_request_sampling_follows_the_sampler) {
+    Pending own = requests()[0];
+    own.index = 5;
+    own.req.max_new_tokens = 12;
+    own.req.seed = 11, own.req.temperature = 0.8, own.req.top_k = 40, own.req.top_p = 0.9;
+    const std::vector<Finished> got = run(options(0.0, 4, 64), {own});
+    Pending plain = requests()[0];
+    plain.index = 0;
+    plain.req.max_new_tokens = 12;
+    EngineOptions o = options(0.8, 4, 64);  // sampling {0.8, 40, 0.9}
+    o.seed = 11;
+    const std::vector<Finished> want = run(o, {plain});
+    BOOST_REQUIRE(got.size() == 1u && want.size() == 1u);
+    BOOST_TEST(got[0].tokens == want[0].tokens, boost::test_tools::per_element());
+    const std::vector<Finished> greedy = run(options(0.0, 4, 64), {plain});
+    BOOST_TEST(got[0].tokens != greedy[0].tokens);  // it sampled
+    Pending cold = plain;
+    cold.req.temperature = 0;
+    BOOST_TEST(run(options(0.8, 4, 64), {cold})[0].tokens == greedy[0].tokens,
+               boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 namespace {

@@ -73,7 +73,7 @@ BOOST_AUTO_TEST_CASE(flagship_plans_on_one_rank_and_writes_search_and_plan) {
     BOOST_TEST(contains(log, "does NOT fit"));  // one GPU cannot hold 5.7 TB
     BOOST_TEST(contains(log, "layout search: 512 GPUs"));
     BOOST_TEST(contains(log, "plan of the best layout found"));
-    BOOST_TEST(contains(log, "memory per rank (GB)"));
+    BOOST_TEST(contains(log, "memory per rank (GiB)"));
     BOOST_TEST(contains(log, "time model:"));
     hymoe::io::H5Reader h5(out + "/plan.h5");
     BOOST_TEST(h5.exists("/meta/deck"));

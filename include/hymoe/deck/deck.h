@@ -24,7 +24,8 @@ struct JobSection {
     uint64_t seed = 0;   // keys every random stream (core/rng.h)
     std::string output;  // resolved path of the output folder (created after validation)
     DeviceChoice device = DeviceChoice::automatic;
-    double max_hours = 0;  // stop cleanly before this wall time (0 = no limit)
+    double max_hours = 0;    // stop cleanly before this wall time (0 = no limit)
+    bool overwrite = false;  // infer: rerun and replace a finished results.h5 (runtime/rerun.h)
 };
 
 struct ModelSection {

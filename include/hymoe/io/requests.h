@@ -8,6 +8,10 @@
 //   and the runtime encodes them. "id" defaults to the line number; unknown fields are ignored.
 //   "images" lists PNG/JPEG files (relative paths from the request file's folder) whose image
 //   tokens replace the prompt's media placeholder tokens in order (model-math §8).
+//   Per-request sampling, as vLLM's SamplingParams (each absent: the deck's inference.sampling):
+//   "temperature" (≥ 0; 0 = greedy), "top_p" (in (0, 1]), "top_k" (≥ 0, or −1 = none, as vLLM;
+//   0 = none), "seed" (≥ 0: the request's draws depend on the seed alone, not on job.seed or its
+//   place in the file), "max_tokens" (vLLM's name for max_new_tokens; give one of them).
 //   HDF5 token dataset (.h5, .hdf5): /tokens [T] (any integer type) holding every prompt one
 //   after the other, /offsets [N + 1] (int64, from 0, non-decreasing, ending at T): request i is
 //   tokens [offsets[i], offsets[i + 1]); optional /max_new_tokens [N]. Ids are "row-<i>", and
@@ -33,6 +37,9 @@ struct Request {
     std::string text;                         // "text"
     std::vector<text::ChatMessage> messages;  // "messages"
     int max_new_tokens = -1;                  // −1: the deck's inference.max_new_tokens
+    double temperature = -1, top_p = -1;      // −1: the deck's inference.sampling
+    int top_k = -1;                           // −1: the deck's; 0: none
+    int64_t seed = -1;                        // −1: job.seed and the request's index
     std::string adapter;                      // "" = base model
     std::vector<std::string> images;          // image files, resolved paths, in placeholder order
     int64_t line = 0;                         // 1-based line in the file

@@ -28,6 +28,10 @@ public:
     void read(int64_t i, std::vector<int64_t>& tokens, std::vector<uint8_t>& mask) const;
     // Document i's image files (resolved paths), in placeholder order; empty without /images.
     std::vector<std::string> images(int64_t i) const;
+    // "" when every token id is in [0, vocab); else where the first one outside is:
+    // "document 3 (source line 7) holds token id 257, outside the model's vocabulary [0, 256)"
+    // (the source line when the file has /line). Reads /tokens in blocks.
+    std::string out_of_vocab(int64_t vocab) const;
 
 private:
     std::string path_;

@@ -125,7 +125,9 @@ using RequestSource = std::function<bool(Pending&)>;
 using FinishedSink = std::function<void(Finished&&)>;
 
 // Runs every request of source to completion; sink sees each one as it finishes (in finishing
-// order). progress(stats, running) is called every options.progress_every_s seconds.
+// order). progress(stats, running) is called every options.progress_every_s seconds of world
+// rank 0's clock, at the same tick on every rank of the world (so it may be collective, e.g.
+// sum over the dp replicas); pass it on every rank or on none.
 EngineStats run_engine(
     const model::Model& m,
     const EngineOptions& options,

@@ -25,7 +25,10 @@ struct CommandLine {
 // Throws Exit::invalid with the usage line on a malformed command line.
 CommandLine parse_command_line(int argc, char** argv);
 std::string usage();
-// The ranks the deck's layout needs (tp·dp·pp), from the deck alone (collective).
+// The ranks the deck's layout needs (tp·dp·pp), after every rule a run on that many ranks would
+// check before allocating: the layout against itself and the model (load_job) and the
+// pre-flight data checks of runtime/preflight.h (collective). slurm/submit asks it, so that a job
+// that would exit 2 or 3 at once is never queued.
 int deck_ranks(const CommandLine& cli);
 
 struct Job {

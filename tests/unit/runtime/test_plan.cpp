@@ -4,6 +4,7 @@
 // states, tp and ep bytes, LoRA state and FLOPs per token by hand; the layout search's best and its
 // rejection reasons on a small case; the flagship finds a fitting layout on 512 H200s.
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -318,7 +319,7 @@ BOOST_AUTO_TEST_CASE(search_finds_the_expected_best_and_rejection_reasons) {
 }
 
 // Memory as the binding constraint: with room for pp 1's peak but not tp 1 x pp 1's, the
-// layouts above it are rejected with "memory X GB > C GB" and the rest fit.
+// layouts above it are rejected with "memory X GiB > C GiB" and the rest fit.
 BOOST_AUTO_TEST_CASE(search_rejects_by_memory_with_the_numbers) {
     ModelConfig m = hymoe::model::load_model_config(kKimi);
     Deck d = plan_deck();
@@ -327,8 +328,9 @@ BOOST_AUTO_TEST_CASE(search_rejects_by_memory_with_the_numbers) {
     BOOST_REQUIRE(split < full);
     d.hardware.gpu_memory_gb = std::floor((split + full) / 2 / 1e9);
     rt::LayoutSearch s = rt::search_layouts(m, d, 8);
-    const std::string rule =
-        "memory > " + std::to_string(static_cast<int>(d.hardware.gpu_memory_gb)) + " GB";
+    char gib[32];  // the capacity in GiB, as the plan reports memory
+    std::snprintf(gib, sizeof gib, "%.1f", d.hardware.gpu_memory_gb * 1e9 / (1 << 30));
+    const std::string rule = "memory > " + std::string(gib) + " GiB";
     bool saw_memory = false;
     for (const rt::LayoutCandidate& c : s.rejected) {
         if (c.rule != rule)
@@ -336,7 +338,7 @@ BOOST_AUTO_TEST_CASE(search_rejects_by_memory_with_the_numbers) {
         saw_memory = true;
         BOOST_TEST(c.peak_bytes > d.hardware.gpu_memory_gb * 1e9);
         BOOST_TEST(c.reason.rfind("memory ", 0) == 0u);
-        BOOST_TEST(c.reason.find(" GB > ") != std::string::npos);
+        BOOST_TEST(c.reason.find(" GiB > ") != std::string::npos);
     }
     BOOST_TEST(saw_memory);
     for (const rt::LayoutCandidate& c : s.fitting)

@@ -1,0 +1,24 @@
+// Reruns of a finished infer job. A results.h5 in job.output is the deck's finished output when
+// its /meta/deck_resolved is the same resolved deck (job.overwrite left out of the comparison);
+// then the rerun does nothing: "already complete" on stdout, exit 0, no file in job.output
+// touched (not results.h5, not the log). A results.h5 of another deck (a key or a --set changed)
+// is refused with one Exit::invalid sentence naming job.output, so finished results are never
+// replaced by accident; job.overwrite: true reruns either way and replaces results.h5 at the end.
+// An interrupted run (results.parts/, no results.h5 of this deck) resumes as before.
+#pragma once
+
+#include <string>
+
+#include "hymoe/runtime/job.h"
+
+namespace hymoe::runtime {
+
+// The sha256 that names a deck's results: of the resolved deck without job.overwrite (so that
+// setting it neither restarts a journal nor makes the finished file another deck's).
+std::string results_deck_sha(const std::string& resolved_yaml);
+// Collective (rank 0 reads, every rank gets the verdict). True when job.output already holds
+// this deck's finished results.h5 and job.overwrite is false; throws Exit::invalid when it holds
+// another deck's and job.overwrite is false.
+bool infer_already_complete(const Job& job);
+
+}  // namespace hymoe::runtime
