@@ -22,6 +22,30 @@ namespace {
 constexpr float indexer_k_norm_eps = 1e-6f;          // DS32 LayerNorm default
 constexpr int64_t score_scratch = int64_t{1} << 20;  // floats of logits per GEMM of a query group
 
+// st [n_k] = Σ_j w_j · ReLU(logits [j, ·]) over the n_head rows of logits [n_head, n_k], heads in
+// order from 0. By tiles of 16 keys held in a local accumulator across the heads, a fixed-length
+// loop g++ -O2 vectorises (no aliasing, no remainder in the tile body).
+void fold_heads(const float* logits, const float* w, int64_t n_head, int64_t n_k, float* st) {
+    constexpr int64_t tile = 16;
+    int64_t s0 = 0;
+    for (; s0 + tile <= n_k; s0 += tile) {
+        float acc[tile] = {};
+        for (int64_t j = 0; j < n_head; ++j) {
+            const float wj = w[j];
+            const float* lj = logits + j * n_k + s0;
+            for (int64_t l = 0; l < tile; ++l)
+                acc[l] += wj * std::max(lj[l], 0.0f);
+        }
+        std::copy(acc, acc + tile, st + s0);
+    }
+    for (int64_t s = s0; s < n_k; ++s) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n_head; ++j)
+            acc += w[j] * std::max(logits[j * n_k + s], 0.0f);
+        st[s] = acc;
+    }
+}
+
 }  // namespace
 
 IndexerInputs indexer_project(const ModelConfig& cfg,
@@ -99,16 +123,12 @@ void indexer_scores(const Tensor& q, const Tensor& w, const Tensor& k, Tensor& s
                   0.0f,
                   logits.data(),
                   n_k);
-        for (int64_t t = 0; t < n_g; ++t) {
-            float* st = sp + (t0 + t) * n_k;
-            std::fill(st, st + n_k, 0.0f);
-            for (int64_t j = 0; j < n_head; ++j) {
-                const float wj = wp[(t0 + t) * n_head + j];
-                const float* lj = logits.data() + (t * n_head + j) * n_k;
-                for (int64_t s = 0; s < n_k; ++s)
-                    st[s] += wj * std::max(lj[s], 0.0f);
-            }
-        }
+        for (int64_t t = 0; t < n_g; ++t)
+            fold_heads(logits.data() + t * n_head * n_k,
+                       wp + (t0 + t) * n_head,
+                       n_head,
+                       n_k,
+                       sp + (t0 + t) * n_k);
     }
 }
 

@@ -46,7 +46,7 @@ constexpr int64_t sub = 16;  // sub-chunk: the diagonal blocks of A and of the W
 // Scratch for one chunk of one head, sized for chunks of up to C tokens (row strides K, V, C).
 struct ChunkScratch {
     std::vector<float> gam;  // [C, K] Γ
-    std::vector<float> e;    // [C, K] exponentials being formed
+    std::vector<float> e;    // [K] e^{Γ_L}
     std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
     std::vector<float> kg;   // [C, K] K ⊙ e^Γ
     std::vector<float> kl;   // [C, K] K ⊙ e^{Γ_L − Γ}
@@ -61,7 +61,7 @@ struct ChunkScratch {
     std::vector<float> u;    // [C, V] U, then V'
     ChunkScratch(int64_t C, int64_t K, int64_t V)
         : gam(C * K),
-          e(C * K),
+          e(K),
           qg(C * K),
           kg(C * K),
           kl(C * K),
@@ -88,28 +88,16 @@ struct ChunkView {
     float* S;           // [K, V] this head's state
 };
 
-// out[i, ·] = a[i, ·] ⊙ e[i, ·] for n rows of K (a at stride lda, e and out at K).
-void scale_rows(const float* a, int64_t lda, const float* e, int64_t n, int64_t K, float* out) {
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t x = 0; x < K; ++x)
-            out[i * K + x] = a[i * lda + x] * e[i * K + x];
-}
-
 // Γ, Q ⊙ e^Γ, K ⊙ e^Γ, K ⊙ e^{Γ_L − Γ}.
 void chunk_decays(const ChunkView& c, ChunkScratch& s) {
     const int64_t L = c.L, K = c.K;
     for (int64_t i = 0; i < L; ++i)
         for (int64_t x = 0; x < K; ++x)
             s.gam[i * K + x] = (i ? s.gam[(i - 1) * K + x] : 0.0f) + c.g[i * c.ldk + x];
-    kda_exp(s.gam.data(), s.e.data(), L * K);
-    scale_rows(c.q, c.ldk, s.e.data(), L, K, s.qg.data());
-    scale_rows(c.k, c.ldk, s.e.data(), L, K, s.kg.data());
-    const float* last = &s.gam[(L - 1) * K];
-    for (int64_t i = 0; i < L; ++i)
-        for (int64_t x = 0; x < K; ++x)
-            s.e[i * K + x] = last[x] - s.gam[i * K + x];
-    kda_exp(s.e.data(), s.e.data(), L * K);
-    scale_rows(c.k, c.ldk, s.e.data(), L, K, s.kl.data());
+    const float* gam = s.gam.data();
+    kda_decay_rows(c.q, c.ldk, gam, nullptr, 1.0f, L, K, s.qg.data());
+    kda_decay_rows(c.k, c.ldk, gam, nullptr, 1.0f, L, K, s.kg.data());
+    kda_decay_rows(c.k, c.ldk, gam, gam + (L - 1) * K, -1.0f, L, K, s.kl.data());
 }
 
 // M and Aqk on the causal triangle, zero above it, by sub-chunks I of `sub` rows starting at r:
@@ -136,17 +124,9 @@ void chunk_triangles(const ChunkView& c, int64_t C, ChunkScratch& s) {
                         C);
         if (r == 0)
             continue;
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t x = 0; x < K; ++x)
-                s.e[i * K + x] = gr[i * K + x] - gr[x];
-        kda_exp(s.e.data(), s.e.data(), n * K);
-        scale_rows(c.q + r * c.ldk, c.ldk, s.e.data(), n, K, s.qs.data());
-        scale_rows(c.k + r * c.ldk, c.ldk, s.e.data(), n, K, s.ks.data());
-        for (int64_t j = 0; j < r; ++j)
-            for (int64_t x = 0; x < K; ++x)
-                s.e[j * K + x] = gr[x] - s.gam[j * K + x];
-        kda_exp(s.e.data(), s.e.data(), r * K);
-        scale_rows(c.k, c.ldk, s.e.data(), r, K, s.kt.data());
+        kda_decay_rows(c.q + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.qs.data());
+        kda_decay_rows(c.k + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.ks.data());
+        kda_decay_rows(c.k, c.ldk, s.gam.data(), gr, -1.0f, r, K, s.kt.data());
         ops::gemm(
             false, true, n, r, K, 1.0f, s.qs.data(), K, s.kt.data(), K, 0.0f, &s.aqk[r * C], C);
         ops::gemm(false, true, n, r, K, 1.0f, s.ks.data(), K, s.kt.data(), K, 0.0f, &s.m[r * C], C);

@@ -62,6 +62,28 @@ __attribute__((target("avx512f"))) void exp_array_avx512(const float* x, float* 
     }
 }
 
+__attribute__((target("avx512f"))) void decay_rows_avx512(const float* a,
+                                                          int64_t lda,
+                                                          const float* gam,
+                                                          const float* ref,
+                                                          float sign,
+                                                          int64_t rows,
+                                                          int64_t K,
+                                                          float* out) {
+    const __m512 sg = _mm512_set1_ps(sign);
+    for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t x = 0; x < K; x += 16) {
+            const __mmask16 m = K - x >= 16 ? 0xffff : static_cast<__mmask16>((1u << (K - x)) - 1);
+            __m512 d = _mm512_maskz_loadu_ps(m, gam + i * K + x);
+            if (ref != nullptr)
+                d = _mm512_sub_ps(d, _mm512_maskz_loadu_ps(m, ref + x));
+            const __m512 e = exp_avx512(_mm512_mul_ps(sg, d));
+            _mm512_mask_storeu_ps(
+                out + i * K + x, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i * lda + x), e));
+        }
+    }
+}
+
 __attribute__((target("avx512f"))) void diag_scores_avx512(int64_t n,
                                                            int64_t K,
                                                            const float* q,
@@ -99,6 +121,24 @@ void kda_exp(const float* x, float* y, int64_t n) {
     }
     for (int64_t i = 0; i < n; ++i)
         y[i] = exp_scalar(x[i]);
+}
+
+void kda_decay_rows(const float* a,
+                    int64_t lda,
+                    const float* gam,
+                    const float* ref,
+                    float sign,
+                    int64_t rows,
+                    int64_t K,
+                    float* out) {
+    if (have_avx512()) {
+        decay_rows_avx512(a, lda, gam, ref, sign, rows, K, out);
+        return;
+    }
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t x = 0; x < K; ++x)
+            out[i * K + x] =
+                a[i * lda + x] * exp_scalar(sign * (gam[i * K + x] - (ref ? ref[x] : 0.0f)));
 }
 
 void kda_diag_scores(int64_t n,

@@ -15,6 +15,17 @@ namespace hymoe::model {
 // y[i] = e^{x[i]} for x[i] ≤ 0 (y may alias x).
 void kda_exp(const float* x, float* y, int64_t n);
 
+// out[i, x] = a[i, x] · e^{sign·(γ[i, x] − ref[x])} for `rows` rows of K, ref null meaning 0;
+// the caller keeps every exponent ≤ 0 (sign −1 with ref at or below γ, sign +1 with ref above).
+void kda_decay_rows(const float* a,  // [rows, K] stride lda
+                    int64_t lda,
+                    const float* gam,  // [rows, K] stride K
+                    const float* ref,  // [K] or null
+                    float sign,        // +1 or −1
+                    int64_t rows,
+                    int64_t K,
+                    float* out);  // [rows, K] stride K
+
 // One diagonal sub-block of n ≤ 16 tokens: for every i and j ≤ i,
 //   aqk[i, j] = Σ_κ q_iκ k_jκ e^{γ_iκ − γ_jκ},   akk[i, j] = Σ_κ k_iκ k_jκ e^{γ_iκ − γ_jκ},
 // each exponential evaluated pairwise (γ non-increasing down the rows, so every exponent ≤ 0);
