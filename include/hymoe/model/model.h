@@ -109,17 +109,18 @@ enum class Logits { all, last };  // every token's row, or only each sequence's 
 
 // Wall seconds per layer, summed over the forward calls that were given it (profiles, benches).
 struct ForwardStats {
-    std::vector<double> mixer_seconds;       // [n_layer] KDA or MLA/DSA, including its projections
-    std::vector<double> ffn_seconds;         // [n_layer] dense FFN or MoE
-    AttnStats attn;                          // MLA/DSA layers: indexer vs the rest
-    std::vector<double> layer_flops;         // [n_layer] GEMM FLOPs of the mixer and FFN
-    std::vector<double> layer_gemm_seconds;  // [n_layer] of mixer + FFN seconds, those in GEMMs
-    int64_t steps = 0;                       // forward calls with tokens (each reads every weight)
-    double head_seconds = 0;                 // embedding, final norm and LM head
-    double pipeline_seconds = 0;    // waiting for the previous stage's residual stream (pp)
-    std::vector<MoeCommStats> moe;  // [n_layer] MoE layers: tokens per hosted expert and,
-                                    //   under tp/ep, the dispatch and combine phases
-    VisionStats vision;             // the vision encoder (runtime: images at admission)
+    std::vector<double> mixer_seconds;  // [n_layer] KDA or MLA/DSA, including its projections
+    std::vector<double> ffn_seconds;    // [n_layer] dense FFN or MoE
+    AttnStats attn;                     // MLA/DSA layers: indexer vs the rest
+    std::vector<double> layer_flops;    // [n_layer] GEMM FLOPs of the mixer and FFN
+    int64_t steps = 0;                  // forward calls with tokens (each reads every weight)
+    double head_seconds = 0;            // embedding, final norm and LM head
+    double pipeline_seconds = 0;        // waiting for the previous stage's residual stream (pp)
+    std::vector<MoeCommStats> moe;      // [n_layer] MoE layers: tokens per hosted expert and,
+                                        //   under tp/ep, the dispatch and combine phases
+    VisionStats vision;                 // the vision encoder (runtime: images at admission)
+    // [n_layer] of the mixer + FFN seconds, those inside ops::gemm (the rest: non-GEMM work)
+    std::vector<double> layer_gemm_seconds;
 };
 
 // Image tokens spliced into a forward's embeddings (model-math §8): after embed_tokens, row
