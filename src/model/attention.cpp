@@ -4,7 +4,7 @@
 // indexer key to each sequence's cache, then attend per sequence over its whole cache in blocks of
 // queries, then gate and project out. Query i of a sequence (position p = pos0 + i) sees keys
 // 0..p; a block of queries is given only the keys its last query can see, so scratch stays
-// [block, n_k].
+// [block, n_k]. A DSA prefill attends sparsely: each query over its own top-k keys only.
 #include "hymoe/model/attention.h"
 
 #include <algorithm>
@@ -155,6 +155,19 @@ struct SeqWork {
     const comm::Comm* tp = nullptr;  // indexer heads split over tp: its scores are all-reduced
 };
 
+// The indexer scores of the query block [i0, i0 + n_b) over its n_kb = pos0 + i0 + n_b visible
+// keys, summed over the tp ranks' heads.
+void block_scores(const ModelConfig& cfg, const SeqWork& s, int64_t i0, Tensor& scores) {
+    const int64_t n_b = scores.dim(0), n_kb = scores.dim(1);
+    const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
+    indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
+                   view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
+                   view_of(s.cache->k_idx_all(), {n_kb, d_i}),
+                   scores);
+    if (s.tp != nullptr && s.tp->size() > 1)
+        comm::all_reduce(scores, *s.tp);  // Σ over every rank's heads
+}
+
 // The mask of the query block [i0, i0 + n_b) over its n_kb = pos0 + i0 + n_b visible keys.
 void block_mask(const ModelConfig& cfg,
                 const SeqWork& s,
@@ -167,14 +180,8 @@ void block_mask(const ModelConfig& cfg,
         return;
     }
     ScopedTimer timer(indexer_seconds);
-    const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
     Buffer scores(DType::f32, {n_b, n_kb});
-    indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
-                   view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
-                   view_of(s.cache->k_idx_all(), {n_kb, d_i}),
-                   scores.view());
-    if (s.tp != nullptr && s.tp->size() > 1)
-        comm::all_reduce(scores.view(), *s.tp);  // Σ over every rank's heads
+    block_scores(cfg, s, i0, scores.view());
     indexer_mask(scores.view(), s.pos0 + i0, cfg.indexer.top_k, mask);
 }
 
@@ -302,6 +309,105 @@ void attend_absorbed(const ModelConfig& cfg,
                       s.o + i0 * ld_o + h * m.d_v,
                       ld_o);
         }
+    }
+}
+
+// DSA, sparse: per query i, the absorbed form over its own top-k keys only. The block's
+// q̂ [n_b, H, d_lat] and the outputs o_h = ō_h W_kvb[h, d_n:]ᵀ are GEMMs over the block; per query,
+// its n_i ≤ top-k latent rows [c_kv | k_r] are gathered and s [H, n_i] = q̂_i latᵀ·τ, softmax,
+// ō_i [H, r_kv] = p c_kv are two GEMMs: a query's cost grows with top-k, not with the context.
+void attend_sparse(const ModelConfig& cfg,
+                   const MlaWeights& w,
+                   const SeqWork& s,
+                   double& indexer_seconds) {
+    const MlaDims m = mla_dims(cfg);
+    const int64_t n_head = m.n_head, d_lat = m.d_lat(), top_k = cfg.indexer.top_k;
+    const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
+    const float* w_kvb = w.kv_b_proj.ptr<float>();  // [H, d_n + d_v, r_kv]
+    const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
+    Buffer q_hat(DType::f32, {query_block, n_head, d_lat});
+    Buffer o_bar(DType::f32, {query_block, n_head, m.r_kv});
+    Buffer lat(DType::f32, {top_k, d_lat});  // [n_i, d_lat] a query's gathered rows
+    std::vector<float> p(static_cast<size_t>(n_head * top_k));  // [H, n_i]
+    std::vector<int64_t> keep(static_cast<size_t>(query_block * top_k)), n_keep(query_block);
+    for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
+        const int64_t n_b = std::min(query_block, s.n_q - i0), n_kb = s.pos0 + i0 + n_b;
+        {
+            ScopedTimer timer(indexer_seconds);
+            Buffer scores(DType::f32, {n_b, n_kb});
+            block_scores(cfg, s, i0, scores.view());
+            indexer_select(scores.view(), s.pos0 + i0, top_k, keep.data(), n_keep.data());
+        }
+        for (int64_t h = 0; h < n_head; ++h) {  // q̂_h = [q_n W_kvb[h, :d_n] | q_r]
+            const float* q_h = s.q + i0 * ld_q + h * m.d_qk();
+            ops::gemm(false,
+                      false,
+                      n_b,
+                      m.r_kv,
+                      m.d_n,
+                      1.0f,
+                      q_h,
+                      ld_q,
+                      w_kvb + h * m.d_kvb() * m.r_kv,
+                      m.r_kv,
+                      0.0f,
+                      q_hat.ptr<float>() + h * d_lat,
+                      n_head * d_lat);
+            for (int64_t i = 0; i < n_b; ++i)
+                std::copy(q_h + i * ld_q + m.d_n,
+                          q_h + i * ld_q + m.d_qk(),
+                          q_hat.ptr<float>() + (i * n_head + h) * d_lat + m.r_kv);
+        }
+        for (int64_t i = 0; i < n_b; ++i) {
+            const int64_t n_i = n_keep[i];
+            for (int64_t j = 0; j < n_i; ++j) {
+                const int64_t u = keep[i * top_k + j];
+                float* l_j = lat.ptr<float>() + j * d_lat;
+                std::copy_n(s.cache->c_kv_row(u), m.r_kv, l_j);
+                std::copy_n(s.cache->k_r_row(u), m.d_r, l_j + m.r_kv);
+            }
+            ops::gemm(false,
+                      true,
+                      n_head,
+                      n_i,
+                      d_lat,
+                      tau,
+                      q_hat.ptr<float>() + i * n_head * d_lat,
+                      d_lat,
+                      lat.ptr<float>(),
+                      d_lat,
+                      0.0f,
+                      p.data(),
+                      n_i);
+            ops::softmax_rows(p.data(), n_head, n_i);
+            ops::gemm(false,
+                      false,
+                      n_head,
+                      m.r_kv,
+                      n_i,
+                      1.0f,
+                      p.data(),
+                      n_i,
+                      lat.ptr<float>(),
+                      d_lat,
+                      0.0f,
+                      o_bar.ptr<float>() + i * n_head * m.r_kv,
+                      m.r_kv);
+        }
+        for (int64_t h = 0; h < n_head; ++h)  // o_h [n_b, d_v] = ō_h · W_kvb[h, d_n:]ᵀ
+            ops::gemm(false,
+                      true,
+                      n_b,
+                      m.d_v,
+                      m.r_kv,
+                      1.0f,
+                      o_bar.ptr<float>() + h * m.r_kv,
+                      n_head * m.r_kv,
+                      w_kvb + h * m.d_kvb() * m.r_kv + m.d_n * m.r_kv,
+                      m.r_kv,
+                      0.0f,
+                      s.o + i0 * ld_o + h * m.d_v,
+                      ld_o);
     }
 }
 
@@ -495,10 +601,11 @@ void attention_forward(const ModelConfig& cfg,
             work.q_idx = idx.q.ptr<float>() + row0 * cfg.indexer.n_head * cfg.indexer.head_dim;
             work.w_idx = idx.w.ptr<float>() + row0 * cfg.indexer.n_head;
         }
-        const bool absorbed =
-            mode == AttnMode::absorbed || (mode == AttnMode::automatic && n_q == 1);
-        if (absorbed)
+        const bool automatic = mode == AttnMode::automatic || (mode == AttnMode::sparse && !dsa);
+        if (mode == AttnMode::absorbed || (automatic && n_q == 1))
             attend_absorbed(cfg, w, work, indexer_seconds);
+        else if (dsa && (mode == AttnMode::sparse || automatic))
+            attend_sparse(cfg, w, work, indexer_seconds);
         else
             attend_expanded(cfg, w, work, indexer_seconds);
     }

@@ -1,11 +1,14 @@
 // The DSA lightning indexer (spec/model-math.md §5, DeepSeek-V3.2 `Indexer` with the rotate-half
 // RoPE of upstream fix 8631a81): per query t and visible key s,
 //   I(t, s) = Σ_j w_t,j · H_I^{-1/2} · d_I^{-1/2} · ReLU(q^I_t,j · k^I_s),
-// and each query keeps its top-k keys. In fp32 there is no Hadamard rotation or FP8 quantisation
-// (the Hadamard is orthonormal, so q·k is unchanged without quantisation).
+// and each query keeps its top-k keys. A group of queries' logits are one GEMM against the keys,
+// the ReLU and head weighting one pass over them; the top-k a partial selection (nth_element). In
+// fp32 there is no Hadamard rotation or FP8 quantisation (the Hadamard is orthonormal, so q·k is
+// unchanged without quantisation).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "hymoe/backend/ops.h"
@@ -16,7 +19,32 @@ namespace hymoe::model {
 
 namespace {
 
-constexpr float indexer_k_norm_eps = 1e-6f;  // DS32 LayerNorm default
+constexpr float indexer_k_norm_eps = 1e-6f;          // DS32 LayerNorm default
+constexpr int64_t score_scratch = int64_t{1} << 20;  // floats of logits per GEMM of a query group
+
+// st [n_k] = Σ_j w_j · ReLU(logits [j, ·]) over the n_head rows of logits [n_head, n_k], heads in
+// order from 0. By tiles of 16 keys held in a local accumulator across the heads, a fixed-length
+// loop g++ -O2 vectorises (no aliasing, no remainder in the tile body).
+void fold_heads(const float* logits, const float* w, int64_t n_head, int64_t n_k, float* st) {
+    constexpr int64_t tile = 16;
+    int64_t s0 = 0;
+    for (; s0 + tile <= n_k; s0 += tile) {
+        float acc[tile] = {};
+        for (int64_t j = 0; j < n_head; ++j) {
+            const float wj = w[j];
+            const float* lj = logits + j * n_k + s0;
+            for (int64_t l = 0; l < tile; ++l)
+                acc[l] += wj * std::max(lj[l], 0.0f);
+        }
+        std::copy(acc, acc + tile, st + s0);
+    }
+    for (int64_t s = s0; s < n_k; ++s) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n_head; ++j)
+            acc += w[j] * std::max(logits[j * n_k + s], 0.0f);
+        st[s] = acc;
+    }
+}
 
 }  // namespace
 
@@ -72,32 +100,65 @@ void indexer_scores(const Tensor& q, const Tensor& w, const Tensor& k, Tensor& s
                 shape_string(k.shape),
                 " scores ",
                 shape_string(scores.shape));
-    // per query, logits [H_I, n_k] (one query at a time keeps scratch at H_I × n_k)
-    std::vector<float> logits(static_cast<size_t>(n_head * n_k));
+    if (n_q == 0 || n_k == 0)
+        return;
+    // q [n_q, H_I, d_I] is q [n_q·H_I, d_I]: a group of queries is one GEMM against every key,
+    // logits [group·H_I, n_k], folded into their score rows in one pass (ReLU, weight, sum).
+    const int64_t group = std::clamp<int64_t>(score_scratch / (n_head * n_k), 1, n_q);
+    std::vector<float> logits(static_cast<size_t>(group * n_head * n_k));
     const float* wp = w.ptr<float>();
     float* sp = scores.ptr<float>();
-    std::fill(sp, sp + n_q * n_k, 0.0f);
-    for (int64_t t = 0; t < n_q; ++t) {
+    for (int64_t t0 = 0; t0 < n_q; t0 += group) {
+        const int64_t n_g = std::min(group, n_q - t0);
         ops::gemm(false,
                   true,
-                  n_head,
+                  n_g * n_head,
                   n_k,
                   d_head,
                   1.0f,
-                  q.ptr<float>() + t * n_head * d_head,
+                  q.ptr<float>() + t0 * n_head * d_head,
                   d_head,
                   k.ptr<float>(),
                   d_head,
                   0.0f,
                   logits.data(),
                   n_k);
-        float* st = sp + t * n_k;
-        for (int64_t j = 0; j < n_head; ++j) {
-            const float wj = wp[t * n_head + j];
-            const float* lj = logits.data() + j * n_k;
-            for (int64_t s = 0; s < n_k; ++s)
-                st[s] += wj * std::max(lj[s], 0.0f);
-        }
+        for (int64_t t = 0; t < n_g; ++t)
+            fold_heads(logits.data() + t * n_head * n_k,
+                       wp + (t0 + t) * n_head,
+                       n_head,
+                       n_k,
+                       sp + (t0 + t) * n_k);
+    }
+}
+
+void indexer_select(
+    const Tensor& scores, int64_t pos_first, int64_t index_topk, int64_t* keep, int64_t* n_keep) {
+    const int64_t n_q = scores.dim(0), n_k = scores.dim(1);
+    HYMOE_CHECK(index_topk > 0 && pos_first + n_q <= n_k,
+                "indexer_select: scores ",
+                shape_string(scores.shape),
+                " top-k ",
+                index_topk,
+                " first position ",
+                pos_first);
+    std::vector<int64_t> order(static_cast<size_t>(n_k));
+    for (int64_t i = 0; i < n_q; ++i) {
+        const int64_t visible = pos_first + i + 1;  // causal: keys 0 .. pos_first + i
+        const int64_t k = std::min(index_topk, visible);
+        const float* x = scores.ptr<float>() + i * n_k;
+        int64_t* out = keep + i * index_topk;
+        std::iota(order.begin(), order.begin() + visible, 0);
+        // the strict order of ops::top_k (higher score first, ties to the smaller index), so the
+        // k kept are exactly its k; kept in key order
+        std::nth_element(
+            order.begin(),
+            order.begin() + (k - 1),
+            order.begin() + visible,
+            [x](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+        std::copy(order.begin(), order.begin() + k, out);
+        std::sort(out, out + k);
+        n_keep[i] = k;
     }
 }
 
@@ -114,14 +175,11 @@ void indexer_mask(const Tensor& scores, int64_t pos_first, int64_t index_topk, T
                 pos_first);
     float* mp = mask.ptr<float>();
     std::fill(mp, mp + n_q * n_k, -std::numeric_limits<float>::infinity());
-    std::vector<int64_t> keep(static_cast<size_t>(std::min(index_topk, n_k)));
-    for (int64_t i = 0; i < n_q; ++i) {
-        const int64_t visible = pos_first + i + 1;  // causal: keys 0 .. pos_first + i
-        const int64_t k = std::min(index_topk, visible);
-        ops::top_k(scores.ptr<float>() + i * n_k, visible, k, keep.data());
-        for (int64_t j = 0; j < k; ++j)
-            mp[i * n_k + keep[j]] = 0.0f;
-    }
+    std::vector<int64_t> keep(static_cast<size_t>(n_q * index_topk)), n_keep(n_q);
+    indexer_select(scores, pos_first, index_topk, keep.data(), n_keep.data());
+    for (int64_t i = 0; i < n_q; ++i)
+        for (int64_t j = 0; j < n_keep[i]; ++j)
+            mp[i * n_k + keep[i * index_topk + j]] = 0.0f;
 }
 
 }  // namespace hymoe::model

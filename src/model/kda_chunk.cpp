@@ -9,7 +9,11 @@
 //   S ← e^{Γ_L} ⊙ S + (K ⊙ e^{Γ_L − Γ})ᵀ V'.
 // Since g ≤ 0, every exponent evaluated here (Γ_c − Γ_j with j ≤ c, Γ_c, Γ_L − Γ_c) is ≤ 0: the
 // masked upper triangle, whose exponents are positive and overflow under strong decay, is never
-// computed (its entries are set to zero).
+// computed (its entries are set to zero). The work is GEMMs (ops::gemm) per chunk and head but for
+// the 16 × 16 diagonal blocks: M and Aqk by sub-chunks of 16 rows, the diagonal block with exact
+// pairwise exponentials (kda_simd.h), the block row left of it as a product of factors taken about
+// the sub-chunk's first row r (e^{Γ_c − Γ_r}, e^{Γ_r − Γ_j}: both exponents ≤ 0 as well); the
+// inverse by blocked forward substitution; W, U, V', O and the state update as products.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -17,6 +21,7 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/kda.h"
+#include "hymoe/model/kda_simd.h"
 
 namespace hymoe::model {
 
@@ -36,25 +41,37 @@ void check_params(const KdaScanParams& p) {
                 "kda scan: missing input or output array");
 }
 
+constexpr int64_t sub = 16;  // sub-chunk: the diagonal blocks of A and of the WY inverse
+
 // Scratch for one chunk of one head, sized for chunks of up to C tokens (row strides K, V, C).
 struct ChunkScratch {
     std::vector<float> gam;  // [C, K] Γ
+    std::vector<float> e;    // [K] e^{Γ_L}
     std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
     std::vector<float> kg;   // [C, K] K ⊙ e^Γ
     std::vector<float> kl;   // [C, K] K ⊙ e^{Γ_L − Γ}
+    std::vector<float> qs;   // [sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}
+    std::vector<float> ks;   // [sub, K] its K ⊙ e^{Γ − Γ_r}
+    std::vector<float> kt;   // [C, K] the rows before it, K ⊙ e^{Γ_r − Γ}
     std::vector<float> m;    // [C, C] M, strictly lower
     std::vector<float> aqk;  // [C, C] Aqk, lower with the diagonal
     std::vector<float> t;    // [C, C] T, lower with the diagonal
+    std::vector<float> x;    // [sub, C] M[I, <I] · N[<I, <I]
     std::vector<float> w;    // [C, K] W
     std::vector<float> u;    // [C, V] U, then V'
     ChunkScratch(int64_t C, int64_t K, int64_t V)
         : gam(C * K),
+          e(K),
           qg(C * K),
           kg(C * K),
           kl(C * K),
+          qs(sub * K),
+          ks(sub * K),
+          kt(C * K),
           m(C * C),
           aqk(C * C),
           t(C * C),
+          x(sub * C),
           w(C * K),
           u(C * V) {}
 };
@@ -73,59 +90,80 @@ struct ChunkView {
 
 // Γ, Q ⊙ e^Γ, K ⊙ e^Γ, K ⊙ e^{Γ_L − Γ}.
 void chunk_decays(const ChunkView& c, ChunkScratch& s) {
-    const int64_t K = c.K;
-    for (int64_t i = 0; i < c.L; ++i)
+    const int64_t L = c.L, K = c.K;
+    for (int64_t i = 0; i < L; ++i)
         for (int64_t x = 0; x < K; ++x)
             s.gam[i * K + x] = (i ? s.gam[(i - 1) * K + x] : 0.0f) + c.g[i * c.ldk + x];
-    const float* last = &s.gam[(c.L - 1) * K];
-    for (int64_t i = 0; i < c.L; ++i) {
-        for (int64_t x = 0; x < K; ++x) {
-            const float e = std::exp(s.gam[i * K + x]);
-            s.qg[i * K + x] = c.q[i * c.ldk + x] * e;
-            s.kg[i * K + x] = c.k[i * c.ldk + x] * e;
-            s.kl[i * K + x] = c.k[i * c.ldk + x] * std::exp(last[x] - s.gam[i * K + x]);
-        }
-    }
+    const float* gam = s.gam.data();
+    kda_decay_rows(c.q, c.ldk, gam, nullptr, 1.0f, L, K, s.qg.data());
+    kda_decay_rows(c.k, c.ldk, gam, nullptr, 1.0f, L, K, s.kg.data());
+    kda_decay_rows(c.k, c.ldk, gam, gam + (L - 1) * K, -1.0f, L, K, s.kl.data());
 }
 
-// M and Aqk on the causal triangle (one exp per (c, j ≤ c, κ)), zero above it.
+// M and Aqk on the causal triangle, zero above it, by sub-chunks I of `sub` rows starting at r:
+// the diagonal block with pairwise exponentials (kda_diag_scores), the block row left of it as
+// two GEMMs of factors taken about the reference Γ_r, (Q_I ⊙ e^{Γ_I − Γ_r})(K_{<r} ⊙ e^{Γ_r −
+// Γ_{<r}})ᵀ and the same with K_I, whose exponents are all ≤ 0 (Γ falls down the rows).
 void chunk_triangles(const ChunkView& c, int64_t C, ChunkScratch& s) {
-    const int64_t K = c.K;
-    for (int64_t i = 0; i < c.L; ++i) {
-        const float* qi = c.q + i * c.ldk;
-        const float* ki = c.k + i * c.ldk;
-        const float* gi = &s.gam[i * K];
-        for (int64_t j = 0; j <= i; ++j) {
-            const float* kj = c.k + j * c.ldk;
-            const float* gj = &s.gam[j * K];
-            float akk = 0.0f, aqk = 0.0f;
-            for (int64_t x = 0; x < K; ++x) {
-                const float kje = kj[x] * std::exp(gi[x] - gj[x]);
-                akk += ki[x] * kje;
-                aqk += qi[x] * kje;
-            }
-            s.m[i * C + j] = j < i ? c.beta[i * c.H] * akk : 0.0f;
-            s.aqk[i * C + j] = aqk;
-        }
-        std::fill(&s.m[i * C + i + 1], &s.m[i * C + c.L], 0.0f);
-        std::fill(&s.aqk[i * C + i + 1], &s.aqk[i * C + c.L], 0.0f);
+    const int64_t L = c.L, K = c.K;
+    for (int64_t i = 0; i < L; ++i) {
+        std::fill(&s.m[i * C], &s.m[i * C + L], 0.0f);
+        std::fill(&s.aqk[i * C], &s.aqk[i * C + L], 0.0f);
+    }
+    for (int64_t r = 0; r < L; r += sub) {
+        const int64_t n = std::min(sub, L - r);
+        const float* gr = &s.gam[r * K];
+        kda_diag_scores(n,
+                        K,
+                        c.q + r * c.ldk,
+                        c.k + r * c.ldk,
+                        c.ldk,
+                        gr,
+                        &s.aqk[r * C + r],
+                        &s.m[r * C + r],
+                        C);
+        if (r == 0)
+            continue;
+        kda_decay_rows(c.q + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.qs.data());
+        kda_decay_rows(c.k + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.ks.data());
+        kda_decay_rows(c.k, c.ldk, s.gam.data(), gr, -1.0f, r, K, s.kt.data());
+        ops::gemm(
+            false, true, n, r, K, 1.0f, s.qs.data(), K, s.kt.data(), K, 0.0f, &s.aqk[r * C], C);
+        ops::gemm(false, true, n, r, K, 1.0f, s.ks.data(), K, s.kt.data(), K, 0.0f, &s.m[r * C], C);
+    }
+    for (int64_t i = 0; i < L; ++i) {  // M = β_c · A_kk below the diagonal
+        const float b = c.beta[i * c.H];
+        for (int64_t j = 0; j < i; ++j)
+            s.m[i * C + j] *= b;
+        s.m[i * C + i] = 0.0f;
     }
 }
 
-// T = (I + M)^{-1} Diag(β): N = (I + M)^{-1} is unit lower triangular, found row by row by forward
-// substitution N[i, j] = −M[i, j] − Σ_{j<l<i} M[i, l] N[l, j]; then column j is scaled by β_j.
+// T = (I + M)^{-1} Diag(β): N = (I + M)^{-1} is unit lower triangular, found by block rows of
+// `sub`: the diagonal block N_II = (I + M_II)^{-1} by forward substitution, the blocks left of it
+// N_{I,<I} = −N_II (M_{I,<I} N_{<I,<I}) as two GEMMs; then column j is scaled by β_j.
 void chunk_solve(const ChunkView& c, int64_t C, ChunkScratch& s) {
-    for (int64_t i = 0; i < c.L; ++i) {
-        for (int64_t j = 0; j < i; ++j) {
-            float n = -s.m[i * C + j];
-            for (int64_t l = j + 1; l < i; ++l)
-                n -= s.m[i * C + l] * s.t[l * C + j];
-            s.t[i * C + j] = n;
+    const int64_t L = c.L;
+    for (int64_t i = 0; i < L; ++i)
+        std::fill(&s.t[i * C], &s.t[i * C + L], 0.0f);
+    for (int64_t r = 0; r < L; r += sub) {
+        const int64_t n = std::min(sub, L - r);
+        for (int64_t i = r; i < r + n; ++i) {
+            for (int64_t j = r; j < i; ++j) {
+                float v = -s.m[i * C + j];
+                for (int64_t l = j + 1; l < i; ++l)
+                    v -= s.m[i * C + l] * s.t[l * C + j];
+                s.t[i * C + j] = v;
+            }
+            s.t[i * C + i] = 1.0f;
         }
-        s.t[i * C + i] = 1.0f;
-        std::fill(&s.t[i * C + i + 1], &s.t[i * C + c.L], 0.0f);
+        if (r == 0)
+            continue;
+        ops::gemm(false, false, n, r, r, 1.0f, &s.m[r * C], C, s.t.data(), C, 0.0f, s.x.data(), C);
+        ops::gemm(
+            false, false, n, r, n, -1.0f, &s.t[r * C + r], C, s.x.data(), C, 0.0f, &s.t[r * C], C);
     }
-    for (int64_t i = 0; i < c.L; ++i)
+    for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j <= i; ++j)
             s.t[i * C + j] *= c.beta[j * c.H];
 }
@@ -141,12 +179,10 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
     ops::gemm(false, false, L, V, K, -1.0f, s.w.data(), K, c.S, V, 1.0f, s.u.data(), V);  // V'
     ops::gemm(false, false, L, V, K, 1.0f, s.qg.data(), K, c.S, V, 0.0f, c.o, c.ldv);
     ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
-    const float* last = &s.gam[(L - 1) * K];
-    for (int64_t x = 0; x < K; ++x) {
-        const float e = std::exp(last[x]);
+    kda_exp(&s.gam[(L - 1) * K], s.e.data(), K);  // e^{Γ_L}
+    for (int64_t x = 0; x < K; ++x)
         for (int64_t y = 0; y < V; ++y)
-            c.S[x * V + y] *= e;
-    }
+            c.S[x * V + y] *= s.e[x];
     ops::gemm(true, false, K, V, L, 1.0f, s.kl.data(), K, s.u.data(), V, 1.0f, c.S, V);
 }
 

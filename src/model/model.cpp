@@ -279,12 +279,15 @@ private:
     std::vector<KvPool*> pools_;
 };
 
-// Adds the GEMM FLOPs done in its lifetime to `out` (per-layer profile).
+// Adds the GEMM FLOPs and GEMM seconds of its lifetime to a layer's totals (per-layer profile).
 struct FlopSpan {
-    double& out;
-    double start = ops::gemm_counter().flops;
-    explicit FlopSpan(double& o) : out(o) {}
-    ~FlopSpan() { out += ops::gemm_counter().flops - start; }
+    double &flops, &seconds;
+    double start = ops::gemm_counter().flops, start_seconds = ops::gemm_counter().seconds;
+    FlopSpan(double& f, double& s) : flops(f), seconds(s) {}
+    ~FlopSpan() {
+        flops += ops::gemm_counter().flops - start;
+        seconds += ops::gemm_counter().seconds - start_seconds;
+    }
     FlopSpan(const FlopSpan&) = delete;
     FlopSpan& operator=(const FlopSpan&) = delete;
 };
@@ -332,6 +335,7 @@ void forward(const Model& m,
     stats.ffn_seconds.resize(cfg.layers.size());
     stats.moe.resize(cfg.layers.size());
     stats.layer_flops.resize(cfg.layers.size());
+    stats.layer_gemm_seconds.resize(cfg.layers.size());
     const float eps = static_cast<float>(cfg.rms_norm_eps);
     const bool has_rows = n > 0;  // the same on every rank of the dp replica
     stats.steps += has_rows ? 1 : 0;
@@ -354,7 +358,7 @@ void forward(const Model& m,
     for (int i = sh.first_layer; i < sh.end_layer; ++i) {
         const LayerSpec& spec = cfg.layers[i];
         const LayerWeights& lw = m.layers[i];
-        const FlopSpan flop_span(stats.layer_flops[i]);
+        const FlopSpan flop_span(stats.layer_flops[i], stats.layer_gemm_seconds[i]);
         if (has_rows) {
             ScopedTimer timer(stats.mixer_seconds[i]);
             ops::rms_norm(h.view(), lw.attn_norm.view(), eps, xn.view());

@@ -115,10 +115,12 @@ JobProfile gather_profile(const Job& job,
     const comm::Comm& all = grid.comms.world;
     JobProfile p;
     // [L mixer, L ffn, L dispatch, L combine seconds, head, indexer, attention, pipeline seconds,
-    // L GEMM FLOPs, L weight bytes], summed over ranks
-    std::vector<float> secs(static_cast<size_t>(6 * L + 4), 0.0f);
+    // L GEMM FLOPs, L weight bytes, L GEMM seconds], summed over ranks
+    std::vector<float> secs(static_cast<size_t>(7 * L + 4), 0.0f);
     for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.layer_flops.size()); ++i)
         secs[4 * L + 4 + i] = static_cast<float>(mine.layer_flops[i]);
+    for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.layer_gemm_seconds.size()); ++i)
+        secs[6 * L + 4 + i] = static_cast<float>(mine.layer_gemm_seconds[i]);
     const std::string layers = "model.layers.";
     for (const model::TensorSpec& t : model::model_tensors(model))
         if (t.name.starts_with(layers))
@@ -151,6 +153,7 @@ JobProfile gather_profile(const Job& job,
     model::ForwardStats& m = p.mean;
     m.mixer_seconds.assign(secs.begin(), secs.begin() + L);
     m.ffn_seconds.assign(secs.begin() + L, secs.begin() + 2 * L);
+    m.layer_gemm_seconds.assign(secs.begin() + 6 * L + 4, secs.begin() + 7 * L + 4);
     p.dispatch_seconds.assign(secs.begin() + 2 * L, secs.begin() + 3 * L);
     p.combine_seconds.assign(secs.begin() + 3 * L, secs.begin() + 4 * L);
     m.head_seconds = secs[4 * L], m.attn.indexer_seconds = secs[4 * L + 1];
@@ -240,13 +243,14 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
         "(the most at once on a rank):\n";
     std::snprintf(line,
                   sizeof line,
-                  "  %5s  %-5s %10s  %-10s %10s  %7s %9s %8s  %-7s %9s %9s\n",
+                  "  %5s  %-5s %10s  %-10s %10s  %7s %6s %9s %8s  %-7s %9s %9s\n",
                   "layer",
                   "mixer",
                   "seconds",
                   "ffn",
                   "seconds",
                   "share",
+                  "GEMM",
                   "GFLOP/s",
                   "wt GB/s",
                   "bound",
@@ -258,13 +262,15 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
         const double s = stats.mixer_seconds[i] + stats.ffn_seconds[i];
         std::snprintf(line,
                       sizeof line,
-                      "  %5zu  %-5s %10.4f  %-10s %10.4f  %6.1f%% %9.2f %8.2f  %-7s %9.3f %9.3f\n",
+                      "  %5zu  %-5s %10.4f  %-10s %10.4f  %6.1f%% %5.0f%% %9.2f %8.2f  %-7s %9.3f "
+                      "%9.3f\n",
                       i,
                       model::to_string(spec.mixer),
                       stats.mixer_seconds[i],
                       model::to_string(spec.ffn),
                       stats.ffn_seconds[i],
                       total > 0 ? 100 * s / total : 0.0,
+                      s > 0 ? 100 * stats.layer_gemm_seconds[i] / s : 0.0,
                       static_cast<double>(p.gflops[i]),
                       static_cast<double>(p.weight_gb_s[i]),
                       p.bound[i].c_str(),
@@ -356,6 +362,7 @@ void write_profile(const Job& job,
     };
     seconds("/layers/mixer_seconds", p.mean.mixer_seconds);
     seconds("/layers/ffn_seconds", p.mean.ffn_seconds);
+    seconds("/layers/gemm_seconds", p.mean.layer_gemm_seconds);
     seconds("/attention/indexer_seconds", {p.mean.attn.indexer_seconds});
     seconds("/attention/other_seconds", {p.mean.attn.attention_seconds});
     seconds("/head_seconds", {p.mean.head_seconds});

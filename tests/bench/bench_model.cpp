@@ -11,7 +11,9 @@
 //            expectation is printed beside it)
 //   KDA      kda_chunked (chunk 64) vs kda_recurrent on one 2048-token sequence, H 8, K = V 128
 //   DSA      attention_forward of the first DSA layer on one 2048-token sequence: the indexer's
-//            share of its time (AttnStats)
+//            share of its time (AttnStats); a 256-token prefill chunk after 1k and 8k cached
+//            tokens, the time ratio against the context ratio
+//   layers   each layer's prefill seconds split into GEMM and non-GEMM (ForwardStats)
 // Each piece also prints CPU time / wall (< threads: another process had the cores), system time
 // and minor page faults (getrusage), and the OpenBLAS kernel set in use.
 //   decode batch 1 and 32 after 64-token prompts: tokens/s and weight bytes/s against DRAM read
@@ -361,6 +363,43 @@ double kda_decode_cost(const model::Model& m, int layer) {
     return best;
 }
 
+// One prefill chunk of n_new tokens through DSA layer `layer` after a cache of `context` random
+// tokens (their values do not change the cost), automatic mode (sparse), best of 2: the indexer
+// scans every cached key, the attention only each query's top-k.
+model::AttnStats dsa_chunk_cost(const model::Model& m, int layer, int64_t context, int64_t n_new) {
+    const model::ModelConfig& cfg = m.cfg;
+    const int64_t d = cfg.hidden_size, r_kv = cfg.mla.kv_lora_rank, d_r = cfg.mla.qk_rope_head_dim;
+    Philox rng(seed, 7, 0);
+    model::AttnCache filled;
+    filled.n = context;
+    filled.c_kv.resize(static_cast<size_t>(context * r_kv));
+    filled.k_r.resize(static_cast<size_t>(context * d_r));
+    filled.k_idx.resize(static_cast<size_t>(context * cfg.indexer.head_dim));
+    rng.fill_normal(filled.c_kv.data(), filled.c_kv.size(), 0.0f, 1.0f);
+    rng.fill_normal(filled.k_r.data(), filled.k_r.size(), 0.0f, 1.0f);
+    rng.fill_normal(filled.k_idx.data(), filled.k_idx.size(), 0.0f, 1.0f);
+    Buffer x(DType::f32, {n_new, d}), y(DType::f32, {n_new, d});
+    rng.fill_normal(x.ptr<float>(), static_cast<size_t>(n_new * d), 0.0f, 1.0f);
+    model::AttnStats best;
+    for (int rep = 0; rep < 2; ++rep) {
+        model::AttnCache cache = filled;
+        model::AttnStats stats;
+        model::attention_forward(cfg,
+                                 cfg.layers[static_cast<size_t>(layer)],
+                                 m.layers[static_cast<size_t>(layer)].attn,
+                                 x.view(),
+                                 model::single_sequence(n_new, context),
+                                 {&cache},
+                                 y.view(),
+                                 model::AttnMode::automatic,
+                                 &stats);
+        if (rep == 0 || stats.indexer_seconds + stats.attention_seconds <
+                            best.indexer_seconds + best.attention_seconds)
+            best = stats;
+    }
+    return best;
+}
+
 // ---- report -------------------------------------------------------------------------------------
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
@@ -380,6 +419,46 @@ std::string os_note(const Span& s) {
                (s.user + s.sys) / s.wall,
                s.sys,
                s.faults / 1e3);
+}
+
+// Each layer's prefill seconds (mixer + FFN) split into GEMM (ops::gemm) and the rest.
+void print_layer_split(const model::ModelConfig& cfg, const model::ForwardStats& phases) {
+    std::printf("  prefill by layer: mixer+ffn seconds, GEMM seconds, GEMM share\n");
+    for (size_t i = 0; i < cfg.layers.size(); ++i) {
+        const double s = phases.mixer_seconds[i] + phases.ffn_seconds[i];
+        const double g = phases.layer_gemm_seconds[i];
+        std::printf("    layer %2zu %-4s %-5s %8.3f s  GEMM %8.3f s  %5.1f%%  non-GEMM %8.3f s\n",
+                    i,
+                    model::to_string(cfg.layers[i].mixer),
+                    model::to_string(cfg.layers[i].ffn),
+                    s,
+                    g,
+                    s > 0 ? 100 * g / s : 0.0,
+                    s - g);
+    }
+}
+
+// A DSA prefill chunk of 256 tokens after 1k and 8k cached tokens: the growth against the
+// context ratio 8 (the indexer grows with the context, the sparse attention with top-k only).
+void print_dsa_context(const model::Model& m, int dsa) {
+    const int64_t n_new = 256;
+    const model::AttnStats a = dsa_chunk_cost(m, dsa, 1024, n_new);
+    const model::AttnStats b = dsa_chunk_cost(m, dsa, 8192, n_new);
+    const double ta = a.indexer_seconds + a.attention_seconds;
+    const double tb = b.indexer_seconds + b.attention_seconds;
+    row("DSA prefill 256 tok, ctx 1k",
+        1e3 * ta,
+        "ms",
+        fmt("indexer %.1f ms, attention %.1f ms",
+            1e3 * a.indexer_seconds,
+            1e3 * a.attention_seconds));
+    row("DSA prefill 256 tok, ctx 8k",
+        1e3 * tb,
+        "ms",
+        fmt("indexer %.1f ms, attention %.1f ms; %.2f x the 1k time (context x 8)",
+            1e3 * b.indexer_seconds,
+            1e3 * b.attention_seconds,
+            tb / ta));
 }
 
 }  // namespace
@@ -482,6 +561,7 @@ int main(int argc, char** argv) {
                 100 * phases.attn.indexer_seconds / pf.wall,
                 100 * ffn_s / pf.wall,
                 100 * phases.head_seconds / pf.wall));
+        print_layer_split(cfg, phases);
 
         const double bytes_per_s = step_params * 4 * static_cast<double>(steps) / dec.wall;
         row(fmt("decode %.0f x %.0f steps", n_seq_d, static_cast<double>(steps)),
@@ -529,6 +609,7 @@ int main(int argc, char** argv) {
                 100 * st.indexer_seconds / total,
                 100 * attn.gemm_seconds / attn.wall,
                 attn.gemm_gflops()));
+        print_dsa_context(m, dsa);
         // decode at batch 1 and 32 after 64-token prompts: weight bytes per step as a fraction of
         // the DRAM read rate (batch 1 reads the active params, batch 32 the union of experts)
         for (const int64_t batch : {int64_t{1}, int64_t{32}}) {

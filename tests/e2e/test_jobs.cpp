@@ -138,6 +138,10 @@ BOOST_AUTO_TEST_CASE(quickstart_runs_and_writes_results) {
     BOOST_TEST(mixer.size() == 4u);
     BOOST_TEST(std::all_of(mixer.begin(), mixer.end(), [](float s) { return s > 0; }));
     BOOST_TEST(std::all_of(ffn.begin(), ffn.end(), [](float s) { return s > 0; }));
+    std::vector<float> gemm = profile.floats("/layers/gemm_seconds");  // a part of mixer + ffn
+    BOOST_TEST(gemm.size() == 4u);
+    for (size_t i = 0; i < gemm.size() && i < mixer.size(); ++i)
+        BOOST_TEST((gemm[i] > 0 && gemm[i] <= mixer[i] + ffn[i]));
     BOOST_TEST(profile.floats("/attention/indexer_seconds").at(0) > 0.0f);
     fs::remove_all("jobs/quickstart/out");
 }

@@ -77,9 +77,13 @@ struct AttnCache {
 };
 
 enum class AttnMode {
-    automatic,  // absorbed for a sequence with a single token in the call, expanded otherwise
+    automatic,  // absorbed for a sequence with a single token in the call, else sparse (dsa) or
+                // expanded (mla)
     expanded,   // MHA form: k_n, v = W_kvb c_kv for every cached token
     absorbed,  // MQA form over [c_kv | k_r]: q̂_h = W_kvb[h, :d_n]ᵀ q_n, o_h = W_kvb[h, d_n:] ō_h
+    sparse,    // DSA: the absorbed form per query over its own top-k latent rows only (gathered),
+               // so a query costs O(top-k), not O(context); the automatic choice for a DSA
+               // sequence with more than one token in the call (MLA: as automatic)
 };
 
 // Where the time of attention_forward went (added to, so one struct can sum over layers).
@@ -151,6 +155,15 @@ void indexer_scores(const Tensor& q,  // [n_q, H_I·d_I]
                     const Tensor& w,  // [n_q, H_I]
                     const Tensor& k,  // [n_k, d_I]
                     Tensor& scores);  // [n_q, n_k]
+
+// The DSA selection: query i (at position pos_first + i) keeps its n_keep[i] = min(index_topk,
+// visible) highest-scoring keys among keys 0..pos_first + i (ties: the smaller index, the keys of
+// ops::top_k), written in ascending key order to keep[i·index_topk ..].
+void indexer_select(const Tensor& scores,  // [n_q, n_k]
+                    int64_t pos_first,
+                    int64_t index_topk,
+                    int64_t* keep,     // [n_q, index_topk]
+                    int64_t* n_keep);  // [n_q]
 
 // The DSA mask: query i (at position pos_first + i) keeps the top_k = min(index_topk, visible)
 // highest-scoring keys among keys 0..pos_first + i (ties: the smaller index) → 0; every other key

@@ -119,6 +119,8 @@ struct ForwardStats {
     std::vector<MoeCommStats> moe;      // [n_layer] MoE layers: tokens per hosted expert and,
                                         //   under tp/ep, the dispatch and combine phases
     VisionStats vision;                 // the vision encoder (runtime: images at admission)
+    // [n_layer] of the mixer + FFN seconds, those inside ops::gemm (the rest: non-GEMM work)
+    std::vector<double> layer_gemm_seconds;
 };
 
 // Image tokens spliced into a forward's embeddings (model-math §8): after embed_tokens, row

@@ -1,9 +1,9 @@
 // The profile of an inference run: wall seconds per layer in the mixer (KDA or MLA/DSA, with the
-// DSA indexer's share) and the FFN (dense or MoE), summed over every forward step and averaged
-// over the tp·dp ranks of the layer's pipeline stage (profile.layers); and the expert load of
-// every MoE layer: assignments per expert and per rank, with the imbalance max/mean over the
-// ranks of its stage, and under tp/ep the dispatch and combine seconds (profile.experts). Shown as
-// tables in the log (LAMMPS-style) and written to profile.h5.
+// DSA indexer's share) and the FFN (dense or MoE) and the part of them spent in GEMMs, summed over
+// every forward step and averaged over the tp·dp ranks of the layer's pipeline stage
+// (profile.layers); and the expert load of every MoE layer: assignments per expert and per rank,
+// with the imbalance max/mean over the ranks of its stage, and under tp/ep the dispatch and combine
+// seconds (profile.experts). Shown as tables in the log (LAMMPS-style) and written to profile.h5.
 #pragma once
 
 #include <cstdint>
@@ -73,13 +73,14 @@ JobProfile gather_profile(const Job& job,
                           const LayerMemory& memory);
 
 // The log tables: one row per layer (mixer, seconds, FFN, seconds, share of the layer total,
-// GFLOP/s, weight GB/s, bound, KV and KDA state MB),
+// GEMM share of the layer's seconds, GFLOP/s, weight GB/s, bound, KV and KDA state MB),
 // then, when the model has MoE layers, one per MoE layer (assignments, imbalance, dispatch and
 // combine seconds).
 std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p);
 
 // profile.h5 (atomic): /meta, /layers/{mixer,ffn} [n_layer] str, /layers/{mixer,ffn}_seconds
-// [n_layer], /attention/{indexer,other}_seconds, /head_seconds, /pipeline_seconds (waiting for
+// [n_layer], /layers/gemm_seconds [n_layer] (of the mixer + FFN seconds, those inside
+// ops::gemm), /attention/{indexer,other}_seconds, /head_seconds, /pipeline_seconds (waiting for
 // the previous stage's activations) (seconds, f32, attr unit "s");
 // with MoE layers /experts/tokens_per_expert [n_layer, E], /experts/tokens_per_rank
 // [n_layer, world], /experts/remote_bytes [n_layer] (i64), /experts/imbalance,

@@ -304,7 +304,7 @@ BOOST_AUTO_TEST_CASE(dsa_topk) {
     BOOST_TEST(max_abs_diff(y_full, y_dense) <= 1e-6f);
 
     L.cfg.indexer.top_k = 8;
-    for (AttnMode mode : {AttnMode::expanded, AttnMode::absorbed}) {
+    for (AttnMode mode : {AttnMode::expanded, AttnMode::absorbed, AttnMode::sparse}) {
         AttnStats stats;
         const std::vector<float> y_sparse = L.run(x, single_sequence(T), {}, mode, &stats);
         const std::vector<float> y_ref = reference_layer(L, x, T, 8, kept);
@@ -317,6 +317,49 @@ BOOST_AUTO_TEST_CASE(dsa_topk) {
         BOOST_TEST_MESSAGE("dsa top-8 vs loop reference: max |diff| "
                            << sparse_err << "; top-24 vs dense " << full_err);
     }
+}
+
+// (c2) The sparse DSA prefill (each query over its own gathered top-k rows; the automatic choice)
+// equals the masked-dense expanded form: 300 new tokens (two query blocks) after a 40-token
+// chunk already in the cache, top-k 16 of up to 340 keys; and the selection is ops::top_k's.
+BOOST_AUTO_TEST_CASE(dsa_sparse_equals_masked_dense) {
+    const int64_t T0 = 40, T = 300;
+    Layer L("tiny", Mixer::dsa, true);
+    L.cfg.indexer.top_k = 16;
+    const int64_t d = L.cfg.hidden_size;
+    std::vector<float> x = random_x(T0 + T, d, 21);
+    std::vector<float> head = rows_of(x, d, 0, T0), rest = rows_of(x, d, T0, T);
+    float worst = 0.0f;
+    AttnCache ref;
+    L.run(head, single_sequence(T0), {&ref}, AttnMode::expanded);
+    const AttnCache start = ref;
+    const std::vector<float> y_ref =
+        L.run(rest, single_sequence(T, T0), {&ref}, AttnMode::expanded);
+    for (AttnMode mode : {AttnMode::sparse, AttnMode::automatic}) {
+        AttnCache c = start;
+        const std::vector<float> y = L.run(rest, single_sequence(T, T0), {&c}, mode);
+        BOOST_TEST(max_abs_diff(y, y_ref) <= 1e-5f);
+        worst = std::max(worst, max_abs_diff(y, y_ref));
+    }
+    // indexer_select keeps exactly ops::top_k's keys (ties included: scores rounded to force them)
+    Buffer scores(DType::f32, {T, T0 + T});
+    Philox rng(5, 0, 0);
+    rng.fill_normal(scores.ptr<float>(), static_cast<size_t>(T * (T0 + T)), 0.0f, 1.0f);
+    for (int64_t i = 0; i < T * (T0 + T); ++i)
+        scores.ptr<float>()[i] = std::round(4.0f * scores.ptr<float>()[i]);
+    const int64_t k = 16;
+    std::vector<int64_t> keep(T * k), n_keep(T), want(k);
+    indexer_select(scores.view(), T0, k, keep.data(), n_keep.data());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < T; ++i) {
+        const int64_t visible = T0 + i + 1;
+        BOOST_TEST(n_keep[i] == std::min(k, visible));
+        ops::top_k(scores.ptr<float>() + i * (T0 + T), visible, n_keep[i], want.data());
+        std::sort(want.begin(), want.begin() + n_keep[i]);
+        differ += !std::equal(want.begin(), want.begin() + n_keep[i], keep.begin() + i * k);
+    }
+    BOOST_TEST(differ == 0);
+    BOOST_TEST_MESSAGE("dsa sparse prefill vs masked dense: max |diff| " << worst);
 }
 
 // (d) One 24-token prefill == 10 + 14 chunks == 24 single-token decode steps through the cache.
@@ -501,7 +544,7 @@ BOOST_AUTO_TEST_CASE(golden) {
                    });
         BOOST_REQUIRE((h5.shape("x") == Shape{T, L.cfg.hidden_size}));
         const std::vector<float> y_ref = h5.floats(std::string(group) + "/y");
-        for (AttnMode mode : {AttnMode::expanded, AttnMode::absorbed}) {
+        for (AttnMode mode : {AttnMode::expanded, AttnMode::absorbed, AttnMode::sparse}) {
             const std::vector<float> y = L.run(x, single_sequence(T), {}, mode);
             BOOST_TEST_CONTEXT(group << " mode " << static_cast<int>(mode)) {
                 BOOST_TEST(max_abs_diff(y, y_ref) <= 1e-5f);

@@ -1,0 +1,43 @@
+// The vector kernels of the chunked KDA scan (kda_chunk.cpp): a fast e^x for the non-positive
+// exponents the chunked form evaluates, and the pairwise-exponential scores of a diagonal
+// sub-block. Each has an AVX-512 body, chosen at run time when the CPU has avx512f, and a portable
+// scalar one with the same polynomial.
+// kda_exp: Cody-Waite range reduction x = n·ln2 + r, |r| ≤ ln2/2, and the degree-7 expansion
+// e^r ≈ 1 + r + r²·P5(r) (Cephes expf coefficients), scaled by 2^n. Max relative error against
+// the exact e^x: 2e-7 over x ∈ [−87.3, 0] (normal results; tests/unit/model/test_kda_simd.cpp
+// measures it); below, the result underflows gracefully (subnormal, then 0 from x < −104).
+#pragma once
+
+#include <cstdint>
+
+namespace hymoe::model {
+
+// y[i] = e^{x[i]} for x[i] ≤ 0 (y may alias x).
+void kda_exp(const float* x, float* y, int64_t n);
+
+// out[i, x] = a[i, x] · e^{sign·(γ[i, x] − ref[x])} for `rows` rows of K, ref null meaning 0;
+// the caller keeps every exponent ≤ 0 (sign −1 with ref at or below γ, sign +1 with ref above).
+void kda_decay_rows(const float* a,  // [rows, K] stride lda
+                    int64_t lda,
+                    const float* gam,  // [rows, K] stride K
+                    const float* ref,  // [K] or null
+                    float sign,        // +1 or −1
+                    int64_t rows,
+                    int64_t K,
+                    float* out);  // [rows, K] stride K
+
+// One diagonal sub-block of n ≤ 16 tokens: for every i and j ≤ i,
+//   aqk[i, j] = Σ_κ q_iκ k_jκ e^{γ_iκ − γ_jκ},   akk[i, j] = Σ_κ k_iκ k_jκ e^{γ_iκ − γ_jκ},
+// each exponential evaluated pairwise (γ non-increasing down the rows, so every exponent ≤ 0);
+// the entries above the diagonal are not written.
+void kda_diag_scores(int64_t n,
+                     int64_t K,
+                     const float* q,  // [n, K] stride ld
+                     const float* k,  // [n, K] stride ld
+                     int64_t ld,
+                     const float* gam,  // [n, K] stride K: cumulative log-decay γ
+                     float* aqk,        // [n, n] stride ldo
+                     float* akk,        // [n, n] stride ldo
+                     int64_t ldo);
+
+}  // namespace hymoe::model
