@@ -68,7 +68,7 @@ NPM_PKGS := tiktoken@1.0.22
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all
-.PHONY: all run test test-cuda check bench report format format-check deps help clean FORCE
+.PHONY: all run test test-asan test-cuda check bench report format format-check deps help clean FORCE
 
 all: $(BINS) build/hymoe  ## build hymoe and the test binaries (CUDA=1 adds the CUDA backend, SAN=asan sanitizers)
 
@@ -145,6 +145,16 @@ test: deps  ## install what is missing, build, run every test tier; last line "N
 test-cuda:  ## build with CUDA=1 and run the CUDA parity tests (each skips where no GPU is present)
 	@$(MAKE) --no-print-directory CUDA=1 -j$(NPROC) build/cuda$(if $(SAN),-$(SAN))/test_cuda
 	@build/cuda$(if $(SAN),-$(SAN))/test_cuda --run_test=@cuda
+
+# Opt-in: the asan build (g++ -fsanitize=address,undefined, -O1) of the whole library is far
+# larger than the CI budget allows next to the cpu build; leaks are not checked (MPI's own).
+ASAN_RUN := ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+test-asan:  ## SAN=asan build; the unit tier and the e2e bad_decks_suite and faults suites under it
+	@$(MAKE) --no-print-directory SAN=asan -j$(NPROC) build/cpu-asan/test_unit build/cpu-asan/test_e2e \
+	    build/cpu-asan/hymoe
+	@$(ASAN_RUN) build/cpu-asan/test_unit
+	@$(ASAN_RUN) HYMOE_BIN=build/cpu-asan/hymoe OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 \
+	    build/cpu-asan/test_e2e --run_test=bad_decks_suite,faults
 
 check:  ## run the test tiers (unit, mpi, e2e, slurm) on what is built (no install, no build)
 	@OUT=$(OUT) tests/run_tiers

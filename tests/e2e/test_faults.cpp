@@ -4,7 +4,8 @@
 // file, exit 1 or 3, no file under a complete-looking name, and the rerun with space resumes to
 // the uninterrupted run's results), and kill -9 in the middle of each kind of write (results
 // segment, profile.h5, checkpoint, converted model, tokenized dataset; HYMOE_TEST_KILL_AT of
-// core/kill_point.h picks the write): the rerun resumes or refuses, and never reads a torn file.
+// core/kill_point.h picks the write): the rerun resumes or refuses, and never reads a torn file;
+// a damaged journal (the fuzzers' finding) is refused with exit 3.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include <boost/test/unit_test.hpp>
+#include <hdf5.h>
 #include <nlohmann/json.hpp>
 
 #include "hymoe/core/error.h"
@@ -197,6 +199,34 @@ BOOST_AUTO_TEST_CASE(kill_9_mid_results_segment) {
     BOOST_TEST(contains(rerun.out, "resuming: "), rerun.out);
     BOOST_TEST(!fs::exists(out + "/results.parts"));
     expect_same_results(out + "/results.h5", infer_reference() + "/results.h5");
+}
+
+// The fuzz finding of the journal reader (tests/fuzz/fuzz_journal.cpp): a segment whose columns
+// disagree (here /line cut to one entry, with the HDF5 C API) was read past its end on resume;
+// now the rerun stops with exit 3 naming the file and the column.
+BOOST_AUTO_TEST_CASE(a_damaged_results_journal_is_refused_with_3) {
+    const std::string out = scratch("damaged"), seg = out + "/results.parts/seg-000000.h5";
+    BOOST_TEST(
+        run_killed_at("results.parts/seg-000001.h5", kInfer + " --set job.output=" + out).code ==
+        128 + SIGKILL);
+    const hid_t f = H5Fopen(seg.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    BOOST_REQUIRE(f >= 0);
+    const int64_t n = static_cast<int64_t>(io::H5Reader(seg).ints("/index").size());
+    H5Ldelete(f, "/line", H5P_DEFAULT);
+    const hsize_t one = 1;
+    const int64_t line = 1;
+    const hid_t space = H5Screate_simple(1, &one, nullptr);
+    const hid_t d =
+        H5Dcreate2(f, "/line", H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &line);
+    H5Dclose(d), H5Sclose(space), H5Fclose(f);
+    const testing::RunResult rerun = testing::run_hymoe(kInfer + " --set job.output=" + out);
+    BOOST_TEST(rerun.code == 3, rerun.err);
+    BOOST_REQUIRE(!rerun.err_lines().empty());
+    BOOST_TEST(
+        contains(rerun.err_lines()[0], cat(seg, ": /line holds 1 entries for ", n, " requests")),
+        rerun.err);
+    BOOST_TEST(!fs::exists(out + "/results.h5"));
 }
 
 // kill -9 while profile.h5 is written (after results.h5): no profile.h5 under its real name; the
