@@ -54,6 +54,17 @@ BOOST_AUTO_TEST_CASE(config_number_overflow_is_invalid_json) {
     BOOST_TEST(e.starts_with("2 config.json: not valid JSON (number overflow parsing"), e);
 }
 
+// n_shared_experts = 555555551 × moe_intermediate_size = 32 overflowed int (UBSan).
+BOOST_AUTO_TEST_CASE(config_shared_expert_width_overflow_is_invalid) {
+    const std::string text = corpus("config", "regress-shared-width-overflow");
+    const std::string e = error_of([&] { model::parse_model_config(text, "config.json"); });
+    BOOST_TEST(
+        e.find("n_shared_experts × moe_intermediate_size is 17777777632, above 2147483647") !=
+            std::string::npos,
+        e);
+    BOOST_TEST(e.starts_with("2 config.json"), e);
+}
+
 // A Sequence pre-tokenizer without "pretokenizers" hit json's const operator[] on a missing key
 // (an assertion: abort); other wrong shapes threw json exceptions past the parser.
 BOOST_AUTO_TEST_CASE(tokenizer_json_of_the_wrong_shape_is_one_error) {
