@@ -10,6 +10,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "hymoe/core/error.h"
+#include "hymoe/io/checkpoint.h"
 #include "hymoe/model/config.h"
 #include "hymoe/text/tokenizer.h"
 
@@ -63,6 +64,15 @@ BOOST_AUTO_TEST_CASE(config_shared_expert_width_overflow_is_invalid) {
             std::string::npos,
         e);
     BOOST_TEST(e.starts_with("2 config.json"), e);
+}
+
+// A manifest entry with split_dim 5 for a 2-D tensor indexed its shape past the end (ASan) when
+// the tensor was read; now the manifest is refused as it is opened, exit 4.
+BOOST_AUTO_TEST_CASE(manifest_split_dim_outside_the_shape_is_refused) {
+    const std::string text = corpus("manifest", "regress-split-dim");
+    BOOST_TEST(error_of([&] { io::TensorStore("ckpt", text); }) ==
+               "4 ckpt/manifest.json: tensor w: its shape [2, 3], split_dim 5 and pieces do not "
+               "fit together");
 }
 
 // A Sequence pre-tokenizer without "pretokenizers" hit json's const operator[] on a missing key
