@@ -63,12 +63,12 @@ export BOOST_TEST_COLOR_OUTPUT := no
 DEB_PKGS := make g++ pkg-config bc openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools \
             libboost-test-dev libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev \
             slurm-wlm munge libpmix-dev python3-h5py python3-matplotlib libpng-dev libjpeg62-turbo-dev \
-            libpcre2-dev
+            libpcre2-dev clang-14 libclang-rt-14-dev
 NPM_PKGS := tiktoken@1.0.22
 
 MAKEFLAGS += --no-builtin-rules
 .DEFAULT_GOAL := all
-.PHONY: all run test test-cuda check bench report docs format format-check depcheck deps help clean FORCE
+.PHONY: all run test test-asan test-cuda check bench report docs format format-check depcheck deps help clean FORCE
 
 all: $(BINS) build/hymoe  ## build hymoe and the test binaries (CUDA=1 adds the CUDA backend, SAN=asan sanitizers)
 
@@ -139,14 +139,24 @@ run: deps  ## install what is missing, build, run the quickstart job (tiny model
 	@sed -nE 's/^\[[^]]*\] (outputs|done|tokens|batching): /\1: /p' jobs/quickstart/out/log
 
 test: deps  ## install what is missing, build, run every test tier; last line "N passed, N failed"
-	@$(MAKE) --no-print-directory -j$(NPROC) all
+	@$(MAKE) --no-print-directory -j$(NPROC) all fuzz-build
 	@$(MAKE) --no-print-directory check
 
 test-cuda:  ## build with CUDA=1 and run the CUDA parity tests (each skips where no GPU is present)
 	@$(MAKE) --no-print-directory CUDA=1 -j$(NPROC) build/cuda$(if $(SAN),-$(SAN))/test_cuda
 	@build/cuda$(if $(SAN),-$(SAN))/test_cuda --run_test=@cuda
 
-check:  ## run the test tiers (unit, mpi, e2e, emulate, docs, slurm) on what is built (no install, no build)
+# Opt-in: the asan build (g++ -fsanitize=address,undefined, -O1) of the whole library is far
+# larger than the CI budget allows next to the cpu build; leaks are not checked (MPI's own).
+ASAN_RUN := ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+test-asan:  ## SAN=asan build; the unit tier and the e2e bad_decks_suite and faults suites under it
+	@$(MAKE) --no-print-directory SAN=asan -j$(NPROC) build/cpu-asan/test_unit build/cpu-asan/test_e2e \
+	    build/cpu-asan/hymoe
+	@$(ASAN_RUN) build/cpu-asan/test_unit
+	@$(ASAN_RUN) HYMOE_BIN=build/cpu-asan/hymoe OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 \
+	    build/cpu-asan/test_e2e --run_test=bad_decks_suite,faults
+
+check:  ## run the test tiers (unit, mpi, e2e, emulate, docs, slurm, depcheck, fuzz) on what is built (no install, no build)
 	@OUT=$(OUT) tests/run_tiers
 
 bench: deps  ## speed as ratios measured in the same run
@@ -162,6 +172,50 @@ bench: deps  ## speed as ratios measured in the same run
 docs: $(OUT)/hymoe  ## write docs/reference/deck.md from the deck schema (hymoe --describe-deck)
 	@$(OUT)/hymoe --describe-deck > docs/reference/deck.md.tmp && mv docs/reference/deck.md.tmp docs/reference/deck.md
 	@echo "wrote docs/reference/deck.md"
+
+# ---- fuzzing (tests/fuzz/; clang's libFuzzer, ASan and UBSan) -------------------------------------
+# Each tests/fuzz/fuzz_<t>.cpp is one target, built with clang++ (the mpicxx wrapper's flags) over
+# the parser sources only, into build/fuzz/. `make fuzz` runs each FUZZ_SECONDS seconds from its
+# committed corpus tests/fuzz/corpus/<t>/ (new inputs go to build/fuzz/corpus/<t>/); a crash, leak,
+# hang (> 1 s) or sanitizer report fails it and leaves the input in build/fuzz/crashes/<t>/.
+# `make fuzz-regress` replays every committed input once (the test tiers run it).
+FUZZ_CXX     ?= clang++-14
+FUZZ_SECONDS ?= 60
+FUZZ_OUT     := build/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_FLAGS    = -std=c++20 -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -Iinclude -DOMPI_SKIP_MPICXX=1 \
+                $(shell mpicxx --showme:compile) $(PKG_CFLAGS)
+FUZZ_LIBSRC  := $(wildcard src/core/*.cpp src/deck/*.cpp src/io/*.cpp src/text/*.cpp src/tensor/*.cpp \
+                  src/parallel/*.cpp) src/model/config.cpp src/model/config_hf.cpp \
+                  src/model/config_read.cpp src/model/config_presets.cpp src/runtime/results.cpp \
+                  src/backend/cpu/resize.cpp tests/fuzz/engine_names.cpp
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.cpp,%,$(wildcard tests/fuzz/fuzz_*.cpp))
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
+
+$(FUZZ_OUT)/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_OUT)/libparsers.a: $(FUZZ_LIBSRC:%.cpp=$(FUZZ_OUT)/%.o) $(FUZZ_OUT)/gen/build_info.o
+	@rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_OUT)/gen/build_info.o: $(OUT)/gen/build_info.cpp
+	@mkdir -p $(@D)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -c $< -o $@
+
+$(FUZZ_OUT)/fuzz_%: $(FUZZ_OUT)/tests/fuzz/fuzz_%.o $(FUZZ_OUT)/libparsers.a
+	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer $^ $(shell mpicxx --showme:link) $(PKG_LIBS) -ljpeg -o $@
+
+.PHONY: fuzz fuzz-build fuzz-regress
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build  ## run every fuzz target FUZZ_SECONDS seconds (default 60) from its corpus
+	@tests/fuzz/run $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-regress: fuzz-build  ## replay every committed fuzz corpus input once through its target
+	@tests/fuzz/run 0 $(FUZZ_TARGETS)
+
+-include $(shell find $(FUZZ_OUT) -name '*.d' 2>/dev/null)
 
 PYTHON ?= /usr/bin/python3
 report:  ## plots and an HTML page of a job's outputs: make report JOB=jobs/NAME (-> JOB/out/report/)

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -15,8 +16,13 @@ namespace hymoe::detail {
 
 #if defined(__x86_64__)
 
+// CPUID leaf 7 EBX bit 29 (SHA) and leaf 1 ECX bit 19 (SSE4.1); read directly, as clang 14's
+// __builtin_cpu_supports does not know "sha".
 bool sha256_hardware() {
-    return __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)))
+        return false;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));
 }
 
 __attribute__((target("sha,sse4.1,ssse3"))) void sha256_blocks_hw(uint32_t* state,

@@ -101,6 +101,31 @@ struct TensorStore::Impl {
     mutable std::map<std::string, std::unique_ptr<H5Reader>> files;  // opened on first use
 };
 
+namespace {
+
+// A manifest entry describes a tensor its pieces fit (a fuzz finding: split_dim 5 of a 2-D tensor
+// was used as an index): dims ≥ 0, split_dim −1 or a dim, each piece's rows inside it.
+void check_entry(const TensorMeta& m, const std::string& name, const std::string& where) {
+    bool ok = m.split_dim >= -1 && m.split_dim < static_cast<int>(m.shape.size());
+    for (int64_t d : m.shape)
+        ok = ok && d >= 0;
+    for (const PieceMeta& p : m.pieces)
+        ok = ok && p.begin >= 0 && p.rows >= 0 &&
+             (m.split_dim < 0 || p.rows <= m.shape[m.split_dim] - p.begin);
+    if (!ok)
+        HYMOE_FAIL_ONE(Exit::checkpoint,
+                       where,
+                       ": tensor ",
+                       name,
+                       ": its shape ",
+                       shape_string(m.shape),
+                       ", split_dim ",
+                       m.split_dim,
+                       " and pieces do not fit together");
+}
+
+}  // namespace
+
 TensorStore::TensorStore(const std::string& dir, const std::string& manifest_json)
     : dir_(dir), impl_(std::make_unique<Impl>()) {
     const std::string where = dir + "/manifest.json";
@@ -114,6 +139,7 @@ TensorStore::TensorStore(const std::string& dir, const std::string& manifest_jso
             m.split_dim = t.at("split_dim");
             for (const json& p : t.at("pieces"))
                 m.pieces.push_back({p.at("begin"), p.at("rows"), p.at("sha256")});
+            check_entry(m, name, where);
             impl_->tensors.emplace(name, std::move(m));
         }
     } catch (const json::exception& e) {

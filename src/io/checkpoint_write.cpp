@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_detail.h"
+#include "hymoe/core/kill_point.h"
 #include "hymoe/core/sha256.h"
 #include "hymoe/io/checkpoint.h"
 #include "hymoe/io/h5.h"
@@ -313,6 +314,7 @@ void write_manifest(const std::string& dir, const std::string& json_text) {
             HYMOE_FAIL_ONE(Exit::internal, "writing ", partial);
     }
     detail::sync_path(partial);
+    kill_point(path);  // tests: a kill -9 with the manifest written but not renamed
     std::error_code ec;
     fs::rename(partial, path, ec);
     if (ec)

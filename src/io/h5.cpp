@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "hymoe/core/error.h"
+#include "hymoe/core/kill_point.h"
 #include "hymoe/parallel/mpi_handle.h"
 
 namespace hymoe::io {
@@ -67,8 +68,11 @@ hid_t h5_type(DType t) {
 }
 
 H5Id::H5Id(hid_t id, Closer close, const std::string& what) : id_(id), close_(close) {
+    // a full disk or quota is named: HDF5's own stack (off, above) would be the only other trace
+    const bool full = errno == ENOSPC || errno == EDQUOT;
     if (id < 0)
-        HYMOE_FAIL_ONE(Exit::internal, "HDF5: ", what, " failed");
+        HYMOE_FAIL_ONE(
+            Exit::internal, "HDF5: ", what, " failed", full ? ": no space left on device" : "");
 }
 
 H5Id::~H5Id() {
@@ -339,8 +343,12 @@ void H5Writer::copy(const std::string& src_path, const std::string& object) {
 }
 
 void H5Writer::commit() {
+    kill_point(path_);  // tests: a kill -9 with the file written but neither flushed nor renamed
     if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0)
-        HYMOE_FAIL_ONE(Exit::internal, "HDF5: flushing ", partial_);
+        HYMOE_FAIL_ONE(Exit::internal,
+                       "HDF5: flushing ",
+                       partial_,
+                       errno == ENOSPC || errno == EDQUOT ? ": no space left on device" : "");
     file_ = H5Id();
     if (parallel_)
         comm::barrier(comm_);

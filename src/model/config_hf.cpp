@@ -43,6 +43,16 @@ WeightQuant read_quantization(const JsonObject& top) {
     return w;
 }
 
+// n_shared_experts × moe_intermediate_size, the shared experts' width, fits an int (a fuzz
+// finding: 555555551 × 32 overflowed).
+int shared_width(const JsonObject& top, const MoeConfig& m) {
+    const int64_t w = int64_t{m.n_shared_experts} * m.moe_intermediate;
+    if (w > int_max)
+        top.fail("n_shared_experts",
+                 cat("n_shared_experts × moe_intermediate_size is ", w, ", above ", int_max));
+    return static_cast<int>(w);
+}
+
 // Fields both families spell the same way.
 void read_common(const JsonObject& top, ModelConfig& c) {
     c.quant = read_quantization(top);
@@ -158,7 +168,7 @@ ModelConfig read_kimi_linear(const JsonObject& top) {
         m.top_k = top.get_int("num_experts_per_token", 1);
         m.n_shared_experts = top.opt_int("num_shared_experts", 0, 0);
         m.moe_intermediate = top.get_int("moe_intermediate_size", 1);
-        m.shared_intermediate = m.n_shared_experts * m.moe_intermediate;
+        m.shared_intermediate = shared_width(top, m);
         m.scoring = static_cast<Scoring>(
             top.opt_choice("moe_router_activation_func", {"sigmoid", "softmax"}, 0));
         m.renormalize = top.opt_bool("moe_renormalize", true);
@@ -196,7 +206,7 @@ ModelConfig read_deepseek_v32(const JsonObject& top) {
         m.top_k = top.get_int("num_experts_per_tok", 1);
         m.n_shared_experts = top.opt_int("n_shared_experts", 0, 0);
         m.moe_intermediate = top.get_int("moe_intermediate_size", 1);
-        m.shared_intermediate = m.n_shared_experts * m.moe_intermediate;
+        m.shared_intermediate = shared_width(top, m);
         m.scoring = static_cast<Scoring>(top.opt_choice("scoring_func", {"sigmoid", "softmax"}, 0));
         m.renormalize = top.opt_bool("norm_topk_prob", true);
         m.routed_scaling_factor = top.opt_double("routed_scaling_factor", 1.0, positive);

@@ -193,7 +193,7 @@ Json parse_json_object(const std::string& text, const std::string& where) {
     Json j;
     try {
         j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // parse_error, or out_of_range: a number overflows
         std::string msg = e.what();
         auto pos = msg.find("] ");  // drop nlohmann's "[json.exception.parse_error.101] " tag
         if (msg.rfind("[json.exception", 0) == 0 && pos != std::string::npos)

@@ -16,6 +16,7 @@
 #include "hymoe/io/safetensors.h"
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/model_checkpoint.h"
+#include "hymoe/runtime/output_lock.h"
 
 namespace hymoe::runtime {
 
@@ -33,7 +34,8 @@ std::string convert_job_of(const fs::path& dir) {
 
 // The files a convert may find in its own earlier output.
 bool convert_output(const std::string& name) {
-    return name == "log" || name == "manifest.json" || name == "manifest.json.partial" ||
+    return name == "log" || name == kOutputLockName || name == "manifest.json" ||
+           name == "manifest.json.partial" ||
            (name.starts_with("stage") && (name.ends_with(".h5") || name.ends_with(".h5.partial")));
 }
 

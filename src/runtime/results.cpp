@@ -77,6 +77,52 @@ struct Segment {
     std::vector<float> top_logprobs;  // [Σ n_out, N]
 };
 
+// A segment's columns agree (a journal edited, truncated by a bug or of another version is one
+// Exit::bad_input naming the file, never a read past a column): [n] per-request columns, request
+// indices and counts non-negative, finish codes known, the flat columns as long as the counts say.
+void check_segment(const Segment& s, const std::string& path, bool prompt_logprobs, int top_n) {
+    const size_t n = s.index.size();
+    auto bad = [&](const std::string& what) {
+        HYMOE_FAIL_ONE(Exit::bad_input,
+                       path,
+                       ": ",
+                       what,
+                       " (a damaged results journal: remove ",
+                       fs::path(path).parent_path().string(),
+                       " to start afresh)");
+    };
+    for (const auto& [name, size] : {std::pair{"/line", s.line.size()},
+                                     {"/prompt_len", s.prompt_len.size()},
+                                     {"/n_out", s.n_out.size()},
+                                     {"/finish", s.finish.size()},
+                                     {"/greedy_token", s.greedy_token.size()},
+                                     {"/greedy_logprob", s.greedy_logprob.size()},
+                                     {"/id", s.id.size()},
+                                     {"/adapter", s.adapter.size()}})
+        if (size != n)
+            bad(cat(name, " holds ", size, " entries for ", n, " requests"));
+    if (!s.text.empty() && s.text.size() != n)
+        bad(cat("/text holds ", s.text.size(), " entries for ", n, " requests"));
+    for (size_t i = 0; i < n; ++i)
+        if (s.index[i] < 0 || s.n_out[i] < 0 || s.prompt_len[i] < 0 || s.finish[i] < 0 ||
+            s.finish[i] > static_cast<int64_t>(Finish::length))
+            bad(cat("request ", i, " has a negative index or count, or an unknown finish code"));
+    const size_t n_tokens = static_cast<size_t>(s.out_begin[n]);
+    if (s.tokens.size() != n_tokens || s.logprobs.size() != n_tokens)
+        bad(cat("/tokens and /logprobs hold ",
+                s.tokens.size(),
+                " and ",
+                s.logprobs.size(),
+                " entries, /n_out sums to ",
+                n_tokens));
+    if (prompt_logprobs && s.prompt_logprobs.size() != static_cast<size_t>(s.plp_begin[n]))
+        bad(cat(
+            "/prompt_logprobs holds ", s.prompt_logprobs.size(), " entries, not ", s.plp_begin[n]));
+    if (top_n > 0 && (s.top_tokens.size() != n_tokens * static_cast<size_t>(top_n) ||
+                      s.top_logprobs.size() != s.top_tokens.size()))
+        bad(cat("/top_tokens and /top_logprobs do not hold ", top_n, " entries per output token"));
+}
+
 Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
     io::H5Reader r(path);
     Segment s;
@@ -91,11 +137,13 @@ Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
     if (r.exists("/text"))
         s.text = r.strings("/text");
     s.out_begin.assign(1, 0), s.plp_begin.assign(1, 0);
-    for (size_t i = 0; i < s.index.size(); ++i) {
+    const size_t n = std::min({s.index.size(), s.n_out.size(), s.prompt_len.size()});
+    for (size_t i = 0; i < n; ++i) {
         s.out_begin.push_back(s.out_begin.back() + s.n_out[i]);
         s.plp_begin.push_back(s.plp_begin.back() +
                               (prompt_logprobs ? std::max<int64_t>(s.prompt_len[i] - 1, 0) : 0));
     }
+    check_segment(s, path, prompt_logprobs, top_n);
     return s;
 }
 
@@ -264,12 +312,9 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
     comm::barrier(ranks_.world);
     int last = -1;
     for (const auto& [n, path] : list_segments(parts_)) {
-        io::H5Reader r(path);
-        std::vector<int64_t> index = r.ints("/index"), line = r.ints("/line"),
-                             prompt_len = r.ints("/prompt_len");
-        std::vector<std::string> id = r.strings("/id");
-        for (size_t i = 0; i < index.size(); ++i)
-            done_.push_back({index[i], line[i], prompt_len[i], id[i]});
+        const Segment s = read_segment(path, prompt_logprobs_, top_n_);  // checked whole
+        for (size_t i = 0; i < s.index.size(); ++i)
+            done_.push_back({s.index[i], s.line[i], s.prompt_len[i], s.id[i]});
         last = n;
     }
     const int w = std::max(ranks_.writer, 0), n_w = ranks_.n_writers;

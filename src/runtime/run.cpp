@@ -14,6 +14,7 @@
 #include "hymoe/runtime/device_choice.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/model_checkpoint.h"
+#include "hymoe/runtime/output_lock.h"
 #include "hymoe/runtime/plan.h"
 #include "hymoe/runtime/rerun.h"
 #include "hymoe/runtime/tokenize.h"
@@ -85,6 +86,7 @@ int run_job(const Job& job, const parallel::Grid& grid) {
     const bool on_gpu =
         (kind == deck::JobKind::infer || kind == deck::JobKind::lora) && choose_device(job).cuda;
     make_output_folder(job.deck.job.output);
+    const OutputLock lock(job.deck.job.output);  // one job per folder, until this job ends
     log::to_file(job.deck.job.output + "/log");
     if (kind == deck::JobKind::infer)
         return run_infer(job, grid, on_gpu);

@@ -63,12 +63,13 @@ void read_pretokenizer(const json& p, Tokenizer& tok, const Ctx& c, const std::s
         return;
     const std::string type = p.value("type", "");
     if (type == "Sequence") {
-        for (size_t i = 0; i < p["pretokenizers"].size(); ++i)
-            read_pretokenizer(p["pretokenizers"][i], tok, c, cat(field, ".pretokenizers[", i, "]"));
+        const json& list = p.at("pretokenizers");
+        for (size_t i = 0; i < list.size(); ++i)
+            read_pretokenizer(list.at(i), tok, c, cat(field, ".pretokenizers[", i, "]"));
     } else if (type == "Split") {
         if (p.value("behavior", "") != "Isolated" || p.value("invert", false))
             c.fail(field, "only Split with behavior Isolated and invert false is supported");
-        const json& pat = p["pattern"];
+        const json& pat = p.at("pattern");
         if (pat.contains("Regex")) {
             tok.add_pretokenizer(pat["Regex"].get<std::string>());
         } else if (pat.contains("String")) {
@@ -94,10 +95,31 @@ void read_pretokenizer(const json& p, Tokenizer& tok, const Ctx& c, const std::s
     }
 }
 
+// A token id of the file: an integer in 0 .. kMaxTokenId.
+int32_t token_id(const json& id, const Ctx& c, const std::string& field) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId)
+        c.fail(field, cat("token id ", id.dump(), " is not an integer from 0 to ", kMaxTokenId));
+    return static_cast<int32_t>(id.get<int64_t>());
+}
+
+Tokenizer parse_tokenizer_json(const std::string& text, const Ctx& c);
+
 }  // namespace
 
+// The file's shape is checked as it is read: a key of the wrong JSON type or missing (json's own
+// exceptions) is one Exit::invalid error naming the file.
 Tokenizer parse_hf_tokenizer(const std::string& text, const std::string& path) {
     const Ctx c{path};
+    try {
+        return parse_tokenizer_json(text, c);
+    } catch (const json::exception& e) {
+        c.fail("(file)", cat("not a tokenizer.json of the expected shape (", e.what(), ")"));
+    }
+}
+
+namespace {
+
+Tokenizer parse_tokenizer_json(const std::string& text, const Ctx& c) {
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object())
         c.fail("(file)", "not a JSON object");
@@ -107,7 +129,8 @@ Tokenizer parse_hf_tokenizer(const std::string& text, const std::string& path) {
     if (!model.contains("vocab") || !model["vocab"].is_object())
         c.fail("model.vocab", "missing");
     const json& norm = j.value("normalizer", json());
-    if (!norm.is_null() && !(norm.value("type", "") == "Sequence" && norm["normalizers"].empty()))
+    if (!norm.is_null() &&
+        !(norm.value("type", "") == "Sequence" && norm.at("normalizers").empty()))
         c.fail("normalizer", "normalizers are not supported");
     const json& dec = j.value("decoder", json());
     if (!dec.is_null() && dec.value("type", "") != "ByteLevel")
@@ -125,7 +148,7 @@ Tokenizer parse_hf_tokenizer(const std::string& text, const std::string& path) {
         if (!to_bytes(s, inv, bytes))
             c.fail("model.vocab",
                    "'" + s + "' is not in the byte-level alphabet (not byte-level BPE)");
-        tok.add_token(bytes, id.get<int32_t>());
+        tok.add_token(bytes, token_id(id, c, "model.vocab"));
     }
     const json& merges = model.value("merges", json::array());
     std::string left, right;
@@ -144,15 +167,20 @@ Tokenizer parse_hf_tokenizer(const std::string& text, const std::string& path) {
         if (!vocab.contains(a) || !vocab.contains(b))
             c.fail(cat("model.merges[", r, "]"),
                    "'" + a + " " + b + "' uses a token not in the vocabulary");
-        tok.add_merge(vocab[a].get<int32_t>(), vocab[b].get<int32_t>(), static_cast<int32_t>(r));
+        tok.add_merge(token_id(vocab[a], c, "model.vocab"),
+                      token_id(vocab[b], c, "model.vocab"),
+                      static_cast<int32_t>(r));
     }
     tok.set_ignore_merges(model.value("ignore_merges", false));
     read_pretokenizer(j.value("pre_tokenizer", json()), tok, c, "pre_tokenizer");
     for (const auto& a : j.value("added_tokens", json::array()))
-        tok.add_special({a.at("content").get<std::string>(), a.at("id").get<int32_t>()});
+        tok.add_special(
+            {a.at("content").get<std::string>(), token_id(a.at("id"), c, "added_tokens")});
     tok.set_kind("HF byte-level BPE");
     tok.finish();
     return tok;
 }
+
+}  // namespace
 
 }  // namespace hymoe::text

@@ -2,6 +2,7 @@
 // A rank file has one "<base64 bytes> <rank>" per line; ranks are the token ids. The patterns are
 // the ones the encodings document: OpenAI's tiktoken for cl100k_base and o200k_base, Moonshot's
 // tokenization_kimi.py for Kimi (with its 256 reserved special ids above the ranks).
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 
@@ -121,13 +122,14 @@ Tokenizer load_tiktoken(const std::string& path, const std::string& pattern) {
         if (line.empty())
             continue;
         const size_t sp = line.find(' ');
-        int64_t rank = -1;
-        try {
-            rank = sp == std::string::npos ? -1 : std::stoll(line.substr(sp + 1));
-        } catch (const std::exception&) {
-            rank = -1;
+        int64_t rank = -1;  // the whole rest of the line, digits only
+        if (sp != std::string::npos) {
+            const char* end = line.data() + line.size();
+            if (auto [at, ec] = std::from_chars(line.data() + sp + 1, end, rank);
+                ec != std::errc() || at != end)
+                rank = -1;
         }
-        if (rank < 0 || rank > INT32_MAX ||
+        if (rank < 0 || rank > kMaxTokenId ||
             !decode_base64(std::string_view(line).substr(0, sp), bytes))
             HYMOE_FAIL(Exit::invalid, path, ":", line_no, ": expected '<base64 token> <rank>'");
         tok.add_token(bytes, static_cast<int32_t>(rank));

@@ -24,6 +24,10 @@
 
 namespace hymoe::text {
 
+// Token ids a tokenizer file may give: 0 .. 2^24 − 1 (the largest real vocabularies are ~200k;
+// an id is a slot of the id table, so a file's id of 2^31 would be a 64 GB table).
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
 struct SpecialToken {
     std::string text;
     int32_t id = 0;
