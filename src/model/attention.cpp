@@ -226,7 +226,7 @@ void attend_absorbed(const ModelConfig& cfg,
     const MlaDims m = mla_dims(cfg);
     const int64_t n_head = m.n_head;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
-    const float* w_kvb = w.kv_b_proj.ptr<float>();  // [H, d_n + d_v, r_kv]
+    const ops::WeightRef w_kvb = ops::weight_ref(w.kv_b_proj.view());  // [H, d_n + d_v, r_kv]
     const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
     for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
         const int64_t n_b = std::min(query_block, s.n_q - i0), n_kb = s.pos0 + i0 + n_b;
@@ -257,10 +257,9 @@ void attend_absorbed(const ModelConfig& cfg,
         }
         for (int64_t h = 0; h < n_head; ++h) {
             const float* q_h = s.q + i0 * ld_q + h * m.d_qk();
-            const float* w_h = w_kvb + h * m.d_kvb() * m.r_kv;
+            const ops::WeightRef w_h = w_kvb.at(h * m.d_kvb() * m.r_kv);
             // q̂ [n_b, r_kv] = q_n [n_b, d_n] · W_kvb[h, :d_n] [d_n, r_kv]
-            ops::gemm(false,
-                      false,
+            ops::gemm_w(false,
                       n_b,
                       m.r_kv,
                       m.d_n,
@@ -278,15 +277,14 @@ void attend_absorbed(const ModelConfig& cfg,
                           q_hat.ptr<float>() + i * m.d_lat() + m.r_kv);
             attention_core(q_hat.view(), lat.view(), c_kv.view(), mask.view(), tau, o_bar.view());
             // o_h [n_b, d_v] = ō [n_b, r_kv] · W_kvb[h, d_n:]ᵀ
-            ops::gemm(false,
-                      true,
+            ops::gemm_w(true,
                       n_b,
                       m.d_v,
                       m.r_kv,
                       1.0f,
                       o_bar.ptr<float>(),
                       m.r_kv,
-                      w_h + m.d_n * m.r_kv,
+                      w_h.at(m.d_n * m.r_kv),
                       m.r_kv,
                       0.0f,
                       s.o + i0 * ld_o + h * m.d_v,

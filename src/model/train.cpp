@@ -234,15 +234,14 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         if (!dh)
             continue;
         Buffer dx(DType::f32, {k, d});  // [k, d] = dlogits[:, lo : lo + part] · head
-        ops::gemm(false,
-                  false,
+        ops::gemm_w(false,
                   k,
                   d,
                   part,
                   1.0f,
                   logits.ptr<float>() + lo,
                   V,
-                  head.ptr<float>(),
+                  ops::weight_ref(head),
                   d,
                   0.0f,
                   dx.ptr<float>(),
