@@ -1,7 +1,8 @@
 // AVX-512 kernels for products with bf16 weights (backend/cpu/weight_kernels.h). This file alone
 // is compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16; weight_gemm.cpp calls it only
 // after cpu_has_avx512_bf16(). fp32 accumulation throughout.
-// g++ 12's AVX-512 headers start vectors as `__Y = __Y` (undefined on purpose), which
+// Loops over the register tile carry `#pragma GCC unroll` so that -O2 keeps the accumulators in
+// registers. g++ 12's AVX-512 headers start vectors as `__Y = __Y` (undefined on purpose), which
 // -Wuninitialized reports at every inlined use: silenced for this file only.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -24,47 +25,54 @@ namespace {
 
 // ---- GEMV: few rows, the weight streamed once ---------------------------------------------
 
-// 16 bf16 at p (the first `n` of them, the rest 0) widened to fp32.
-inline __m512 widen16(const uint16_t* p, __mmask16 n) {
-    const __m256i h = _mm256_maskz_loadu_epi16(n, p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 inline void store(float alpha, float sum, float beta, float* c) {
     *c = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
 }
 
 // c [M, R] (+)= a [M, k] · w [R, k]ᵀ: R weight rows in one pass, M activation rows reusing them.
+// A 64-byte line of a weight row is 32 bf16: as 16 32-bit lanes, `lane << 16` is the even element
+// widened to fp32 and `lane & 0xffff0000` the odd one, so xs holds each activation row split the
+// same way per 32 elements ([M, ldx]: 16 even values then 16 odd ones, zero past k).
 template <int M, int R>
 void gemv_tile(int64_t k,
                float alpha,
-               const float* a,
-               int64_t lda,
+               const float* xs,
+               int64_t ldx,
                const uint16_t* w,
                int64_t ldw,
                float beta,
                float* c,
                int64_t ldc) {
     __m512 acc[M][R];
+#pragma GCC unroll 8
     for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
             acc[i][r] = _mm512_setzero_ps();
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
     constexpr int64_t ahead = 512;  // elements prefetched ahead on each weight row (1 KiB)
-    for (int64_t p = 0; p < k; p += 16) {
-        const __mmask16 mk = k - p >= 16 ? 0xffff : static_cast<__mmask16>((1u << (k - p)) - 1);
-        __m512 wv[R];
+    for (int64_t p = 0; p < k; p += 32) {
+        const __mmask32 mk = k - p >= 32 ? ~0u : (1u << (k - p)) - 1;
+        __m512 even[R], odd[R];
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-            if ((p & 31) == 0)  // one prefetch per 64-byte line
-                _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + p + ahead), _MM_HINT_T0);
-            wv[r] = widen16(w + r * ldw + p, mk);
+            _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + p + ahead), _MM_HINT_T0);
+            const __m512i v = _mm512_maskz_loadu_epi16(mk, w + r * ldw + p);
+            even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+            odd[r] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
         }
+#pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
-            const __m512 av = _mm512_maskz_loadu_ps(mk, a + i * lda + p);
+            const __m512 xe = _mm512_loadu_ps(xs + i * ldx + p);
+            const __m512 xo = _mm512_loadu_ps(xs + i * ldx + p + 16);
+#pragma GCC unroll 8
             for (int r = 0; r < R; ++r)
-                acc[i][r] = _mm512_fmadd_ps(av, wv[r], acc[i][r]);
+                acc[i][r] = _mm512_fmadd_ps(xo, odd[r], _mm512_fmadd_ps(xe, even[r], acc[i][r]));
         }
     }
+#pragma GCC unroll 8
     for (int i = 0; i < M; ++i)
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
             store(alpha, _mm512_reduce_add_ps(acc[i][r]), beta, c + i * ldc + r);
 }
@@ -91,6 +99,7 @@ void gemv_rows(int64_t n,
 
 constexpr int64_t kNr = 64;  // panel columns: four 16-lane vectors
 constexpr int kMr = 6;       // tile rows: 6 × 4 accumulators
+constexpr int64_t kKc = 64;  // K block, in bf16 pairs: a 64 × 64 panel block is 16 KiB
 
 // panel [kp, 64] of bf16 pairs: panel[p][j] = (w[j][2p], w[j][2p+1]) for the panel's `cols`
 // weight rows j (zero beyond them and beyond k).
@@ -106,50 +115,71 @@ void pack_panel(const uint16_t* w, int64_t ldw, int64_t cols, int64_t k, uint32_
     }
 }
 
-// c [R, cols] (+)= a16 [R, kp] · panel: R rows of bf16-pair activations against one panel.
+// c [R, cols] (+)= a16 [R, p0:p1] · panel [p0:p1]: R rows of bf16-pair activations against one
+// K block of a panel; the first block applies beta to C, later ones add to it.
 template <int R>
-void gemm_tile(int64_t kp,
+void gemm_tile(int64_t p0,
+               int64_t p1,
                const uint32_t* a16,
+               int64_t kp,
                const uint32_t* panel,
                float alpha,
                float beta,
+               bool first,
                float* c,
                int64_t ldc,
                int64_t cols) {
     __m512 acc[R][4];
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
         for (int v = 0; v < 4; ++v)
             acc[i][v] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kp; ++p) {
+    for (int64_t p = p0; p < p1; ++p) {
         const uint32_t* bp = panel + p * kNr;
         __m512bh b[4];
+#pragma GCC unroll 8
         for (int v = 0; v < 4; ++v)
             b[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + 16 * v));
+#pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
             const __m512bh ai =
                 reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a16[i * kp + p])));
+#pragma GCC unroll 8
             for (int v = 0; v < 4; ++v)
                 acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, b[v]);
         }
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(first ? beta : 1.0f);
+    const bool read_c = !first || beta != 0.0f;
+#pragma GCC unroll 8
     for (int v = 0; v < 4; ++v) {
         const int64_t left = cols - 16 * v;
         if (left <= 0)
             break;
         const __mmask16 mk = left >= 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
+#pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
             float* ci = c + i * ldc + 16 * v;
             __m512 out = _mm512_mul_ps(va, acc[i][v]);
-            if (beta != 0.0f)
+            if (read_c)
                 out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, ci), out);
             _mm512_mask_storeu_ps(ci, mk, out);
         }
     }
 }
 
-using TileFn =
-    void (*)(int64_t, const uint32_t*, const uint32_t*, float, float, float*, int64_t, int64_t);
+using TileFn = void (*)(int64_t,
+                        int64_t,
+                        const uint32_t*,
+                        int64_t,
+                        const uint32_t*,
+                        float,
+                        float,
+                        bool,
+                        float*,
+                        int64_t,
+                        int64_t);
 constexpr TileFn kTiles[kMr + 1] = {
     nullptr, gemm_tile<1>, gemm_tile<2>, gemm_tile<3>, gemm_tile<4>, gemm_tile<5>, gemm_tile<6>};
 
@@ -166,21 +196,27 @@ void bf16_gemv_avx512(int64_t m,
                       float beta,
                       float* c,
                       int64_t ldc) {
+    const int64_t ldx = (k + 31) / 32 * 32;
+    std::vector<float> xs(static_cast<size_t>(m * ldx), 0.0f);  // [m, ldx] even | odd per 32
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < k; ++p)
+            xs[static_cast<size_t>(i * ldx + p / 32 * 32 + (p % 2) * 16 + p % 32 / 2)] =
+                a[i * lda + p];
     for (int64_t i = 0; i < m; i += 4) {
-        const float* ai = a + i * lda;
+        const float* xi = xs.data() + i * ldx;
         float* ci = c + i * ldc;
         switch (std::min<int64_t>(4, m - i)) {
             case 1:
-                gemv_rows<1>(n, k, alpha, ai, lda, w, ldw, beta, ci, ldc);
+                gemv_rows<1>(n, k, alpha, xi, ldx, w, ldw, beta, ci, ldc);
                 break;
             case 2:
-                gemv_rows<2>(n, k, alpha, ai, lda, w, ldw, beta, ci, ldc);
+                gemv_rows<2>(n, k, alpha, xi, ldx, w, ldw, beta, ci, ldc);
                 break;
             case 3:
-                gemv_rows<3>(n, k, alpha, ai, lda, w, ldw, beta, ci, ldc);
+                gemv_rows<3>(n, k, alpha, xi, ldx, w, ldw, beta, ci, ldc);
                 break;
             default:
-                gemv_rows<4>(n, k, alpha, ai, lda, w, ldw, beta, ci, ldc);
+                gemv_rows<4>(n, k, alpha, xi, ldx, w, ldw, beta, ci, ldc);
         }
     }
 }
@@ -209,10 +245,23 @@ void bf16_gemm_avx512(int64_t m,
     for (int64_t j = 0; j < n; j += kNr) {
         const int64_t cols = std::min(kNr, n - j);
         pack_panel(w + j * ldw, ldw, cols, k, panel.data()->v);
-        for (int64_t i = 0; i < m; i += kMr) {
-            const int64_t rows = std::min<int64_t>(kMr, m - i);
-            kTiles[rows](
-                kp, a16.data() + i * kp, panel.data()->v, alpha, beta, c + i * ldc + j, ldc, cols);
+        // K blocks of kKc pairs: the panel's block (16 KiB) stays in L1 across the row tiles
+        for (int64_t p0 = 0; p0 < kp || p0 == 0; p0 += kKc) {
+            const int64_t p1 = std::min(kp, p0 + kKc);
+            for (int64_t i = 0; i < m; i += kMr) {
+                const int64_t rows = std::min<int64_t>(kMr, m - i);
+                kTiles[rows](p0,
+                             p1,
+                             a16.data() + i * kp,
+                             kp,
+                             panel.data()->v,
+                             alpha,
+                             beta,
+                             p0 == 0,
+                             c + i * ldc + j,
+                             ldc,
+                             cols);
+            }
         }
     }
 }
