@@ -260,17 +260,17 @@ void attend_absorbed(const ModelConfig& cfg,
             const ops::WeightRef w_h = w_kvb.at(h * m.d_kvb() * m.r_kv);
             // q̂ [n_b, r_kv] = q_n [n_b, d_n] · W_kvb[h, :d_n] [d_n, r_kv]
             ops::gemm_w(false,
-                      n_b,
-                      m.r_kv,
-                      m.d_n,
-                      1.0f,
-                      q_h,
-                      ld_q,
-                      w_h,
-                      m.r_kv,
-                      0.0f,
-                      q_hat.ptr<float>(),
-                      m.d_lat());
+                        n_b,
+                        m.r_kv,
+                        m.d_n,
+                        1.0f,
+                        q_h,
+                        ld_q,
+                        w_h,
+                        m.r_kv,
+                        0.0f,
+                        q_hat.ptr<float>(),
+                        m.d_lat());
             for (int64_t i = 0; i < n_b; ++i)
                 std::copy(q_h + i * ld_q + m.d_n,
                           q_h + i * ld_q + m.d_qk(),
@@ -278,17 +278,17 @@ void attend_absorbed(const ModelConfig& cfg,
             attention_core(q_hat.view(), lat.view(), c_kv.view(), mask.view(), tau, o_bar.view());
             // o_h [n_b, d_v] = ō [n_b, r_kv] · W_kvb[h, d_n:]ᵀ
             ops::gemm_w(true,
-                      n_b,
-                      m.d_v,
-                      m.r_kv,
-                      1.0f,
-                      o_bar.ptr<float>(),
-                      m.r_kv,
-                      w_h.at(m.d_n * m.r_kv),
-                      m.r_kv,
-                      0.0f,
-                      s.o + i0 * ld_o + h * m.d_v,
-                      ld_o);
+                        n_b,
+                        m.d_v,
+                        m.r_kv,
+                        1.0f,
+                        o_bar.ptr<float>(),
+                        m.r_kv,
+                        w_h.at(m.d_n * m.r_kv),
+                        m.r_kv,
+                        0.0f,
+                        s.o + i0 * ld_o + h * m.d_v,
+                        ld_o);
         }
     }
 }

@@ -209,7 +209,7 @@ void merge_lora(LoraModel& lm, int adapter) {
         const Shape& w = mod.weight.shape;
         const int64_t r = p.A.view().dim(0);
         for (Buffer* weight : mod.adapted) {  // W [out, in] += s · B [out, r] · A [r, in]
-            Tensor& wt = weight->view();  // in fp32, then back to its storage dtype
+            Tensor& wt = weight->view();      // in fp32, then back to its storage dtype
             std::vector<float> x = widened(wt);
             ops::gemm(false,
                       false,

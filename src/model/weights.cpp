@@ -1,9 +1,12 @@
 // Named weight tensors (hymoe/model/weights.h): allocation at each tensor's storage dtype and
-// the two ways to fill a list, random init by rule (drawing from one Philox stream in list order) and reading by name.
+// the two ways to fill a list, random init by rule (drawing from one Philox stream in list order)
+// and reading by name.
 #include "hymoe/model/weights.h"
 
 #include <algorithm>
 #include <cmath>
+
+#include "hymoe/core/error.h"
 
 namespace hymoe::model {
 
@@ -77,16 +80,28 @@ std::vector<float> widened(const Tensor& w) {
 }
 
 void init_random(const TensorList& list, Philox& rng) {
+    constexpr size_t chunk = size_t{1} << 16;  // even: fill_normal in chunks is one call's stream
     for (const TensorSpec& spec : list) {
-        Buffer drawn(DType::f32, spec.shape);
-        const auto n = static_cast<size_t>(drawn.view().numel());
-        fill(spec.init, spec.std, drawn.ptr<float>(), n, rng);
+        *spec.dest = Buffer(spec.dtype, spec.shape);
+        const auto n = static_cast<size_t>(spec.dest->view().numel());
         if (spec.dtype == DType::f32) {
-            *spec.dest = std::move(drawn);
+            fill(spec.init, spec.std, spec.dest->ptr<float>(), n, rng);
             continue;
         }
-        *spec.dest = Buffer(spec.dtype, spec.shape);
-        store_floats(drawn.ptr<float>(), static_cast<int64_t>(n), spec.dtype, spec.dest->view().data);
+        // a stored matrix (Init::normal): drawn in fp32 a chunk at a time, rounded into place,
+        // so no fp32 copy of the tensor is ever held
+        HYMOE_CHECK(
+            spec.init == Init::normal, spec.name, ": only Init::normal is stored in 16 bits");
+        std::vector<float> drawn(std::min(n, chunk));
+        auto* dst = static_cast<char*>(spec.dest->view().data);
+        for (size_t i = 0; i < n; i += chunk) {
+            const size_t m = std::min(chunk, n - i);
+            fill(spec.init, spec.std, drawn.data(), m, rng);
+            store_floats(drawn.data(),
+                         static_cast<int64_t>(m),
+                         spec.dtype,
+                         dst + i * dtype_size(spec.dtype));
+        }
     }
 }
 

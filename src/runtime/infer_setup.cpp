@@ -76,7 +76,7 @@ model::Model build_model(const Job& job, const parallel::Grid& grid) {
                       to_string(m.weight_dtype),
                       ", products by ",
                       ops::to_string(m.weight_dtype == DType::bf16 ? ops::weight_kernel()
-                                                                  : ops::WeightKernel::portable)));
+                                                                   : ops::WeightKernel::portable)));
     weight_fill(job, m.shard)(model::model_tensors(m));
     return m;
 }

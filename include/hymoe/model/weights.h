@@ -68,9 +68,9 @@ std::vector<float> widened(const Tensor& w);
 
 // Allocate every tensor of the list (at spec.dtype, zeroed) and fill it by its init rule,
 // advancing `rng` in list order: drawn in fp32, then rounded to spec.dtype (so a bf16 model's
-// fp32 twin is its widened weights). Whole tensors only (split_dim is not read): the model gives each tensor its own
-// stream and cuts a rank's part out of the whole (model.h init_model_random), which is what
-// makes the weights the same on every layout.
+// fp32 twin is its widened weights). Whole tensors only (split_dim is not read): the model gives
+// each tensor its own stream and cuts a rank's part out of the whole (model.h init_model_random),
+// which is what makes the weights the same on every layout.
 void init_random(const TensorList& list, Philox& rng);
 // Allocate every tensor and fill it with read(prefix + name, dest) (safetensors, golden files).
 void load_named(const TensorList& list,

@@ -1,5 +1,5 @@
 // What an infer run's ranks held, against their plan (runtime/plan.h): per rank the weights
-// (exact, from the tensor list), the KV pages at their most, the allocator's peak of every host
+// (exact, from the tensor list at each tensor's storage dtype), the KV pages at their most, the allocator's peak of every host
 // Buffer (weights, KDA states, activations, logits) plus those pages, and the peak resident set
 // (getrusage, which also counts the binary, MPI and BLAS); planned: the stage's weights, KV
 // pages, KDA states and the larger activation set, without the plan's fixed runtime reserve
