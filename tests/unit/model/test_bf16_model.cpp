@@ -108,8 +108,9 @@ BOOST_DATA_TEST_CASE(matrices_are_bf16_and_widen_to_the_twin, data::make(kPreset
     BOOST_TEST(matrices > 10);
 }
 
-// Measured when set (tiny, 32 prompts, 1 thread): AVX-512-BF16 max |Δ logprob| ≈ TODO nats;
-// portable (widened weights, sgemm) TODO.
+// Measured when set (tiny, 32 prompts, 729 positions): AVX-512-BF16 max |Δ log p| 0.0117 nats,
+// greedy agreement 0.9959; portable (widened weights, the same sgemm) 0 and 1.0. Bounds and their
+// derivation: docs/guide/precision.md.
 BOOST_AUTO_TEST_CASE(quickstart_scores_like_the_fp32_twin) {
     Twins t;
     make_twins(t, "tiny", 1234);
@@ -134,8 +135,13 @@ BOOST_AUTO_TEST_CASE(quickstart_scores_like_the_fp32_twin) {
         const double agree = static_cast<double>(same) / static_cast<double>(total);
         BOOST_TEST_MESSAGE(ops::to_string(k) << ": max |logprob bf16 - fp32 twin| " << worst
                                              << ", greedy agreement " << agree << " of " << total);
-        BOOST_TEST(worst <= 1.0);
-        BOOST_TEST(agree >= 0.0);
+        if (k == ops::WeightKernel::portable) {  // the widened weights are the twin exactly
+            BOOST_TEST(worst == 0.0);
+            BOOST_TEST(agree == 1.0);
+        } else {
+            BOOST_TEST(worst <= 0.05);
+            BOOST_TEST(agree >= 0.98);
+        }
     }
     ops::set_weight_kernel(ops::WeightKernel::automatic);
 }
@@ -174,8 +180,8 @@ BOOST_AUTO_TEST_CASE(lora_training_at_a_bf16_base_matches_the_fp32_twin) {
     BOOST_TEST_MESSAGE("LoRA at bf16 base: loss " << loss[0] << " vs fp32 twin " << loss[1]
                                                   << ", gradient max rel diff " << diff / scale);
     BOOST_TEST(std::isfinite(loss[0]));
-    BOOST_TEST(std::abs(loss[0] - loss[1]) <= 1.0 * std::abs(loss[1]));
-    BOOST_TEST(diff / scale <= 1.0);
+    BOOST_TEST(std::abs(loss[0] - loss[1]) <= 1e-3 * std::abs(loss[1]));
+    BOOST_TEST(diff / scale <= 0.25);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
