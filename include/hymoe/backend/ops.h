@@ -36,11 +36,11 @@ void gemm(bool trans_a,
 // Weights are held at their storage dtype (model/weights.h): fp32, bf16 or fp16. Every product
 // with a weight goes through gemm_w, which dispatches on it; activations and results stay fp32.
 //   f32:  exactly ops::gemm (OpenBLAS), so fp32 models are unchanged bit for bit.
-//   bf16: fp32 accumulation. A few rows (m ≤ 4, decode) stream the weight once, widened to fp32,
-//         against fp32 activations (only the weight was rounded); more rows (prefill) round the
-//         activations to bf16 once per call and use AVX-512-BF16 dot products (VDPBF16PS) on
-//         packed weight panels. The portable path (CPUs without avx512_bf16, and fp16 weights)
-//         widens the weight to fp32 and calls sgemm. docs/guide/precision.md has the measurements.
+//   bf16: the activations rounded to bf16 once per call, AVX-512-BF16 dot products (VDPBF16PS)
+//         with fp32 accumulation: a few rows (m ≤ 4, decode) stream the weight once, more rows
+//         (prefill) run a GEMM on packed weight panels. The portable path (CPUs without
+//         avx512_bf16, fp16 weights, and dx = dy·W) widens the weight to fp32 and calls sgemm
+//         (activations exact). docs/guide/precision.md has the bounds and measurements.
 
 // A weight operand: row-major data at its storage dtype.
 struct WeightRef {

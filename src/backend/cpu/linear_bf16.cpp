@@ -29,14 +29,13 @@ inline void store(float alpha, float sum, float beta, float* c) {
     *c = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
 }
 
-// c [M, R] (+)= a [M, k] · w [R, k]ᵀ: R weight rows in one pass, M activation rows reusing them.
-// A 64-byte line of a weight row is 32 bf16: as 16 32-bit lanes, `lane << 16` is the even element
-// widened to fp32 and `lane & 0xffff0000` the odd one, so xs holds each activation row split the
-// same way per 32 elements ([M, ldx]: 16 even values then 16 odd ones, zero past k).
+// c [M, R] (+)= x16 [M, k] · w [R, k]ᵀ: R weight rows in one pass, M activation rows (bf16,
+// [M, ldx], zero past k) reusing them; each 64-byte line of a weight row is one VDPBF16PS per
+// activation row, the lanes reduced at the end.
 template <int M, int R>
 void gemv_tile(int64_t k,
                float alpha,
-               const float* xs,
+               const uint16_t* x16,
                int64_t ldx,
                const uint16_t* w,
                int64_t ldw,
@@ -49,25 +48,21 @@ void gemv_tile(int64_t k,
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
             acc[i][r] = _mm512_setzero_ps();
-    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
     constexpr int64_t ahead = 512;  // elements prefetched ahead on each weight row (1 KiB)
     for (int64_t p = 0; p < k; p += 32) {
         const __mmask32 mk = k - p >= 32 ? ~0u : (1u << (k - p)) - 1;
-        __m512 even[R], odd[R];
+        __m512bh wv[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + p + ahead), _MM_HINT_T0);
-            const __m512i v = _mm512_maskz_loadu_epi16(mk, w + r * ldw + p);
-            even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-            odd[r] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+            wv[r] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mk, w + r * ldw + p));
         }
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
-            const __m512 xe = _mm512_loadu_ps(xs + i * ldx + p);
-            const __m512 xo = _mm512_loadu_ps(xs + i * ldx + p + 16);
+            const auto xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x16 + i * ldx + p));
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r)
-                acc[i][r] = _mm512_fmadd_ps(xo, odd[r], _mm512_fmadd_ps(xe, even[r], acc[i][r]));
+                acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv, wv[r]);
         }
     }
 #pragma GCC unroll 8
@@ -81,7 +76,7 @@ template <int M>
 void gemv_rows(int64_t n,
                int64_t k,
                float alpha,
-               const float* a,
+               const uint16_t* a,
                int64_t lda,
                const uint16_t* w,
                int64_t ldw,
@@ -197,13 +192,12 @@ void bf16_gemv_avx512(int64_t m,
                       float* c,
                       int64_t ldc) {
     const int64_t ldx = (k + 31) / 32 * 32;
-    std::vector<float> xs(static_cast<size_t>(m * ldx), 0.0f);  // [m, ldx] even | odd per 32
+    std::vector<uint16_t> x16(static_cast<size_t>(m * ldx), 0);  // [m, ldx] a rounded to bf16
     for (int64_t i = 0; i < m; ++i)
         for (int64_t p = 0; p < k; ++p)
-            xs[static_cast<size_t>(i * ldx + p / 32 * 32 + (p % 2) * 16 + p % 32 / 2)] =
-                a[i * lda + p];
+            x16[static_cast<size_t>(i * ldx + p)] = float_to_bf16(a[i * lda + p]);
     for (int64_t i = 0; i < m; i += 4) {
-        const float* xi = xs.data() + i * ldx;
+        const uint16_t* xi = x16.data() + i * ldx;
         float* ci = c + i * ldc;
         switch (std::min<int64_t>(4, m - i)) {
             case 1:
