@@ -1,7 +1,8 @@
 // Uploading a layer's weights to the GPU model (device_blocks.h): matrices in the compute dtype
-// (widened from the host's storage dtype, then rounded to bf16, to nearest even, when cd is bf16), vectors, conv taps and the
-// router in fp32. Matrices one GEMM reads together are stacked on the way: KDA's q|k|v
-// projections, its low-rank inputs f_a|g_a|b, and the routed experts' [E, out, in] blocks.
+// (widened from the host's storage dtype, then rounded to bf16, to nearest even, when cd is bf16),
+// vectors, conv taps and the router in fp32. Matrices one GEMM reads together are stacked on the
+// way: KDA's q|k|v projections, its low-rank inputs f_a|g_a|b, and the routed experts' [E, out, in]
+// blocks.
 #include <cstring>
 #include <vector>
 

@@ -4,8 +4,8 @@
 // fp32, widened values bit-equal to the twin's), then prompt log-probabilities and greedy tokens
 // of the first 32 quickstart prompts on every kernel path, and a LoRA training pass at a bf16
 // base. The only extra error is the rounding of the activations to bf16 at the input of each
-// prefill GEMM (AVX-512-BF16 path; ≤ 2⁻⁹ relative per element, accumulation stays fp32); the
-// bounds below are stated with the figures measured when they were set.
+// product with a weight (AVX-512-BF16 path; ≤ 2⁻⁹ relative per element, accumulation stays
+// fp32); the bounds below are stated with the figures measured when they were set.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
