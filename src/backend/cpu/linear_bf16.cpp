@@ -83,9 +83,10 @@ void gemv_rows(int64_t n,
                float beta,
                float* c,
                int64_t ldc) {
+    constexpr int R = M <= 2 ? 8 : 4;  // weight rows per pass: M·R accumulators in registers
     int64_t j = 0;
-    for (; j + 4 <= n; j += 4)
-        gemv_tile<M, 4>(k, alpha, a, lda, w + j * ldw, ldw, beta, c + j, ldc);
+    for (; j + R <= n; j += R)
+        gemv_tile<M, R>(k, alpha, a, lda, w + j * ldw, ldw, beta, c + j, ldc);
     for (; j < n; ++j)
         gemv_tile<M, 1>(k, alpha, a, lda, w + j * ldw, ldw, beta, c + j, ldc);
 }

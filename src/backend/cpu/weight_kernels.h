@@ -14,8 +14,8 @@ bool cpu_has_avx512_bf16();
 bool batch_invariant_on();
 
 // A few rows (decode): A rounded to bf16 once, each weight row read once and dotted with its rows
-// by VDPBF16PS (fp32 accumulators), four weight rows per pass. Any m; meant for m ≤ 4. The
-// activations are rounded as in the GEMM, so the two kernels differ by fp32 rounding only.
+// by VDPBF16PS (fp32 accumulators), eight weight rows per pass (four for m > 2). Any m; meant for m
+// ≤ 4. The activations are rounded as in the GEMM, so the two kernels differ by fp32 rounding only.
 void bf16_gemv_avx512(int64_t m,
                       int64_t n,
                       int64_t k,
