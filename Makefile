@@ -115,6 +115,9 @@ $(OUT)/gen/build_info.o: $(OUT)/gen/build_info.cpp
 $(BENCHES): $(OUT)/%: $(OUT)/tests/bench/%.o $(OUT)/libhymoe.a
 	$(CXX) $(SAN_FLAGS) $^ $(LDLIBS) -o $@
 
+# The AVX-512-BF16 kernels: the one file built for those instructions, called after a cpuid check
+$(OUT)/src/backend/cpu/linear_bf16.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+
 $(OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@

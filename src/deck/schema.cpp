@@ -43,7 +43,7 @@ const std::vector<KeySpec> kSchema = {
 {"model.config", T::file, "", 0, 0, {}, "an HF config.json (kimi_linear, deepseek_v32) or a native hymoe config (docs/reference/model-config.md)"},
 {"model.weights", T::file_or_dir, "", 0, 0, {}, "an HF safetensors folder or file, or a hymoe checkpoint folder made by convert; for convert, the safetensors to convert; every kind but plan and tokenize needs weights or init: random"},
 {"model.init", T::choice, "none", 0, 0, {"none", "random"}, "random: random weights seeded by job.seed, keyed by tensor name"},
-{"model.dtype", T::choice, "bf16", 0, 0, kDtypes, "weight, activation and KV storage in a plan and on the GPU; the CPU computes in fp32 whatever it says"},
+{"model.dtype", T::choice, "bf16", 0, 0, kDtypes, "storage of the weight matrices (vectors and the router stay fp32) on the CPU and the GPU, and the default of inference.kv_cache.dtype; fp32 is exact; bf16 products accumulate in fp32 (docs/guide/precision.md)"},
 {"parallel", T::section, "", 0, 0, {}, "the layout: tp*dp*pp ranks; experts over etp*ep*edp of the same ranks (edp = tp*dp/(etp*ep))"},
 {"parallel.tp", T::integer, "1", 1, kRanks, {}, "tensor parallel: attention and KDA heads, dense FFN, vocabulary, shared experts"},
 {"parallel.pp", T::integer, "1", 1, kRanks, {}, "pipeline stages"},

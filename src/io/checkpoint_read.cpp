@@ -1,7 +1,7 @@
 // Reading a checkpoint's tensors (io/checkpoint.h TensorStore): a slice of a tensor at any layout
 // is put together from the saved pieces it overlaps; each piece is read whole with one hyperslab,
-// its sha256 checked against the manifest, and the overlap copied (bf16/f16 widened to f32 where
-// the destination asks for it).
+// its sha256 checked against the manifest, and the overlap copied into the destination's float
+// dtype (kept as stored when they agree: a bf16 checkpoint into bf16 weights makes no fp32 copy).
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -33,16 +33,29 @@ struct TensorMeta {
     std::vector<PieceMeta> pieces;
 };
 
-// One element of src (dtype s) into dst (dtype d): the same type, or bf16/f16 → f32.
+float float_at(const char* p, DType t, int64_t i) {
+    if (t == DType::f32)
+        return reinterpret_cast<const float*>(p)[i];
+    const uint16_t h = reinterpret_cast<const uint16_t*>(p)[i];
+    return t == DType::bf16 ? bf16_to_float(h) : f16_to_float(h);
+}
+
+void set_float(char* p, DType t, int64_t i, float x) {
+    if (t == DType::f32)
+        reinterpret_cast<float*>(p)[i] = x;
+    else
+        reinterpret_cast<uint16_t*>(p)[i] = t == DType::bf16 ? float_to_bf16(x) : float_to_f16(x);
+}
+
+// n elements of src (dtype s) into dst (dtype d): the same type copied, float types converted
+// through fp32 (16-bit → fp32 exact; fp32 → 16-bit rounded to nearest even).
 void convert_run(const char* src, DType s, char* dst, DType d, int64_t n) {
     if (s == d) {
         std::copy_n(src, n * static_cast<int64_t>(dtype_size(s)), dst);
         return;
     }
-    const auto* in = reinterpret_cast<const uint16_t*>(src);
-    auto* out = reinterpret_cast<float*>(dst);
     for (int64_t i = 0; i < n; ++i)
-        out[i] = s == DType::bf16 ? bf16_to_float(in[i]) : f16_to_float(in[i]);
+        set_float(dst, d, i, float_at(src, s, i));
 }
 
 // Copy the overlap of two boxes of one global index space: src covers [so, so + src.shape),
@@ -187,9 +200,10 @@ void TensorStore::read(
                        shape_string(m.shape),
                        " but this model needs ",
                        shape_string(want));
-    const bool widen =
-        dest.dtype == DType::f32 && (m.dtype == DType::bf16 || m.dtype == DType::f16);
-    if (dest.dtype != m.dtype && !widen)
+    const auto is_float = [](DType t) {
+        return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+    };
+    if (dest.dtype != m.dtype && !(is_float(dest.dtype) && is_float(m.dtype)))
         HYMOE_FAIL_ONE(Exit::checkpoint,
                        "tensor ",
                        name,

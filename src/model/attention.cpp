@@ -243,7 +243,7 @@ void attend_absorbed(const ModelConfig& cfg,
     const MlaDims m = mla_dims(cfg);
     const int64_t n_head = m.n_head;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
-    const float* w_kvb = w.kv_b_proj.ptr<float>();  // [H, d_n + d_v, r_kv]
+    const ops::WeightRef w_kvb = ops::weight_ref(w.kv_b_proj.view());  // [H, d_n + d_v, r_kv]
     const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
     for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
         const int64_t n_b = std::min(query_block, s.n_q - i0), n_kb = s.pos0 + i0 + n_b;
@@ -274,40 +274,38 @@ void attend_absorbed(const ModelConfig& cfg,
         }
         for (int64_t h = 0; h < n_head; ++h) {
             const float* q_h = s.q + i0 * ld_q + h * m.d_qk();
-            const float* w_h = w_kvb + h * m.d_kvb() * m.r_kv;
+            const ops::WeightRef w_h = w_kvb.at(h * m.d_kvb() * m.r_kv);
             // q̂ [n_b, r_kv] = q_n [n_b, d_n] · W_kvb[h, :d_n] [d_n, r_kv]
-            ops::gemm(false,
-                      false,
-                      n_b,
-                      m.r_kv,
-                      m.d_n,
-                      1.0f,
-                      q_h,
-                      ld_q,
-                      w_h,
-                      m.r_kv,
-                      0.0f,
-                      q_hat.ptr<float>(),
-                      m.d_lat());
+            ops::gemm_w(false,
+                        n_b,
+                        m.r_kv,
+                        m.d_n,
+                        1.0f,
+                        q_h,
+                        ld_q,
+                        w_h,
+                        m.r_kv,
+                        0.0f,
+                        q_hat.ptr<float>(),
+                        m.d_lat());
             for (int64_t i = 0; i < n_b; ++i)
                 std::copy(q_h + i * ld_q + m.d_n,
                           q_h + i * ld_q + m.d_qk(),
                           q_hat.ptr<float>() + i * m.d_lat() + m.r_kv);
             attention_core(q_hat.view(), lat.view(), c_kv.view(), mask.view(), tau, o_bar.view());
             // o_h [n_b, d_v] = ō [n_b, r_kv] · W_kvb[h, d_n:]ᵀ
-            ops::gemm(false,
-                      true,
-                      n_b,
-                      m.d_v,
-                      m.r_kv,
-                      1.0f,
-                      o_bar.ptr<float>(),
-                      m.r_kv,
-                      w_h + m.d_n * m.r_kv,
-                      m.r_kv,
-                      0.0f,
-                      s.o + i0 * ld_o + h * m.d_v,
-                      ld_o);
+            ops::gemm_w(true,
+                        n_b,
+                        m.d_v,
+                        m.r_kv,
+                        1.0f,
+                        o_bar.ptr<float>(),
+                        m.r_kv,
+                        w_h.at(m.d_n * m.r_kv),
+                        m.r_kv,
+                        0.0f,
+                        s.o + i0 * ld_o + h * m.d_v,
+                        ld_o);
         }
     }
 }
@@ -323,7 +321,7 @@ void attend_sparse(const ModelConfig& cfg,
     const MlaDims m = mla_dims(cfg);
     const int64_t n_head = m.n_head, d_lat = m.d_lat(), top_k = cfg.indexer.top_k;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
-    const float* w_kvb = w.kv_b_proj.ptr<float>();  // [H, d_n + d_v, r_kv]
+    const ops::WeightRef w_kvb = ops::weight_ref(w.kv_b_proj.view());  // [H, d_n + d_v, r_kv]
     const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
     Buffer q_hat(DType::f32, {query_block, n_head, d_lat});
     Buffer o_bar(DType::f32, {query_block, n_head, m.r_kv});
@@ -340,19 +338,18 @@ void attend_sparse(const ModelConfig& cfg,
         }
         for (int64_t h = 0; h < n_head; ++h) {  // q̂_h = [q_n W_kvb[h, :d_n] | q_r]
             const float* q_h = s.q + i0 * ld_q + h * m.d_qk();
-            ops::gemm(false,
-                      false,
-                      n_b,
-                      m.r_kv,
-                      m.d_n,
-                      1.0f,
-                      q_h,
-                      ld_q,
-                      w_kvb + h * m.d_kvb() * m.r_kv,
-                      m.r_kv,
-                      0.0f,
-                      q_hat.ptr<float>() + h * d_lat,
-                      n_head * d_lat);
+            ops::gemm_w(false,
+                        n_b,
+                        m.r_kv,
+                        m.d_n,
+                        1.0f,
+                        q_h,
+                        ld_q,
+                        w_kvb.at(h * m.d_kvb() * m.r_kv),
+                        m.r_kv,
+                        0.0f,
+                        q_hat.ptr<float>() + h * d_lat,
+                        n_head * d_lat);
             for (int64_t i = 0; i < n_b; ++i)
                 std::copy(q_h + i * ld_q + m.d_n,
                           q_h + i * ld_q + m.d_qk(),
@@ -363,8 +360,8 @@ void attend_sparse(const ModelConfig& cfg,
             for (int64_t j = 0; j < n_i; ++j) {
                 const int64_t u = keep[i * top_k + j];
                 float* l_j = lat.ptr<float>() + j * d_lat;
-                std::copy_n(s.cache->c_kv_row(u), m.r_kv, l_j);
-                std::copy_n(s.cache->k_r_row(u), m.d_r, l_j + m.r_kv);
+                s.cache->c_kv_row(u, l_j);
+                s.cache->k_r_row(u, l_j + m.r_kv);
             }
             ops::gemm(false,
                       true,
@@ -395,19 +392,18 @@ void attend_sparse(const ModelConfig& cfg,
                       m.r_kv);
         }
         for (int64_t h = 0; h < n_head; ++h)  // o_h [n_b, d_v] = ō_h · W_kvb[h, d_n:]ᵀ
-            ops::gemm(false,
-                      true,
-                      n_b,
-                      m.d_v,
-                      m.r_kv,
-                      1.0f,
-                      o_bar.ptr<float>() + h * m.r_kv,
-                      n_head * m.r_kv,
-                      w_kvb + h * m.d_kvb() * m.r_kv + m.d_n * m.r_kv,
-                      m.r_kv,
-                      0.0f,
-                      s.o + i0 * ld_o + h * m.d_v,
-                      ld_o);
+            ops::gemm_w(true,
+                        n_b,
+                        m.d_v,
+                        m.r_kv,
+                        1.0f,
+                        o_bar.ptr<float>() + h * m.r_kv,
+                        n_head * m.r_kv,
+                        w_kvb.at(h * m.d_kvb() * m.r_kv + m.d_n * m.r_kv),
+                        m.r_kv,
+                        0.0f,
+                        s.o + i0 * ld_o + h * m.d_v,
+                        ld_o);
     }
 }
 

@@ -79,7 +79,9 @@ TensorList ffn_tensors(const ModelConfig& cfg,
     const MoeConfig& m = cfg.moe;
     const bool latent = spec.ffn == Ffn::latent_moe;
     const int64_t width = latent ? m.latent_size : d;  // experts run in the latent (§7)
-    list.push_back({"gate.weight", {m.n_routed_experts, d}, &moe->gate});
+    TensorSpec gate{"gate.weight", {m.n_routed_experts, d}, &moe->gate};
+    gate.keep_f32 = true;  // the router stays fp32 (model-math §10)
+    list.push_back(gate);
     if (m.correction_bias)
         list.push_back({"gate.e_score_correction_bias",
                         {m.n_routed_experts},

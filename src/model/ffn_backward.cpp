@@ -61,19 +61,18 @@ void dense_ffn_backward_with_output(const DenseFfnWeights& w,
 
     // dh [n, I] = dy [n, w] · W_down [w, I], plus the down adapter's share.
     Buffer dh(DType::f32, {n, inter});
-    ops::gemm(false,
-              false,
-              n,
-              inter,
-              width,
-              1.0f,
-              dy.ptr<float>(),
-              width,
-              w.down_proj.ptr<float>(),
-              inter,
-              0.0f,
-              dh.ptr<float>(),
-              inter);
+    ops::gemm_w(false,
+                n,
+                inter,
+                width,
+                1.0f,
+                dy.ptr<float>(),
+                width,
+                ops::weight_ref(w.down_proj.view()),
+                inter,
+                0.0f,
+                dh.ptr<float>(),
+                inter);
     lora_backward(w.lora.down, rows, h.view(), dy, dh.view());
 
     // Through the activation, in place: up ← d(up), gate ← d(gate).
@@ -93,34 +92,32 @@ void dense_ffn_backward_with_output(const DenseFfnWeights& w,
     }
 
     // dx [n, w] = d(up) W_up (+ d(gate) W_gate), plus the adapters' shares.
-    ops::gemm(false,
-              false,
-              n,
-              width,
-              inter,
-              1.0f,
-              u,
-              inter,
-              w.up_proj.ptr<float>(),
-              width,
-              0.0f,
-              dx.ptr<float>(),
-              width);
+    ops::gemm_w(false,
+                n,
+                width,
+                inter,
+                1.0f,
+                u,
+                inter,
+                ops::weight_ref(w.up_proj.view()),
+                width,
+                0.0f,
+                dx.ptr<float>(),
+                width);
     lora_backward(w.lora.up, rows, x, up.view(), dx);
     if (act == ExpertAct::swiglu) {
-        ops::gemm(false,
-                  false,
-                  n,
-                  width,
-                  inter,
-                  1.0f,
-                  gate.ptr<float>(),
-                  inter,
-                  w.gate_proj.ptr<float>(),
-                  width,
-                  1.0f,
-                  dx.ptr<float>(),
-                  width);
+        ops::gemm_w(false,
+                    n,
+                    width,
+                    inter,
+                    1.0f,
+                    gate.ptr<float>(),
+                    inter,
+                    ops::weight_ref(w.gate_proj.view()),
+                    width,
+                    1.0f,
+                    dx.ptr<float>(),
+                    width);
         lora_backward(w.lora.gate, rows, x, gate.view(), dx);
     }
 }

@@ -33,10 +33,10 @@ struct KdaActs {
     std::vector<Buffer> ckpt;  // [n_seq] states before each chunk [⌈T_s/C⌉, H, K, V]
 };
 
-// dst [m, n] (+)= a [m, k] · b [k, n], row-major, contiguous.
+// dst [m, n] (+)= a [m, k] · w [k, n], row-major, contiguous; w a weight at its storage dtype.
 void matmul(
-    int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* dst, float beta) {
-    ops::gemm(false, false, m, n, k, 1.0f, a, k, b, n, beta, dst, n);
+    int64_t m, int64_t n, int64_t k, const float* a, const Buffer& w, float* dst, float beta) {
+    ops::gemm_w(false, m, n, k, 1.0f, a, k, ops::weight_ref(w.view()), n, beta, dst, n);
 }
 
 // c [n_tok, D] = conv(x Wᵀ (+ LoRA)) per sequence from a zero tail, before SiLU.
@@ -189,7 +189,7 @@ void output_backward(const ModelConfig& cfg,
     const KdaDims n(cfg);
     const int64_t n_tok = dy.dim(0);
     Buffer don(DType::f32, {n_tok, n.D});  // ∂L/∂on
-    matmul(n_tok, n.D, n.d, dy.ptr<float>(), w.o_proj.ptr<float>(), don.ptr<float>(), 0.0f);
+    matmul(n_tok, n.D, n.d, dy.ptr<float>(), w.o_proj, don.ptr<float>(), 0.0f);
     Tensor don_t = don.view();
     lora_backward(w.lora.o, batch, a.on.view(), dy, don_t);
 
@@ -219,8 +219,8 @@ void output_backward(const ModelConfig& cfg,
             d_o[i] = r * (d_o[i] - o[i] * r * mean);
     }
     Buffer dlow(DType::f32, {n_tok, n.K});
-    matmul(n_tok, n.K, n.D, dgate.ptr<float>(), w.g_b_proj.ptr<float>(), dlow.ptr<float>(), 0.0f);
-    matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.g_a_proj.ptr<float>(), dx.ptr<float>(), 1.0f);
+    matmul(n_tok, n.K, n.D, dgate.ptr<float>(), w.g_b_proj, dlow.ptr<float>(), 0.0f);
+    matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.g_a_proj, dx.ptr<float>(), 1.0f);
 }
 
 // From the scan's dq (or dk, dv) [n_tok, D] back to dx: l2 (when `l2`, with q's `scale`), SiLU,
@@ -271,7 +271,7 @@ void qkv_backward(const Tensor& x,
                         w[ch * n.W + i] * dc[(r0 + t) * n.D + ch];
             }
     }
-    matmul(n_tok, n.d, n.D, du.ptr<float>(), proj.ptr<float>(), dx.ptr<float>(), 1.0f);
+    matmul(n_tok, n.d, n.D, du.ptr<float>(), proj, dx.ptr<float>(), 1.0f);
     lora_backward(slot, batch, x, du.view(), dx);
 }
 
@@ -322,13 +322,13 @@ void kda_backward(const ModelConfig& cfg,
     // β = σ(b_proj x): dlogit = dβ β(1 − β)
     for (int64_t i = 0; i < n_tok * n.H; ++i)
         dbeta.ptr<float>()[i] *= a.beta.ptr<float>()[i] * (1.0f - a.beta.ptr<float>()[i]);
-    matmul(n_tok, n.d, n.H, dbeta.ptr<float>(), w.b_proj.ptr<float>(), dx.ptr<float>(), 1.0f);
+    matmul(n_tok, n.d, n.H, dbeta.ptr<float>(), w.b_proj, dx.ptr<float>(), 1.0f);
     // g = gate(f_b f_a x + dt_bias)
     for (int64_t i = 0; i < n_tok * n.D; ++i)
         dg.ptr<float>()[i] *= a.dg_dz.ptr<float>()[i];
     Buffer dlow(DType::f32, {n_tok, n.K});
-    matmul(n_tok, n.K, n.D, dg.ptr<float>(), w.f_b_proj.ptr<float>(), dlow.ptr<float>(), 0.0f);
-    matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.f_a_proj.ptr<float>(), dx.ptr<float>(), 1.0f);
+    matmul(n_tok, n.K, n.D, dg.ptr<float>(), w.f_b_proj, dlow.ptr<float>(), 0.0f);
+    matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.f_a_proj, dx.ptr<float>(), 1.0f);
 
     const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
     qkv_backward(x, batch, a.cq, true, scale, w.q_conv1d, w.q_proj, w.lora.q, n, dq, dx);

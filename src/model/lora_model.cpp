@@ -208,7 +208,9 @@ void merge_lora(LoraModel& lm, int adapter) {
         const LoraPair& p = mod.slot->adapters.at(adapter);
         const Shape& w = mod.weight.shape;
         const int64_t r = p.A.view().dim(0);
-        for (Buffer* weight : mod.adapted)  // W [out, in] += s · B [out, r] · A [r, in]
+        for (Buffer* weight : mod.adapted) {  // W [out, in] += s · B [out, r] · A [r, in]
+            Tensor& wt = weight->view();      // in fp32, then back to its storage dtype
+            std::vector<float> x = widened(wt);
             ops::gemm(false,
                       false,
                       w[0],
@@ -220,8 +222,10 @@ void merge_lora(LoraModel& lm, int adapter) {
                       p.A.ptr<float>(),
                       w[1],
                       1.0f,
-                      weight->ptr<float>(),
+                      x.data(),
                       w[1]);
+            store_floats(x.data(), wt.numel(), wt.dtype, wt.data);
+        }
     }
     for (LoraModule& mod : lm.modules)
         mod.slot->adapters.clear();

@@ -73,7 +73,7 @@ TensorList model_tensors(Model& m) {
         if (!cfg.tie_word_embeddings)
             list.push_back(split(0, {"lm_head.weight", {v_part, d}, &m.lm_head}));
     }
-    return list;
+    return with_storage(std::move(list), m.weight_dtype);
 }
 
 Model make_model(const ModelConfig& cfg) {
@@ -110,11 +110,11 @@ void copy_part(const Tensor& whole, const TensorPart& part, Tensor& dest) {
         outer *= whole.shape[k];
     for (size_t k = part.dim + 1; k < whole.shape.size(); ++k)
         inner *= whole.shape[k];
-    const int64_t n = dest.shape[part.dim];
+    const int64_t n = dest.shape[part.dim], es = static_cast<int64_t>(dtype_size(dest.dtype));
     for (int64_t o = 0; o < outer; ++o)
-        std::copy_n(whole.ptr<float>() + (o * part.full + part.begin) * inner,
-                    n * inner,
-                    dest.ptr<float>() + o * n * inner);
+        std::copy_n(whole.ptr<char>() + (o * part.full + part.begin) * inner * es,
+                    n * inner * es,
+                    dest.ptr<char>() + o * n * inner * es);
 }
 
 }  // namespace
@@ -131,7 +131,7 @@ TensorList expert_tensors(Model& m, int layer, const std::vector<int>& experts) 
     append(list,
            routed_expert_tensors(m.local, m.local.layers[layer], m.layers[layer].moe, experts),
            ffn_prefix(m.local, layer));
-    return list;
+    return with_storage(std::move(list), m.weight_dtype);
 }
 
 void init_tensors_random(const TensorList& list, const ModelShard& shard, uint64_t seed) {
@@ -147,14 +147,14 @@ void init_tensors_random(const TensorList& list, const ModelShard& shard, uint64
         whole_spec.shape = full_shape(spec, shard);
         whole_spec.dest = &whole;
         init_random({whole_spec}, rng);
-        *spec.dest = Buffer(DType::f32, spec.shape);
+        *spec.dest = Buffer(spec.dtype, spec.shape);
         copy_part(whole.view(), part, spec.dest->view());
     }
 }
 
 void load_tensors(const TensorList& list, const ModelShard& shard, const ReadTensor& read) {
     for (const TensorSpec& spec : list) {
-        *spec.dest = Buffer(DType::f32, spec.shape);
+        *spec.dest = Buffer(spec.dtype, spec.shape);
         read(spec.name, part_of(spec, shard), spec.dest->view());
     }
 }
@@ -196,8 +196,11 @@ void embed_tokens(const Model& m, const std::vector<int64_t>& tokens, Tensor& h)
                     V,
                     ")");
         float* out = h.ptr<float>() + static_cast<int64_t>(t) * d;
-        if (tokens[t] >= lo && tokens[t] < lo + rows)
-            std::copy_n(m.embed.ptr<float>() + (tokens[t] - lo) * d, d, out);
+        if (tokens[t] >= lo && tokens[t] < lo + rows)  // the row widened from its storage
+            load_floats(ops::weight_ref(m.embed.view()).at((tokens[t] - lo) * d).data,
+                        d,
+                        m.embed.view().dtype,
+                        out);
         else
             std::fill_n(out, d, 0.0f);
     }

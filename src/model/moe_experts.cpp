@@ -183,36 +183,34 @@ void experts_backward(const MoeWeights& w,
 
 void latent_output_backward(const Tensor& fc2, const Tensor& dy, Tensor& dy_lat) {
     const int64_t n = dy.dim(0), d = dy.dim(1), ell = dy_lat.dim(1);
-    ops::gemm(false,
-              false,
-              n,
-              ell,
-              d,
-              1.0f,
-              dy.ptr<float>(),
-              d,
-              fc2.ptr<float>(),
-              ell,
-              0.0f,
-              dy_lat.ptr<float>(),
-              ell);
+    ops::gemm_w(false,
+                n,
+                ell,
+                d,
+                1.0f,
+                dy.ptr<float>(),
+                d,
+                ops::weight_ref(fc2),
+                ell,
+                0.0f,
+                dy_lat.ptr<float>(),
+                ell);
 }
 
 void latent_input_backward(const Tensor& fc1, const Tensor& dz, Tensor& dx) {
     const int64_t n = dz.dim(0), ell = dz.dim(1), d = dx.dim(1);
-    ops::gemm(false,
-              false,
-              n,
-              d,
-              ell,
-              1.0f,
-              dz.ptr<float>(),
-              ell,
-              fc1.ptr<float>(),
-              d,
-              0.0f,
-              dx.ptr<float>(),
-              d);
+    ops::gemm_w(false,
+                n,
+                d,
+                ell,
+                1.0f,
+                dz.ptr<float>(),
+                ell,
+                ops::weight_ref(fc1),
+                d,
+                0.0f,
+                dx.ptr<float>(),
+                d);
 }
 
 }  // namespace hymoe::model::detail

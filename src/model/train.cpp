@@ -234,19 +234,18 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         if (!dh)
             continue;
         Buffer dx(DType::f32, {k, d});  // [k, d] = dlogits[:, lo : lo + part] · head
-        ops::gemm(false,
-                  false,
-                  k,
-                  d,
-                  part,
-                  1.0f,
-                  logits.ptr<float>() + lo,
-                  V,
-                  head.ptr<float>(),
-                  d,
-                  0.0f,
-                  dx.ptr<float>(),
-                  d);
+        ops::gemm_w(false,
+                    k,
+                    d,
+                    part,
+                    1.0f,
+                    logits.ptr<float>() + lo,
+                    V,
+                    ops::weight_ref(head),
+                    d,
+                    0.0f,
+                    dx.ptr<float>(),
+                    d);
         for (int64_t r = 0; r < k; ++r)
             std::copy_n(dx.ptr<float>() + r * d, d, dnormed.ptr<float>() + rows[c + r] * d);
     }

@@ -1,9 +1,12 @@
-// Named weight tensors (hymoe/model/weights.h): allocation in fp32 and the two ways to fill a
-// list, random init by rule (drawing from one Philox stream in list order) and reading by name.
+// Named weight tensors (hymoe/model/weights.h): allocation at each tensor's storage dtype and
+// the two ways to fill a list, random init by rule (drawing from one Philox stream in list order)
+// and reading by name.
 #include "hymoe/model/weights.h"
 
 #include <algorithm>
 #include <cmath>
+
+#include "hymoe/core/error.h"
 
 namespace hymoe::model {
 
@@ -40,14 +43,65 @@ void fill(Init init, float std, float* x, size_t n, Philox& rng) {
 
 }  // namespace
 
+bool stored_matrix(const TensorSpec& spec) {
+    return spec.shape.size() == 2 && spec.init == Init::normal && !spec.keep_f32;
+}
+
+TensorList with_storage(TensorList list, DType storage) {
+    for (TensorSpec& spec : list)
+        spec.dtype = stored_matrix(spec) ? storage : DType::f32;
+    return list;
+}
+
+void store_floats(const float* x, int64_t n, DType t, void* dst) {
+    if (t == DType::f32) {
+        std::copy_n(x, n, static_cast<float*>(dst));
+        return;
+    }
+    auto* out = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i)
+        out[i] = t == DType::bf16 ? float_to_bf16(x[i]) : float_to_f16(x[i]);
+}
+
+void load_floats(const void* src, int64_t n, DType t, float* x) {
+    if (t == DType::f32) {
+        std::copy_n(static_cast<const float*>(src), n, x);
+        return;
+    }
+    const auto* in = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i)
+        x[i] = t == DType::bf16 ? bf16_to_float(in[i]) : f16_to_float(in[i]);
+}
+
+std::vector<float> widened(const Tensor& w) {
+    std::vector<float> x(static_cast<size_t>(w.numel()));
+    load_floats(w.data, w.numel(), w.dtype, x.data());
+    return x;
+}
+
 void init_random(const TensorList& list, Philox& rng) {
+    constexpr size_t chunk = size_t{1} << 16;  // even: fill_normal in chunks is one call's stream
     for (const TensorSpec& spec : list) {
-        *spec.dest = Buffer(DType::f32, spec.shape);
-        fill(spec.init,
-             spec.std,
-             spec.dest->ptr<float>(),
-             static_cast<size_t>(spec.dest->view().numel()),
-             rng);
+        *spec.dest = Buffer(spec.dtype, spec.shape);
+        const auto n = static_cast<size_t>(spec.dest->view().numel());
+        if (spec.dtype == DType::f32) {
+            fill(spec.init, spec.std, spec.dest->ptr<float>(), n, rng);
+            continue;
+        }
+        // a stored matrix (Init::normal): drawn in fp32 a chunk at a time, rounded into place,
+        // so no fp32 copy of the tensor is ever held
+        HYMOE_CHECK(
+            spec.init == Init::normal, spec.name, ": only Init::normal is stored in 16 bits");
+        std::vector<float> drawn(std::min(n, chunk));
+        auto* dst = static_cast<char*>(spec.dest->view().data);
+        for (size_t i = 0; i < n; i += chunk) {
+            const size_t m = std::min(chunk, n - i);
+            fill(spec.init, spec.std, drawn.data(), m, rng);
+            store_floats(drawn.data(),
+                         static_cast<int64_t>(m),
+                         spec.dtype,
+                         dst + i * dtype_size(spec.dtype));
+        }
     }
 }
 
@@ -55,7 +109,7 @@ void load_named(const TensorList& list,
                 const std::string& prefix,
                 const std::function<void(const std::string& name, Tensor& dest)>& read) {
     for (const TensorSpec& spec : list) {
-        *spec.dest = Buffer(DType::f32, spec.shape);
+        *spec.dest = Buffer(spec.dtype, spec.shape);
         read(prefix + spec.name, spec.dest->view());
     }
 }

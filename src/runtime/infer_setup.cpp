@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 
+#include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/io/safetensors.h"
@@ -72,6 +73,13 @@ WeightFill weight_fill(const Job& job, const model::ModelShard& shard) {
 
 model::Model build_model(const Job& job, const parallel::Grid& grid) {
     model::Model m = model::make_model(job.model, grid);
+    m.weight_dtype = job.deck.model.dtype;
+    if (m.weight_dtype != DType::f32)
+        log::info(cat("weights: matrices held in ",
+                      to_string(m.weight_dtype),
+                      ", products by ",
+                      ops::to_string(m.weight_dtype == DType::bf16 ? ops::weight_kernel()
+                                                                   : ops::WeightKernel::portable)));
     weight_fill(job, m.shard)(model::model_tensors(m));
     return m;
 }

@@ -19,7 +19,7 @@ RankMemory rank_memory(const Job& job,
                        int64_t resident_kv_bytes) {
     RankMemory r{};
     for (const model::TensorSpec& t : model::model_tensors(m))
-        r[0] += static_cast<double>(shape_numel(t.shape)) * sizeof(float);
+        r[0] += static_cast<double>(t.dest->view().bytes());  // at its storage dtype
     r[1] = static_cast<double>(peak_kv_bytes);
     r[9] = static_cast<double>(resident_kv_bytes);
     r[2] = static_cast<double>(buffer_bytes().peak) + r[9];
@@ -34,7 +34,7 @@ RankMemory rank_memory(const Job& job,
 }
 
 std::string memory_line(const RankMemory& r) {
-    char line[400];
+    char line[512];
     const double mb = 1e6;
     std::snprintf(
         line,
@@ -42,7 +42,8 @@ std::string memory_line(const RankMemory& r) {
         "memory of rank 0: allocated %.2f MB at most (weights %.2f, KV pages %.2f in memory "
         "of %.2f), "
         "resident %.2f MB at most; planned %.2f MB (weights %.2f, KV pages %.2f, KDA "
-        "states %.2f, activations %.2f; no runtime reserve): allocated/planned %.3f",
+        "states %.2f, activations %.2f; no runtime reserve): allocated/planned %.3f, "
+        "resident/planned %.3f, weights held/planned %.3f",
         r[2] / mb,
         r[0] / mb,
         r[9] / mb,
@@ -53,7 +54,9 @@ std::string memory_line(const RankMemory& r) {
         r[5] / mb,
         r[6] / mb,
         r[7] / mb,
-        r[8] > 0 ? r[2] / r[8] : 0.0);
+        r[8] > 0 ? r[2] / r[8] : 0.0,
+        r[8] > 0 ? r[3] / r[8] : 0.0,
+        r[4] > 0 ? r[0] / r[4] : 0.0);
     return line;
 }
 

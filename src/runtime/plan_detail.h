@@ -43,6 +43,9 @@ struct Part {
 // KDA (§3): q/k/v [D,d], convs [D,W] ×3, f_b [D,K], dt_bias [D], A_log [H], b_proj [H,d],
 // g_b [D,K], o_proj [d,D] over tp; f_a [K,d], g_a [K,d], o_norm [K] replicated.
 Part kda_part(i64 d, const model::KdaConfig& k);
+// The vectors of a layer's mixer and router held in fp32 at any model.dtype (split over tp, or
+// replicated): plan_weights.cpp.
+Part f32_part(const ModelConfig& m, const LayerSpec& s);
 
 // MLA (§4): wq_b [H(d_n+d_r), r_q] (or q_proj [H(d_n+d_r), d]), wkv_b [H(d_n+d_v), r_kv],
 // o_proj [d, H d_v], gate [H d_v, d] over tp; wq_a [r_q, d], q_norm [r_q], wkv_a [r_kv+d_r, d],

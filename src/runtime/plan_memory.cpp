@@ -133,7 +133,8 @@ void stage_memory(const Ctx& x, StagePlan& sp) {
     const PlanWorkload& w = x.w;
     const double b = x.b, d = x.d(), tp = x.tp();
     StageMemory& mem = sp.mem;
-    mem.weights = static_cast<double>(sp.weight_params()) * b;
+    const auto f32 = static_cast<double>(sp.f32_params);  // held in fp32 at any model.dtype
+    mem.weights = (static_cast<double>(sp.weight_params()) - f32) * b + f32 * 4;
     mem.reserve = kReserveBytes;
     const bool last = sp.stage == x.l.pp - 1;
     double kv_stage = 0, kv_layer_max = 0, mixer_p = 0, mixer_d = 0, mixer_t = 0, ffn_p = 0,

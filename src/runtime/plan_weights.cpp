@@ -29,6 +29,24 @@ Part indexer_part(i64 d, const model::IndexerConfig& x, i64 rq) {
     return {x.n_head * x.head_dim * rq + x.n_head * d, x.head_dim * d + 2 * x.head_dim};
 }
 
+// The vectors of one layer's mixer and router, held in fp32 whatever model.dtype (model/weights.h
+// stored_matrix): KDA conv taps, dt_bias, A_log (split), o_norm (whole); MLA's two latent norms;
+// the indexer's key LayerNorm; the router gate and its bias.
+Part f32_part(const ModelConfig& m, const LayerSpec& s) {
+    Part p;
+    if (s.mixer == Mixer::kda) {
+        const i64 D = static_cast<i64>(m.kda.n_head) * m.kda.head_dim;
+        p.split = 3 * D * m.kda.conv_kernel + D + m.kda.n_head;
+        p.repl = m.kda.head_dim;
+    } else {
+        p.repl = (m.mla.q_lora_rank > 0 ? m.mla.q_lora_rank : 0) + m.mla.kv_lora_rank +
+                 (s.mixer == Mixer::dsa ? 2 * m.indexer.head_dim : 0);
+    }
+    if (s.ffn != Ffn::dense)
+        p.repl += m.moe.n_routed_experts * (m.hidden_size + (m.moe.correction_bias ? 1 : 0));
+    return p;
+}
+
 i64 expert_params(i64 width, i64 inter, ExpertAct act) {
     return (act == ExpertAct::swiglu ? 3 : 2) * width * inter;
 }
@@ -98,6 +116,7 @@ void stage_weights(const ModelConfig& m, const parallel::Layout& l, StagePlan& s
     for (int i = sp.first_layer; i < sp.first_layer + sp.n_layer; ++i) {
         const LayerSpec& s = m.layers[i];
         p[idx(PlanBlock::norms)] += 2 * d;
+        sp.f32_params += 2 * d + f32_part(m, s).per_rank(l.tp);
         switch (s.mixer) {
             case Mixer::kda:
                 p[idx(PlanBlock::kda)] += kda_part(d, m.kda).per_rank(l.tp);
@@ -137,6 +156,7 @@ void stage_weights(const ModelConfig& m, const parallel::Layout& l, StagePlan& s
     }
     if (sp.stage == pp - 1) {
         p[idx(PlanBlock::norms)] += d;
+        sp.f32_params += d;
         if (!m.tie_word_embeddings || pp > 1)  // a tied head on its own stage keeps a copy
             p[idx(PlanBlock::head)] += m.vocab_size * d / tp;
     }

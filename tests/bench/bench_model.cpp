@@ -23,6 +23,9 @@
 // threads (KDA and DSA at the first count only); a later pass is skipped when the first prefill
 // got under 0.9 of its cores. No argument: one pass at OMP_NUM_THREADS. HYMOE_BENCH_SEQS and
 // HYMOE_BENCH_LEN lower the prefill size (printed with the figures).
+// bf16 weights, last, at 1 thread: the same weights held in bf16 vs fp32: resident bytes, decode
+// batch 1 and its weight bytes/s against DRAM read, prefill, and the bf16 GEMM rate against a
+// bf16 GEMM peak (gemm_w 2048³). HYMOE_BENCH_BF16_ONLY=1 runs only that section.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -461,6 +464,105 @@ void print_dsa_context(const model::Model& m, int dsa) {
             tb / ta));
 }
 
+// ---- bf16 weights (docs/guide/precision.md) -------------------------------------------------
+
+// The bytes a model's weights hold (every tensor of model_tensors, at its storage dtype).
+double weight_bytes(model::Model& m) {
+    double bytes = 0;
+    for (const model::TensorSpec& t : model::model_tensors(m))
+        bytes += static_cast<double>(t.dest->view().bytes());
+    return bytes;
+}
+
+// Best GFLOP/s of C [2048, 2048] = A · Wᵀ with a bf16 W through ops::gemm_w: the kernels a bf16
+// model's prefill runs, as its peak.
+double bf16_gemm_peak() {
+    const int64_t n = 2048;
+    Buffer a(DType::f32, {n, n}), w(DType::bf16, {n, n}), c(DType::f32, {n, n});
+    Philox rng(seed, 3, 0);
+    rng.fill_normal(a.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
+    for (int64_t i = 0; i < n * n; ++i)
+        w.ptr<uint16_t>()[i] = hymoe::float_to_bf16(a.ptr<float>()[(i * 7) % (n * n)]);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+        const double t0 = wall_seconds();
+        ops::gemm_w(true,
+                    n,
+                    n,
+                    n,
+                    1.0f,
+                    a.ptr<float>(),
+                    n,
+                    ops::weight_ref(w.view()),
+                    n,
+                    0.0f,
+                    c.ptr<float>(),
+                    n);
+        if (rep > 0)
+            best = std::min(best, wall_seconds() - t0);
+    }
+    return 2.0 * static_cast<double>(n * n * n) / best / 1e9;
+}
+
+// The same `mid` weights held in bf16 against m32 (fp32), at one thread: resident bytes, decode at
+// batch 1 (after a 64-token prompt, 16 steps) with its weight bytes/s against the DRAM read rate
+// measured here, and prefill (2 × 256 tokens) with the bf16 GEMM rate against bf16_gemm_peak.
+void bf16_weights(const model::ModelConfig& cfg,
+                  model::Model& m32,
+                  double step_params,
+                  const uint8_t* zeros,
+                  int64_t zero_bytes) {
+    openblas_set_num_threads(1);
+    model::Model m16 = model::make_model(cfg);
+    m16.weight_dtype = DType::bf16;
+    model::init_model_random(m16, seed);
+    std::printf("\nbf16 weights, 1 thread: products by %s\n", ops::to_string(ops::weight_kernel()));
+    const double b32 = weight_bytes(m32), b16 = weight_bytes(m16), ratio = b16 / b32;
+    row("resident weights bf16 / fp32",
+        ratio,
+        "x",
+        fmt("%.0f MB / %.0f MB (goal <= 0.52)", b16 / 1e6, b32 / 1e6));
+    auto decode_1 = [](model::Model& m) {
+        std::vector<model::SequenceState> bs;
+        model::ForwardStats unused;
+        prefill(m, 1, 64, bs, unused);
+        return decode(m, 16, bs);
+    };
+    double bw = read_gbps(zeros, zero_bytes, 1) * 1e9;
+    const Span d32 = decode_1(m32), d16 = decode_1(m16);
+    bw = std::max(bw, read_gbps(zeros, zero_bytes, 1) * 1e9);
+    // a step reads the active params less the embedding, each at the bytes its dtype holds
+    // (fp32: 4; bf16: 4 · the resident ratio, the vectors staying fp32)
+    const double bytes16 = step_params * 4 * ratio * 16 / d16.wall;
+    row("decode batch 1 bf16 / fp32",
+        d32.wall / d16.wall,
+        "x",
+        fmt("%.1f / %.1f ms/step (goal >= 1.8)", 1e3 * d16.wall / 16, 1e3 * d32.wall / 16));
+    row("  bf16 weight B/s",
+        bytes16 / 1e9,
+        "GB/s",
+        fmt("%.2f of DRAM read %.1f GB/s (goal >= 0.8); fp32 %.2f",
+            bytes16 / bw,
+            bw / 1e9,
+            step_params * 4 * 16 / d32.wall / bw));
+    std::vector<model::SequenceState> states;
+    model::ForwardStats unused;
+    const Span p32 = prefill(m32, 2, 256, states, unused);
+    const Span p16 = prefill(m16, 2, 256, states, unused);
+    const double peak16 = bf16_gemm_peak();
+    row("prefill 2 x 256 tok bf16 / fp32",
+        p32.wall / p16.wall,
+        "x",
+        fmt("%.0f / %.0f tok/s (goal >= 1.3)", 512 / p16.wall, 512 / p32.wall));
+    row("  bf16 model GEMM rate",
+        p16.gemm_gflops(),
+        "GFLOP/s",
+        fmt("%.2f of the bf16 GEMM peak %.0f GFLOP/s (gemm_w 2048^3); fp32 model %.0f GFLOP/s",
+            p16.gemm_gflops() / peak16,
+            peak16,
+            p32.gemm_gflops()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -512,7 +614,8 @@ int main(int argc, char** argv) {
     BlasPeak blas;
     std::vector<model::SequenceState> states;
     double first_cpu_wall = 0;  // (user + sys) / wall of the first pass's prefill
-    for (size_t pass = 0; pass < passes.size(); ++pass) {
+    const bool bf16_only = env_int("HYMOE_BENCH_BF16_ONLY", 0) != 0;
+    for (size_t pass = 0; pass < passes.size() && !bf16_only; ++pass) {
         const int threads = passes[pass];
         if (pass > 0 && first_cpu_wall < 0.9 * passes[0]) {  // 2 threads would share a busy core
             std::printf(
@@ -644,5 +747,6 @@ int main(int argc, char** argv) {
                     kda_ms));
         }
     }
+    bf16_weights(cfg, m, step_params, bw_buf.ptr<uint8_t>(), bw_bytes);
     return 0;
 }

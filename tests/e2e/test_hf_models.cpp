@@ -79,8 +79,10 @@ BOOST_DATA_TEST_CASE(folder_loads_and_scores_like_in_process, data::make(kFamili
     auto r = testing::run_hymoe(dir + "/deck.yaml");
     BOOST_TEST(r.code == 0, r.err);
 
-    // The reference reads the same bf16 shards.
+    // The reference reads the same bf16 shards into bf16 matrices, as the job does (model.dtype
+    // bf16, the default: docs/guide/precision.md).
     model::Model m = model::make_model(model::load_model_config(dir + "/config.json"));
+    m.weight_dtype = DType::bf16;
     io::SafetensorsFolder folder(dir);
     model::load_model_weights(m,
                               [&](const std::string& name, const model::TensorPart&, Tensor& dest) {

@@ -1,5 +1,6 @@
 // The op interface the model blocks call (spec/style.md §4). Every op works on row-major fp32
-// tensors on the CPU (the readable reference); shapes are checked once, here. Vector ops that act
+// tensors on the CPU (the readable reference), except that weight operands of the products may be
+// bf16 or fp16 (gemm_w); shapes are checked once, here. Vector ops that act
 // "per row" treat the last dimension as the row and every other dimension as rows.
 // Conventions (spec/model-math.md §1): Linear weight W [out, in], y = x Wᵀ.
 #pragma once
@@ -13,7 +14,7 @@ namespace hymoe::ops {
 
 // ---- matrix products (BLAS) ------------------------------------------------------------------
 
-// y [n, out] = x [n, in] · w [out, in]ᵀ   (beta = 1: y += ...)
+// y [n, out] = x [n, in] · w [out, in]ᵀ   (beta = 1: y += ...); w of any weight dtype (gemm_w)
 void linear(const Tensor& x, const Tensor& w, Tensor& y, float beta = 0.0f);
 // C [m, n] = alpha · op(A) · op(B) + beta · C, row-major, op = transpose when trans_*; lda, ldb,
 // ldc are row strides. The one BLAS entry point every other product goes through.
@@ -30,6 +31,46 @@ void gemm(bool trans_a,
           float beta,
           float* c,
           int64_t ldc);
+
+// ---- products with weights (backend/cpu/weight_gemm.cpp) ------------------------------------
+// Weights are held at their storage dtype (model/weights.h): fp32, bf16 or fp16. Every product
+// with a weight goes through gemm_w, which dispatches on it; activations and results stay fp32.
+//   f32:  exactly ops::gemm (OpenBLAS), so fp32 models are unchanged bit for bit.
+//   bf16: the activations rounded to bf16 once per call, AVX-512-BF16 dot products (VDPBF16PS)
+//         with fp32 accumulation: a few rows (m ≤ 4, decode) stream the weight once, more rows
+//         (prefill) run a GEMM on packed weight panels. The portable path (CPUs without
+//         avx512_bf16, fp16 weights, and dx = dy·W) widens the weight to fp32 and calls sgemm
+//         (activations exact). docs/guide/precision.md has the bounds and measurements.
+
+// A weight operand: row-major data at its storage dtype.
+struct WeightRef {
+    const void* data = nullptr;
+    DType dtype = DType::f32;
+    WeightRef at(int64_t offset) const;  // the same weight `offset` elements further on
+};
+WeightRef weight_ref(const Tensor& w);
+
+// C [m, n] = alpha · A [m, k] · op(W) + beta · C (row-major; lda, ldw, ldc row strides), with
+// op(W) = Wᵀ for W [n, k] when trans_w (y = x Wᵀ), else W [k, n] (dx = dy W, backward).
+void gemm_w(bool trans_w,
+            int64_t m,
+            int64_t n,
+            int64_t k,
+            float alpha,
+            const float* a,
+            int64_t lda,
+            WeightRef w,
+            int64_t ldw,
+            float beta,
+            float* c,
+            int64_t ldc);
+
+// Which kernels run the 16-bit weight products: picked once from cpuid (auto), or forced (tests,
+// benchmarks); forcing avx512_bf16 on a CPU without it fails.
+enum class WeightKernel { automatic, avx512_bf16, portable };
+void set_weight_kernel(WeightKernel k);
+WeightKernel weight_kernel();  // the one in use (automatic resolved)
+const char* to_string(WeightKernel k);
 
 // Running totals over every ops::gemm call of the process, always on (one clock read on each side
 // of the BLAS call): flops += 2·m·n·k, seconds += the call's wall time. Benchmarks read the

@@ -33,7 +33,7 @@ struct ModelSection {
     std::string config;         // resolved path of an HF/hymoe config.json
     std::string weights;        // resolved path of a safetensors folder or hymoe checkpoint, or
     bool init_random = false;   // init: random (seeded by job.seed)
-    DType dtype = DType::bf16;  // weight storage; the CPU computes in fp32
+    DType dtype = DType::bf16;  // storage of the matrices (model/weights.h; fp32 accumulation)
 };
 
 // Dense grid world = tp·dp·pp; expert grid world = etp·ep·edp·pp (parallel/grid.h).

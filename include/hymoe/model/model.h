@@ -43,6 +43,7 @@ struct Model {
     ModelShard shard;   // this rank's part
     ModelConfig local;  // the head counts and widths this rank's blocks run on (cfg on one rank)
     const parallel::Comms* comms = nullptr;  // null: one rank
+    DType weight_dtype = DType::f32;         // the matrices' storage (model.dtype; weights.h)
     Buffer embed;                      // [V/tp, d] model.embed_tokens.weight (first stage; the
                                        //   last too when tied)
     std::vector<LayerWeights> layers;  // [n_layer], filled for this stage's layers only
@@ -58,7 +59,8 @@ struct Model {
 uint32_t name_stream(const std::string& name);
 
 // This rank's weights with their full HF names ("model.layers.3.self_attn.q_proj.weight") and
-// local shapes; split_dim says how each is cut from the whole tensor.
+// local shapes; split_dim says how each is cut from the whole tensor, dtype how it is held
+// (m.weight_dtype for the matrices, weights.h).
 TensorList model_tensors(Model& m);
 // An empty model for cfg (no weights yet): fill with init_model_random or load_model_weights.
 Model make_model(const ModelConfig& cfg);

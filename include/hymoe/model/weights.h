@@ -1,7 +1,11 @@
 // Named weight tensors (llama.cpp's "create the named tensors with their shapes"). Every block's
 // *Weights struct lists its tensors once, as (name, shape, destination, init rule); the same list
-// drives loading from safetensors (HF names), reading golden test files and random init. On the
-// CPU every weight is held in fp32, whatever its storage dtype.
+// drives loading from safetensors (HF names), reading golden test files and random init.
+// Storage: the matrices (rank 2, Init::normal: every projection, expert, embedding and head,
+// indexer and vision matrix) are held at the model's storage dtype (model.dtype: bf16, fp16 or
+// fp32; TensorSpec::dtype, set by model_tensors) and multiplied through ops::gemm_w; everything
+// else (norms, biases, conv kernels, A_log, dt_bias, LoRA adapters, the router gate: keep_f32)
+// stays fp32. docs/guide/precision.md states the rule and what is computed in what.
 #pragma once
 
 #include <functional>
@@ -37,6 +41,8 @@ struct TensorSpec {
     int split_dim = -1;  // the dim cut into equal contiguous parts, part i on rank i of the
                          // group; −1: every rank holds the whole tensor
     SplitOver split_over = SplitOver::tp;
+    bool keep_f32 = false;     // fp32 whatever the storage dtype (precision-critical: the router)
+    DType dtype = DType::f32;  // held at: set by with_storage
 };
 
 // spec, marked as cut along `dim` (0: a column-parallel [out, in] weight, its output rows split;
@@ -49,10 +55,22 @@ inline TensorSpec split(int dim, TensorSpec spec, SplitOver over = SplitOver::tp
 
 using TensorList = std::vector<TensorSpec>;
 
-// Allocate every tensor of the list (fp32, zeroed) and fill it by its init rule, advancing `rng`
-// in list order. Whole tensors only (split_dim is not read): the model gives each tensor its own
-// stream and cuts a rank's part out of the whole (model.h init_model_random), which is what
-// makes the weights the same on every layout.
+// Whether spec is a matrix held at the storage dtype: rank 2, Init::normal, not keep_f32.
+bool stored_matrix(const TensorSpec& spec);
+// list with every stored matrix's dtype set to `storage` (the others fp32).
+TensorList with_storage(TensorList list, DType storage);
+// x [n] at dtype t from fp32 (bf16/fp16: round to nearest even); the element type's bytes.
+void store_floats(const float* x, int64_t n, DType t, void* dst);
+// x [n] = the fp32 values of src [n] at float dtype t (16-bit: exact).
+void load_floats(const void* src, int64_t n, DType t, float* x);
+// The fp32 values of a float weight (a copy; widened when held in 16 bits).
+std::vector<float> widened(const Tensor& w);
+
+// Allocate every tensor of the list (at spec.dtype, zeroed) and fill it by its init rule,
+// advancing `rng` in list order: drawn in fp32, then rounded to spec.dtype (so a bf16 model's
+// fp32 twin is its widened weights). Whole tensors only (split_dim is not read): the model gives
+// each tensor its own stream and cuts a rank's part out of the whole (model.h init_model_random),
+// which is what makes the weights the same on every layout.
 void init_random(const TensorList& list, Philox& rng);
 // Allocate every tensor and fill it with read(prefix + name, dest) (safetensors, golden files).
 void load_named(const TensorList& list,

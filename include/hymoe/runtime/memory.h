@@ -1,13 +1,13 @@
 // What an infer run's ranks held, against their plan (runtime/plan.h): per rank the weights
-// (exact, from the tensor list), the KV pages at their most, the allocator's peak of every host
-// Buffer (weights, KDA states, activations, logits) plus those pages, and the peak resident set
-// (getrusage, which also counts the binary, MPI and BLAS); planned: the stage's weights, KV
-// pages, KDA states and the larger activation set, without the plan's fixed runtime reserve
-// (a GPU's CUDA context and NCCL buffers). The KV pages are counted twice: all of them at their
-// most (kv_pages, what the plan's KV pages are), and what the rank held of them in memory at most
-// (kv_resident: the same without offload; with kv_cache.offload: file, the spill tier's two
-// layer slots; on the GPU none, or with offload: host every page's pinned host memory), which is
-// what `allocated` counts. Logged for rank 0 and written to profile.h5.
+// (exact, from the tensor list at each tensor's storage dtype), the KV pages at their most, the
+// allocator's peak of every host Buffer (weights, KDA states, activations, logits) plus those
+// pages, and the peak resident set (getrusage, which also counts the binary, MPI and BLAS);
+// planned: the stage's weights, KV pages, KDA states and the larger activation set, without the
+// plan's fixed runtime reserve (a GPU's CUDA context and NCCL buffers). The KV pages are counted
+// twice: all of them at their most (kv_pages, what the plan's KV pages are), and what the rank held
+// of them in memory at most (kv_resident: the same without offload; with kv_cache.offload: file,
+// the spill tier's two layer slots; on the GPU none, or with offload: host every page's pinned host
+// memory), which is what `allocated` counts. Logged for rank 0 and written to profile.h5.
 #pragma once
 
 #include <array>

@@ -153,6 +153,9 @@ struct StagePlan {
     int64_t lora_params = 0;                                      // per rank
     StageMemory mem;
     StepPlan prefill, decode, train;  // one micro-batch through this stage
+    int64_t f32_params = 0;  // of the weights, those held in fp32 whatever model.dtype (norms,
+                             // conv taps, A_log, dt_bias, the router: model/weights.h; the vision
+                             // tower's vectors are counted at model.dtype)
     int64_t weight_params() const;
 };
 

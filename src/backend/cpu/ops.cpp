@@ -12,6 +12,7 @@
 
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
+#include "weight_kernels.h"
 
 namespace hymoe::ops {
 
@@ -40,6 +41,10 @@ constexpr int64_t kInvariantRows = 8;
 
 void set_batch_invariant(bool on) {
     batch_invariant = on;
+}
+
+bool detail::batch_invariant_on() {
+    return batch_invariant;
 }
 
 GemmCounter& gemm_counter() {
@@ -149,7 +154,6 @@ void gemm(bool trans_a,
 
 void linear(const Tensor& x, const Tensor& w, Tensor& y, float beta) {
     check_f32(x, "linear");
-    check_f32(w, "linear");
     check_f32(y, "linear");
     HYMOE_CHECK(w.shape.size() == 2 && x.dim(-1) == w.dim(1) && y.dim(-1) == w.dim(0) &&
                     rows_of(x) == rows_of(y),
@@ -160,19 +164,8 @@ void linear(const Tensor& x, const Tensor& w, Tensor& y, float beta) {
                 " y ",
                 shape_string(y.shape));
     const int64_t n = rows_of(x), in = w.dim(1), out = w.dim(0);
-    gemm(false,
-         true,
-         n,
-         out,
-         in,
-         1.0f,
-         x.ptr<float>(),
-         in,
-         w.ptr<float>(),
-         in,
-         beta,
-         y.ptr<float>(),
-         out);
+    gemm_w(
+        true, n, out, in, 1.0f, x.ptr<float>(), in, weight_ref(w), in, beta, y.ptr<float>(), out);
 }
 
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {

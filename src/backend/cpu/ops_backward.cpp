@@ -53,19 +53,18 @@ void linear_backward(const Tensor& dy, const Tensor& w, Tensor& dx, float beta) 
         shape_string(w.shape),
         " dx ",
         shape_string(dx.shape));
-    gemm(false,
-         false,
-         n,
-         in,
-         out,
-         1.0f,
-         dy.ptr<float>(),
-         out,
-         w.ptr<float>(),
-         in,
-         beta,
-         dx.ptr<float>(),
-         in);
+    gemm_w(false,
+           n,
+           in,
+           out,
+           1.0f,
+           dy.ptr<float>(),
+           out,
+           weight_ref(w),
+           in,
+           beta,
+           dx.ptr<float>(),
+           in);
 }
 
 void softmax_rows_backward(const float* p, float* dp, int64_t rows, int64_t n) {

@@ -1,7 +1,8 @@
 // Uploading a layer's weights to the GPU model (device_blocks.h): matrices in the compute dtype
-// (rounded to bf16 on the host, to nearest even, when cd is bf16), vectors, conv taps and the
-// router in fp32. Matrices one GEMM reads together are stacked on the way: KDA's q|k|v
-// projections, its low-rank inputs f_a|g_a|b, and the routed experts' [E, out, in] blocks.
+// (widened from the host's storage dtype, then rounded to bf16, to nearest even, when cd is bf16),
+// vectors, conv taps and the router in fp32. Matrices one GEMM reads together are stacked on the
+// way: KDA's q|k|v projections, its low-rank inputs f_a|g_a|b, and the routed experts' [E, out, in]
+// blocks.
 #include <cstring>
 #include <vector>
 
@@ -13,11 +14,13 @@ namespace hymoe::model::gpu {
 
 namespace {
 
-// The host values of several buffers, one after the other.
+// The host values of several buffers (widened to fp32), one after the other.
 std::vector<float> stacked(const std::vector<const Buffer*>& parts) {
     std::vector<float> all;
-    for (const Buffer* b : parts)
-        all.insert(all.end(), b->ptr<float>(), b->ptr<float>() + b->view().numel());
+    for (const Buffer* b : parts) {
+        const std::vector<float> x = widened(b->view());
+        all.insert(all.end(), x.begin(), x.end());
+    }
     return all;
 }
 
@@ -162,13 +165,14 @@ Tensor in_dtype(Gpu& g, Scratch& s, const Tensor& x, DType cd) {
 
 Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype) {
     const Tensor& v = host.view();
-    HYMOE_CHECK(v.dtype == DType::f32 && v.numel() == shape_numel(shape),
+    HYMOE_CHECK(v.numel() == shape_numel(shape),
                 "GPU model: a weight of ",
                 shape_string(v.shape),
                 " where ",
                 shape_string(shape),
                 " was expected (are the weights loaded?)");
-    return upload_floats(g, v.ptr<float>(), v.numel(), std::move(shape), dtype);
+    const std::vector<float> x = widened(v);  // host matrices may be held in bf16
+    return upload_floats(g, x.data(), v.numel(), std::move(shape), dtype);
 }
 
 LayerW upload_layer(Gpu& g, const ModelConfig& cfg, const LayerWeights& host, int layer, DType cd) {

@@ -107,7 +107,11 @@ BOOST_AUTO_TEST_CASE(tiny_weights_by_hand_at_tp2_ep2) {
     // Both ranks: every weight once (366036) + a second copy of the replicated ones: KDA 3·2064,
     // MLA 4672, indexer 1056, router 1560, norms 576, vision 45600 = 59656.
     BOOST_TEST(sum_over_ranks(p) == 366036 + 59656);
-    BOOST_TEST(s.mem.weights == 212846.0 * 2);  // bf16
+    // bf16: the vectors held in fp32 at any dtype (model/weights.h) at 4 bytes, the rest at 2:
+    // KDA (3DW 768 + dt 64 + A 4) / 2 + o_norm 16 = 434 (×3 = 1302), MLA q_norm 32 + kv_norm 32 +
+    // indexer k_norm 32 = 96, router 1560, norms 576: 3534 (the vision tower counts at 2).
+    BOOST_TEST(s.f32_params == 3534);
+    BOOST_TEST(s.mem.weights == (212846.0 - 3534) * 2 + 3534.0 * 4);
 }
 
 BOOST_AUTO_TEST_CASE(plan_sums_equal_count_params_exactly) {

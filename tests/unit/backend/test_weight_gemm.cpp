@@ -1,0 +1,201 @@
+// ops::gemm_w, the products with 16-bit weights, against an fp64 reference on the widened
+// weights, on every kernel path forced in turn (AVX-512-BF16 where the CPU has it, portable):
+// the bound is fp32 accumulation alone, |err| ≤ 2k·2⁻²⁴·Σ|a·w| (+ the beta term). The AVX-512
+// kernels (GEMV and GEMM) round the activations to bf16 first, so its reference uses those
+// rounded activations (same bound), and it is checked to be within bf16 rounding (2⁻⁸ relative
+// on Σ|a·w|) of the unrounded one. fp32 weights are bit-identical to ops::gemm.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/rng.h"
+
+namespace ops = hymoe::ops;
+using hymoe::DType;
+
+namespace {
+
+std::vector<float> normal(size_t n, uint32_t stream) {
+    std::vector<float> x(n);
+    hymoe::Philox(7, stream, 0).fill_normal(x.data(), n, 0.0f, 1.0f);
+    return x;
+}
+
+uint16_t to16(float x, DType t) {
+    return t == DType::bf16 ? hymoe::float_to_bf16(x) : hymoe::float_to_f16(x);
+}
+float from16(uint16_t h, DType t) {
+    return t == DType::bf16 ? hymoe::bf16_to_float(h) : hymoe::f16_to_float(h);
+}
+
+struct Case {
+    bool trans_w;
+    int64_t m, n, k;
+    float alpha, beta;
+};
+
+// Runs gemm_w on a 16-bit weight of dtype t and checks every element against fp64 sums; returns
+// the largest error relative to its bound (≤ 1 passes).
+double check(const Case& c, DType t, bool rounded_activations) {
+    const int64_t lda = c.k + 3, ldc = c.n + 2;
+    const int64_t w_rows = c.trans_w ? c.n : c.k, w_cols = c.trans_w ? c.k : c.n, ldw = w_cols + 1;
+    std::vector<float> a = normal(static_cast<size_t>(c.m * lda), 1);
+    std::vector<float> wf = normal(static_cast<size_t>(w_rows * ldw), 2);
+    std::vector<uint16_t> w(wf.size());
+    for (size_t i = 0; i < w.size(); ++i)
+        w[i] = to16(wf[i], t);
+    const std::vector<float> c0 = normal(static_cast<size_t>(c.m * ldc), 3);
+    std::vector<float> out = c0;
+    ops::gemm_w(c.trans_w,
+                c.m,
+                c.n,
+                c.k,
+                c.alpha,
+                a.data(),
+                lda,
+                {w.data(), t},
+                ldw,
+                c.beta,
+                out.data(),
+                ldc);
+    double worst = 0;
+    const double u = std::ldexp(1.0, -24), alpha = c.alpha, beta = c.beta;
+    for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+            double ref = 0, ref_exact = 0, mag = 0;
+            for (int64_t p = 0; p < c.k; ++p) {
+                const float ap = a[static_cast<size_t>(i * lda + p)];
+                const double av =
+                    rounded_activations ? hymoe::bf16_to_float(hymoe::float_to_bf16(ap)) : ap;
+                const double wv =
+                    from16(w[static_cast<size_t>(c.trans_w ? j * ldw + p : p * ldw + j)], t);
+                ref += av * wv, ref_exact += double{ap} * wv, mag += std::abs(av * wv);
+            }
+            const double cin = c0[static_cast<size_t>(i * ldc + j)];
+            const double want = alpha * ref + beta * cin;
+            const double got = out[static_cast<size_t>(i * ldc + j)];
+            const double bound = 2.0 * static_cast<double>(c.k + 2) * u *
+                                     (std::abs(alpha) * mag + std::abs(beta * cin)) +
+                                 1e-30;
+            worst = std::max(worst, std::abs(got - want) / bound);
+            if (rounded_activations)  // and near the unrounded product: bf16 rounding of a
+                BOOST_TEST(std::abs(got - (alpha * ref_exact + beta * cin)) <=
+                           std::ldexp(1.0, -8) * std::abs(alpha) * mag + bound);
+        }
+    // padding between rows of C is left alone
+    for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = c.n; j < ldc; ++j)
+            BOOST_TEST(out[static_cast<size_t>(i * ldc + j)] ==
+                       c0[static_cast<size_t>(i * ldc + j)]);
+    return worst;
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> all;
+    for (bool tw : {true, false})
+        for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13})
+            for (int64_t n : {1, 5, 17, 64, 65, 130})
+                for (int64_t k : {1, 2, 15, 16, 17, 33, 100, 257})
+                    all.push_back({tw, m, n, k, m % 2 ? 1.0f : 0.75f, n % 2 ? 0.0f : 0.5f});
+    return all;
+}
+
+// Runs `body` with the weight kernel forced to k, then back to automatic.
+template <typename F>
+void with_kernel(ops::WeightKernel k, F body) {
+    ops::set_weight_kernel(k);
+    body();
+    ops::set_weight_kernel(ops::WeightKernel::automatic);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(weight_gemm)
+
+BOOST_AUTO_TEST_CASE(bf16_avx512_kernels_match_fp64_within_fp32_accumulation) {
+    ops::set_weight_kernel(ops::WeightKernel::automatic);
+    if (ops::weight_kernel() != ops::WeightKernel::avx512_bf16) {
+        BOOST_TEST_MESSAGE("skipped: this CPU has no avx512_bf16");
+        return;
+    }
+    with_kernel(ops::WeightKernel::avx512_bf16, [] {
+        double worst = 0;
+        for (const Case& c : cases()) {
+            // both AVX-512 kernels (y = x Wᵀ) round the activations; dx = dy·W is portable
+            worst = std::max(worst, check(c, DType::bf16, c.trans_w));
+        }
+        BOOST_TEST_MESSAGE("avx512 bf16: worst error / bound " << worst);
+        BOOST_TEST(worst <= 1.0);
+    });
+}
+
+BOOST_AUTO_TEST_CASE(portable_path_matches_fp64_for_bf16_and_fp16) {
+    with_kernel(ops::WeightKernel::portable, [] {
+        for (DType t : {DType::bf16, DType::f16}) {
+            double worst = 0;
+            for (const Case& c : cases())
+                worst = std::max(worst, check(c, t, false));
+            BOOST_TEST_MESSAGE(hymoe::to_string(t) << " portable: worst error / bound " << worst);
+            BOOST_TEST(worst <= 1.0);
+        }
+    });
+}
+
+BOOST_AUTO_TEST_CASE(batch_invariant_rows_do_not_depend_on_the_call) {
+    // with inference.batch_invariant, a row's bf16 product is the same alone or among 13 rows
+    ops::set_batch_invariant(true);
+    const int64_t m = 13, n = 70, k = 129;
+    std::vector<float> a = normal(static_cast<size_t>(m * k), 4),
+                       wf = normal(static_cast<size_t>(n * k), 5);
+    std::vector<uint16_t> w(wf.size());
+    for (size_t i = 0; i < w.size(); ++i)
+        w[i] = hymoe::float_to_bf16(wf[i]);
+    std::vector<float> all(static_cast<size_t>(m * n)), one(static_cast<size_t>(n));
+    ops::gemm_w(true, m, n, k, 1.0f, a.data(), k, {w.data(), DType::bf16}, k, 0.0f, all.data(), n);
+    for (int64_t i = 0; i < m; ++i) {
+        ops::gemm_w(true,
+                    1,
+                    n,
+                    k,
+                    1.0f,
+                    a.data() + i * k,
+                    k,
+                    {w.data(), DType::bf16},
+                    k,
+                    0.0f,
+                    one.data(),
+                    n);
+        BOOST_TEST(std::memcmp(one.data(), all.data() + i * n, static_cast<size_t>(n) * 4) == 0);
+    }
+    ops::set_batch_invariant(false);
+}
+
+BOOST_AUTO_TEST_CASE(fp32_weights_are_exactly_ops_gemm) {
+    for (bool tw : {true, false})
+        for (int64_t m : {1, 3, 9}) {
+            const int64_t n = 37, k = 45;
+            std::vector<float> a = normal(static_cast<size_t>(m * k), 6),
+                               w = normal(static_cast<size_t>(n * k), 7);
+            std::vector<float> c1 = normal(static_cast<size_t>(m * n), 8), c2 = c1;
+            ops::gemm(
+                false, tw, m, n, k, 0.5f, a.data(), k, w.data(), tw ? k : n, 0.25f, c1.data(), n);
+            ops::gemm_w(tw,
+                        m,
+                        n,
+                        k,
+                        0.5f,
+                        a.data(),
+                        k,
+                        {w.data(), DType::f32},
+                        tw ? k : n,
+                        0.25f,
+                        c2.data(),
+                        n);
+            BOOST_TEST(std::memcmp(c1.data(), c2.data(), c1.size() * 4) == 0);
+        }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
