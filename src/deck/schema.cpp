@@ -53,7 +53,7 @@ const std::vector<KeySpec> kSchema = {
 {"parallel.rebalance_every", T::integer, "0", 0, 1e9, {}, "infer: engine steps between expert rebalances (ep > 1, MoE layers); 0 = never"},
 {"finetune", T::section, "", 0, 0, {}, "LoRA fine-tuning; required for kind lora, also planned by plan; not allowed for infer or convert"},
 {"finetune.method", T::choice, "lora", 0, 0, {"lora"}, "fine-tuning method"},
-{"finetune.base_dtype", T::choice, "bf16", 0, 0, kDtypes, "storage of the frozen base weights"},
+{"finetune.base_dtype", T::choice, "bf16", 0, 0, kDtypes, "accepted as practitioners write it; the frozen base is held at model.dtype (set that instead)"},
 {"finetune.lora", T::section, "", 0, 0, {}, "the adapters"},
 {"finetune.lora.rank", T::integer, "16", 1, 65536, {}, "adapter rank r"},
 {"finetune.lora.alpha", T::number, "2 x rank", 1e-6, 1e6, {}, "scale alpha/r (alpha/sqrt(r) with rslora)"},

@@ -323,11 +323,12 @@ void attend_sparse(const ModelConfig& cfg,
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
     const ops::WeightRef w_kvb = ops::weight_ref(w.kv_b_proj.view());  // [H, d_n + d_v, r_kv]
     const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
-    Buffer q_hat(DType::f32, {query_block, n_head, d_lat});
-    Buffer o_bar(DType::f32, {query_block, n_head, m.r_kv});
+    const int64_t rows = std::min(query_block, s.n_q);  // a block's queries, at most
+    Buffer q_hat(DType::f32, {rows, n_head, d_lat});
+    Buffer o_bar(DType::f32, {rows, n_head, m.r_kv});
     Buffer lat(DType::f32, {top_k, d_lat});  // [n_i, d_lat] a query's gathered rows
     std::vector<float> p(static_cast<size_t>(n_head * top_k));  // [H, n_i]
-    std::vector<int64_t> keep(static_cast<size_t>(query_block * top_k)), n_keep(query_block);
+    std::vector<int64_t> keep(static_cast<size_t>(rows * top_k)), n_keep(rows);
     for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
         const int64_t n_b = std::min(query_block, s.n_q - i0), n_kb = s.pos0 + i0 + n_b;
         {

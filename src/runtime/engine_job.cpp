@@ -329,7 +329,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
                            m,
                            layer_stats,
                            measure_peaks(),
-                           layer_memory(m, o.page_tokens, s.peak_pages, s.peak_seqs));
+                           layer_memory(m, o.page_tokens, o.kv_dtype, s.peak_pages, s.peak_seqs));
         log::info(profile_table(job.model, prof));
         write_profile(job, grid, prof, memory);
         outputs += job.deck.job.output + "/profile.h5, ";

@@ -58,16 +58,14 @@ void gather_vision(const Job& job,
     int64_t bytes = 0;
     for (const model::TensorSpec& s : model::model_tensors(model))
         if (s.name.starts_with("vision_tower.") || s.name.starts_with("multi_modal_projector."))
-            bytes += shape_numel(s.shape) * static_cast<int64_t>(sizeof(float));
+            bytes += static_cast<int64_t>(s.dest->view().bytes());  // at its storage dtype
     p.vision_weight_bytes = comm::all_reduce_value(bytes, all, comm::ReduceOp::max);
 }
 
 }  // namespace
 
-LayerMemory layer_memory(const model::Model& m,
-                         int page_tokens,
-                         int64_t peak_pages,
-                         int64_t peak_seqs) {
+LayerMemory layer_memory(
+    const model::Model& m, int page_tokens, DType kv_dtype, int64_t peak_pages, int64_t peak_seqs) {
     const size_t L = m.cfg.layers.size();
     LayerMemory out{std::vector<int64_t>(L, 0), std::vector<int64_t>(L, 0)};
     int64_t kda_bytes = 0;  // one sequence's state and conv tails in one KDA layer
@@ -79,7 +77,7 @@ LayerMemory layer_memory(const model::Model& m,
     for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i) {
         const model::Mixer mixer = m.cfg.layers[i].mixer;
         out.kv_bytes[i] = peak_pages * page_tokens * model::kv_row_floats(m.local, mixer) *
-                          static_cast<int64_t>(sizeof(float));
+                          static_cast<int64_t>(dtype_size(kv_dtype));
         out.kda_state_bytes[i] = mixer == model::Mixer::kda ? peak_seqs * kda_bytes : 0;
     }
     return out;
@@ -125,7 +123,7 @@ JobProfile gather_profile(const Job& job,
     for (const model::TensorSpec& t : model::model_tensors(model))
         if (t.name.starts_with(layers))
             secs[5 * L + 4 + std::stoll(t.name.substr(layers.size()))] +=
-                static_cast<float>(shape_numel(t.shape)) * sizeof(float);
+                static_cast<float>(t.dest->view().bytes());  // at its storage dtype
     for (int64_t i = 0; i < L && i < static_cast<int64_t>(mine.mixer_seconds.size()); ++i) {
         secs[i] = static_cast<float>(mine.mixer_seconds[i]);
         secs[L + i] = static_cast<float>(mine.ffn_seconds[i]);

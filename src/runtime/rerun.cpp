@@ -34,7 +34,15 @@ bool infer_already_complete(const Job& job) {
             const bool same = r.exists("/meta/deck_resolved") &&
                               results_deck_sha(r.text("/meta/deck_resolved")) ==
                                   results_deck_sha(job.deck.resolved_yaml);
-            verdict = cat(same ? "same " : "other ", r.shape("/requests/id").at(0));
+            // the same deck is finished only with every output it writes: a run killed while
+            // writing profile.h5 has its results but reruns (and recomputes the same results)
+            const bool profiled = job.deck.profile.layers || job.deck.profile.experts;
+            const bool whole =
+                !profiled || std::filesystem::exists(job.deck.job.output + "/profile.h5");
+            if (same && !whole)
+                verdict = "";
+            else
+                verdict = cat(same ? "same " : "other ", r.shape("/requests/id").at(0));
         } catch (const std::exception& e) {
             verdict = cat("unreadable ", e.what());
         }

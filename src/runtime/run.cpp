@@ -80,11 +80,12 @@ int run_job(const Job& job, const parallel::Grid& grid) {
     const deck::JobKind kind = job.deck.job.kind;
     if (kind == deck::JobKind::convert)
         check_convert_output(job);
-    if (kind == deck::JobKind::infer && infer_already_complete(job))
-        return 0;  // nothing in job.output touched
-    // the kinds that run the model: job.device, before anything is written
+    // the kinds that run the model: job.device (a deck error when it cannot be had), before
+    // anything is written or a finished output is looked at
     const bool on_gpu =
         (kind == deck::JobKind::infer || kind == deck::JobKind::lora) && choose_device(job).cuda;
+    if (kind == deck::JobKind::infer && infer_already_complete(job))
+        return 0;  // nothing in job.output touched
     make_output_folder(job.deck.job.output);
     const OutputLock lock(job.deck.job.output);  // one job per folder, until this job ends
     log::to_file(job.deck.job.output + "/log");

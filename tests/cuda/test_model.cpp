@@ -204,10 +204,13 @@ std::vector<Buffer> run_plan(const Side& side,
             for (size_t l = 0; l < side.m.cfg.layers.size(); ++l) {
                 const int64_t w = pool->row_width(static_cast<int>(l));
                 for (int64_t t = 0; w > 0 && t < st.n_tokens; ++t) {
-                    const float* r = pool->row(static_cast<int>(l),
-                                               st.pages[static_cast<size_t>(t / kPageTokens)],
-                                               t % kPageTokens);
-                    rows->insert(rows->end(), r, r + w);
+                    rows->resize(rows->size() + static_cast<size_t>(w));
+                    pool->read_row(static_cast<int>(l),
+                                   st.pages[static_cast<size_t>(t / kPageTokens)],
+                                   t % kPageTokens,
+                                   0,
+                                   w,
+                                   rows->data() + rows->size() - w);
                 }
             }
     return out;

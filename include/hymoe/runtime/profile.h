@@ -26,15 +26,13 @@ struct Peaks {
 Peaks measure_peaks();
 
 // A rank's cache memory per layer at its most [n_layer] (0: not this rank's, or not that mixer):
-// MLA/DSA layers the KV pages in use × the layer's bytes a page; KDA layers the sequences
-// running × one sequence's state and conv tails.
+// MLA/DSA layers the KV pages in use × the layer's bytes a page (rows in kv_dtype); KDA layers
+// the sequences running × one sequence's state and conv tails.
 struct LayerMemory {
     std::vector<int64_t> kv_bytes, kda_state_bytes;
 };
-LayerMemory layer_memory(const model::Model& m,
-                         int page_tokens,
-                         int64_t peak_pages,
-                         int64_t peak_seqs);
+LayerMemory layer_memory(
+    const model::Model& m, int page_tokens, DType kv_dtype, int64_t peak_pages, int64_t peak_seqs);
 
 struct JobProfile {
     model::ForwardStats mean;                // per-layer seconds, mean over the stage's ranks

@@ -1,5 +1,6 @@
 // Reruns of a finished infer job. A results.h5 in job.output is the deck's finished output when
-// its /meta/deck_resolved is the same resolved deck (job.overwrite left out of the comparison);
+// its /meta/deck_resolved is the same resolved deck (job.overwrite left out of the comparison)
+// and, when the deck profiles, profile.h5 is there too (a run killed while writing it reruns);
 // then the rerun does nothing: "already complete" on stdout, exit 0, no file in job.output
 // touched (not results.h5, not the log). A results.h5 of another deck (a key or a --set changed)
 // is refused with one Exit::invalid sentence naming job.output, so finished results are never
