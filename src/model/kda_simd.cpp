@@ -8,7 +8,9 @@
 #include <immintrin.h>
 
 // g++ 12's unmasked AVX-512 intrinsics pass _mm512_undefined_ps() as the unused merge source,
-// which -Wmaybe-uninitialized reports at every inlined use (GCC bug 105593).
+// which -Wmaybe-uninitialized (and, at -O1 as in SAN=asan, -Wuninitialized) reports at every
+// inlined use (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace hymoe::model {
