@@ -111,37 +111,39 @@ TensorList ffn_tensors(const ModelConfig& cfg,
     return list;
 }
 
-void dense_ffn_forward(const DenseFfnWeights& w,
+void dense_ffn_forward(const backend::Ctx& ctx,
+                       const DenseFfnWeights& w,
                        ExpertAct act,
                        const Tensor& x /*[n_tok, w]*/,
                        Tensor& y /*[n_tok, w]*/,
                        const SeqBatch* row_batch) {
     const int64_t n = x.dim(0);
     const int64_t inter = w.up_proj.view().dim(0);
-    Buffer up(DType::f32, {n, inter});  // [n, I]
+    const bool adapters = w.lora.gate || w.lora.up || w.lora.down;
+    HYMOE_CHECK(!adapters || ctx.device == Device::cpu,
+                "dense_ffn_forward: LoRA adapters on a ",
+                to_string(ctx.device),
+                " context (the CPU applies them)");
+    backend::Scratch scratch(ctx);
+    Tensor up = scratch(x.dtype, {n, inter});  // [n, I]
     const SeqBatch rows = row_batch ? *row_batch : single_sequence(n);
-    ops::linear(x, w.up_proj.view(), up.view());
-    lora_forward(w.lora.up, rows, x, up.view());
+    ops::linear(ctx, x, w.up_proj.view(), up);
+    lora_forward(w.lora.up, rows, x, up);
     switch (act) {
         case ExpertAct::swiglu: {
-            Buffer gate(DType::f32, {n, inter});  // [n, I], then SiLU(gate) ⊙ up in place
-            ops::linear(x, w.gate_proj.view(), gate.view());
-            lora_forward(w.lora.gate, rows, x, gate.view());
-            ops::swiglu(gate.view(), up.view(), gate.view());
-            ops::linear(gate.view(), w.down_proj.view(), y);
-            lora_forward(w.lora.down, rows, gate.view(), y);
+            Tensor gate = scratch(x.dtype, {n, inter});  // [n, I], then SiLU(gate) ⊙ up in place
+            ops::linear(ctx, x, w.gate_proj.view(), gate);
+            lora_forward(w.lora.gate, rows, x, gate);
+            ops::swiglu(ctx, gate, up, gate);
+            ops::linear(ctx, gate, w.down_proj.view(), y);
+            lora_forward(w.lora.down, rows, gate, y);
             return;
         }
-        case ExpertAct::relu2: {
-            float* h = up.ptr<float>();
-            for (int64_t i = 0; i < n * inter; ++i) {
-                const float r = h[i] > 0.0f ? h[i] : 0.0f;
-                h[i] = r * r;
-            }
-            ops::linear(up.view(), w.down_proj.view(), y);
-            lora_forward(w.lora.down, rows, up.view(), y);
+        case ExpertAct::relu2:
+            ops::relu2_inplace(ctx, up);
+            ops::linear(ctx, up, w.down_proj.view(), y);
+            lora_forward(w.lora.down, rows, up, y);
             return;
-        }
     }
 }
 

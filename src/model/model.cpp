@@ -1,6 +1,7 @@
 // The model of one rank: its part of the weight list (HF names, the cut of model/shard.h), random
-// init and loading of that part, and the forward over its stage's layers with the tp reductions,
-// the vocab-parallel embedding and head, and the residual stream's hand-over between stages.
+// init and loading of that part, and the forward: the vocab-parallel embedding, the one loop over
+// the stage's layers (layer.h, shared with training), the head, and the residual stream's
+// hand-over between stages.
 #include "hymoe/model/model.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/kv_cache.h"
+#include "layer.h"
 
 namespace hymoe::model {
 
@@ -232,12 +234,12 @@ void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
     const int64_t r = normed.dim(0), V = m.cfg.vocab_size, tp = m.shard.tp;
     logits = Buffer(DType::f32, {r, V});
     if (tp == 1) {
-        ops::linear(normed, m.head().view(), logits.view());
+        ops::linear(m.ctx, normed, m.head().view(), logits.view());
         return;
     }
     const int64_t part = V / tp;
     Buffer mine(DType::f32, {r, part}), all(DType::f32, {tp * r, part});  // all: [tp, r, V/tp]
-    ops::linear(normed, m.head().view(), mine.view());
+    ops::linear(m.ctx, normed, m.head().view(), mine.view());
     comm::all_gather(mine.view(), all.view(), m.comms->tp);
     for (int64_t p = 0; p < tp; ++p)
         for (int64_t i = 0; i < r; ++i)
@@ -297,6 +299,63 @@ struct FlopSpan {
 
 }  // namespace
 
+namespace detail {
+
+void run_layers(const Model& m,
+                const SeqBatch& batch,
+                const MixerPass& pass,
+                const SeqBatch* rows,
+                Tensor& h,
+                ForwardStats& stats,
+                const LayerTaps& taps) {
+    const ModelConfig& cfg = m.local;
+    const ModelShard& sh = m.shard;
+    const int64_t n = batch.n_tok(), d = cfg.hidden_size;
+    const auto n_layer = cfg.layers.size();
+    stats.mixer_seconds.resize(n_layer);
+    stats.ffn_seconds.resize(n_layer);
+    stats.moe.resize(n_layer);
+    stats.layer_flops.resize(n_layer);
+    stats.layer_gemm_seconds.resize(n_layer);
+    const float eps = static_cast<float>(cfg.rms_norm_eps);
+    const bool has_rows = n > 0;  // the same on every rank of the dp replica
+    stats.steps += has_rows ? 1 : 0;
+    // An MoE layer's ep group may span replicas: its ranks call it with no rows too.
+    const bool moe_collective = sh.tp * sh.ep > 1;
+    Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});  // [n_tok, d] normed input, block out
+    const std::vector<SequenceState*> no_states;
+    const KvStep kv_step(sh, pass.states ? *pass.states : no_states);
+    for (int i = sh.first_layer; i < sh.end_layer; ++i) {
+        const LayerSpec& spec = cfg.layers[i];
+        const LayerWeights& lw = m.layers[i];
+        const FlopSpan flop_span(stats.layer_flops[i], stats.layer_gemm_seconds[i]);
+        if (has_rows) {
+            ScopedTimer timer(stats.mixer_seconds[i]);
+            if (taps.before_mixer)
+                taps.before_mixer(i, h);
+            ops::rms_norm(m.ctx, h, lw.attn_norm.view(), eps, xn.view());
+            if (spec.mixer != Mixer::kda)
+                kv_step.enter_layer(i);
+            mixer_forward(m, i, xn.view(), batch, pass, y.view());
+            ops::add_inplace(m.ctx, h, y.view());
+            if (taps.before_ffn)
+                taps.before_ffn(i, h);
+        }
+        const bool moe = spec.ffn != Ffn::dense;
+        if (!has_rows && !(moe && moe_collective))
+            continue;
+        ScopedTimer timer(stats.ffn_seconds[i]);
+        ops::rms_norm(m.ctx, h, lw.ffn_norm.view(), eps, xn.view());
+        if (moe && taps.moe_input)
+            taps.moe_input(i, xn.view());
+        ffn_forward(m, i, xn.view(), y.view(), rows, &stats.moe[i]);
+        ops::add_inplace(m.ctx, h, y.view());
+    }
+    kv_step.end();
+}
+
+}  // namespace detail
+
 comm::Request send_to_next_stage(const Model& m, const Buffer& h) {
     if (m.shard.last_stage() || h.view().numel() == 0)
         return comm::Request();
@@ -334,87 +393,24 @@ void forward(const Model& m,
 
     ForwardStats scratch;  // where timings go when the caller asked for none
     ForwardStats& stats = options.stats ? *options.stats : scratch;
-    stats.mixer_seconds.resize(cfg.layers.size());
-    stats.ffn_seconds.resize(cfg.layers.size());
-    stats.moe.resize(cfg.layers.size());
-    stats.layer_flops.resize(cfg.layers.size());
-    stats.layer_gemm_seconds.resize(cfg.layers.size());
     const float eps = static_cast<float>(cfg.rms_norm_eps);
-    const bool has_rows = n > 0;  // the same on every rank of the dp replica
-    stats.steps += has_rows ? 1 : 0;
-    const bool moe_parallel = sh.tp * sh.ep > 1;
-    const SeqBatch* ffn_rows = batch.adapter.empty() ? nullptr : &batch;  // FFN adapters' choice
     Buffer h(DType::f32, {n, d});  // [n_tok, d] the residual stream
     if (sh.first_stage()) {
         ScopedTimer timer(stats.head_seconds);
         embed_tokens(m, tokens, h.view());
         if (options.media)
             splice_media(*options.media, h.view());
-    } else if (has_rows) {
+    } else if (n > 0) {
         ScopedTimer timer(stats.pipeline_seconds);
         comm::recv(h.view(), m.comms->pp_prev, m.comms->pp, 0);
     }
-    Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});  // [n_tok, d] normed input, block out
-    std::vector<KdaState*> kda_states(states.size());
-    std::vector<AttnCache*> caches(states.size());
-    const KvStep kv_step(sh, states);
-    for (int i = sh.first_layer; i < sh.end_layer; ++i) {
-        const LayerSpec& spec = cfg.layers[i];
-        const LayerWeights& lw = m.layers[i];
-        const FlopSpan flop_span(stats.layer_flops[i], stats.layer_gemm_seconds[i]);
-        if (has_rows) {
-            ScopedTimer timer(stats.mixer_seconds[i]);
-            ops::rms_norm(h.view(), lw.attn_norm.view(), eps, xn.view());
-            if (spec.mixer == Mixer::kda) {
-                for (size_t s = 0; s < states.size(); ++s)
-                    kda_states[s] = &states[s]->kda[i];
-                kda_forward(cfg, lw.kda, xn.view(), batch, kda_states, y.view(), options.kda_mode);
-            } else {
-                kv_step.enter_layer(i);
-                for (size_t s = 0; s < states.size(); ++s)
-                    caches[s] = &states[s]->attn[i];
-                attention_forward(cfg,
-                                  spec,
-                                  lw.attn,
-                                  xn.view(),
-                                  batch,
-                                  caches,
-                                  y.view(),
-                                  options.attn_mode,
-                                  &stats.attn,
-                                  sh.tp > 1 ? &m.comms->tp : nullptr);
-            }
-            if (sh.tp > 1)
-                comm::all_reduce(y.view(), m.comms->tp);  // the heads' partial o_proj outputs
-            ops::add_inplace(h.view(), y.view());
-        }
-        ScopedTimer timer(stats.ffn_seconds[i]);
-        if (spec.ffn == Ffn::dense) {
-            if (!has_rows)
-                continue;
-            ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
-            dense_ffn_forward(lw.dense, ExpertAct::swiglu, xn.view(), y.view(), ffn_rows);
-            if (sh.tp > 1)
-                comm::all_reduce(y.view(), m.comms->tp);
-        } else if (moe_parallel) {  // called with no rows too: the ep group may span replicas
-            ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
-            MoeParallel par{&m.comms->tp, &m.comms->ep, sh.etp};
-            moe_forward_parallel(
-                m.cfg, spec, lw.moe, xn.view(), y.view(), par, &stats.moe[i], ffn_rows);
-        } else {
-            if (!has_rows)
-                continue;
-            ops::rms_norm(h.view(), lw.ffn_norm.view(), eps, xn.view());
-            Routing routing;
-            moe_forward(cfg, spec, lw.moe, xn.view(), y.view(), &routing, ffn_rows);
-            MoeCommStats load;  // the one-rank MoE: only its expert load
-            load.calls = 1;
-            load.tokens_per_expert = std::move(routing.tokens_per_expert);
-            stats.moe[i].add(load);
-        }
-        ops::add_inplace(h.view(), y.view());
-    }
-    kv_step.end();
+    detail::MixerPass pass;
+    pass.states = &states;
+    pass.kda_mode = options.kda_mode;
+    pass.attn_mode = options.attn_mode;
+    pass.attn_stats = &stats.attn;
+    const SeqBatch* ffn_rows = batch.adapter.empty() ? nullptr : &batch;  // FFN adapters' choice
+    detail::run_layers(m, batch, pass, ffn_rows, h.view(), stats);
     for (int64_t s = 0; s < batch.n_seq(); ++s)
         states[s]->n_tokens += batch.length(s);
     if (!sh.last_stage()) {
@@ -439,7 +435,7 @@ void forward(const Model& m,
         hv = &rows.view();
     }
     Buffer normed(DType::f32, hv->shape);
-    ops::rms_norm(*hv, m.final_norm.view(), eps, normed.view());
+    ops::rms_norm(m.ctx, *hv, m.final_norm.view(), eps, normed.view());
     lm_head(m, normed.view(), logits);
 }
 

@@ -131,7 +131,8 @@ void experts_forward(const MoeWeights& w,
         if (slots.adapter)
             row_batch = single_rows(
                 std::vector<int>(adapter_g.begin() + begin, adapter_g.begin() + begin + rows));
-        dense_ffn_forward(w.experts[e],
+        dense_ffn_forward(backend::cpu_ctx(),
+                          w.experts[e],
                           act,
                           in_g.view().rows(begin, rows),
                           out_rows,

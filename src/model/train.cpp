@@ -10,7 +10,7 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_backward.h"
 #include "hymoe/core/error.h"
-#include "hymoe/model/moe_parallel.h"
+#include "layer.h"
 
 namespace hymoe::model {
 
@@ -33,13 +33,7 @@ void check_batch(const TrainBatch& b) {
         HYMOE_CHECK(p == 0, "train: every sequence of a training batch starts at position 0");
 }
 
-const comm::Comm* tp_of(const Model& m) {
-    return m.shard.tp > 1 ? &m.comms->tp : nullptr;
-}
-
-// x ← Σ over tp of x: the partial outputs (forward) or input gradients (backward) of this rank's
-// heads and widths.
-void tp_sum(const Model& m, Tensor& x) {
+void tp_sum(const Model& m, Tensor& x) {  // the head's dnormed partials over tp
     if (m.shard.tp > 1)
         comm::all_reduce(x, m.comms->tp);
 }
@@ -47,92 +41,6 @@ void tp_sum(const Model& m, Tensor& x) {
 void set_dropout_seed(const TrainOptions& o, const TrainBatch& b) {
     for (LoraSlot* slot : o.dropout_slots)
         slot->dropout_seed = b.dropout_seed;
-}
-
-bool moe_parallel(const Model& m) {
-    return m.shard.tp * m.shard.ep > 1;
-}
-
-MoeParallel moe_comms(const Model& m) {
-    return {&m.comms->tp, &m.comms->ep, m.shard.etp};
-}
-
-// y [n, d] = the mixer of layer i on xn [n, d], every sequence fresh.
-void mixer_forward(const Model& m, int i, const TrainBatch& b, const Tensor& xn, Tensor& y) {
-    const LayerSpec& spec = m.local.layers[i];
-    if (spec.mixer == Mixer::kda) {
-        std::vector<KdaState> states(static_cast<size_t>(b.batch.n_seq()));
-        std::vector<KdaState*> ptrs;
-        for (KdaState& s : states)
-            s = make_kda_state(m.local), ptrs.push_back(&s);
-        kda_forward(m.local, m.layers[i].kda, xn, b.batch, ptrs, y);
-    } else {
-        attention_forward(m.local,
-                          spec,
-                          m.layers[i].attn,
-                          xn,
-                          b.batch,
-                          {},
-                          y,
-                          AttnMode::expanded,
-                          nullptr,
-                          tp_of(m));
-    }
-    tp_sum(m, y);
-}
-
-// dxn [n, d] = the full gradient of the mixer's input from dy [n, d].
-void mixer_backward(
-    const Model& m, int i, const TrainBatch& b, const Tensor& xn, const Tensor& dy, Tensor& dxn) {
-    const LayerSpec& spec = m.local.layers[i];
-    if (spec.mixer == Mixer::kda)
-        kda_backward(m.local, m.layers[i].kda, xn, b.batch, dy, dxn);
-    else
-        attention_backward(m.local, spec, m.layers[i].attn, xn, b.batch, dy, dxn, tp_of(m));
-    tp_sum(m, dxn);
-}
-
-void ffn_forward(const Model& m,
-                 int i,
-                 const Tensor& xn,
-                 Tensor& y,
-                 std::vector<std::vector<int64_t>>* expert_load) {
-    const LayerSpec& spec = m.local.layers[i];
-    const LayerWeights& lw = m.layers[i];
-    if (spec.ffn == Ffn::dense) {
-        dense_ffn_forward(lw.dense, ExpertAct::swiglu, xn, y);
-        tp_sum(m, y);
-        return;
-    }
-    std::vector<int64_t> load;  // [E] the assignments this rank's experts computed
-    if (moe_parallel(m)) {
-        MoeCommStats stats;
-        moe_forward_parallel(m.cfg, spec, lw.moe, xn, y, moe_comms(m), &stats);
-        load = std::move(stats.tokens_per_expert);
-    } else {
-        Routing routing;
-        moe_forward(m.local, spec, lw.moe, xn, y, &routing);
-        load = std::move(routing.tokens_per_expert);
-    }
-    if (!expert_load || m.shard.etp_rank != 0)
-        return;
-    std::vector<int64_t>& acc = (*expert_load)[i];
-    acc.resize(load.size());
-    for (size_t e = 0; e < load.size(); ++e)
-        acc[e] += load[e];
-}
-
-void ffn_backward(const Model& m, int i, const Tensor& xn, const Tensor& dy, Tensor& dxn) {
-    const LayerSpec& spec = m.local.layers[i];
-    const LayerWeights& lw = m.layers[i];
-    if (spec.ffn == Ffn::dense) {
-        dense_ffn_backward(lw.dense, ExpertAct::swiglu, xn, dy, dxn);
-        tp_sum(m, dxn);
-    } else if (moe_parallel(m)) {
-        moe_backward_parallel(m.cfg, spec, lw.moe, xn, dy, dxn, moe_comms(m));  // full dxn
-    } else {
-        moe_backward(m.local, spec, lw.moe, xn, dy, dxn);
-    }
 }
 
 // One micro-batch's residual stream at this stage's block boundaries.
@@ -155,38 +63,39 @@ Buffer stage_input(const Model& m, const TrainBatch& b) {
     return h;
 }
 
-// This stage's layers on h. keep_mid keeps the stream before each FFN; ffn_inputs (when given)
-// receives each MoE layer's normed input.
+// This stage's layers on h (the model's one layer loop, every sequence fresh). keep_mid keeps the
+// stream before each FFN; expert_load (when given) adds each MoE layer's expert load; moe_inputs
+// (when given) receives each MoE layer's normed input.
 Stream forward_stage(const Model& m,
                      const TrainBatch& b,
                      Buffer h,
                      bool keep_mid,
                      std::vector<std::vector<int64_t>>* expert_load,
-                     std::vector<Buffer>* ffn_inputs) {
-    const int64_t n = b.batch.n_tok(), d = m.cfg.hidden_size;
-    const float eps = static_cast<float>(m.cfg.rms_norm_eps);
+                     std::vector<Buffer>* moe_inputs) {
     Stream st;
     st.before_mixer.resize(m.cfg.layers.size());
     st.before_ffn.resize(m.cfg.layers.size());
-    Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});
-    for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i) {
-        st.before_mixer[i] = Buffer(DType::f32, {n, d});
-        std::copy_n(h.ptr<float>(), n * d, st.before_mixer[i].ptr<float>());
-        ops::rms_norm(h.view(), m.layers[i].attn_norm.view(), eps, xn.view());
-        mixer_forward(m, i, b, xn.view(), y.view());
-        ops::add_inplace(h.view(), y.view());
-        if (keep_mid) {
-            st.before_ffn[i] = Buffer(DType::f32, {n, d});
-            std::copy_n(h.ptr<float>(), n * d, st.before_ffn[i].ptr<float>());
+    auto copy = [](const Tensor& x) {
+        Buffer c(DType::f32, x.shape);
+        std::copy_n(x.ptr<float>(), x.numel(), c.ptr<float>());
+        return c;
+    };
+    detail::LayerTaps taps;
+    taps.before_mixer = [&](int i, const Tensor& x) { st.before_mixer[i] = copy(x); };
+    if (keep_mid)
+        taps.before_ffn = [&](int i, const Tensor& x) { st.before_ffn[i] = copy(x); };
+    if (moe_inputs)
+        taps.moe_input = [&](int i, const Tensor& x) { (*moe_inputs)[i] = copy(x); };
+    ForwardStats stats;
+    detail::run_layers(m, b.batch, detail::MixerPass{}, nullptr, h.view(), stats, taps);
+    if (expert_load && m.shard.etp_rank == 0)
+        for (size_t i = 0; i < stats.moe.size(); ++i) {  // empty for the dense layers
+            const std::vector<int64_t>& load = stats.moe[i].tokens_per_expert;
+            std::vector<int64_t>& acc = (*expert_load)[i];
+            acc.resize(std::max(acc.size(), load.size()));
+            for (size_t e = 0; e < load.size(); ++e)
+                acc[e] += load[e];
         }
-        ops::rms_norm(h.view(), m.layers[i].ffn_norm.view(), eps, xn.view());
-        if (ffn_inputs && m.cfg.layers[i].ffn != Ffn::dense) {
-            (*ffn_inputs)[i] = Buffer(DType::f32, {n, d});
-            std::copy_n(xn.ptr<float>(), n * d, (*ffn_inputs)[i].ptr<float>());
-        }
-        ffn_forward(m, i, xn.view(), y.view(), expert_load);
-        ops::add_inplace(h.view(), y.view());
-    }
     st.out = std::move(h);
     return st;
 }
@@ -284,17 +193,18 @@ void backward_stage(const Model& m, const TrainBatch& b, Stream& st, bool recomp
         ops::rms_norm(h_in.view(), lw.attn_norm.view(), eps, xn.view());
         if (recompute) {  // the FFN's input: rerun the mixer
             st.before_ffn[i] = Buffer(DType::f32, {n, d});
-            mixer_forward(m, i, b, xn.view(), st.before_ffn[i].view());
+            detail::mixer_forward(
+                m, i, xn.view(), b.batch, detail::MixerPass{}, st.before_ffn[i].view());
             ops::add_inplace(st.before_ffn[i].view(), h_in.view());
         }
         // h_out = h_mid + ffn(norm h_mid)
         Buffer& h_mid = st.before_ffn[i];
         ops::rms_norm(h_mid.view(), lw.ffn_norm.view(), eps, xn2.view());
-        ffn_backward(m, i, xn2.view(), dh.view(), dxn.view());
+        detail::ffn_backward(m, i, xn2.view(), dh.view(), dxn.view());
         add_norm_backward(h_mid.view(), lw.ffn_norm, eps, dxn.view(), dh.view());
         h_mid = Buffer();
         // h_mid = h_in + mixer(norm h_in)
-        mixer_backward(m, i, b, xn.view(), dh.view(), dxn.view());
+        detail::mixer_backward(m, i, xn.view(), b.batch, dh.view(), dxn.view());
         add_norm_backward(h_in.view(), lw.attn_norm, eps, dxn.view(), dh.view());
         h_in = Buffer();
     }

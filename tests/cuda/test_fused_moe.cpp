@@ -195,8 +195,11 @@ BOOST_AUTO_TEST_CASE(route_plan_experts_and_combine_match_the_cpu, *utf::precond
                 std::copy_n(x.ptr<float>() + tokens[static_cast<size_t>(i)] / k * d,
                             d,
                             in.ptr<float>() + i * d);
-            model::dense_ffn_forward(
-                w.experts[static_cast<size_t>(e)], ExpertAct::swiglu, in.view(), out.view());
+            model::dense_ffn_forward(backend::cpu_ctx(),
+                                     w.experts[static_cast<size_t>(e)],
+                                     ExpertAct::swiglu,
+                                     in.view(),
+                                     out.view());
             for (int64_t i = 0; i < n; ++i) {
                 const int64_t a = tokens[static_cast<size_t>(i)];
                 const float wt = weight.ptr<float>()[a];

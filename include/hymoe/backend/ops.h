@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/tensor/tensor.h"
 
 namespace hymoe::ops {
@@ -110,6 +111,8 @@ void sigmoid_inplace(Tensor& x);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& y);
 // x ← x + y
 void add_inplace(Tensor& x, const Tensor& y);
+// x ← ReLU(x)² (relu2 experts)
+void relu2_inplace(Tensor& x);
 
 // softmax over each row of n floats, in place; −inf entries get probability 0.
 void softmax_rows(float* x, int64_t rows, int64_t n);
@@ -156,5 +159,29 @@ void top_k(const float* x, int64_t n, int64_t k, int64_t* idx);
 // u, y [T, C] (y may not alias u); w [C, W]; tail [W−1, C] is read, then replaced by the last
 // W−1 inputs (so chunked prefill and decode continue the same sequence).
 void causal_conv(const Tensor& u, const Tensor& w, Tensor& tail, Tensor& y);
+
+// ---- ops on a Ctx (backend/ctx.h) -------------------------------------------------------------
+// The backend-neutral ops the model blocks call: the ops above on the tensors of ctx's device.
+// src/backend/ops.cpp is the only switch on the device. CPU: exactly the functions above, bit for
+// bit. CUDA: the kernels of backend/cuda_ops.h and cuda_model_ops.h and the products of
+// cuda_gemm.h, with the same semantics (tests/cuda compares each against the CPU); there x and w of
+// a product share one dtype (f32, or bf16 with fp32 accumulation). Every tensor must be on
+// ctx.device (checked here, once).
+using backend::Ctx;
+
+void linear(const Ctx& ctx, const Tensor& x, const Tensor& w, Tensor& y, float beta = 0.0f);
+void rms_norm(const Ctx& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y);
+void silu_inplace(const Ctx& ctx, Tensor& x);
+void sigmoid_inplace(const Ctx& ctx, Tensor& x);
+void relu2_inplace(const Ctx& ctx, Tensor& x);
+void swiglu(const Ctx& ctx, const Tensor& gate, const Tensor& up, Tensor& y);
+void add_inplace(const Ctx& ctx, Tensor& x, const Tensor& y);
+// softmax over each row of x (its last dimension), in place.
+void softmax_rows(const Ctx& ctx, Tensor& x);
+// causal_conv for one sequence (u, y [T, C], w [C, W], tail [W−1, C] read then replaced).
+void causal_conv(const Ctx& ctx, const Tensor& u, const Tensor& w, Tensor& tail, Tensor& y);
+// idx [rows, k] int64 = top_k of every row of x [rows, n] f32 (best first, ties to the smaller
+// index).
+void top_k_rows(const Ctx& ctx, const Tensor& x, int64_t k, Tensor& idx);
 
 }  // namespace hymoe::ops

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/lora.h"
 #include "hymoe/model/weights.h"
@@ -67,11 +68,12 @@ TensorList routed_expert_tensors(const ModelConfig& cfg,
                                  MoeWeights& moe,
                                  const std::vector<int>& experts);
 
-// y [n_tok, w] = down(act(x)) for one MLP on x [n_tok, w]:
+// y [n_tok, w] = down(act(x)) for one MLP on x [n_tok, w], on ctx's device (backend-neutral ops):
 //   swiglu: down(SiLU(gate x) ⊙ up x),  relu2: down(ReLU(up x)²).
 // rows names each row's adapter (its sequences are runs of rows, model/lora.h); null: adapter 0
-// on every row.
-void dense_ffn_forward(const DenseFfnWeights& w,
+// on every row. Adapters run on the CPU only (the GPU model applies its own: model/cuda/).
+void dense_ffn_forward(const backend::Ctx& ctx,
+                       const DenseFfnWeights& w,
                        ExpertAct act,
                        const Tensor& x /*[n_tok, w]*/,
                        Tensor& y /*[n_tok, w]*/,
@@ -107,7 +109,8 @@ struct Routing {
 // the earliest tokens (position); the rest are dropped.
 Routing route(const ModelConfig& cfg, const MoeWeights& w, const Tensor& x /*[n_tok, d]*/);
 
-// y [n_tok, d] = Σ_i w_i · Expert_idx_i(x) + Shared(x) for x [n_tok, d] (moe), or
+// The MoE layer on one rank: moe_forward_parallel (model/moe_parallel.h) with groups of one, the
+// only MoE forward. y [n_tok, d] = Σ_i w_i · Expert_idx_i(x) + Shared(x) for x [n_tok, d] (moe), or
 // y = fc2(Σ_i w_i · Expert_idx_i(fc1 x)) + Shared(x) (latent_moe). y must not alias x. Each
 // expert runs on its kept tokens in token order, one row at a time; the weighted sum is
 // accumulated in fp32 in each token's slot order. routing_out, when given, receives the routing.
@@ -121,7 +124,8 @@ void moe_forward(const ModelConfig& cfg,
                  Routing* routing_out = nullptr,
                  const SeqBatch* rows = nullptr);
 
-// Backward of moe_forward on one rank (spec/model-math.md §9): the routing (expert choice and
+// Backward of moe_forward on one rank, moe_backward_parallel with groups of one (spec/model-math.md
+// §9): the routing (expert choice and
 // capacity drops) is recomputed and held constant; the gradient flows through the experts, the
 // shared experts, the latent projections (latent_moe) and the combine weights into the router
 // logits (the correction bias has none). dx [n_tok, d] is overwritten; the experts' and shared

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/model/attention.h"
 #include "hymoe/model/batch.h"
 #include "hymoe/model/config.h"
@@ -43,7 +44,9 @@ struct Model {
     ModelShard shard;   // this rank's part
     ModelConfig local;  // the head counts and widths this rank's blocks run on (cfg on one rank)
     const parallel::Comms* comms = nullptr;  // null: one rank
-    DType weight_dtype = DType::f32;         // the matrices' storage (model.dtype; weights.h)
+    backend::Ctx ctx;  // the device the blocks' ops run on (backend/ctx.h): the CPU (the GPU
+                       //   model is model/cuda/ until the blocks take device weights)
+    DType weight_dtype = DType::f32;   // the matrices' storage (model.dtype; weights.h)
     Buffer embed;                      // [V/tp, d] model.embed_tokens.weight (first stage; the
                                        //   last too when tied)
     std::vector<LayerWeights> layers;  // [n_layer], filled for this stage's layers only

@@ -106,7 +106,8 @@ void moe_forward_parallel(const ModelConfig& cfg,
                           Tensor& y /*[n_tok, d]*/,
                           const MoeParallel& par,
                           MoeCommStats* stats = nullptr,
-                          const SeqBatch* rows = nullptr);
+                          const SeqBatch* rows = nullptr,
+                          Routing* routing_out = nullptr);  // the owned rows' routing
 
 // The backward of moe_forward_parallel: dx [n_tok, d] (identical on the tp group) from dy [n_tok,
 // d] (identical on the tp group), equal to moe_backward (one rank, whole weights) up to fp32

@@ -273,6 +273,15 @@ void add_inplace(Tensor& x, const Tensor& y) {
         a[i] += b[i];
 }
 
+void relu2_inplace(Tensor& x) {
+    check_f32(x, "relu2_inplace");
+    float* p = x.ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+        const float r = p[i] > 0.0f ? p[i] : 0.0f;
+        p[i] = r * r;
+    }
+}
+
 void softmax_rows(float* x, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; ++r) {
         float* xr = x + r * n;

@@ -140,7 +140,7 @@ struct ParamGrad {
 
 double dense_loss(const DenseFfnWeights& w, ExpertAct act, const Buffer& x, const Buffer& dy) {
     Buffer y(DType::f32, x.view().shape);  // [n, w]
-    dense_ffn_forward(w, act, x.view(), y.view());
+    dense_ffn_forward(backend::cpu_ctx(), w, act, x.view(), y.view());
     return dot(dy.view(), y.view());
 }
 

@@ -310,14 +310,14 @@ BOOST_AUTO_TEST_CASE(top_k_all_experts_equals_weighted_dense_sum) {
         std::vector<float> want(static_cast<size_t>(n_tok * d), 0.0f);
         Buffer out(DType::f32, {n_tok, d});  // [n_tok, d]
         for (int64_t e = 0; e < n_exp; ++e) {
-            dense_ffn_forward(w.experts[e], act, x.view(), out.view());
+            dense_ffn_forward(backend::cpu_ctx(), w.experts[e], act, x.view(), out.view());
             for (int64_t t = 0; t < n_tok; ++t) {
                 const float s = sigmoid_ref(matvec(w.gate, x.ptr<float>() + t * d)[e]);
                 for (int64_t j = 0; j < d; ++j)
                     want[t * d + j] += s * out.ptr<float>()[t * d + j];
             }
         }
-        dense_ffn_forward(w.shared, act, x.view(), out.view());
+        dense_ffn_forward(backend::cpu_ctx(), w.shared, act, x.view(), out.view());
         for (int64_t i = 0; i < n_tok * d; ++i)
             want[i] += out.ptr<float>()[i];
         const float err = max_abs_diff(y.ptr<float>(), want.data(), n_tok * d);

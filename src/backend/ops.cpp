@@ -1,0 +1,165 @@
+// The ops on a Ctx (hymoe/backend/ops.h, backend/ctx.h): the only switch on the device. Each op
+// checks that its tensors are on ctx's device, then runs the CPU op (backend/cpu/) or queues the
+// CUDA kernel (backend/cuda/, CUDA builds) of the same name and semantics. The CUDA headers are
+// plain C++; in a CPU build the CUDA branches are discarded (if constexpr) and never linked.
+#include "hymoe/backend/ops.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
+
+#include "hymoe/backend/cuda_gemm.h"
+#include "hymoe/backend/cuda_model_ops.h"
+#include "hymoe/backend/cuda_ops.h"
+#include "hymoe/core/error.h"
+
+namespace hymoe {
+
+namespace {
+
+#ifdef HYMOE_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
+
+namespace cu = backend::cuda;
+
+// Every tensor of a call on ctx's device; a CUDA context complete, and only in a CUDA build.
+void check_on(const backend::Ctx& ctx, const char* op, std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts)
+        HYMOE_CHECK(t->device == ctx.device || t->data == nullptr,
+                    op,
+                    ": a ",
+                    to_string(t->device),
+                    " tensor on a ",
+                    to_string(ctx.device),
+                    " context");
+    if (ctx.device == Device::cuda) {
+        HYMOE_CHECK(kCudaBuild, op, ": a CUDA context in a build without CUDA (make CUDA=1)");
+        HYMOE_CHECK(ctx.stream != nullptr && ctx.arena != nullptr && ctx.blas != nullptr,
+                    op,
+                    ": a CUDA context without its stream, arena and BLAS handle");
+    }
+}
+
+}  // namespace
+
+namespace backend {
+
+Scratch::~Scratch() {
+    if constexpr (kCudaBuild)
+        for (auto p = device_.rbegin(); p != device_.rend(); ++p)
+            ctx_.arena->free(*p);
+}
+
+Tensor Scratch::operator()(DType dtype, Shape shape) {
+    if constexpr (kCudaBuild)
+        if (ctx_.device == Device::cuda) {
+            Tensor t = ctx_.arena->tensor(dtype, std::move(shape));
+            device_.push_back(t.data);
+            return t;
+        }
+    return host_.emplace_back(dtype, std::move(shape)).view();
+}
+
+}  // namespace backend
+
+namespace ops {
+
+void linear(const Ctx& ctx, const Tensor& x, const Tensor& w, Tensor& y, float beta) {
+    check_on(ctx, "linear", {&x, &w, &y});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return ctx.blas->linear(x, w, y, beta);
+    linear(x, w, y, beta);
+}
+
+void rms_norm(const Ctx& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+    check_on(ctx, "rms_norm", {&x, &w, &y});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::rms_norm(*ctx.stream, x, w, eps, y);
+    rms_norm(x, w, eps, y);
+}
+
+void silu_inplace(const Ctx& ctx, Tensor& x) {
+    check_on(ctx, "silu_inplace", {&x});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::silu_inplace(*ctx.stream, x);
+    silu_inplace(x);
+}
+
+void sigmoid_inplace(const Ctx& ctx, Tensor& x) {
+    check_on(ctx, "sigmoid_inplace", {&x});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::sigmoid_inplace(*ctx.stream, x);
+    sigmoid_inplace(x);
+}
+
+void relu2_inplace(const Ctx& ctx, Tensor& x) {
+    check_on(ctx, "relu2_inplace", {&x});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::relu2_inplace(*ctx.stream, x);
+    relu2_inplace(x);
+}
+
+void swiglu(const Ctx& ctx, const Tensor& gate, const Tensor& up, Tensor& y) {
+    check_on(ctx, "swiglu", {&gate, &up, &y});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::swiglu(*ctx.stream, gate, up, y);
+    swiglu(gate, up, y);
+}
+
+void add_inplace(const Ctx& ctx, Tensor& x, const Tensor& y) {
+    check_on(ctx, "add_inplace", {&x, &y});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::add_inplace(*ctx.stream, x, y);
+    add_inplace(x, y);
+}
+
+void softmax_rows(const Ctx& ctx, Tensor& x) {
+    check_on(ctx, "softmax_rows", {&x});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::softmax_rows(*ctx.stream, x);
+    const int64_t n = x.dim(-1);
+    softmax_rows(x.ptr<float>(), n > 0 ? x.numel() / n : 0, n);
+}
+
+void causal_conv(const Ctx& ctx, const Tensor& u, const Tensor& w, Tensor& tail, Tensor& y) {
+    check_on(ctx, "causal_conv", {&u, &w, &tail, &y});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::causal_conv(*ctx.stream, u, w, tail, y);
+    causal_conv(u, w, tail, y);
+}
+
+void top_k_rows(const Ctx& ctx, const Tensor& x, int64_t k, Tensor& idx) {
+    check_on(ctx, "top_k_rows", {&x, &idx});
+    const int64_t n = x.dim(-1), rows = x.numel() / std::max<int64_t>(n, 1);
+    HYMOE_CHECK(
+        x.dtype == DType::f32 && idx.dtype == DType::i64 && idx.numel() == rows * k && k <= n,
+        "top_k_rows: idx ",
+        shape_string(idx.shape),
+        " (",
+        to_string(idx.dtype),
+        ") for the top ",
+        k,
+        " of ",
+        shape_string(x.shape));
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::top_k_rows(*ctx.stream, x, k, idx);
+    for (int64_t r = 0; r < rows; ++r)
+        top_k(x.ptr<float>() + r * n, n, k, idx.ptr<int64_t>() + r * k);
+}
+
+}  // namespace ops
+
+}  // namespace hymoe

@@ -1,0 +1,99 @@
+// One layer's mixer and FFN, forward and backward, as every pass runs them (layer.h): the block
+// its LayerSpec names on this rank's heads and widths, then the tp sum of the partial output (or
+// input gradient). MoE layers take the one MoE path whatever the layout.
+#include "layer.h"
+
+#include "hymoe/model/moe_parallel.h"
+
+namespace hymoe::model::detail {
+
+namespace {
+
+const comm::Comm* tp_comm(const Model& m) {
+    return m.shard.tp > 1 ? &m.comms->tp : nullptr;
+}
+
+// x ← Σ over tp of x: the partial outputs (forward) or input gradients (backward) of this rank's
+// heads and widths.
+void tp_sum(const Model& m, Tensor& x) {
+    if (m.shard.tp > 1)
+        comm::all_reduce(x, m.comms->tp);
+}
+
+// The MoE layer's groups: tp and ep where they have more than one rank (null: a group of one).
+MoeParallel moe_groups(const Model& m) {
+    MoeParallel par;
+    par.tp = tp_comm(m);
+    par.ep = m.shard.ep > 1 ? &m.comms->ep : nullptr;
+    par.etp = m.shard.etp;
+    return par;
+}
+
+}  // namespace
+
+void mixer_forward(const Model& m,
+                   int i,
+                   const Tensor& xn,
+                   const SeqBatch& batch,
+                   const MixerPass& pass,
+                   Tensor& y) {
+    const LayerSpec& spec = m.local.layers[i];
+    const size_t n_seq = static_cast<size_t>(batch.n_seq());
+    if (spec.mixer == Mixer::kda) {
+        std::vector<KdaState> fresh(pass.states ? 0 : n_seq);  // [n_seq] training only
+        std::vector<KdaState*> states(n_seq);
+        for (size_t s = 0; s < n_seq; ++s)
+            states[s] =
+                pass.states ? &(*pass.states)[s]->kda[i] : &(fresh[s] = make_kda_state(m.local));
+        kda_forward(m.local, m.layers[i].kda, xn, batch, states, y, pass.kda_mode);
+    } else {
+        std::vector<AttnCache*> caches;  // [n_seq]; empty: no cache (training)
+        if (pass.states)
+            for (SequenceState* s : *pass.states)
+                caches.push_back(&s->attn[i]);
+        attention_forward(m.local,
+                          spec,
+                          m.layers[i].attn,
+                          xn,
+                          batch,
+                          caches,
+                          y,
+                          pass.attn_mode,
+                          pass.attn_stats,
+                          tp_comm(m));
+    }
+    tp_sum(m, y);
+}
+
+void mixer_backward(
+    const Model& m, int i, const Tensor& xn, const SeqBatch& batch, const Tensor& dy, Tensor& dxn) {
+    const LayerSpec& spec = m.local.layers[i];
+    if (spec.mixer == Mixer::kda)
+        kda_backward(m.local, m.layers[i].kda, xn, batch, dy, dxn);
+    else
+        attention_backward(m.local, spec, m.layers[i].attn, xn, batch, dy, dxn, tp_comm(m));
+    tp_sum(m, dxn);
+}
+
+void ffn_forward(
+    const Model& m, int i, const Tensor& xn, Tensor& y, const SeqBatch* rows, MoeCommStats* stats) {
+    const LayerSpec& spec = m.local.layers[i];
+    if (spec.ffn == Ffn::dense) {
+        dense_ffn_forward(m.ctx, m.layers[i].dense, ExpertAct::swiglu, xn, y, rows);
+        tp_sum(m, y);
+    } else {  // the tp sum is the MoE path's own (it also places each etp block's rows)
+        moe_forward_parallel(m.cfg, spec, m.layers[i].moe, xn, y, moe_groups(m), stats, rows);
+    }
+}
+
+void ffn_backward(const Model& m, int i, const Tensor& xn, const Tensor& dy, Tensor& dxn) {
+    const LayerSpec& spec = m.local.layers[i];
+    if (spec.ffn == Ffn::dense) {
+        dense_ffn_backward(m.layers[i].dense, ExpertAct::swiglu, xn, dy, dxn);
+        tp_sum(m, dxn);
+    } else {
+        moe_backward_parallel(m.cfg, spec, m.layers[i].moe, xn, dy, dxn, moe_groups(m));
+    }
+}
+
+}  // namespace hymoe::model::detail

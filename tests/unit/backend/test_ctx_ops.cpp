@@ -1,0 +1,151 @@
+// The ops on a Ctx (hymoe/backend/ops.h, backend/ctx.h) on the CPU: each equals the CPU op it
+// dispatches to bit for bit (a miswired switch fails), ReLU² by hand, a tensor on the wrong device
+// and an incomplete or unbuilt CUDA context refused with the op's name, and Scratch tensors.
+// The same ops on a CUDA context against these are tests/cuda/test_ctx_ops.cpp.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "hymoe/backend/ops.h"
+#include "hymoe/core/error.h"
+#include "hymoe/core/rng.h"
+
+using namespace hymoe;
+
+namespace {
+
+Buffer random(Shape shape, uint32_t stream) {
+    Buffer b(DType::f32, std::move(shape));
+    Philox rng(7, stream, 0);
+    rng.fill_normal(b.ptr<float>(), static_cast<size_t>(b.view().numel()), 0.0f, 1.0f);
+    return b;
+}
+
+Buffer copy_of(const Buffer& b) {
+    Buffer c(b.view().dtype, b.view().shape);
+    std::memcpy(c.view().data, b.view().data, b.view().bytes());
+    return c;
+}
+
+bool same_bits(const Buffer& a, const Buffer& b) {
+    return a.view().bytes() == b.view().bytes() &&
+           std::memcmp(a.view().data, b.view().data, a.view().bytes()) == 0;
+}
+
+// An Error whose message contains `part`.
+auto says(const std::string& part) {
+    return [part](const Error& e) { return std::string(e.what()).find(part) != std::string::npos; };
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(ctx_ops)
+
+BOOST_AUTO_TEST_CASE(cpu_context_is_the_cpu_op_bit_for_bit) {
+    const backend::Ctx ctx = backend::cpu_ctx();
+    const Buffer x = random({5, 24}, 1), w = random({16, 24}, 2), g = random({24}, 3);
+    Buffer y1(DType::f32, {5, 16}), y2(DType::f32, {5, 16});
+    ops::linear(x.view(), w.view(), y1.view());
+    ops::linear(ctx, x.view(), w.view(), y2.view());
+    BOOST_TEST(same_bits(y1, y2));
+
+    Buffer n1(DType::f32, {5, 24}), n2(DType::f32, {5, 24});
+    ops::rms_norm(x.view(), g.view(), 1e-6f, n1.view());
+    ops::rms_norm(ctx, x.view(), g.view(), 1e-6f, n2.view());
+    BOOST_TEST(same_bits(n1, n2));
+
+    Buffer a1 = copy_of(x), a2 = copy_of(x);
+    ops::silu_inplace(a1.view());
+    ops::silu_inplace(ctx, a2.view());
+    BOOST_TEST(same_bits(a1, a2));
+    ops::sigmoid_inplace(a1.view());
+    ops::sigmoid_inplace(ctx, a2.view());
+    BOOST_TEST(same_bits(a1, a2));
+    ops::add_inplace(a1.view(), x.view());
+    ops::add_inplace(ctx, a2.view(), x.view());
+    BOOST_TEST(same_bits(a1, a2));
+
+    const Buffer up = random({5, 24}, 4);
+    Buffer s1(DType::f32, {5, 24}), s2(DType::f32, {5, 24});
+    ops::swiglu(x.view(), up.view(), s1.view());
+    ops::swiglu(ctx, x.view(), up.view(), s2.view());
+    BOOST_TEST(same_bits(s1, s2));
+
+    Buffer m1 = copy_of(x), m2 = copy_of(x);
+    m1.ptr<float>()[3] = m2.ptr<float>()[3] = -INFINITY;
+    ops::softmax_rows(m1.ptr<float>(), 5, 24);
+    ops::softmax_rows(ctx, m2.view());
+    BOOST_TEST(same_bits(m1, m2));
+
+    const Buffer u = random({7, 6}, 5), cw = random({6, 4}, 6);
+    Buffer t1(DType::f32, {3, 6}), t2(DType::f32, {3, 6});
+    Buffer c1(DType::f32, {7, 6}), c2(DType::f32, {7, 6});
+    for (int call = 0; call < 2; ++call) {  // the second call continues through the tail
+        ops::causal_conv(u.view(), cw.view(), t1.view(), c1.view());
+        ops::causal_conv(ctx, u.view(), cw.view(), t2.view(), c2.view());
+        BOOST_TEST(same_bits(c1, c2));
+        BOOST_TEST(same_bits(t1, t2));
+    }
+
+    Buffer idx(DType::i64, {5, 3});
+    ops::top_k_rows(ctx, x.view(), 3, idx.view());
+    for (int64_t r = 0; r < 5; ++r) {
+        std::vector<int64_t> want(3);
+        ops::top_k(x.ptr<float>() + r * 24, 24, 3, want.data());
+        for (int64_t j = 0; j < 3; ++j)
+            BOOST_TEST(idx.ptr<int64_t>()[r * 3 + j] == want[static_cast<size_t>(j)]);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(relu2_by_hand) {
+    Buffer x(DType::f32, {4});
+    const float in[] = {-2.0f, 0.0f, 0.5f, 3.0f}, want[] = {0.0f, 0.0f, 0.25f, 9.0f};
+    std::copy(in, in + 4, x.ptr<float>());
+    ops::relu2_inplace(backend::cpu_ctx(), x.view());
+    for (int i = 0; i < 4; ++i)
+        BOOST_TEST(x.ptr<float>()[i] == want[i]);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_device_and_context_refused) {
+    Buffer x = random({2, 8}, 8), y(DType::f32, {2, 8});
+    Tensor on_gpu = y.view();
+    on_gpu.device = Device::cuda;  // a view claiming to be device memory
+    BOOST_CHECK_EXCEPTION(ops::add_inplace(backend::cpu_ctx(), on_gpu, x.view()),
+                          Error,
+                          says("add_inplace: a cuda tensor on a cpu context"));
+    backend::Ctx gpu;
+    gpu.device = Device::cuda;
+#ifdef HYMOE_CUDA
+    BOOST_CHECK_EXCEPTION(ops::silu_inplace(gpu, on_gpu),
+                          Error,
+                          says("silu_inplace: a CUDA context without its stream"));
+#else
+    BOOST_CHECK_EXCEPTION(ops::silu_inplace(gpu, on_gpu),
+                          Error,
+                          says("silu_inplace: a CUDA context in a build without CUDA"));
+#endif
+    Buffer idx32(DType::i32, {2, 3});
+    BOOST_CHECK_EXCEPTION(ops::top_k_rows(backend::cpu_ctx(), x.view(), 3, idx32.view()),
+                          Error,
+                          says("top_k_rows: idx [2, 3] (i32)"));
+}
+
+BOOST_AUTO_TEST_CASE(scratch_tensors_live_to_the_scope_end) {
+    const backend::Ctx ctx = backend::cpu_ctx();
+    backend::Scratch scratch(ctx);
+    Tensor a = scratch(DType::f32, {3, 4});
+    Tensor b = scratch(DType::i64, {5});
+    BOOST_TEST((a.device == Device::cpu));
+    BOOST_TEST((a.shape == Shape{3, 4}));
+    BOOST_TEST((b.dtype == DType::i64));
+    BOOST_TEST(a.data != b.data);
+    for (int64_t i = 0; i < a.numel(); ++i)
+        BOOST_TEST(a.ptr<float>()[i] == 0.0f);
+    a.ptr<float>()[11] = 1.0f;  // writable to its last element
+    BOOST_TEST(a.ptr<float>()[11] == 1.0f);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
