@@ -172,6 +172,7 @@ bench: deps  ## speed as ratios measured in the same run
 	@OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 mpirun -q -np 2 $(OUT)/bench_checkpoint
 	@$(OUT)/bench_tokenizer
 	@OMP_NUM_THREADS=1 $(OUT)/bench_offload
+	@OMP_NUM_THREADS=1 $(OUT)/bench_prefix
 
 docs: $(OUT)/hymoe  ## write docs/reference/deck.md from the deck schema (hymoe --describe-deck)
 	@$(OUT)/hymoe --describe-deck > docs/reference/deck.md.tmp && mv docs/reference/deck.md.tmp docs/reference/deck.md

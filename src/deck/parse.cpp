@@ -198,6 +198,12 @@ void read_inference(Section s, InferenceSection& in, DType model_dtype) {
         k.finish();
     }
     {
+        Section pc = s.section("prefix_cache");
+        in.prefix_cache = pc.flag("enabled");
+        in.prefix_cache_bytes = pc.integer("max_bytes");
+        pc.finish();
+    }
+    {
         Section im = s.section("images");
         in.image_max_patches = im.integer("max_patches");
         in.image_max_pixels = im.integer("max_pixels");

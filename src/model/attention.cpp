@@ -17,6 +17,7 @@
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/kv_cache.h"
+#include "hymoe/model/model.h"
 #include "mla_project.h"
 
 namespace hymoe::model {
@@ -27,6 +28,7 @@ using detail::MlaDims;
 namespace {
 
 constexpr int64_t query_block = 256;  // queries per block of scores
+static_assert(kPrefillAlign % query_block == 0, "model.h: kPrefillAlign");
 
 // A view of host fp32 memory (read-only where the pointer is const: the view type is not).
 Tensor view_of(const float* p, Shape shape) {

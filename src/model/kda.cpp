@@ -7,6 +7,7 @@
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
+#include "hymoe/model/model.h"
 #include "kda_dims.h"
 
 namespace hymoe::model {
@@ -85,6 +86,7 @@ void scan(const KdaDims& dims,
         p.o = o + r * dims.D;
         const bool chunked =
             mode == KdaMode::chunked || (mode == KdaMode::automatic && p.n_tok > 1);
+        static_assert(kPrefillAlign % 64 == 0, "model.h: kPrefillAlign, kda_chunked's chunk");
         if (chunked)
             kda_chunked(p);
         else

@@ -98,19 +98,38 @@ bool KvPool::reserve(std::vector<int32_t>& table, int64_t tokens) {
         if (free_.empty()) {  // a page never used before: its memory now
             store_->grow(used_ + 1);
             table.push_back(static_cast<int32_t>(used_++));
+            refs_.push_back(0);
         } else {
             table.push_back(free_.back());
             free_.pop_back();
         }
+        refs_[static_cast<size_t>(table.back())] = 1;
     }
     in_use_ += more;
     return true;
 }
 
 void KvPool::release(std::vector<int32_t>& table) {
-    free_.insert(free_.end(), table.rbegin(), table.rend());
-    in_use_ -= static_cast<int64_t>(table.size());
+    for (auto it = table.rbegin(); it != table.rend(); ++it) {
+        int32_t& r = refs_[static_cast<size_t>(*it)];
+        HYMOE_CHECK(r > 0, "KvPool: page ", *it, " released with no reference");
+        if (--r == 0) {
+            free_.push_back(*it);
+            --in_use_;
+        }
+    }
     table.clear();
+}
+
+void KvPool::share(std::vector<int32_t>& table, const std::vector<int32_t>& pages) {
+    for (int32_t page : pages) {
+        HYMOE_CHECK(page >= 0 && page < used_ && refs_[static_cast<size_t>(page)] > 0,
+                    "KvPool: sharing page ",
+                    page,
+                    ", which no table holds");
+        ++refs_[static_cast<size_t>(page)];
+        table.push_back(page);
+    }
 }
 
 unsigned char* KvPool::at(int layer, int32_t page, int64_t slot, bool write) {

@@ -5,6 +5,7 @@
 #include "hymoe/model/model.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
@@ -252,7 +253,8 @@ namespace {
 
 // The pools the step's caches page into (the engine's lane: one), told the step's pages, each
 // MLA/DSA layer as it starts and the step's end, so that an offload tier can fetch a layer's
-// pages ahead (model/kv_cache.h). Block tables are disjoint: their concatenation is the set.
+// pages ahead (model/kv_cache.h). Block tables may share pages (a cached prompt prefix): each
+// page is listed once.
 class KvStep {
 public:
     KvStep(const ModelShard& sh, const std::vector<SequenceState*>& states) {
@@ -268,8 +270,14 @@ public:
                 pages[k].insert(pages[k].end(), s->pages.begin(), s->pages.end());
                 break;
             }
-        for (size_t k = 0; k < pools_.size(); ++k)
-            pools_[k]->begin_step(pages[k]);
+        for (size_t k = 0; k < pools_.size(); ++k) {  // first occurrences, in order
+            std::vector<int32_t> once;
+            std::unordered_set<int32_t> seen;
+            for (int32_t p : pages[k])
+                if (seen.insert(p).second)
+                    once.push_back(p);
+            pools_[k]->begin_step(once);
+        }
     }
     void enter_layer(int layer) const {
         for (KvPool* pool : pools_)

@@ -360,8 +360,12 @@ EngineStats run_engine(const model::Model& m,
     }
     sending.wait();
     stats.seconds = wall_seconds() - t0;
-    for (const Lane& lane : lanes)
+    for (const Lane& lane : lanes) {
         stats.kv_resident_bytes += lane.kv_resident_bytes();
+        const PrefixCacheStats c = lane.cache_stats();
+        stats.cache_stored += c.stored, stats.cache_evicted += c.evicted;
+        stats.cache_peak_bytes += c.peak_bytes, stats.cache_pages += c.pages;
+    }
     return stats;
 }
 

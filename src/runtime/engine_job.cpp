@@ -37,6 +37,46 @@ std::string fixed(double x, int digits = 1) {
     return buf;
 }
 
+// The prefix cache's hit rate, summed over the dp replicas (collective over dp). s.prompt_tokens
+// counts the prompt tokens prefilled, s.cached_tokens those restored instead.
+std::string prefix_cache_line(const EngineStats& s, int dp, const parallel::Grid& grid) {
+    int64_t v[] = {s.prompt_tokens,
+                   s.cached_tokens,
+                   s.cache_lookups,
+                   s.cache_hits,
+                   s.cache_stored,
+                   s.cache_evicted};
+    if (dp > 1) {
+        Tensor t{v, DType::i64, Device::cpu, {6}};
+        comm::all_reduce(t, grid.comms.dp);
+    }
+    const auto [computed, reused, lookups, hits, stored, evicted] = v;
+    const int64_t requested = computed + reused;
+    return cat("prefix cache: ",
+               requested,
+               " prompt tokens, ",
+               computed,
+               " prefilled, ",
+               reused,
+               " restored (hit rate ",
+               fixed(100.0 * static_cast<double>(reused) /
+                         static_cast<double>(std::max<int64_t>(requested, 1)),
+                     1),
+               "%); ",
+               hits,
+               " of ",
+               lookups,
+               " requests hit; ",
+               stored,
+               " prefixes stored, ",
+               evicted,
+               " evicted; at most ",
+               fixed(static_cast<double>(s.cache_peak_bytes) / 1e6, 2),
+               " MB of KDA snapshots and ",
+               s.cache_pages,
+               " KV pages held at the end on rank 0");
+}
+
 }  // namespace
 
 int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
@@ -119,6 +159,16 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     o.prompt_logprobs = inf.prompt_logprobs;
     o.top_logprobs = top_n;
     o.image_pool = inf.image_pool;
+    if (inf.prefix_cache && inf.prompt_logprobs)
+        log::info(
+            "prefix cache: not used, since inference.prompt_logprobs needs the logits of every "
+            "prompt token");
+    else if (inf.prefix_cache)
+        o.prefix_cache_bytes = inf.prefix_cache_bytes;
+    if (o.prefix_cache_bytes > 0 && !inf.batch_invariant)
+        log::info(
+            "prefix cache: on; results equal an uncached run's to rounding (bit for bit with "
+            "inference.batch_invariant: true)");
     int64_t n_stop = 0, n_length = 0;
     auto sink = [&](Finished&& f) {
         ++(f.finish == Finish::stop ? n_stop : n_length);
@@ -296,6 +346,8 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
                   " MB on rank 0), ",
                   s.preemptions,
                   " preemptions"));
+    if (o.prefix_cache_bytes > 0)
+        log::info(prefix_cache_line(s, job.layout.dp, grid));
     if (inf.offload == "file")
         log::info(cat(
             "kv offload: file in ",

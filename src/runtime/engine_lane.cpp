@@ -18,7 +18,10 @@ Lane::Lane(const model::Model& m, const EngineOptions& o, int index, int max_seq
       o_(o),
       index_(index),
       max_seqs_(max_seqs),
-      pool_(m.local, m.shard, o.page_tokens, pages, store_factory(o), o.kv_dtype) {}
+      pool_(m.local, m.shard, o.page_tokens, pages, store_factory(o), o.kv_dtype) {
+    if (o.prefix_cache_bytes > 0 && o.device == nullptr && !o.prompt_logprobs)
+        cache_ = std::make_unique<PrefixCache>(pool_, o.prefill_chunk, o.prefix_cache_bytes);
+}
 
 model::KvStoreFactory Lane::store_factory(const EngineOptions& o) {
     if (o.device == nullptr || o.kv_store)
@@ -32,25 +35,57 @@ void Lane::reset_state(Seq& s) {
     model::attach_kv_pool(m_, s.state, pool_);
 }
 
+void Lane::restart(Seq& s, EngineStats& stats) {
+    reset_state(s);  // restarts from its prompt: its outputs are made again
+    stats.prompt_tokens -= s.n_prefilled - s.reused;  // and counted again then
+    stats.cached_tokens -= s.reused;
+    stats.cache_lookups -= s.looked_up ? 1 : 0;
+    stats.cache_hits -= s.reused > 0 ? 1 : 0;
+    s.looked_up = false, s.reused = 0;
+    stats.generated_tokens -= static_cast<int64_t>(s.out.tokens.size());
+    Finished fresh;
+    fresh.index = s.out.index;
+    fresh.req = std::move(s.out.req);
+    s.out = std::move(fresh);
+    s.n_prefilled = 0, s.next_token = -1;
+}
+
 bool Lane::preempt_one(const Seq* keep, EngineStats& stats) {
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
         Seq& s = **it;
         if (&s == keep || s.in_step)
             continue;
-        reset_state(s);  // restarts from its prompt: its outputs are made again
-        stats.prompt_tokens -= s.n_prefilled;  // and counted again then
-        stats.generated_tokens -= static_cast<int64_t>(s.out.tokens.size());
-        Finished fresh;
-        fresh.index = s.out.index;
-        fresh.req = std::move(s.out.req);
-        s.out = std::move(fresh);
-        s.n_prefilled = 0, s.next_token = -1;
+        restart(s, stats);
         preempted_.push_front(std::move(*it));
         running_.erase(std::next(it).base());
         ++stats.preemptions;
         return true;
     }
     return false;
+}
+
+void Lane::restore_prefix(Seq& s, bool first, EngineStats& stats) {
+    if (!s.cacheable || s.looked_up)
+        return;
+    const io::Request& r = s.out.req;
+    s.looked_up = true;
+    s.reused = cache_->restore(r.adapter, r.tokens, s.hashes, s.state);
+    s.n_prefilled = s.reused;
+    ++stats.cache_lookups;
+    stats.cache_hits += s.reused > 0 ? 1 : 0;
+    stats.cached_tokens += s.reused;
+    if (first)
+        s.snapshot_at = cache_->snapshot_point(r.tokens, s.hashes, s.reused);
+    if (s.snapshot_at <= s.reused)
+        s.snapshot_at = 0;
+}
+
+int64_t Lane::chunk(const Seq& s) const {
+    const int64_t n = s.n_prefilled, c = o_.prefill_chunk;
+    int64_t end = std::min(n - n % c + c, s.prompt_len());
+    if (s.snapshot_at > n)
+        end = std::min(end, s.snapshot_at);
+    return end - n;
 }
 
 Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
@@ -60,9 +95,12 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
     bool any_prefill = false;
     // s's n new tokens join the step if its pages can be had, preempting later sequences
     auto add = [&](Seq& s, int64_t n, bool may_preempt) {
-        while (!pool_.reserve(s.state.pages, s.state.n_tokens + n))
+        while (!pool_.reserve(s.state.pages, s.state.n_tokens + n)) {
+            if (cache_ && cache_->evict_one(true))  // cached prefixes go before sequences
+                continue;
             if (!may_preempt || !preempt_one(&s, stats))
                 return false;
+        }
         st.batch.pos0.push_back(s.state.n_tokens);
         st.batch.adapter.push_back(
             s.out.req.adapter.empty() ? -1 : o_.adapter_ids.at(s.out.req.adapter));
@@ -85,7 +123,7 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
             add(*running_[i], 1, true);
     for (size_t i = 0; i < running_.size(); ++i) {  // 2. prefill chunks
         Seq& s = *running_[i];
-        const int64_t n = std::min<int64_t>(o_.prefill_chunk, s.prompt_len() - s.n_prefilled);
+        const int64_t n = chunk(s);
         if (!s.decoding() && !s.in_step && n <= budget)
             add(s, n, true);
     }
@@ -95,6 +133,7 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
         if (!preempted_.empty()) {
             s = std::move(preempted_.front());
             preempted_.pop_front();
+            restore_prefix(*s, false, stats);
         } else if (Pending* p = queue.peek()) {
             s = std::make_unique<Seq>();
             s->out.index = p->index;
@@ -103,14 +142,20 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
             s->max_new =
                 s->out.req.max_new_tokens >= 0 ? s->out.req.max_new_tokens : o_.max_new_tokens;
             reset_state(*s);
+            s->cacheable = cache_ != nullptr && s->out.req.images.empty();
+            if (s->cacheable)
+                s->hashes =
+                    block_hashes(s->out.req.adapter, s->out.req.tokens, pool_.page_tokens());
+            restore_prefix(*s, true, stats);
             queue.pop();
         } else {
             break;
         }
-        const int64_t n = std::min<int64_t>(o_.prefill_chunk, s->prompt_len());
+        const int64_t n = chunk(*s);
         running_.push_back(std::move(s));
         if (n > budget || !add(*running_.back(), n, false)) {
-            preempted_.push_front(std::move(running_.back()));  // waits for room
+            restart(*running_.back(), stats);  // holds no pages (nor a restored prefix) while
+            preempted_.push_front(std::move(running_.back()));  // it waits for room
             running_.pop_back();
             break;
         }
@@ -205,6 +250,12 @@ void Lane::splice_rows(Step& st) const {
 }
 
 void Lane::retire(const FinishedSink& sink, EngineStats& stats) {
+    for (auto& s : running_)
+        if (s->snapshot_at > 0 && s->n_prefilled == s->snapshot_at) {  // every stage ran the step
+            cache_->store(
+                s->out.req.adapter, s->out.req.tokens, s->hashes, s->snapshot_at, s->state);
+            s->snapshot_at = 0;
+        }
     for (auto& s : running_) {
         if (s->done) {
             pool_.release(s->state.pages);

@@ -100,6 +100,8 @@ struct InferenceSection {
     std::string offload = "none";  // none | host | file
     std::string offload_path;      // file: the spill files' folder; "" = job.output
     DType kv_dtype = DType::bf16;  // kv_cache.dtype: the MLA/DSA cache rows (default model.dtype)
+    bool prefix_cache = false;     // prefix_cache.enabled (runtime/prefix_cache.h)
+    int64_t prefix_cache_bytes = int64_t{1} << 30;  // prefix_cache.max_bytes, per lane and rank
     int64_t image_max_patches = 4096;  // images.max_patches: patches per image (scaled down
                                        //   above it, io/image.h)
     int64_t image_max_pixels = int64_t{1} << 26;  // images.max_pixels: decoded H·W above it is a

@@ -6,7 +6,11 @@
 // f16; rows narrow on write, rounding to nearest even, and widen to fp32 on read, so the attention
 // math stays fp32 and an f32 pool is bit-exact). Pages get memory on first use and go back to a
 // LIFO free list when a sequence finishes or is preempted; the pool never holds more than capacity
-// pages. Invariant: a page is in at most one block table or in the free list, never both. Where the
+// pages. A page may be shared: the prefix cache (runtime/prefix_cache.h) holds the full pages of a
+// cached prompt prefix and lends them to the block tables of later prompts that start with it
+// (share), each holder counting one reference; only rows past the shared prefix are ever written,
+// so a shared page never changes. Invariant: a page with references is in no free list, a page in
+// the free list has none, and free_pages() = capacity − pages with references. Where the
 // rows live is the pool's KvStore: all in memory (the default), or an offload tier
 // (inference.kv_cache.offload; runtime/kv_spill.h) that keeps only the running layer's and the
 // next one's pages of a step in memory. The forward tells the pool the step's pages, each layer
@@ -85,8 +89,13 @@ public:
     // Grows `table` to cover `tokens` tokens; false, with nothing changed, when the free pages
     // do not suffice.
     bool reserve(std::vector<int32_t>& table, int64_t tokens);
-    // Every page of `table` back to the free list; table emptied.
+    // Drops table's reference to each of its pages (a page with no references left goes back to
+    // the free list); table emptied.
     void release(std::vector<int32_t>& table);
+    // Appends `pages` (each held by some table already) to `table`, one more reference each.
+    void share(std::vector<int32_t>& table, const std::vector<int32_t>& pages);
+    // References to page `page` (0: free or never used).
+    int32_t refs(int32_t page) const { return refs_[static_cast<size_t>(page)]; }
 
     int64_t row_width(int layer) const { return layout_.width[static_cast<size_t>(layer)]; }
     // Elements [offset, offset + n) of the row of token slot `slot` (< page_tokens) of page
@@ -109,8 +118,9 @@ private:
     unsigned char* at(int layer, int32_t page, int64_t slot, bool write);
 
     KvLayout layout_;
-    int64_t in_use_ = 0, used_ = 0;  // pages in tables; pages ever used (ids [0, used_))
+    int64_t in_use_ = 0, used_ = 0;  // pages with references; pages ever used (ids [0, used_))
     std::vector<int32_t> free_;      // LIFO
+    std::vector<int32_t> refs_;      // [used_] references to each page
     std::unique_ptr<KvStore> store_;
 };
 

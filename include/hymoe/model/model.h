@@ -110,6 +110,13 @@ SequenceState make_sequence_state(const Model& m);
 // afterwards (the caches point at s.pages).
 void attach_kv_pool(const Model& m, SequenceState& s, KvPool& pool);
 
+// A prompt's prefill may stop after a token n and go on later from the sequence's state with every
+// row computed as in one call when n's offset in its call is a multiple of this: the KDA chunks
+// (kda_chunked's 64 tokens) and the attention query blocks (256 queries) of the rows after n then
+// start where they would have (their GEMM row counts aside: ops::set_batch_invariant). The prefix
+// cache stops at such points only (runtime/prefix_cache.h).
+constexpr int64_t kPrefillAlign = 256;
+
 enum class Logits { all, last };  // every token's row, or only each sequence's last
 
 // Wall seconds per layer, summed over the forward calls that were given it (profiles, benches).

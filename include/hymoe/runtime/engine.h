@@ -82,6 +82,10 @@ struct EngineOptions {
     std::map<std::string, int> adapter_ids;  // LoRA adapter name → id (model/lora.h); a request
                                              //   with adapter "" runs on the base model
     int image_pool = 1;  // vision feature pooling (inference.images.pool; model/vision.h)
+    // Prefix caching (inference.prefix_cache; runtime/prefix_cache.h): each lane keeps up to
+    // prefix_cache_bytes of KDA snapshots (and their prompts' shared pages in its pool); 0: off.
+    // Not with a device or prompt_logprobs (every prompt token's logits are needed).
+    int64_t prefix_cache_bytes = 0;
     model::DeviceModel* device = nullptr;  // the forward on a GPU (model/device_model.h): its
                                            //   sequences, KV pages and forward replace the host
                                            //   model's, and its encoder the vision tower's
@@ -118,6 +122,12 @@ struct EngineStats {
     int64_t peak_pages = 0;         // the most held at once
     int64_t peak_seqs = 0;          // the most sequences running at once (their KDA states)
     int64_t kv_resident_bytes = 0;  // the lanes' stores' most KV bytes in memory, summed
+    // Prefix cache: prompt tokens restored instead of prefilled (prompt_tokens counts the ones
+    // prefilled), requests looked up and those that restored a prefix (a preempted request's
+    // earlier admission not counted); entries stored and evicted, the most snapshot bytes held
+    // at once (lanes summed) and the pages the entries hold after the run.
+    int64_t cached_tokens = 0, cache_lookups = 0, cache_hits = 0;
+    int64_t cache_stored = 0, cache_evicted = 0, cache_peak_bytes = 0, cache_pages = 0;
 };
 
 // Pull the next request; false when there are no more.
