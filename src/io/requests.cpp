@@ -65,6 +65,14 @@ void read_sampling(const nlohmann::json& j, Request& r, const Bad& bad) {
         r.temperature = number("temperature", 0, 1e4, false);
     if (j.contains("top_p"))
         r.top_p = number("top_p", 0, 1, true);
+    if (j.contains("min_p"))
+        r.min_p = number("min_p", 0, 1, false);
+    if (j.contains("presence_penalty"))
+        r.presence_penalty = number("presence_penalty", -2, 2, false);
+    if (j.contains("frequency_penalty"))
+        r.frequency_penalty = number("frequency_penalty", -2, 2, false);
+    if (j.contains("repetition_penalty"))
+        r.repetition_penalty = number("repetition_penalty", 0, 100, true);
     if (j.contains("top_k")) {
         const auto& k = j["top_k"];
         if (!k.is_number_integer() || k.get<int64_t>() < -1 || k.get<int64_t>() > (1 << 30))

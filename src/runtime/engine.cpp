@@ -51,9 +51,11 @@ struct LastRow {
 };
 
 // Tokens a row the device reduces a step's last rows to (model::TopLogits), or 0 when the rules
-// read the whole row (sampling without top-k) or the top is too wide to gain from.
+// read the whole row (sampling without top-k, penalties) or the top is too wide to gain from.
 int64_t device_top_n(const EngineOptions& o, int64_t V) {
     constexpr int64_t kMaxTop = 1024;
+    if (o.sampling.penalised())
+        return 0;
     int64_t n = std::max<int64_t>(1, o.top_logprobs);
     if (o.sampling.temperature > 0) {
         if (o.sampling.top_k <= 0)
@@ -63,21 +65,32 @@ int64_t device_top_n(const EngineOptions& o, int64_t V) {
     return n <= std::min(V, kMaxTop) ? n : 0;
 }
 
-// The token drawn from `last` as sequence s's next output, with its logprob. The request's own
-// sampling settings (io::Request) replace the deck's key by key; a request seed keys its draws
-// alone (Philox(seed, stream 0, token index)), so equal requests with equal seeds draw alike.
-std::pair<int64_t, float> draw_token(const Seq& s,
-                                     const LastRow& last,
-                                     int64_t V,
-                                     const EngineOptions& o) {
-    const io::Request& r = s.out.req;
-    SamplingParams p = o.sampling;
+// The deck's sampling settings with the request's own (io::Request) in their place, key by key.
+SamplingParams request_sampling(const io::Request& r, const SamplingParams& deck) {
+    SamplingParams p = deck;
     if (r.temperature >= 0)
         p.temperature = r.temperature;
     if (r.top_k >= 0)
         p.top_k = r.top_k;
     if (r.top_p >= 0)
         p.top_p = r.top_p;
+    p.min_p = r.min_p.value_or(p.min_p);
+    p.presence_penalty = r.presence_penalty.value_or(p.presence_penalty);
+    p.frequency_penalty = r.frequency_penalty.value_or(p.frequency_penalty);
+    p.repetition_penalty = r.repetition_penalty.value_or(p.repetition_penalty);
+    return p;
+}
+
+// The token drawn from `last` as sequence s's next output, with its logprob (the raw row's). A
+// request seed keys its draws alone (Philox(seed, stream 0, token index)), so equal requests with
+// equal seeds draw alike. Penalties apply to a copy of the whole row (the device sends it whole
+// when the deck has them; a request's own are refused there).
+std::pair<int64_t, float> draw_token(const Seq& s,
+                                     const LastRow& last,
+                                     int64_t V,
+                                     const EngineOptions& o) {
+    const io::Request& r = s.out.req;
+    const SamplingParams p = request_sampling(r, o.sampling);
     const auto k = static_cast<uint32_t>(s.out.tokens.size());
     float u = 0;
     if (p.temperature > 0 && r.seed >= 0) {
@@ -89,10 +102,24 @@ std::pair<int64_t, float> draw_token(const Seq& s,
         const uint64_t key = o.seed ^ ((index >> 32) * 0x9E3779B97F4A7C15ull);
         u = Philox(key, static_cast<uint32_t>(index), k).uniform();
     }
+    const float* row = last.row;
+    std::vector<float> penalised;  // [V]
+    if (p.penalised()) {
+        HYMOE_CHECK(row != nullptr, "engine: penalties need the whole row of logits");
+        penalised.assign(row, row + V);
+        apply_penalties(penalised.data(),
+                        V,
+                        p,
+                        r.tokens.data(),
+                        static_cast<int64_t>(r.tokens.size()),
+                        s.out.tokens.data(),
+                        static_cast<int64_t>(s.out.tokens.size()));
+        row = penalised.data();
+    }
     const int64_t tok =
-        last.row ? sample_token(last.row, V, p, u)
-                 : draw_candidate(
-                       sampler_candidates_sorted(last.top_tokens, last.top_logits, last.n, p), u);
+        row ? sample_token(row, V, p, u)
+            : draw_candidate(sampler_candidates_sorted(last.top_tokens, last.top_logits, last.n, p),
+                             u);
     return {tok, last.logprob(tok, V)};
 }
 

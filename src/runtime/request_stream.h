@@ -88,9 +88,11 @@ struct Stream {
         if (!r.adapter.empty() && !job.deck.inference.adapters.count(r.adapter))
             return "adapter '" + r.adapter + "' is not one of inference.adapters";
         // the GPU reduces a step's rows to the deck's top-k before drawing (runtime/engine.h)
-        if (on_gpu && (r.temperature >= 0 || r.top_k >= 0 || r.top_p >= 0 || r.seed >= 0))
-            return "per-request sampling settings (temperature, top_p, top_k, seed) run on the "
-                   "CPU backend only, not with job.device: cuda yet";
+        if (on_gpu &&
+            (r.temperature >= 0 || r.top_k >= 0 || r.top_p >= 0 || r.seed >= 0 || r.min_p ||
+             r.presence_penalty || r.frequency_penalty || r.repetition_penalty))
+            return "per-request sampling settings (temperature, top_p, top_k, min_p, seed, "
+                   "penalties) run on the CPU backend only, not with job.device: cuda yet";
         return "";
     }
     // r's images decoded, resized and normalised into out; false when r was a bad request

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -253,6 +255,100 @@ BOOST_AUTO_TEST_CASE(per_request_sampling_settings_follow_the_sampler) {
     auto r = run_hymoe(deck + bad);
     BOOST_TEST(r.code == 3);
     BOOST_TEST(contains(r.err, "bad.jsonl:1: \"top_p\" must be a number in (0, 1]"), r.err);
+    fs::remove_all(out);
+}
+
+// The penalties through the binary, against their definition: at greedy, every output token is
+// the argmax of the raw logprobs (inference.logprobs: the 20 most likely, a shift of the logits)
+// less frequency_penalty × its count so far and presence_penalty if it was output before; the
+// same keys as deck defaults (inference.sampling) give the same tokens; a repetition penalty of
+// 100 leaves every token of the prompt and the output so far behind an unseen one; the plain
+// greedy run repeats tokens (so the penalties did act); a bad value is a bad request (exit 3,
+// file and line) and a bad deck default exit 2 naming the deck line.
+BOOST_AUTO_TEST_CASE(penalties_follow_their_definition_through_the_binary) {
+    const std::string out = fs::absolute("tests/decks/tokenize/out/penalties").string();
+    fs::remove_all(out);
+    fs::create_directories(out);
+    auto write = [&](const std::string& name, const std::string& lines) {
+        std::ofstream(out + "/" + name) << lines;
+        return " --set inference.dataset=" + out + "/" + name + " --set job.output=" + out + "/" +
+               name + ".out --set inference.logprobs=20";
+    };
+    struct Rows {
+        std::vector<std::vector<int64_t>> tokens, top;
+        std::vector<std::vector<float>> top_lp;
+    };
+    auto rows = [&](const std::string& name) {
+        hymoe::io::H5Reader h5(out + "/" + name + ".out/results.h5");
+        const auto t = h5.ints("/requests/output_tokens");
+        const auto off = h5.ints("/requests/output_offsets");
+        const auto top = h5.ints("/requests/top_tokens");
+        const auto lp = h5.floats("/requests/top_logprobs");
+        Rows r;
+        for (size_t i = 0; i + 1 < off.size(); ++i) {
+            r.tokens.emplace_back(t.begin() + off[i], t.begin() + off[i + 1]);
+            r.top.emplace_back(top.begin() + off[i] * 20, top.begin() + off[i + 1] * 20);
+            r.top_lp.emplace_back(lp.begin() + off[i] * 20, lp.begin() + off[i + 1] * 20);
+        }
+        return r;
+    };
+    const std::string deck = "tests/decks/infer/deck.yaml";
+    const std::string prompt = "\"tokens\": [5, 6, 7, 5, 9]";
+    const std::string own = write("own.jsonl",
+                                  "{" + prompt +
+                                      ", \"temperature\": 0, \"frequency_penalty\": 1.5, "
+                                      "\"presence_penalty\": 0.5}\n"
+                                      "{" +
+                                      prompt +
+                                      ", \"temperature\": 0, \"repetition_penalty\": 100}\n"
+                                      "{" +
+                                      prompt + ", \"temperature\": 0}\n");
+    BOOST_REQUIRE(run_hymoe(deck + own).code == 0);
+    const std::string by_deck = write("deck.jsonl", "{" + prompt + "}\n");
+    BOOST_REQUIRE(run_hymoe(deck + by_deck +
+                            " --set inference.sampling.temperature=0"
+                            " --set inference.sampling.frequency_penalty=1.5"
+                            " --set inference.sampling.presence_penalty=0.5")
+                      .code == 0);
+    const Rows got = rows("own.jsonl"), deck_rows = rows("deck.jsonl");
+    BOOST_REQUIRE(got.tokens.size() == 3u);
+    BOOST_TEST(got.tokens[0] == deck_rows.tokens[0], boost::test_tools::per_element());
+    const auto& freq = got.tokens[0];
+    BOOST_REQUIRE(freq.size() ==
+                  16u);  // so at most 15 penalised tokens: the argmax is in the top 20
+    std::map<int64_t, int> count;
+    for (size_t k = 0; k < freq.size(); ++k) {
+        int64_t best = -1;
+        double best_x = -1e30;
+        for (int j = 0; j < 20; ++j) {
+            const int64_t t = got.top[0][k * 20 + j];
+            const double x = static_cast<double>(got.top_lp[0][k * 20 + j]) - 1.5 * count[t] -
+                             (count[t] ? 0.5 : 0);
+            if (x > best_x)
+                best = t, best_x = x;
+        }
+        BOOST_TEST(freq[k] == best, "token " << k);
+        ++count[freq[k]];
+    }
+    std::set<int64_t> seen = {5, 6, 7, 9};
+    for (int64_t t : got.tokens[1])
+        BOOST_TEST(seen.insert(t).second, "token " << t << " repeated");
+    std::set<int64_t> plain(got.tokens[2].begin(), got.tokens[2].end());
+    BOOST_TEST(plain.size() < got.tokens[2].size());  // plain greedy repeats itself
+    BOOST_TEST(got.tokens[0] != got.tokens[2]);
+
+    const std::string bad =
+        write("bad.jsonl", "{\"tokens\": [1, 2]}\n{\"tokens\": [1, 2], \"min_p\": 1.5}\n");
+    auto r = run_hymoe(deck + bad);
+    BOOST_TEST(r.code == 3);
+    BOOST_TEST(contains(r.err, "bad.jsonl:2: \"min_p\" must be a number in [0, 1]"), r.err);
+    r = run_hymoe(deck + write("bad2.jsonl", "{\"tokens\": [1], \"repetition_penalty\": 0}\n"));
+    BOOST_TEST(r.code == 3);
+    BOOST_TEST(contains(r.err, "bad2.jsonl:1: \"repetition_penalty\" must be a number in (0, 100]"),
+               r.err);
+    r = run_hymoe(deck + by_deck + " --set inference.sampling.presence_penalty=3");
+    BOOST_TEST(r.code == 2);
+    BOOST_TEST(contains(r.err, "inference.sampling.presence_penalty"), r.err);
     fs::remove_all(out);
 }
 
