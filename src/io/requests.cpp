@@ -87,6 +87,32 @@ void read_sampling(const nlohmann::json& j, Request& r, const Bad& bad) {
     }
 }
 
+// "stop" (a string or a list of them, each non-empty) and "stop_token_ids" (a list of ids).
+template <typename Bad>
+void read_stops(const nlohmann::json& j, Request& r, const Bad& bad) {
+    if (j.contains("stop")) {
+        const auto& s = j["stop"];
+        const nlohmann::json list = s.is_string() ? nlohmann::json::array({s}) : s;
+        if (!list.is_array())
+            bad("\"stop\" must be a string or a list of strings");
+        for (const auto& x : list) {
+            if (!x.is_string() || x.get_ref<const std::string&>().empty())
+                bad("\"stop\" holds " + x.dump() + ", not a non-empty string");
+            r.stop.push_back(x.get<std::string>());
+        }
+    }
+    if (j.contains("stop_token_ids")) {
+        const auto& s = j["stop_token_ids"];
+        if (!s.is_array())
+            bad("\"stop_token_ids\" must be a list of token ids");
+        for (const auto& t : s) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0)
+                bad("\"stop_token_ids\" holds " + t.dump() + ", not a token id");
+            r.stop_token_ids.push_back(t.get<int64_t>());
+        }
+    }
+}
+
 }  // namespace
 
 std::vector<text::ChatMessage> messages_from_json(const nlohmann::json& j) {
@@ -163,6 +189,7 @@ bool JsonlReader::next(Request& r) {
         r.max_new_tokens = static_cast<int>(m.get<int64_t>());
     }
     read_sampling(j, r, bad);
+    read_stops(j, r, bad);
     if (j.contains("adapter")) {
         if (!j["adapter"].is_string())
             bad("\"adapter\" must be a string");

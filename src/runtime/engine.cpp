@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -184,7 +185,32 @@ StepOut step_out(const std::vector<Row>& rows,
     return out;
 }
 
-// Appends row r's drawn token (with its top N) to s's output; ends s at eos or max_new.
+// Adds tok's bytes to s's text; true (with the stop and where the text ends) when that completes
+// one of the request's stop strings (runtime/engine.h).
+bool hits_stop_string(Seq& s, int64_t tok, const EngineOptions& o) {
+    const std::vector<std::string>& stops = s.out.req.stop;
+    if (stops.empty())
+        return false;
+    HYMOE_CHECK(o.token_bytes != nullptr, "engine: stop strings without the tokens' bytes");
+    const size_t before = s.text.size();
+    s.text += o.token_bytes(tok);
+    size_t best = std::string::npos;
+    for (const std::string& stop : stops) {
+        const size_t from = before >= stop.size() - 1 ? before - (stop.size() - 1) : 0;
+        const size_t at = s.text.find(stop, from);
+        if (at < best) {
+            best = at;
+            s.out.stop_string = stop;
+        }
+    }
+    if (best == std::string::npos)
+        return false;
+    s.out.text_bytes = static_cast<int64_t>(best);
+    return true;
+}
+
+// Appends row r's drawn token (with its top N) to s's output; ends s at eos, a stop token or
+// string, or max_new.
 void accept_row(Seq& s, const StepOut& out, size_t r, const EngineOptions& o) {
     const int64_t S = stride_of(o);
     const int64_t* ints = out.ints.data() + S * r;
@@ -195,7 +221,15 @@ void accept_row(Seq& s, const StepOut& out, size_t r, const EngineOptions& o) {
     s.out.tokens.push_back(tok);
     s.out.logprobs.push_back(floats[0]);
     s.next_token = tok;
+    const std::vector<int64_t>& stop_ids = s.out.req.stop_token_ids;
     if (tok == o.eos_id) {
+        s.out.finish = Finish::stop;
+        s.done = true;
+    } else if (std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
+        s.out.finish = Finish::stop;
+        s.out.stop_token = tok;
+        s.done = true;
+    } else if (hits_stop_string(s, tok, o)) {
         s.out.finish = Finish::stop;
         s.done = true;
     } else if (static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) {

@@ -120,6 +120,11 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     o.sampling.frequency_penalty = inf.frequency_penalty;
     o.sampling.repetition_penalty = inf.repetition_penalty;
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
+    if (tokenizer)
+        o.token_bytes = [&tok = *tokenizer](int64_t t) -> const std::string& {
+            static const std::string replacement = "\uFFFD";  // an id past the tokenizer's
+            return t < tok.n_vocab() ? tok.token_bytes(static_cast<int32_t>(t)) : replacement;
+        };
     o.prompt_logprobs = inf.prompt_logprobs;
     o.top_logprobs = top_n;
     o.image_pool = inf.image_pool;

@@ -45,6 +45,7 @@ bool Lane::preempt_one(const Seq* keep, EngineStats& stats) {
         fresh.req = std::move(s.out.req);
         s.out = std::move(fresh);
         s.n_prefilled = 0, s.next_token = -1;
+        s.text.clear();
         preempted_.push_front(std::move(*it));
         running_.erase(std::next(it).base());
         ++stats.preemptions;

@@ -85,6 +85,15 @@ struct Stream {
                            " is outside the vocabulary (",
                            job.model.vocab_size,
                            " tokens)");
+        for (int64_t t : r.stop_token_ids)
+            if (t >= job.model.vocab_size)
+                return cat("\"stop_token_ids\" holds ",
+                           t,
+                           ", outside the vocabulary (",
+                           job.model.vocab_size,
+                           " tokens)");
+        if (!r.stop.empty() && tokenizer == nullptr)
+            return "\"stop\" strings need a tokenizer (deck key tokenizer.path)";
         if (!r.adapter.empty() && !job.deck.inference.adapters.count(r.adapter))
             return "adapter '" + r.adapter + "' is not one of inference.adapters";
         // the GPU reduces a step's rows to the deck's top-k before drawing (runtime/engine.h)

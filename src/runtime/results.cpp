@@ -15,6 +15,7 @@
 #include "hymoe/core/timer.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/text/tokenizer.h"
+#include "hymoe/text/utf8.h"
 
 namespace hymoe::runtime {
 
@@ -35,6 +36,16 @@ std::string detokenize(const text::Tokenizer& tok, const std::vector<int64_t>& t
     for (int64_t t : tokens)
         s += t < tok.n_vocab() ? d.push(static_cast<int32_t>(t)) : "\uFFFD";
     return s + d.finish();
+}
+
+// A finished request's text: the detokenized tokens, cut before its stop string (text_bytes).
+std::string output_text(const text::Tokenizer& tok, const Finished& f) {
+    if (f.text_bytes < 0)
+        return detokenize(tok, f.tokens);
+    std::string raw;
+    for (int64_t t : f.tokens)
+        raw += t < tok.n_vocab() ? tok.token_bytes(static_cast<int32_t>(t)) : "\uFFFD";
+    return text::utf8_sanitize(std::string_view(raw).substr(0, static_cast<size_t>(f.text_bytes)));
 }
 
 std::string segment_name(int n) {
@@ -71,7 +82,8 @@ struct Segment {
     std::vector<int64_t> index, line, prompt_len, n_out, greedy_token, finish;
     std::vector<int64_t> tokens, out_begin, plp_begin;  // out_begin, plp_begin: [n + 1] prefixes
     std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
-    std::vector<std::string> id, adapter;
+    std::vector<std::string> id, adapter, stop_string;  // stop_string [n] ("" none)
+    std::vector<int64_t> stop_token;                    // [n] (−1 none)
     std::vector<std::string> text;    // [n] generated text, when the deck has a tokenizer
     std::vector<int64_t> top_tokens;  // [Σ n_out, N]
     std::vector<float> top_logprobs;  // [Σ n_out, N]
@@ -98,7 +110,9 @@ void check_segment(const Segment& s, const std::string& path, bool prompt_logpro
                                      {"/greedy_token", s.greedy_token.size()},
                                      {"/greedy_logprob", s.greedy_logprob.size()},
                                      {"/id", s.id.size()},
-                                     {"/adapter", s.adapter.size()}})
+                                     {"/adapter", s.adapter.size()},
+                                     {"/stop_string", s.stop_string.size()},
+                                     {"/stop_token", s.stop_token.size()}})
         if (size != n)
             bad(cat(name, " holds ", size, " entries for ", n, " requests"));
     if (!s.text.empty() && s.text.size() != n)
@@ -123,6 +137,18 @@ void check_segment(const Segment& s, const std::string& path, bool prompt_logpro
         bad(cat("/top_tokens and /top_logprobs do not hold ", top_n, " entries per output token"));
 }
 
+// The stop columns (prefix "" in a segment, "/requests" in results.h5); a file written before
+// they existed reads as no stops.
+void read_stops(const io::H5Reader& r, const std::string& prefix, Segment& s) {
+    if (r.exists(prefix + "/stop_string")) {
+        s.stop_string = r.strings(prefix + "/stop_string");
+        s.stop_token = r.ints(prefix + "/stop_token");
+    } else {
+        s.stop_string.assign(s.index.size(), "");
+        s.stop_token.assign(s.index.size(), -1);
+    }
+}
+
 Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
     io::H5Reader r(path);
     Segment s;
@@ -136,6 +162,7 @@ Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
         s.prompt_logprobs = r.floats("/prompt_logprobs");
     if (r.exists("/text"))
         s.text = r.strings("/text");
+    read_stops(r, "", s);
     s.out_begin.assign(1, 0), s.plp_begin.assign(1, 0);
     const size_t n = std::min({s.index.size(), s.n_out.size(), s.prompt_len.size()});
     for (size_t i = 0; i < n; ++i) {
@@ -189,6 +216,7 @@ Segment read_results(const std::string& path) {
     s.out_begin = r.ints("/requests/output_offsets");
     if (r.exists("/requests/output_text"))
         s.text = r.strings("/requests/output_text");
+    read_stops(r, "/requests", s);
     for (const std::string& f : r.strings("/requests/finish_reason"))
         s.finish.push_back(static_cast<int64_t>(f == "stop" ? Finish::stop : Finish::length));
     for (size_t i = 0; i < s.index.size(); ++i)
@@ -213,8 +241,9 @@ Segment read_results(const std::string& path) {
 
 // The final file's columns for a run of requests, appended every few thousand requests.
 struct Columns {
-    std::vector<std::string> id, finish, adapter, text;
+    std::vector<std::string> id, finish, adapter, text, stop_string;
     std::vector<int64_t> index, line, prompt_len, out_end, tokens, plp_end, greedy_token;
+    std::vector<int64_t> stop_token;
     std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
     std::vector<int64_t> top_tokens;
     std::vector<float> top_logprobs;
@@ -227,6 +256,7 @@ struct Columns {
         if (!s.text.empty())
             text.push_back(s.text[i]);
         finish.push_back(to_string(static_cast<Finish>(s.finish[i])));
+        stop_string.push_back(s.stop_string[i]), stop_token.push_back(s.stop_token[i]);
         index.push_back(s.index[i]), line.push_back(s.line[i]);
         prompt_len.push_back(s.prompt_len[i]), done.push_back(1);
         tokens.insert(
@@ -257,6 +287,8 @@ struct Columns {
         w.append("/requests/output_tokens", view_of(tokens, DType::i64));
         w.append("/requests/output_logprobs", view_of(logprobs, DType::f32));
         w.append_strings("/requests/finish_reason", finish);
+        w.append_strings("/requests/stop_string", stop_string);
+        w.append("/requests/stop_token", view_of(stop_token, DType::i64));
         w.append_strings("/requests/adapter", adapter);
         if (!text.empty())
             w.append_strings("/requests/output_text", text);
@@ -341,10 +373,12 @@ void ResultsJournal::flush() {
     std::vector<int64_t> index, line, prompt_len, n_out, greedy_token, tokens;
     std::vector<int32_t> finish;
     std::vector<float> logprobs, plp, greedy_logprob;
-    std::vector<std::string> id, adapter, text;
+    std::vector<std::string> id, adapter, text, stop_string;
+    std::vector<int64_t> stop_token;
     for (const Finished& f : buffer_) {
         if (tokenizer_)
-            text.push_back(detokenize(*tokenizer_, f.tokens));
+            text.push_back(output_text(*tokenizer_, f));
+        stop_string.push_back(f.stop_string), stop_token.push_back(f.stop_token);
         index.push_back(f.index), line.push_back(f.req.line), id.push_back(f.req.id);
         prompt_len.push_back(static_cast<int64_t>(f.req.tokens.size()));
         n_out.push_back(static_cast<int64_t>(f.tokens.size()));
@@ -368,6 +402,8 @@ void ResultsJournal::flush() {
     w.array("/greedy_logprob", view_of(greedy_logprob, DType::f32));
     w.strings("/id", id);
     w.strings("/adapter", adapter);
+    w.strings("/stop_string", stop_string);
+    w.array("/stop_token", view_of(stop_token, DType::i64));
     if (tokenizer_)
         w.strings("/text", text);
     if (prompt_logprobs_)

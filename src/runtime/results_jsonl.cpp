@@ -17,6 +17,8 @@ int64_t write_results_jsonl(const std::string& out_dir) {
     const std::vector<std::string> id = r.strings("/requests/id");
     const std::vector<std::string> finish = r.strings("/requests/finish_reason");
     const std::vector<std::string> adapter = r.strings("/requests/adapter");
+    const std::vector<std::string> stop_string = r.strings("/requests/stop_string");
+    const std::vector<int64_t> stop_token = r.ints("/requests/stop_token");
     const std::vector<std::string> text = r.exists("/requests/output_text")
                                               ? r.strings("/requests/output_text")
                                               : std::vector<std::string>{};
@@ -40,6 +42,13 @@ int64_t write_results_jsonl(const std::string& out_dir) {
             j["output_logprobs"] = std::vector<float>(logprobs.begin() + offsets[i],
                                                       logprobs.begin() + offsets[i + 1]);
             j["finish_reason"] = finish[i];
+            // vLLM's stop_reason: the stop token id or stop string that ended it, else null
+            if (stop_token[i] >= 0)
+                j["stop_reason"] = stop_token[i];
+            else if (!stop_string[i].empty())
+                j["stop_reason"] = stop_string[i];
+            else
+                j["stop_reason"] = nullptr;
             j["adapter"] = adapter[i];
             out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         }

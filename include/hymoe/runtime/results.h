@@ -11,10 +11,10 @@
 //     name; a leftover *.partial is deleted on the next start.
 //   - A segment holds its requests sorted by index: /deck_sha256 (of the resolved deck, so a
 //     --set that changes the results also starts afresh), /index /line /prompt_len
-//     /n_out /greedy_token [n] i64, /finish [n] i32, /greedy_logprob [n] f32, /id /adapter [n]
-//     strings, /text [n] strings with a tokenizer (set_tokenizer), /tokens /logprobs [Σ n_out],
-//     /prompt_logprobs [Σ (prompt_len − 1)] when asked, /top_tokens /top_logprobs [Σ n_out · K]
-//     with inference.logprobs = K.
+//     /n_out /greedy_token /stop_token [n] i64, /finish [n] i32, /greedy_logprob [n] f32, /id
+//     /adapter /stop_string [n] strings, /text [n] strings with a tokenizer (set_tokenizer),
+//     /tokens /logprobs [Σ n_out], /prompt_logprobs [Σ (prompt_len − 1)] when asked, /top_tokens
+//     /top_logprobs [Σ n_out · K] with inference.logprobs = K.
 // Resume: when results.parts/ exists and its segments carry this deck's sha256, their requests
 // are done: the reader skips them (their line numbers must match, or the dataset changed and the
 // job stops with Exit::bad_input), unfinished ones run again. A journal of another deck is
@@ -31,8 +31,10 @@
 //   /requests/line [N] (1-based line in the file), /requests/prompt_len [N],
 //   /requests/output_offsets [N+1], /requests/output_tokens [Σ], /requests/output_logprobs [Σ],
 //   /requests/finish_reason [N] str ("stop" | "length"), /requests/adapter [N] str ("" = base),
+//   /requests/stop_string [N] str ("" none), /requests/stop_token [N] (−1 none),
 //   /requests/done [N] u8 (all 1 in a finished file); with the deck's tokenizer also
-//   /requests/output_text [N] str (the output tokens detokenised, U+FFFD for ill-formed bytes);
+//   /requests/output_text [N] str (the output tokens detokenised, U+FFFD for ill-formed bytes,
+//   cut before the stop string);
 //   with inference.prompt_logprobs also /requests/logprob_offsets [N+1],
 //   /requests/prompt_logprobs [Σ (prompt_len − 1)] (token t+1 given 0..t),
 //   /requests/greedy_token [N], /requests/greedy_logprob [N] (after the whole prompt); with
