@@ -190,6 +190,12 @@ bool JsonlReader::next(Request& r) {
     }
     read_sampling(j, r, bad);
     read_stops(j, r, bad);
+    if (j.contains("n")) {
+        const auto& n = j["n"];
+        if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > 4096)
+            bad("\"n\" must be an integer from 1 to 4096 (the samples of the request)");
+        r.n = static_cast<int>(n.get<int64_t>());
+    }
     if (j.contains("adapter")) {
         if (!j["adapter"].is_string())
             bad("\"adapter\" must be a string");

@@ -83,9 +83,9 @@ SamplingParams request_sampling(const io::Request& r, const SamplingParams& deck
 }
 
 // The token drawn from `last` as sequence s's next output, with its logprob (the raw row's). A
-// request seed keys its draws alone (Philox(seed, stream 0, token index)), so equal requests with
-// equal seeds draw alike. Penalties apply to a copy of the whole row (the device sends it whole
-// when the deck has them; a request's own are refused there).
+// request seed keys its draws alone (Philox(seed, stream = sample, token index)), so equal
+// requests with equal seeds draw alike. Penalties apply to a copy of the whole row (the device
+// sends it whole when the deck has them; a request's own are refused there).
 std::pair<int64_t, float> draw_token(const Seq& s,
                                      const LastRow& last,
                                      int64_t V,
@@ -94,13 +94,15 @@ std::pair<int64_t, float> draw_token(const Seq& s,
     const SamplingParams p = request_sampling(r, o.sampling);
     const auto k = static_cast<uint32_t>(s.out.tokens.size());
     float u = 0;
+    const auto sample = static_cast<uint64_t>(s.out.sample);
     if (p.temperature > 0 && r.seed >= 0) {
-        u = Philox(static_cast<uint64_t>(r.seed), 0, k).uniform();
+        u = Philox(static_cast<uint64_t>(r.seed), static_cast<uint32_t>(sample), k).uniform();
     } else if (p.temperature > 0) {
-        // stream = the request index's low 32 bits; its high bits (files past 2^32 lines) are
-        // folded into the key so no two requests share a stream
+        // stream = the request index's low 32 bits; its high bits (files past 2^32 lines) and
+        // the sample are folded into the key so no two sequences share a stream
         const auto index = static_cast<uint64_t>(s.out.index);
-        const uint64_t key = o.seed ^ ((index >> 32) * 0x9E3779B97F4A7C15ull);
+        const uint64_t key =
+            o.seed ^ ((index >> 32) * 0x9E3779B97F4A7C15ull) ^ (sample * 0xD1B54A32D192ED03ull);
         u = Philox(key, static_cast<uint32_t>(index), k).uniform();
     }
     const float* row = last.row;

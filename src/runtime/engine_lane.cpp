@@ -41,7 +41,7 @@ bool Lane::preempt_one(const Seq* keep, EngineStats& stats) {
         stats.prompt_tokens -= s.n_prefilled;  // and counted again then
         stats.generated_tokens -= static_cast<int64_t>(s.out.tokens.size());
         Finished fresh;
-        fresh.index = s.out.index;
+        fresh.index = s.out.index, fresh.sample = s.out.sample;
         fresh.req = std::move(s.out.req);
         s.out = std::move(fresh);
         s.n_prefilled = 0, s.next_token = -1;
@@ -98,7 +98,7 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
             preempted_.pop_front();
         } else if (Pending* p = queue.peek()) {
             s = std::make_unique<Seq>();
-            s->out.index = p->index;
+            s->out.index = p->index, s->out.sample = p->sample;
             s->out.req = std::move(p->req);
             s->images = std::move(p->images);
             s->max_new =

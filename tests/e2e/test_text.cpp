@@ -233,9 +233,9 @@ BOOST_AUTO_TEST_CASE(stop_strings_and_stop_token_ids_through_the_binary) {
     std::ifstream jsonl(out + "/stop.jsonl.out/results.jsonl");
     std::string line;
     std::getline(jsonl, line);
-    BOOST_TEST(nlohmann::json::parse(line)["stop_reason"] == stop);
+    BOOST_TEST(nlohmann::json::parse(line)["outputs"][0]["stop_reason"] == stop);
     std::getline(jsonl, line);
-    BOOST_TEST(nlohmann::json::parse(line)["stop_reason"] == free[3]);
+    BOOST_TEST(nlohmann::json::parse(line)["outputs"][0]["stop_reason"] == free[3]);
 
     std::ofstream(out + "/nostop.jsonl") << "{\"tokens\": [5, 6], \"stop\": \"ab\"}\n";
     const auto bad = run_hymoe("tests/decks/infer/deck.yaml --set inference.dataset=" + out +

@@ -17,6 +17,7 @@
 //   Stops (vLLM's): "stop" (a non-empty string or a list of them: generation ends once the
 //   output text holds one; needs the deck's tokenizer), "stop_token_ids" (a list of token ids:
 //   generation ends when one is sampled, kept as the last output token).
+//   "n" (1 to 4096): that many samples of the request, each its own sequence (runtime/engine.h).
 //   HDF5 token dataset (.h5, .hdf5): /tokens [T] (any integer type) holding every prompt one
 //   after the other, /offsets [N + 1] (int64, from 0, non-decreasing, ending at T): request i is
 //   tokens [offsets[i], offsets[i + 1]); optional /max_new_tokens [N]. Ids are "row-<i>", and
@@ -49,6 +50,7 @@ struct Request {
     std::optional<double> min_p, presence_penalty, frequency_penalty, repetition_penalty;
     std::vector<std::string> stop;        // stop strings (non-empty)
     std::vector<int64_t> stop_token_ids;  // stop tokens
+    int n = 1;                            // samples
     std::string adapter;                  // "" = base model
     std::vector<std::string> images;      // image files, resolved paths, in placeholder order
     int64_t line = 0;                     // 1-based line in the file

@@ -10,6 +10,10 @@
 // does not fit this step waits for the next: chunk boundaries depend on the request alone, never
 // on what else is running. Sampling draws from Philox(seed, request index, token index) (see
 // runtime/sampler.h), so a request's output does not depend on batch composition either.
+// Samples (a request's "n"): each is a sequence of its own (Pending::sample) with the request's
+// prompt; sample j draws from Philox(job.seed ^ j·c, request index, token index), or with the
+// request's seed from Philox(seed, stream j, token index), so sample 0 is the request with n = 1
+// and every sample depends on (seed, its index) alone.
 // A sequence finishes with "stop" when it samples eos or one of the request's stop_token_ids (the
 // token is kept as its last output token), or when its output text (the tokens' bytes, through
 // EngineOptions::token_bytes) comes to hold one of the request's stop strings: each new token's
@@ -97,12 +101,14 @@ struct EngineOptions {
 // A request with its index in the file (0-based over request lines, bad ones included).
 struct Pending {
     int64_t index = 0;
+    int sample = 0;  // 0 .. req.n − 1
     io::Request req;
     std::vector<io::Image> images;  // req.images decoded, resized and normalised
 };
 
 struct Finished {
     int64_t index = 0;
+    int sample = 0;
     io::Request req;                     // id, line, adapter, prompt tokens
     std::vector<int64_t> tokens;         // [n_out] generated tokens
     std::vector<float> logprobs;         // [n_out] their log-probabilities (raw log_softmax)
