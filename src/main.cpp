@@ -19,6 +19,7 @@
 #include "hymoe/runtime/plan.h"
 #include "hymoe/runtime/preflight.h"
 #include "hymoe/runtime/results.h"
+#include "hymoe/runtime/results_jsonl.h"
 #include "hymoe/runtime/run.h"
 
 namespace {
@@ -56,8 +57,10 @@ int run(int argc, char** argv) {
         return 0;
     }
     if (!cli.gather.empty()) {
-        if (parallel::world_rank() == 0)
+        if (parallel::world_rank() == 0) {
             runtime::gather_results(cli.gather.front(), {cli.gather.begin() + 1, cli.gather.end()});
+            runtime::write_results_jsonl(cli.gather.front());
+        }
         return 0;
     }
     runtime::Job job = runtime::load_job(cli, parallel::world_size());

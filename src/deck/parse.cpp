@@ -173,6 +173,10 @@ void read_inference(Section s, InferenceSection& in, DType model_dtype) {
         in.temperature = p.number("temperature");
         in.top_p = p.number("top_p");
         in.top_k = static_cast<int>(p.integer("top_k"));
+        in.min_p = p.number("min_p");
+        in.presence_penalty = p.number("presence_penalty");
+        in.frequency_penalty = p.number("frequency_penalty");
+        in.repetition_penalty = p.number("repetition_penalty");
         p.finish();
     }
     {

@@ -65,6 +65,14 @@ void read_sampling(const nlohmann::json& j, Request& r, const Bad& bad) {
         r.temperature = number("temperature", 0, 1e4, false);
     if (j.contains("top_p"))
         r.top_p = number("top_p", 0, 1, true);
+    if (j.contains("min_p"))
+        r.min_p = number("min_p", 0, 1, false);
+    if (j.contains("presence_penalty"))
+        r.presence_penalty = number("presence_penalty", -2, 2, false);
+    if (j.contains("frequency_penalty"))
+        r.frequency_penalty = number("frequency_penalty", -2, 2, false);
+    if (j.contains("repetition_penalty"))
+        r.repetition_penalty = number("repetition_penalty", 0, 100, true);
     if (j.contains("top_k")) {
         const auto& k = j["top_k"];
         if (!k.is_number_integer() || k.get<int64_t>() < -1 || k.get<int64_t>() > (1 << 30))
@@ -76,6 +84,32 @@ void read_sampling(const nlohmann::json& j, Request& r, const Bad& bad) {
         if (!s.is_number_integer() || s.get<int64_t>() < 0)
             bad("\"seed\" must be a non-negative integer");
         r.seed = s.get<int64_t>();
+    }
+}
+
+// "stop" (a string or a list of them, each non-empty) and "stop_token_ids" (a list of ids).
+template <typename Bad>
+void read_stops(const nlohmann::json& j, Request& r, const Bad& bad) {
+    if (j.contains("stop")) {
+        const auto& s = j["stop"];
+        const nlohmann::json list = s.is_string() ? nlohmann::json::array({s}) : s;
+        if (!list.is_array())
+            bad("\"stop\" must be a string or a list of strings");
+        for (const auto& x : list) {
+            if (!x.is_string() || x.get_ref<const std::string&>().empty())
+                bad("\"stop\" holds " + x.dump() + ", not a non-empty string");
+            r.stop.push_back(x.get<std::string>());
+        }
+    }
+    if (j.contains("stop_token_ids")) {
+        const auto& s = j["stop_token_ids"];
+        if (!s.is_array())
+            bad("\"stop_token_ids\" must be a list of token ids");
+        for (const auto& t : s) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0)
+                bad("\"stop_token_ids\" holds " + t.dump() + ", not a token id");
+            r.stop_token_ids.push_back(t.get<int64_t>());
+        }
     }
 }
 
@@ -155,6 +189,13 @@ bool JsonlReader::next(Request& r) {
         r.max_new_tokens = static_cast<int>(m.get<int64_t>());
     }
     read_sampling(j, r, bad);
+    read_stops(j, r, bad);
+    if (j.contains("n")) {
+        const auto& n = j["n"];
+        if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > 4096)
+            bad("\"n\" must be an integer from 1 to 4096 (the samples of the request)");
+        r.n = static_cast<int>(n.get<int64_t>());
+    }
     if (j.contains("adapter")) {
         if (!j["adapter"].is_string())
             bad("\"adapter\" must be a string");

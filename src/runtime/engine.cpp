@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -51,9 +52,11 @@ struct LastRow {
 };
 
 // Tokens a row the device reduces a step's last rows to (model::TopLogits), or 0 when the rules
-// read the whole row (sampling without top-k) or the top is too wide to gain from.
+// read the whole row (sampling without top-k, penalties) or the top is too wide to gain from.
 int64_t device_top_n(const EngineOptions& o, int64_t V) {
     constexpr int64_t kMaxTop = 1024;
+    if (o.sampling.penalised())
+        return 0;
     int64_t n = std::max<int64_t>(1, o.top_logprobs);
     if (o.sampling.temperature > 0) {
         if (o.sampling.top_k <= 0)
@@ -63,36 +66,63 @@ int64_t device_top_n(const EngineOptions& o, int64_t V) {
     return n <= std::min(V, kMaxTop) ? n : 0;
 }
 
-// The token drawn from `last` as sequence s's next output, with its logprob. The request's own
-// sampling settings (io::Request) replace the deck's key by key; a request seed keys its draws
-// alone (Philox(seed, stream 0, token index)), so equal requests with equal seeds draw alike.
-std::pair<int64_t, float> draw_token(const Seq& s,
-                                     const LastRow& last,
-                                     int64_t V,
-                                     const EngineOptions& o) {
-    const io::Request& r = s.out.req;
-    SamplingParams p = o.sampling;
+// The deck's sampling settings with the request's own (io::Request) in their place, key by key.
+SamplingParams request_sampling(const io::Request& r, const SamplingParams& deck) {
+    SamplingParams p = deck;
     if (r.temperature >= 0)
         p.temperature = r.temperature;
     if (r.top_k >= 0)
         p.top_k = r.top_k;
     if (r.top_p >= 0)
         p.top_p = r.top_p;
+    p.min_p = r.min_p.value_or(p.min_p);
+    p.presence_penalty = r.presence_penalty.value_or(p.presence_penalty);
+    p.frequency_penalty = r.frequency_penalty.value_or(p.frequency_penalty);
+    p.repetition_penalty = r.repetition_penalty.value_or(p.repetition_penalty);
+    return p;
+}
+
+// The token drawn from `last` as sequence s's next output, with its logprob (the raw row's). A
+// request seed keys its draws alone (Philox(seed, stream = sample, token index)), so equal
+// requests with equal seeds draw alike. Penalties apply to a copy of the whole row (the device
+// sends it whole when the deck has them; a request's own are refused there).
+std::pair<int64_t, float> draw_token(const Seq& s,
+                                     const LastRow& last,
+                                     int64_t V,
+                                     const EngineOptions& o) {
+    const io::Request& r = s.out.req;
+    const SamplingParams p = request_sampling(r, o.sampling);
     const auto k = static_cast<uint32_t>(s.out.tokens.size());
     float u = 0;
+    const auto sample = static_cast<uint64_t>(s.out.sample);
     if (p.temperature > 0 && r.seed >= 0) {
-        u = Philox(static_cast<uint64_t>(r.seed), 0, k).uniform();
+        u = Philox(static_cast<uint64_t>(r.seed), static_cast<uint32_t>(sample), k).uniform();
     } else if (p.temperature > 0) {
-        // stream = the request index's low 32 bits; its high bits (files past 2^32 lines) are
-        // folded into the key so no two requests share a stream
+        // stream = the request index's low 32 bits; its high bits (files past 2^32 lines) and
+        // the sample are folded into the key so no two sequences share a stream
         const auto index = static_cast<uint64_t>(s.out.index);
-        const uint64_t key = o.seed ^ ((index >> 32) * 0x9E3779B97F4A7C15ull);
+        const uint64_t key =
+            o.seed ^ ((index >> 32) * 0x9E3779B97F4A7C15ull) ^ (sample * 0xD1B54A32D192ED03ull);
         u = Philox(key, static_cast<uint32_t>(index), k).uniform();
     }
+    const float* row = last.row;
+    std::vector<float> penalised;  // [V]
+    if (p.penalised()) {
+        HYMOE_CHECK(row != nullptr, "engine: penalties need the whole row of logits");
+        penalised.assign(row, row + V);
+        apply_penalties(penalised.data(),
+                        V,
+                        p,
+                        r.tokens.data(),
+                        static_cast<int64_t>(r.tokens.size()),
+                        s.out.tokens.data(),
+                        static_cast<int64_t>(s.out.tokens.size()));
+        row = penalised.data();
+    }
     const int64_t tok =
-        last.row ? sample_token(last.row, V, p, u)
-                 : draw_candidate(
-                       sampler_candidates_sorted(last.top_tokens, last.top_logits, last.n, p), u);
+        row ? sample_token(row, V, p, u)
+            : draw_candidate(sampler_candidates_sorted(last.top_tokens, last.top_logits, last.n, p),
+                             u);
     return {tok, last.logprob(tok, V)};
 }
 
@@ -157,7 +187,32 @@ StepOut step_out(const std::vector<Row>& rows,
     return out;
 }
 
-// Appends row r's drawn token (with its top N) to s's output; ends s at eos or max_new.
+// Adds tok's bytes to s's text; true (with the stop and where the text ends) when that completes
+// one of the request's stop strings (runtime/engine.h).
+bool hits_stop_string(Seq& s, int64_t tok, const EngineOptions& o) {
+    const std::vector<std::string>& stops = s.out.req.stop;
+    if (stops.empty())
+        return false;
+    HYMOE_CHECK(o.token_bytes != nullptr, "engine: stop strings without the tokens' bytes");
+    const size_t before = s.text.size();
+    s.text += o.token_bytes(tok);
+    size_t best = std::string::npos;
+    for (const std::string& stop : stops) {
+        const size_t from = before >= stop.size() - 1 ? before - (stop.size() - 1) : 0;
+        const size_t at = s.text.find(stop, from);
+        if (at < best) {
+            best = at;
+            s.out.stop_string = stop;
+        }
+    }
+    if (best == std::string::npos)
+        return false;
+    s.out.text_bytes = static_cast<int64_t>(best);
+    return true;
+}
+
+// Appends row r's drawn token (with its top N) to s's output; ends s at eos, a stop token or
+// string, or max_new.
 void accept_row(Seq& s, const StepOut& out, size_t r, const EngineOptions& o) {
     const int64_t S = stride_of(o);
     const int64_t* ints = out.ints.data() + S * r;
@@ -168,7 +223,15 @@ void accept_row(Seq& s, const StepOut& out, size_t r, const EngineOptions& o) {
     s.out.tokens.push_back(tok);
     s.out.logprobs.push_back(floats[0]);
     s.next_token = tok;
+    const std::vector<int64_t>& stop_ids = s.out.req.stop_token_ids;
     if (tok == o.eos_id) {
+        s.out.finish = Finish::stop;
+        s.done = true;
+    } else if (std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
+        s.out.finish = Finish::stop;
+        s.out.stop_token = tok;
+        s.done = true;
+    } else if (hits_stop_string(s, tok, o)) {
         s.out.finish = Finish::stop;
         s.done = true;
     } else if (static_cast<int64_t>(s.out.tokens.size()) >= s.max_new) {

@@ -154,8 +154,17 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
                       " MB); the GPU holds a step's pages of two attention layers at a time"));
     } else if (inf.offload == "host")
         log::info("kv_cache.offload: host keeps the pages in memory on the CPU (as none)");
-    o.sampling = {inf.temperature, inf.top_k, inf.top_p};
+    o.sampling.temperature = inf.temperature, o.sampling.top_k = inf.top_k;
+    o.sampling.top_p = inf.top_p, o.sampling.min_p = inf.min_p;
+    o.sampling.presence_penalty = inf.presence_penalty;
+    o.sampling.frequency_penalty = inf.frequency_penalty;
+    o.sampling.repetition_penalty = inf.repetition_penalty;
     o.seed = job.deck.job.seed, o.eos_id = job.model.eos_id;
+    if (tokenizer)
+        o.token_bytes = [&tok = *tokenizer](int64_t t) -> const std::string& {
+            static const std::string replacement = "\uFFFD";  // an id past the tokenizer's
+            return t < tok.n_vocab() ? tok.token_bytes(static_cast<int32_t>(t)) : replacement;
+        };
     o.prompt_logprobs = inf.prompt_logprobs;
     o.top_logprobs = top_n;
     o.image_pool = inf.image_pool;

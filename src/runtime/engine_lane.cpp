@@ -44,10 +44,11 @@ void Lane::restart(Seq& s, EngineStats& stats) {
     s.looked_up = false, s.reused = 0;
     stats.generated_tokens -= static_cast<int64_t>(s.out.tokens.size());
     Finished fresh;
-    fresh.index = s.out.index;
+    fresh.index = s.out.index, fresh.sample = s.out.sample;
     fresh.req = std::move(s.out.req);
     s.out = std::move(fresh);
     s.n_prefilled = 0, s.next_token = -1;
+    s.text.clear();
 }
 
 bool Lane::preempt_one(const Seq* keep, EngineStats& stats) {
@@ -136,7 +137,7 @@ Step Lane::next_step(RequestQueue& queue, EngineStats& stats) {
             restore_prefix(*s, false, stats);
         } else if (Pending* p = queue.peek()) {
             s = std::make_unique<Seq>();
-            s->out.index = p->index;
+            s->out.index = p->index, s->out.sample = p->sample;
             s->out.req = std::move(p->req);
             s->images = std::move(p->images);
             s->max_new =

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "hymoe/model/kv_cache.h"
@@ -27,6 +28,7 @@ struct Seq {
     int64_t max_new = 0;      // tokens to generate at most
     int64_t n_prefilled = 0;  // prompt tokens already in state
     int64_t next_token = -1;  // the last sampled token, fed by the next decode row
+    std::string text;         // the output tokens' bytes so far, when the request has stop strings
     bool done = false;
     bool in_step = false;  // has a row in the step being built
     model::SequenceState state;

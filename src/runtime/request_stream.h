@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +27,8 @@ namespace hymoe::runtime {
 // it is dealt to (every stage, so that all of them agree on a bad one): an unreadable or
 // oversized image, or a count of placeholder tokens other than its images' tokens, makes it a bad
 // request. Text and chat requests are encoded by the deck's tokenizer (chat messages rendered by
-// tokenizer.chat's template first).
+// tokenizer.chat's template first). A request with n samples becomes n Pendings (sample 0 .. n − 1)
+// dealt together; on a resume only the samples the journal lacks run again.
 struct Stream {
     const Job& job;
     const std::vector<DoneRequest>& done;
@@ -37,6 +39,7 @@ struct Stream {
     int64_t index = -1, read = 0, skipped = 0, resumed = 0;
     bool on_gpu = false;  // per-request sampling settings are bad requests there
     size_t next_done = 0;
+    std::deque<Pending> samples;  // the samples of the request read last still to hand out
 
     Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank, const text::Tokenizer* tok)
         : job(j),
@@ -46,11 +49,11 @@ struct Stream {
           replica(dp_rank),
           dealt(static_cast<size_t>(j.layout.dp), 0) {}
 
-    bool mine(const io::Request& r) {
+    bool mine(const io::Request& r, int64_t n_samples) {
         const auto least = std::min_element(dealt.begin(), dealt.end());
         const int64_t max_new =
             r.max_new_tokens >= 0 ? r.max_new_tokens : job.deck.inference.max_new_tokens;
-        *least += static_cast<int64_t>(r.tokens.size()) + max_new;
+        *least += n_samples * (static_cast<int64_t>(r.tokens.size()) + max_new);
         return least - dealt.begin() == replica;
     }
 
@@ -85,12 +88,23 @@ struct Stream {
                            " is outside the vocabulary (",
                            job.model.vocab_size,
                            " tokens)");
+        for (int64_t t : r.stop_token_ids)
+            if (t >= job.model.vocab_size)
+                return cat("\"stop_token_ids\" holds ",
+                           t,
+                           ", outside the vocabulary (",
+                           job.model.vocab_size,
+                           " tokens)");
+        if (!r.stop.empty() && tokenizer == nullptr)
+            return "\"stop\" strings need a tokenizer (deck key tokenizer.path)";
         if (!r.adapter.empty() && !job.deck.inference.adapters.count(r.adapter))
             return "adapter '" + r.adapter + "' is not one of inference.adapters";
         // the GPU reduces a step's rows to the deck's top-k before drawing (runtime/engine.h)
-        if (on_gpu && (r.temperature >= 0 || r.top_k >= 0 || r.top_p >= 0 || r.seed >= 0))
-            return "per-request sampling settings (temperature, top_p, top_k, seed) run on the "
-                   "CPU backend only, not with job.device: cuda yet";
+        if (on_gpu &&
+            (r.temperature >= 0 || r.top_k >= 0 || r.top_p >= 0 || r.seed >= 0 || r.min_p ||
+             r.presence_penalty || r.frequency_penalty || r.repetition_penalty))
+            return "per-request sampling settings (temperature, top_p, top_k, min_p, seed, "
+                   "penalties) run on the CPU backend only, not with job.device: cuda yet";
         return "";
     }
     // r's images decoded, resized and normalised into out; false when r was a bad request
@@ -135,10 +149,23 @@ struct Stream {
         }
         return true;
     }
+    std::string changed(const DoneRequest& d) const {  // the dataset is not the journal's
+        return cat(job.deck.inference.dataset,
+                   " changed since the interrupted run (request ",
+                   d.index,
+                   " of ",
+                   job.deck.job.output,
+                   "/results.parts is not where it was); remove that folder to start afresh");
+    }
     bool in_shard() const {  // array jobs: this shard's share of the request indexes
         return index % job.deck.inference.shards == job.deck.inference.shard;
     }
     bool next(Pending& p) {
+        if (!samples.empty()) {
+            p = std::move(samples.front());
+            samples.pop_front();
+            return true;
+        }
         for (io::Request r;;) {
             try {
                 if (!reader->next(r))
@@ -163,32 +190,35 @@ struct Stream {
                 }
                 continue;
             }
-            if (next_done < done.size() && done[next_done].index == index) {
+            std::vector<bool> have(static_cast<size_t>(r.n), false);  // samples done before
+            int64_t n_have = 0;
+            for (; next_done < done.size() && done[next_done].index == index; ++next_done) {
                 const DoneRequest& d = done[next_done];
-                if (d.line != r.line || d.id != r.id ||
+                if (d.line != r.line || d.id != r.id || d.sample >= r.n ||
                     d.prompt_len != static_cast<int64_t>(r.tokens.size()))
-                    break;  // reported below: the dataset changed
-                ++next_done;
+                    HYMOE_FAIL(Exit::bad_input, changed(d));
+                n_have += !have[static_cast<size_t>(d.sample)];
+                have[static_cast<size_t>(d.sample)] = true;
+            }
+            if (n_have == r.n) {
                 ++resumed;
                 continue;
             }
-            if (!mine(r))
+            if (!mine(r, r.n - n_have))
                 continue;
             std::vector<io::Image> images;
             if (!load_images(r, images))
                 continue;
             ++read;
-            p = Pending{index, std::move(r), std::move(images)};
+            for (int j = 0; j < r.n; ++j)
+                if (!have[static_cast<size_t>(j)])
+                    samples.push_back(Pending{index, j, r, images});
+            p = std::move(samples.front());
+            samples.pop_front();
             return true;
         }
         if (next_done < done.size())
-            HYMOE_FAIL(Exit::bad_input,
-                       job.deck.inference.dataset,
-                       " changed since the interrupted run (request ",
-                       done[next_done].index,
-                       " of ",
-                       job.deck.job.output,
-                       "/results.parts is not where it was); remove that folder to start afresh");
+            HYMOE_FAIL(Exit::bad_input, changed(done[next_done]));
         return false;
     }
 };

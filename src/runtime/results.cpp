@@ -15,6 +15,7 @@
 #include "hymoe/core/timer.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/text/tokenizer.h"
+#include "hymoe/text/utf8.h"
 
 namespace hymoe::runtime {
 
@@ -35,6 +36,16 @@ std::string detokenize(const text::Tokenizer& tok, const std::vector<int64_t>& t
     for (int64_t t : tokens)
         s += t < tok.n_vocab() ? d.push(static_cast<int32_t>(t)) : "\uFFFD";
     return s + d.finish();
+}
+
+// A finished request's text: the detokenized tokens, cut before its stop string (text_bytes).
+std::string output_text(const text::Tokenizer& tok, const Finished& f) {
+    if (f.text_bytes < 0)
+        return detokenize(tok, f.tokens);
+    std::string raw;
+    for (int64_t t : f.tokens)
+        raw += t < tok.n_vocab() ? tok.token_bytes(static_cast<int32_t>(t)) : "\uFFFD";
+    return text::utf8_sanitize(std::string_view(raw).substr(0, static_cast<size_t>(f.text_bytes)));
 }
 
 std::string segment_name(int n) {
@@ -68,10 +79,11 @@ std::vector<std::pair<int, std::string>> list_segments(const std::string& parts,
 
 // One segment read back whole (a few hundred requests).
 struct Segment {
-    std::vector<int64_t> index, line, prompt_len, n_out, greedy_token, finish;
+    std::vector<int64_t> index, sample, line, prompt_len, n_out, greedy_token, finish;
     std::vector<int64_t> tokens, out_begin, plp_begin;  // out_begin, plp_begin: [n + 1] prefixes
     std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
-    std::vector<std::string> id, adapter;
+    std::vector<std::string> id, adapter, stop_string;  // stop_string [n] ("" none)
+    std::vector<int64_t> stop_token;                    // [n] (−1 none)
     std::vector<std::string> text;    // [n] generated text, when the deck has a tokenizer
     std::vector<int64_t> top_tokens;  // [Σ n_out, N]
     std::vector<float> top_logprobs;  // [Σ n_out, N]
@@ -92,20 +104,23 @@ void check_segment(const Segment& s, const std::string& path, bool prompt_logpro
                        " to start afresh)");
     };
     for (const auto& [name, size] : {std::pair{"/line", s.line.size()},
+                                     {"/sample", s.sample.size()},
                                      {"/prompt_len", s.prompt_len.size()},
                                      {"/n_out", s.n_out.size()},
                                      {"/finish", s.finish.size()},
                                      {"/greedy_token", s.greedy_token.size()},
                                      {"/greedy_logprob", s.greedy_logprob.size()},
                                      {"/id", s.id.size()},
-                                     {"/adapter", s.adapter.size()}})
+                                     {"/adapter", s.adapter.size()},
+                                     {"/stop_string", s.stop_string.size()},
+                                     {"/stop_token", s.stop_token.size()}})
         if (size != n)
             bad(cat(name, " holds ", size, " entries for ", n, " requests"));
     if (!s.text.empty() && s.text.size() != n)
         bad(cat("/text holds ", s.text.size(), " entries for ", n, " requests"));
     for (size_t i = 0; i < n; ++i)
-        if (s.index[i] < 0 || s.n_out[i] < 0 || s.prompt_len[i] < 0 || s.finish[i] < 0 ||
-            s.finish[i] > static_cast<int64_t>(Finish::length))
+        if (s.index[i] < 0 || s.sample[i] < 0 || s.n_out[i] < 0 || s.prompt_len[i] < 0 ||
+            s.finish[i] < 0 || s.finish[i] > static_cast<int64_t>(Finish::length))
             bad(cat("request ", i, " has a negative index or count, or an unknown finish code"));
     const size_t n_tokens = static_cast<size_t>(s.out_begin[n]);
     if (s.tokens.size() != n_tokens || s.logprobs.size() != n_tokens)
@@ -123,6 +138,20 @@ void check_segment(const Segment& s, const std::string& path, bool prompt_logpro
         bad(cat("/top_tokens and /top_logprobs do not hold ", top_n, " entries per output token"));
 }
 
+// The sample and stop columns (prefix "" in a segment, "/requests" in results.h5); a file
+// written before they existed reads as sample 0 and no stops.
+void read_sample_stops(const io::H5Reader& r, const std::string& prefix, Segment& s) {
+    s.sample = r.exists(prefix + "/sample") ? r.ints(prefix + "/sample")
+                                            : std::vector<int64_t>(s.index.size(), 0);
+    if (r.exists(prefix + "/stop_string")) {
+        s.stop_string = r.strings(prefix + "/stop_string");
+        s.stop_token = r.ints(prefix + "/stop_token");
+    } else {
+        s.stop_string.assign(s.index.size(), "");
+        s.stop_token.assign(s.index.size(), -1);
+    }
+}
+
 Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
     io::H5Reader r(path);
     Segment s;
@@ -136,6 +165,7 @@ Segment read_segment(const std::string& path, bool prompt_logprobs, int top_n) {
         s.prompt_logprobs = r.floats("/prompt_logprobs");
     if (r.exists("/text"))
         s.text = r.strings("/text");
+    read_sample_stops(r, "", s);
     s.out_begin.assign(1, 0), s.plp_begin.assign(1, 0);
     const size_t n = std::min({s.index.size(), s.n_out.size(), s.prompt_len.size()});
     for (size_t i = 0; i < n; ++i) {
@@ -189,6 +219,7 @@ Segment read_results(const std::string& path) {
     s.out_begin = r.ints("/requests/output_offsets");
     if (r.exists("/requests/output_text"))
         s.text = r.strings("/requests/output_text");
+    read_sample_stops(r, "/requests", s);
     for (const std::string& f : r.strings("/requests/finish_reason"))
         s.finish.push_back(static_cast<int64_t>(f == "stop" ? Finish::stop : Finish::length));
     for (size_t i = 0; i < s.index.size(); ++i)
@@ -213,8 +244,9 @@ Segment read_results(const std::string& path) {
 
 // The final file's columns for a run of requests, appended every few thousand requests.
 struct Columns {
-    std::vector<std::string> id, finish, adapter, text;
+    std::vector<std::string> id, finish, adapter, text, stop_string;
     std::vector<int64_t> index, line, prompt_len, out_end, tokens, plp_end, greedy_token;
+    std::vector<int64_t> stop_token, sample;
     std::vector<float> logprobs, prompt_logprobs, greedy_logprob;
     std::vector<int64_t> top_tokens;
     std::vector<float> top_logprobs;
@@ -227,7 +259,8 @@ struct Columns {
         if (!s.text.empty())
             text.push_back(s.text[i]);
         finish.push_back(to_string(static_cast<Finish>(s.finish[i])));
-        index.push_back(s.index[i]), line.push_back(s.line[i]);
+        stop_string.push_back(s.stop_string[i]), stop_token.push_back(s.stop_token[i]);
+        index.push_back(s.index[i]), sample.push_back(s.sample[i]), line.push_back(s.line[i]);
         prompt_len.push_back(s.prompt_len[i]), done.push_back(1);
         tokens.insert(
             tokens.end(), s.tokens.data() + s.out_begin[i], s.tokens.data() + s.out_begin[i + 1]);
@@ -251,12 +284,15 @@ struct Columns {
     void write(io::H5Writer& w, bool with_plp) {
         w.append_strings("/requests/id", id);
         w.append("/requests/index", view_of(index, DType::i64));
+        w.append("/requests/sample", view_of(sample, DType::i64));
         w.append("/requests/line", view_of(line, DType::i64));
         w.append("/requests/prompt_len", view_of(prompt_len, DType::i64));
         w.append("/requests/output_offsets", view_of(out_end, DType::i64));
         w.append("/requests/output_tokens", view_of(tokens, DType::i64));
         w.append("/requests/output_logprobs", view_of(logprobs, DType::f32));
         w.append_strings("/requests/finish_reason", finish);
+        w.append_strings("/requests/stop_string", stop_string);
+        w.append("/requests/stop_token", view_of(stop_token, DType::i64));
         w.append_strings("/requests/adapter", adapter);
         if (!text.empty())
             w.append_strings("/requests/output_text", text);
@@ -314,12 +350,15 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
     for (const auto& [n, path] : list_segments(parts_)) {
         const Segment s = read_segment(path, prompt_logprobs_, top_n_);  // checked whole
         for (size_t i = 0; i < s.index.size(); ++i)
-            done_.push_back({s.index[i], s.line[i], s.prompt_len[i], s.id[i]});
+            done_.push_back(
+                {s.index[i], s.line[i], s.prompt_len[i], s.id[i], static_cast<int>(s.sample[i])});
         last = n;
     }
     const int w = std::max(ranks_.writer, 0), n_w = ranks_.n_writers;
     next_segment_ = (last + 1 + n_w - 1 - w) / n_w * n_w + w;  // the first ≡ w (mod W) past last
-    std::sort(done_.begin(), done_.end(), [](auto& a, auto& b) { return a.index < b.index; });
+    std::sort(done_.begin(), done_.end(), [](auto& a, auto& b) {
+        return std::tie(a.index, a.sample) < std::tie(b.index, b.sample);
+    });
     if (!done_.empty())
         log::info(cat("resuming: ", done_.size(), " requests already finished in ", parts_));
 }
@@ -337,15 +376,20 @@ void ResultsJournal::flush() {
     last_flush_ = wall_seconds();
     if (buffer_.empty())
         return;
-    std::sort(buffer_.begin(), buffer_.end(), [](auto& a, auto& b) { return a.index < b.index; });
-    std::vector<int64_t> index, line, prompt_len, n_out, greedy_token, tokens;
+    std::sort(buffer_.begin(), buffer_.end(), [](auto& a, auto& b) {
+        return std::tie(a.index, a.sample) < std::tie(b.index, b.sample);
+    });
+    std::vector<int64_t> index, sample, line, prompt_len, n_out, greedy_token, tokens;
     std::vector<int32_t> finish;
     std::vector<float> logprobs, plp, greedy_logprob;
-    std::vector<std::string> id, adapter, text;
+    std::vector<std::string> id, adapter, text, stop_string;
+    std::vector<int64_t> stop_token;
     for (const Finished& f : buffer_) {
         if (tokenizer_)
-            text.push_back(detokenize(*tokenizer_, f.tokens));
+            text.push_back(output_text(*tokenizer_, f));
+        stop_string.push_back(f.stop_string), stop_token.push_back(f.stop_token);
         index.push_back(f.index), line.push_back(f.req.line), id.push_back(f.req.id);
+        sample.push_back(f.sample);
         prompt_len.push_back(static_cast<int64_t>(f.req.tokens.size()));
         n_out.push_back(static_cast<int64_t>(f.tokens.size()));
         finish.push_back(static_cast<int32_t>(f.finish)), adapter.push_back(f.req.adapter);
@@ -358,6 +402,7 @@ void ResultsJournal::flush() {
     next_segment_ += ranks_.n_writers;
     w.text("/deck_sha256", sha_);
     w.array("/index", view_of(index, DType::i64));
+    w.array("/sample", view_of(sample, DType::i64));
     w.array("/line", view_of(line, DType::i64));
     w.array("/prompt_len", view_of(prompt_len, DType::i64));
     w.array("/n_out", view_of(n_out, DType::i64));
@@ -368,6 +413,8 @@ void ResultsJournal::flush() {
     w.array("/greedy_logprob", view_of(greedy_logprob, DType::f32));
     w.strings("/id", id);
     w.strings("/adapter", adapter);
+    w.strings("/stop_string", stop_string);
+    w.array("/stop_token", view_of(stop_token, DType::i64));
     if (tokenizer_)
         w.strings("/text", text);
     if (prompt_logprobs_)
@@ -394,15 +441,17 @@ int64_t ResultsJournal::finish(const io::RunMeta& meta) {
 
 int64_t ResultsJournal::merge(const io::RunMeta& meta) {
     const auto segs = list_segments(parts_);
-    std::vector<uint64_t> where;  // [max index + 1]: (segment << 32 | row) + 1; 0 = absent
+    std::vector<std::tuple<int64_t, int64_t, uint64_t>>
+        where;  // (index, sample, segment << 32 | row)
     for (size_t k = 0; k < segs.size(); ++k) {
-        std::vector<int64_t> index = io::H5Reader(segs[k].second).ints("/index");
-        for (size_t row = 0; row < index.size(); ++row) {
-            if (index[row] >= static_cast<int64_t>(where.size()))
-                where.resize(static_cast<size_t>(index[row]) + 1, 0);
-            where[index[row]] = (uint64_t{k} << 32 | row) + 1;
-        }
+        const io::H5Reader r(segs[k].second);
+        const std::vector<int64_t> index = r.ints("/index");
+        const std::vector<int64_t> sample =
+            r.exists("/sample") ? r.ints("/sample") : std::vector<int64_t>(index.size(), 0);
+        for (size_t row = 0; row < index.size() && row < sample.size(); ++row)
+            where.emplace_back(index[row], sample[row], uint64_t{k} << 32 | row);
     }
+    std::sort(where.begin(), where.end());  // a row written twice: the later segment's is kept
     io::H5Writer w(dir_ + "/results.h5", ranks_.self);
     io::write_meta(w, meta);
     Columns cols;
@@ -411,8 +460,10 @@ int64_t ResultsJournal::merge(const io::RunMeta& meta) {
     std::map<size_t, Segment> cache;  // a few segments, oldest read evicted
     std::list<size_t> recent;
     int64_t n = 0;
-    for (uint64_t loc : where) {
-        if (loc-- == 0)
+    for (size_t i = 0; i < where.size(); ++i) {
+        const auto [index, sample, loc] = where[i];
+        if (i + 1 < where.size() && std::get<0>(where[i + 1]) == index &&
+            std::get<1>(where[i + 1]) == sample)
             continue;
         const size_t k = loc >> 32, row = loc & 0xffffffffu;
         if (!cache.count(k)) {
@@ -435,7 +486,7 @@ int64_t ResultsJournal::merge(const io::RunMeta& meta) {
 
 int64_t gather_results(const std::string& out_dir, const std::vector<std::string>& shard_dirs) {
     std::vector<Segment> shards;
-    std::vector<std::tuple<int64_t, size_t, size_t>> order;  // (index, shard, row)
+    std::vector<std::tuple<int64_t, int64_t, size_t, size_t>> order;  // (index, sample, shard, row)
     bool with_plp = false;
     int top_n = 0;
     for (size_t k = 0; k < shard_dirs.size(); ++k) {
@@ -456,19 +507,20 @@ int64_t gather_results(const std::string& out_dir, const std::vector<std::string
                        "/results.h5 (shards of different decks?)");
         with_plp = plp, top_n = n;
         for (size_t row = 0; row < shards[k].index.size(); ++row)
-            order.emplace_back(shards[k].index[row], k, row);
+            order.emplace_back(shards[k].index[row], shards[k].sample[row], k, row);
     }
     check_shard_set(shard_dirs);
     std::sort(order.begin(), order.end());
     for (size_t i = 1; i < order.size(); ++i)
-        if (std::get<0>(order[i]) == std::get<0>(order[i - 1]))
+        if (std::get<0>(order[i]) == std::get<0>(order[i - 1]) &&
+            std::get<1>(order[i]) == std::get<1>(order[i - 1]))
             HYMOE_FAIL(Exit::bad_input,
                        "request ",
                        std::get<0>(order[i]),
                        " is in both ",
-                       shard_dirs[std::get<1>(order[i - 1])],
+                       shard_dirs[std::get<2>(order[i - 1])],
                        " and ",
-                       shard_dirs[std::get<1>(order[i])],
+                       shard_dirs[std::get<2>(order[i])],
                        " (overlapping shards)");
     fs::create_directories(out_dir);
     const comm::Comm self = comm::self_comm();
@@ -479,7 +531,7 @@ int64_t gather_results(const std::string& out_dir, const std::vector<std::string
     cols.out_end.push_back(0), cols.plp_end.push_back(0);
     cols.top_n = top_n;
     int64_t n = 0;
-    for (const auto& [index, k, row] : order) {
+    for (const auto& [index, sample, k, row] : order) {
         cols.add(shards[k], row);
         if (++n % 4096 == 0)
             cols.write(w, with_plp);

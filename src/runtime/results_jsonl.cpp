@@ -17,6 +17,8 @@ int64_t write_results_jsonl(const std::string& out_dir) {
     const std::vector<std::string> id = r.strings("/requests/id");
     const std::vector<std::string> finish = r.strings("/requests/finish_reason");
     const std::vector<std::string> adapter = r.strings("/requests/adapter");
+    const std::vector<std::string> stop_string = r.strings("/requests/stop_string");
+    const std::vector<int64_t> stop_token = r.ints("/requests/stop_token");
     const std::vector<std::string> text = r.exists("/requests/output_text")
                                               ? r.strings("/requests/output_text")
                                               : std::vector<std::string>{};
@@ -25,29 +27,50 @@ int64_t write_results_jsonl(const std::string& out_dir) {
     const std::vector<int64_t> offsets = r.ints("/requests/output_offsets");  // [N + 1]
     const std::vector<int64_t> tokens = r.ints("/requests/output_tokens");
     const std::vector<float> logprobs = r.floats("/requests/output_logprobs");
+    const std::vector<int64_t> sample = r.ints("/requests/sample");
     const std::string path = out_dir + "/results.jsonl", partial = path + ".partial";
+    int64_t lines = 0;
     {
         std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-        for (size_t i = 0; i < id.size(); ++i) {
-            nlohmann::json j = {{"id", id[i]},
-                                {"index", index[i]},
-                                {"line", line[i]},
-                                {"prompt_len", prompt_len[i]}};
-            if (!text.empty())
-                j["output_text"] = text[i];
-            j["output_tokens"] =
-                std::vector<int64_t>(tokens.begin() + offsets[i], tokens.begin() + offsets[i + 1]);
-            j["output_logprobs"] = std::vector<float>(logprobs.begin() + offsets[i],
-                                                      logprobs.begin() + offsets[i + 1]);
-            j["finish_reason"] = finish[i];
-            j["adapter"] = adapter[i];
+        for (size_t i = 0; i < id.size();) {  // rows i .. e − 1: the samples of one request
+            size_t e = i;
+            nlohmann::json outputs = nlohmann::json::array();
+            for (; e < id.size() && index[e] == index[i]; ++e) {
+                const auto b = offsets[e], end = offsets[e + 1];
+                nlohmann::json o = {{"index", sample[e]}};
+                if (!text.empty())
+                    o["text"] = text[e];
+                o["token_ids"] = std::vector<int64_t>(tokens.begin() + b, tokens.begin() + end);
+                o["logprobs"] = std::vector<float>(logprobs.begin() + b, logprobs.begin() + end);
+                double cumulative = 0;
+                for (auto k = b; k < end; ++k)
+                    cumulative += static_cast<double>(logprobs[static_cast<size_t>(k)]);
+                o["cumulative_logprob"] = cumulative;
+                o["finish_reason"] = finish[e];
+                // vLLM's stop_reason: the stop token id or stop string that ended it, else null
+                if (stop_token[e] >= 0)
+                    o["stop_reason"] = stop_token[e];
+                else if (!stop_string[e].empty())
+                    o["stop_reason"] = stop_string[e];
+                else
+                    o["stop_reason"] = nullptr;
+                outputs.push_back(std::move(o));
+            }
+            const nlohmann::json j = {{"id", id[i]},
+                                      {"index", index[i]},
+                                      {"line", line[i]},
+                                      {"prompt_len", prompt_len[i]},
+                                      {"adapter", adapter[i]},
+                                      {"outputs", std::move(outputs)}};
             out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+            ++lines;
+            i = e;
         }
         if (!out.flush())
             HYMOE_FAIL_ONE(Exit::internal, partial, ": write failed");
     }
     std::filesystem::rename(partial, path);
-    return static_cast<int64_t>(id.size());
+    return lines;
 }
 
 }  // namespace hymoe::runtime

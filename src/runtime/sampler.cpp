@@ -1,4 +1,5 @@
-// Greedy / temperature / top-k / top-p sampling (see runtime/sampler.h for the rules).
+// Penalties and greedy / temperature / min-p / top-k / top-p sampling (see runtime/sampler.h for
+// the rules).
 #include "hymoe/runtime/sampler.h"
 
 #include <algorithm>
@@ -65,12 +66,18 @@ std::vector<Candidate> sampler_candidates_sorted(const int64_t* tokens,
     for (int64_t i = 0; i < kept; ++i) {
         double w = std::exp((static_cast<double>(logits[i]) - mx) / p.temperature);
         c[i] = {tokens[i], w};
-        sum += w;
     }
+    if (p.min_p > 0)  // w is p / p_max, falling along c: the kept tokens are a prefix
+        c.resize(static_cast<size_t>(
+            std::partition_point(
+                c.begin(), c.end(), [&](const Candidate& x) { return x.prob >= p.min_p; }) -
+            c.begin()));
+    for (const Candidate& x : c)
+        sum += x.prob;
     if (p.top_p < 1) {  // shortest prefix reaching top_p of the (top-k) mass
         double cum = 0;
         int64_t m = 0;
-        while (m < kept && cum < p.top_p * sum)
+        while (m < static_cast<int64_t>(c.size()) && cum < p.top_p * sum)
             cum += c[m++].prob;
         c.resize(static_cast<size_t>(std::max<int64_t>(m, 1)));
         sum = 0;
@@ -80,6 +87,39 @@ std::vector<Candidate> sampler_candidates_sorted(const int64_t* tokens,
     for (Candidate& x : c)
         x.prob /= sum;
     return c;
+}
+
+void apply_penalties(float* logits,
+                     int64_t V,
+                     const SamplingParams& p,
+                     const int64_t* prompt,
+                     int64_t n_prompt,
+                     const int64_t* output,
+                     int64_t n_out) {
+    std::vector<int64_t> out(output, output + n_out);  // sorted: runs of equal ids count them
+    std::sort(out.begin(), out.end());
+    if (p.repetition_penalty != 1) {
+        std::vector<int64_t> seen(prompt, prompt + n_prompt);
+        seen.insert(seen.end(), out.begin(), out.end());
+        std::sort(seen.begin(), seen.end());
+        seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+        const auto r = static_cast<float>(p.repetition_penalty);
+        for (int64_t t : seen)
+            if (t >= 0 && t < V)
+                logits[t] = logits[t] > 0 ? logits[t] / r : logits[t] * r;
+    }
+    const auto f = static_cast<float>(p.frequency_penalty);
+    const auto pres = static_cast<float>(p.presence_penalty);
+    for (size_t i = 0; i < out.size();) {
+        size_t j = i;
+        while (j < out.size() && out[j] == out[i])
+            ++j;
+        if (out[i] >= 0 && out[i] < V) {  // two steps, as vLLM
+            logits[out[i]] -= f * static_cast<float>(j - i);
+            logits[out[i]] -= pres;
+        }
+        i = j;
+    }
 }
 
 int64_t draw_candidate(const std::vector<Candidate>& c, float u) {

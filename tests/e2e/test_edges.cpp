@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -48,26 +50,32 @@ Stamp stamp(const std::string& path) {
     return {read_text(path), fs::last_write_time(path)};
 }
 
-// results.jsonl holds results.h5's requests, line by line, with the same values.
+// results.jsonl holds results.h5's rows, a line per request with an output per sample, with the
+// same values.
 void check_jsonl(const std::string& out) {
     hymoe::io::H5Reader h5(out + "/results.h5");
     const auto ids = h5.strings("/requests/id"), finish = h5.strings("/requests/finish_reason");
     const auto tokens = h5.ints("/requests/output_tokens");
     const auto offsets = h5.ints("/requests/output_offsets");
     const auto logprobs = h5.floats("/requests/output_logprobs");
+    const auto sample = h5.ints("/requests/sample");
     std::ifstream in(out + "/results.jsonl");
     size_t i = 0;
-    for (std::string line; std::getline(in, line); ++i) {
+    for (std::string line; std::getline(in, line);) {
         const nlohmann::json j = nlohmann::json::parse(line);
-        BOOST_REQUIRE(i < ids.size());
-        BOOST_TEST(j["id"].get<std::string>() == ids[i]);
-        BOOST_TEST(j["finish_reason"].get<std::string>() == finish[i]);
-        BOOST_TEST(
-            j["output_tokens"].get<std::vector<int64_t>>() ==
-            std::vector<int64_t>(tokens.begin() + offsets[i], tokens.begin() + offsets[i + 1]));
-        BOOST_TEST(
-            j["output_logprobs"].get<std::vector<float>>() ==
-            std::vector<float>(logprobs.begin() + offsets[i], logprobs.begin() + offsets[i + 1]));
+        for (const auto& o : j["outputs"]) {
+            BOOST_REQUIRE(i < ids.size());
+            BOOST_TEST(j["id"].get<std::string>() == ids[i]);
+            BOOST_TEST(o["index"].get<int64_t>() == sample[i]);
+            BOOST_TEST(o["finish_reason"].get<std::string>() == finish[i]);
+            BOOST_TEST(
+                o["token_ids"].get<std::vector<int64_t>>() ==
+                std::vector<int64_t>(tokens.begin() + offsets[i], tokens.begin() + offsets[i + 1]));
+            BOOST_TEST(o["logprobs"].get<std::vector<float>>() ==
+                       std::vector<float>(logprobs.begin() + offsets[i],
+                                          logprobs.begin() + offsets[i + 1]));
+            ++i;
+        }
     }
     BOOST_TEST(i == ids.size());
     BOOST_TEST(!fs::exists(out + "/results.jsonl.partial"));
@@ -253,6 +261,179 @@ BOOST_AUTO_TEST_CASE(per_request_sampling_settings_follow_the_sampler) {
     auto r = run_hymoe(deck + bad);
     BOOST_TEST(r.code == 3);
     BOOST_TEST(contains(r.err, "bad.jsonl:1: \"top_p\" must be a number in (0, 1]"), r.err);
+    fs::remove_all(out);
+}
+
+// The penalties through the binary, against their definition: at greedy, every output token is
+// the argmax of the raw logprobs (inference.logprobs: the 20 most likely, a shift of the logits)
+// less frequency_penalty × its count so far and presence_penalty if it was output before; the
+// same keys as deck defaults (inference.sampling) give the same tokens; a repetition penalty of
+// 100 leaves every token of the prompt and the output so far behind an unseen one; the plain
+// greedy run repeats tokens (so the penalties did act); a bad value is a bad request (exit 3,
+// file and line) and a bad deck default exit 2 naming the deck line.
+BOOST_AUTO_TEST_CASE(penalties_follow_their_definition_through_the_binary) {
+    const std::string out = fs::absolute("tests/decks/tokenize/out/penalties").string();
+    fs::remove_all(out);
+    fs::create_directories(out);
+    auto write = [&](const std::string& name, const std::string& lines) {
+        std::ofstream(out + "/" + name) << lines;
+        return " --set inference.dataset=" + out + "/" + name + " --set job.output=" + out + "/" +
+               name + ".out --set inference.logprobs=20";
+    };
+    struct Rows {
+        std::vector<std::vector<int64_t>> tokens, top;
+        std::vector<std::vector<float>> top_lp;
+    };
+    auto rows = [&](const std::string& name) {
+        hymoe::io::H5Reader h5(out + "/" + name + ".out/results.h5");
+        const auto t = h5.ints("/requests/output_tokens");
+        const auto off = h5.ints("/requests/output_offsets");
+        const auto top = h5.ints("/requests/top_tokens");
+        const auto lp = h5.floats("/requests/top_logprobs");
+        Rows r;
+        for (size_t i = 0; i + 1 < off.size(); ++i) {
+            r.tokens.emplace_back(t.begin() + off[i], t.begin() + off[i + 1]);
+            r.top.emplace_back(top.begin() + off[i] * 20, top.begin() + off[i + 1] * 20);
+            r.top_lp.emplace_back(lp.begin() + off[i] * 20, lp.begin() + off[i + 1] * 20);
+        }
+        return r;
+    };
+    const std::string deck = "tests/decks/infer/deck.yaml";
+    const std::string prompt = "\"tokens\": [5, 6, 7, 5, 9]";
+    const std::string own = write("own.jsonl",
+                                  "{" + prompt +
+                                      ", \"temperature\": 0, \"frequency_penalty\": 1.5, "
+                                      "\"presence_penalty\": 0.5}\n"
+                                      "{" +
+                                      prompt +
+                                      ", \"temperature\": 0, \"repetition_penalty\": 100}\n"
+                                      "{" +
+                                      prompt + ", \"temperature\": 0}\n");
+    BOOST_REQUIRE(run_hymoe(deck + own).code == 0);
+    const std::string by_deck = write("deck.jsonl", "{" + prompt + "}\n");
+    BOOST_REQUIRE(run_hymoe(deck + by_deck +
+                            " --set inference.sampling.temperature=0"
+                            " --set inference.sampling.frequency_penalty=1.5"
+                            " --set inference.sampling.presence_penalty=0.5")
+                      .code == 0);
+    const Rows got = rows("own.jsonl"), deck_rows = rows("deck.jsonl");
+    BOOST_REQUIRE(got.tokens.size() == 3u);
+    BOOST_TEST(got.tokens[0] == deck_rows.tokens[0], boost::test_tools::per_element());
+    const auto& freq = got.tokens[0];
+    BOOST_REQUIRE(freq.size() ==
+                  16u);  // so at most 15 penalised tokens: the argmax is in the top 20
+    std::map<int64_t, int> count;
+    for (size_t k = 0; k < freq.size(); ++k) {
+        int64_t best = -1;
+        double best_x = -1e30;
+        for (int j = 0; j < 20; ++j) {
+            const int64_t t = got.top[0][k * 20 + j];
+            const double x = static_cast<double>(got.top_lp[0][k * 20 + j]) - 1.5 * count[t] -
+                             (count[t] ? 0.5 : 0);
+            if (x > best_x)
+                best = t, best_x = x;
+        }
+        BOOST_TEST(freq[k] == best, "token " << k);
+        ++count[freq[k]];
+    }
+    std::set<int64_t> seen = {5, 6, 7, 9};
+    for (int64_t t : got.tokens[1])
+        BOOST_TEST(seen.insert(t).second, "token " << t << " repeated");
+    std::set<int64_t> plain(got.tokens[2].begin(), got.tokens[2].end());
+    BOOST_TEST(plain.size() < got.tokens[2].size());  // plain greedy repeats itself
+    BOOST_TEST(got.tokens[0] != got.tokens[2]);
+
+    const std::string bad =
+        write("bad.jsonl", "{\"tokens\": [1, 2]}\n{\"tokens\": [1, 2], \"min_p\": 1.5}\n");
+    auto r = run_hymoe(deck + bad);
+    BOOST_TEST(r.code == 3);
+    BOOST_TEST(contains(r.err, "bad.jsonl:2: \"min_p\" must be a number in [0, 1]"), r.err);
+    r = run_hymoe(deck + write("bad2.jsonl", "{\"tokens\": [1], \"repetition_penalty\": 0}\n"));
+    BOOST_TEST(r.code == 3);
+    BOOST_TEST(contains(r.err, "bad2.jsonl:1: \"repetition_penalty\" must be a number in (0, 100]"),
+               r.err);
+    r = run_hymoe(deck + by_deck + " --set inference.sampling.presence_penalty=3");
+    BOOST_TEST(r.code == 2);
+    BOOST_TEST(contains(r.err, "inference.sampling.presence_penalty"), r.err);
+    fs::remove_all(out);
+}
+
+// n samples through the binary (deck sampling at temperature 0.7): results.h5 has a row per
+// (request, sample) in order with /requests/sample, results.jsonl one line per request with its
+// outputs; sample 0 is the request run with n 1, the samples differ. Resume: a bad request after
+// two requests of 5 samples stops the job (exit 3) once 9 of their 10 rows finished, 8 of them
+// journalled (a segment every 8 rows at max_seqs 2), so one request is journalled in part; the
+// rerun on the fixed file runs only the missing samples and equals an uninterrupted run.
+BOOST_AUTO_TEST_CASE(n_samples_per_request_and_their_resume) {
+    const std::string out = fs::absolute("tests/decks/tokenize/out/samples").string();
+    fs::remove_all(out);
+    fs::create_directories(out);
+    auto run = [&](const std::string& name, const std::string& lines) {
+        std::ofstream(out + "/" + name) << lines;
+        return run_hymoe("tests/decks/infer/deck.yaml --set inference.dataset=" + out + "/" + name +
+                         " --set job.output=" + out + "/out --set inference.max_new_tokens=6");
+    };
+    const std::string r0 = "{\"id\": \"a\", \"tokens\": [5, 6, 7], \"n\": 5}\n";
+    const std::string r1 = "{\"id\": \"b\", \"tokens\": [9, 8], \"n\": 5}\n";
+    const std::string r2 = "{\"id\": \"c\", \"tokens\": [4]}\n";
+    auto r = run("full.jsonl", r0 + r1 + r2);
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    fs::rename(out + "/out", out + "/full");
+    hymoe::io::H5Reader full(out + "/full/results.h5");
+    BOOST_TEST(
+        full.ints("/requests/index") == (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2}),
+        boost::test_tools::per_element());
+    BOOST_TEST(
+        full.ints("/requests/sample") == (std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0}),
+        boost::test_tools::per_element());
+    const auto tokens = full.ints("/requests/output_tokens");
+    const auto off = full.ints("/requests/output_offsets");
+    auto row = [&](size_t i) {
+        return std::vector<int64_t>(tokens.begin() + off[i], tokens.begin() + off[i + 1]);
+    };
+    std::set<std::vector<int64_t>> distinct;
+    for (size_t i = 0; i < 5; ++i)
+        distinct.insert(row(i));
+    BOOST_TEST(distinct.size() > 1u);  // the samples draw differently
+    std::ifstream jsonl(out + "/full/results.jsonl");
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(jsonl, line);)
+        lines.push_back(nlohmann::json::parse(line));
+    BOOST_REQUIRE(lines.size() == 3u);
+    BOOST_TEST(lines[0]["outputs"].size() == 5u);
+    BOOST_TEST(lines[2]["outputs"].size() == 1u);
+    BOOST_TEST(lines[1]["outputs"][3]["index"] == 3);
+    BOOST_TEST(lines[1]["outputs"][3]["token_ids"].get<std::vector<int64_t>>() == row(8));
+
+    r = run("one.jsonl", "{\"id\": \"a\", \"tokens\": [5, 6, 7]}\n");
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    BOOST_TEST(hymoe::io::H5Reader(out + "/out/results.h5").ints("/requests/output_tokens") ==
+               row(0));
+    fs::remove_all(out + "/out");
+
+    r = run("cut.jsonl", r0 + r1 + "{\"id\": \"c\", \"tokens\": [4], \"top_p\": 2}\n");
+    BOOST_REQUIRE(r.code == 3);
+    std::set<std::pair<int64_t, int64_t>> journal;
+    for (const auto& e : fs::directory_iterator(out + "/out/results.parts")) {
+        hymoe::io::H5Reader seg(e.path().string());
+        const auto index = seg.ints("/index"), sample = seg.ints("/sample");
+        for (size_t i = 0; i < index.size(); ++i)
+            journal.emplace(index[i], sample[i]);
+    }
+    BOOST_TEST(journal.size() == 8u);
+    r = run("cut.jsonl", r0 + r1 + r2);
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    BOOST_TEST(contains(r.out, "resuming: 8 requests already finished"), r.out);
+    hymoe::io::H5Reader resumed(out + "/out/results.h5");
+    BOOST_TEST(resumed.ints("/requests/sample") == full.ints("/requests/sample"),
+               boost::test_tools::per_element());
+    BOOST_TEST(resumed.ints("/requests/output_tokens") == tokens, boost::test_tools::per_element());
+    BOOST_TEST(resumed.ints("/requests/output_offsets") == off, boost::test_tools::per_element());
+
+    fs::remove_all(out + "/out");
+    r = run("bad.jsonl", "{\"tokens\": [1], \"n\": 0}\n");
+    BOOST_TEST(r.code == 3);
+    BOOST_TEST(contains(r.err, "bad.jsonl:1: \"n\" must be an integer from 1 to 4096"), r.err);
     fs::remove_all(out);
 }
 

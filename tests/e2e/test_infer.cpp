@@ -227,6 +227,58 @@ BOOST_AUTO_TEST_CASE(per_request_sampling_follows_the_sampler) {
                boost::test_tools::per_element());
 }
 
+// Stops (runtime/engine.h), with each token's bytes one letter (token t is 'a' + t mod 26): a
+// stop string of two letters from the middle of the greedy output ends it at the token that
+// completes the string's first occurrence (spanning two tokens), text_bytes cuts before it, and
+// of two stop strings the earlier match wins; a stop token id ends it at its first occurrence,
+// kept as the last token; either way the tokens before equal the unstopped run's.
+BOOST_AUTO_TEST_CASE(stop_strings_and_stop_tokens_end_a_sequence) {
+    std::vector<std::string> letters(256);
+    for (int t = 0; t < 256; ++t)
+        letters[t] = std::string(1, static_cast<char>('a' + t % 26));
+    EngineOptions o = options(0.0, 4, 64);
+    o.token_bytes = [&](int64_t t) -> const std::string& { return letters[t]; };
+    Pending plain = requests()[1];
+    plain.req.max_new_tokens = 12;
+    const std::vector<int64_t> free = run(o, {plain})[0].tokens;
+    BOOST_REQUIRE(free.size() == 12u);
+    std::string text;
+    for (int64_t t : free)
+        text += letters[t];
+    const std::string stop = text.substr(4, 2), late = text.substr(9, 3);
+    const size_t at = text.find(stop);  // the first occurrence: at ≤ 4, completed at token at + 1
+    BOOST_REQUIRE(text.find(late) + 3 > at + 2);  // the later stop completes later
+    Pending p = plain;
+    p.req.stop = {late, stop};
+    const Finished f = run(o, {p})[0];
+    BOOST_TEST((f.finish == runtime::Finish::stop));
+    BOOST_TEST(f.stop_string == stop);
+    BOOST_TEST(f.stop_token == -1);
+    BOOST_TEST(f.text_bytes == static_cast<int64_t>(at));
+    BOOST_TEST(f.tokens == std::vector<int64_t>(free.begin(), free.begin() + at + 2),
+               boost::test_tools::per_element());
+    // a stop token: the first occurrence of the 6th token's id
+    p.req.stop = {};
+    int64_t unseen = 3;
+    while (std::find(free.begin(), free.end(), unseen) != free.end())
+        ++unseen;
+    p.req.stop_token_ids = {unseen, free[5]};
+    const size_t first = std::find(free.begin(), free.end(), free[5]) - free.begin();
+    const Finished g = run(o, {p})[0];
+    BOOST_TEST((g.finish == runtime::Finish::stop));
+    BOOST_TEST(g.stop_token == free[5]);
+    BOOST_TEST(g.text_bytes == -1);
+    BOOST_TEST(g.tokens == std::vector<int64_t>(free.begin(), free.begin() + first + 1),
+               boost::test_tools::per_element());
+    // a stop string that never occurs: the unstopped run, by length
+    p.req.stop_token_ids = {};
+    p.req.stop = {"zzzzzzzzzzzzz"};
+    const Finished h = run(o, {p})[0];
+    BOOST_TEST((h.finish == runtime::Finish::length));
+    BOOST_TEST(h.tokens == free, boost::test_tools::per_element());
+    BOOST_TEST(h.stop_string.empty());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 namespace {

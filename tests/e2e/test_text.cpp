@@ -3,11 +3,15 @@
 // /loss_mask equal to the library's encoding with the prompt and non-assistant parts masked, the
 // same on 2 ranks as on 1, resumes from its chunks, and names bad lines by file and line
 // (fail: exit 3; skip: left out); an infer job (tests/decks/text) takes text and chat requests and
-// writes the generated text beside the tokens in results.h5.
+// writes the generated text beside the tokens in results.h5; stop strings and stop token ids end
+// a request there (results.h5's stop columns, results.jsonl's stop_reason).
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
 #include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
 
 #include "hymoe/io/h5.h"
 #include "hymoe/text/chat.h"
@@ -165,6 +169,80 @@ BOOST_AUTO_TEST_CASE(infer_takes_text_and_chat_and_writes_text) {
         BOOST_TEST(!ids.empty());
         BOOST_TEST(texts[i] == text::utf8_sanitize(tok.decode(ids)));
     }
+}
+
+// Stops through the binary (byte tokens: a token's bytes are one byte): a stop string of two
+// bytes from the greedy output ends it at the token completing its first occurrence,
+// the text cut before it; a stop token id ends it at that token's first occurrence; the H5 stop
+// columns and results.jsonl's stop_reason say which; "stop" without a tokenizer is a bad request.
+BOOST_AUTO_TEST_CASE(stop_strings_and_stop_token_ids_through_the_binary) {
+    const std::string dir = fs::absolute("tests/decks/text").string();
+    const std::string out = dir + "/out-stop";
+    fs::remove_all(out);
+    fs::create_directories(out);
+    auto run = [&](const std::string& name, const std::string& lines) {
+        std::ofstream(out + "/" + name) << lines;
+        return run_hymoe(dir + "/deck.yaml --set inference.dataset=" + out + "/" + name +
+                         " --set job.output=" + out + "/" + name + ".out" +
+                         " --set inference.max_new_tokens=24");
+    };
+    BOOST_REQUIRE(run("free.jsonl", "{\"text\": \"hello world\"}\n").code == 0);
+    const auto free =
+        io::H5Reader(out + "/free.jsonl.out/results.h5").ints("/requests/output_tokens");
+    BOOST_REQUIRE(free.size() == 24u);
+    std::string bytes;  // the byte tokenizer: token t is byte t
+    for (int64_t t : free)
+        bytes += static_cast<char>(t);
+    // two bytes that are valid UTF-8 as they are (two letters, or a 2-byte character), past the
+    // first token: a stop string spanning two tokens
+    auto fits = [&](size_t i) {
+        const auto a = static_cast<unsigned char>(bytes[i]);
+        const auto b = static_cast<unsigned char>(bytes[i + 1]);
+        const bool letters = std::isalpha(a) && std::isalpha(b);
+        return letters || (a >= 0xC2 && a <= 0xDF && b >= 0x80 && b <= 0xBF);
+    };
+    size_t k = 1;
+    while (k + 1 < bytes.size() && !fits(k))
+        ++k;
+    BOOST_REQUIRE(k + 1 < bytes.size());
+    const std::string stop = bytes.substr(k, 2);
+    const size_t at = bytes.find(stop);
+    const size_t first = std::find(free.begin(), free.end(), free[3]) - free.begin();
+    const auto r = run("stop.jsonl",
+                       "{\"text\": \"hello world\", \"stop\": [\"" + stop +
+                           "\"]}\n{\"text\": \"hello world\", \"stop_token_ids\": [" +
+                           std::to_string(free[3]) + "]}\n");
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    io::H5Reader h5(out + "/stop.jsonl.out/results.h5");
+    const auto tokens = h5.ints("/requests/output_tokens");
+    const auto off = h5.ints("/requests/output_offsets");
+    BOOST_TEST(h5.strings("/requests/finish_reason") == (std::vector<std::string>{"stop", "stop"}),
+               boost::test_tools::per_element());
+    BOOST_TEST(h5.strings("/requests/stop_string") == (std::vector<std::string>{stop, ""}),
+               boost::test_tools::per_element());
+    BOOST_TEST(h5.ints("/requests/stop_token") == (std::vector<int64_t>{-1, free[3]}),
+               boost::test_tools::per_element());
+    BOOST_TEST(std::vector<int64_t>(tokens.begin(), tokens.begin() + off[1]) ==
+                   std::vector<int64_t>(free.begin(), free.begin() + at + 2),
+               boost::test_tools::per_element());
+    BOOST_TEST(std::vector<int64_t>(tokens.begin() + off[1], tokens.end()) ==
+                   std::vector<int64_t>(free.begin(), free.begin() + first + 1),
+               boost::test_tools::per_element());
+    const auto texts = h5.strings("/requests/output_text");
+    BOOST_TEST(texts[0] == text::utf8_sanitize(bytes.substr(0, at)));
+    std::ifstream jsonl(out + "/stop.jsonl.out/results.jsonl");
+    std::string line;
+    std::getline(jsonl, line);
+    BOOST_TEST(nlohmann::json::parse(line)["outputs"][0]["stop_reason"] == stop);
+    std::getline(jsonl, line);
+    BOOST_TEST(nlohmann::json::parse(line)["outputs"][0]["stop_reason"] == free[3]);
+
+    std::ofstream(out + "/nostop.jsonl") << "{\"tokens\": [5, 6], \"stop\": \"ab\"}\n";
+    const auto bad = run_hymoe("tests/decks/infer/deck.yaml --set inference.dataset=" + out +
+                               "/nostop.jsonl --set job.output=" + out + "/nostop.out");
+    BOOST_TEST(bad.code == 3);
+    BOOST_TEST(contains(bad.err, "nostop.jsonl:1: \"stop\" strings need a tokenizer"), bad.err);
+    fs::remove_all(out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -93,7 +93,9 @@ struct InferenceSection {
     bool batch_invariant = false;  // bit-identical results across batchings (backend/ops.h), slower
     int64_t shards = 1, shard = 0;  // array jobs: run the requests with index mod shards == shard
     double temperature = 0, top_p = 1;
-    int top_k = 0;  // 0 = no top-k filter
+    int top_k = 0;     // 0 = no top-k filter
+    double min_p = 0;  // 0 = no min-p filter
+    double presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;  // none
     int max_tokens = 8192, max_seqs = 64, prefill_chunk = 2048;
     int page_tokens = 64;
     int64_t pages = 0;             // 0 = auto: what memory allows

@@ -11,7 +11,13 @@
 //   Per-request sampling, as vLLM's SamplingParams (each absent: the deck's inference.sampling):
 //   "temperature" (≥ 0; 0 = greedy), "top_p" (in (0, 1]), "top_k" (≥ 0, or −1 = none, as vLLM;
 //   0 = none), "seed" (≥ 0: the request's draws depend on the seed alone, not on job.seed or its
-//   place in the file), "max_tokens" (vLLM's name for max_new_tokens; give one of them).
+//   place in the file), "max_tokens" (vLLM's name for max_new_tokens; give one of them),
+//   "min_p" (in [0, 1]), "presence_penalty" and "frequency_penalty" (in [−2, 2]),
+//   "repetition_penalty" (in (0, 100]).
+//   Stops (vLLM's): "stop" (a non-empty string or a list of them: generation ends once the
+//   output text holds one; needs the deck's tokenizer), "stop_token_ids" (a list of token ids:
+//   generation ends when one is sampled, kept as the last output token).
+//   "n" (1 to 4096): that many samples of the request, each its own sequence (runtime/engine.h).
 //   HDF5 token dataset (.h5, .hdf5): /tokens [T] (any integer type) holding every prompt one
 //   after the other, /offsets [N + 1] (int64, from 0, non-decreasing, ending at T): request i is
 //   tokens [offsets[i], offsets[i + 1]); optional /max_new_tokens [N]. Ids are "row-<i>", and
@@ -22,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,9 +47,13 @@ struct Request {
     double temperature = -1, top_p = -1;      // −1: the deck's inference.sampling
     int top_k = -1;                           // −1: the deck's; 0: none
     int64_t seed = -1;                        // −1: job.seed and the request's index
-    std::string adapter;                      // "" = base model
-    std::vector<std::string> images;          // image files, resolved paths, in placeholder order
-    int64_t line = 0;                         // 1-based line in the file
+    std::optional<double> min_p, presence_penalty, frequency_penalty, repetition_penalty;
+    std::vector<std::string> stop;        // stop strings (non-empty)
+    std::vector<int64_t> stop_token_ids;  // stop tokens
+    int n = 1;                            // samples
+    std::string adapter;                  // "" = base model
+    std::vector<std::string> images;      // image files, resolved paths, in placeholder order
+    int64_t line = 0;                     // 1-based line in the file
 };
 
 class RequestReader {

@@ -10,8 +10,17 @@
 // does not fit this step waits for the next: chunk boundaries depend on the request alone, never
 // on what else is running. Sampling draws from Philox(seed, request index, token index) (see
 // runtime/sampler.h), so a request's output does not depend on batch composition either.
-// A sequence finishes with "stop" when it samples eos (the eos token is kept as its last output
-// token) and "length" at max_new_tokens (the request's, else the deck's; 0 = prompt only).
+// Samples (a request's "n"): each is a sequence of its own (Pending::sample) with the request's
+// prompt; sample j draws from Philox(job.seed ^ j·c, request index, token index), or with the
+// request's seed from Philox(seed, stream j, token index), so sample 0 is the request with n = 1
+// and every sample depends on (seed, its index) alone.
+// A sequence finishes with "stop" when it samples eos or one of the request's stop_token_ids (the
+// token is kept as its last output token), or when its output text (the tokens' bytes, through
+// EngineOptions::token_bytes) comes to hold one of the request's stop strings: each new token's
+// bytes are searched with the stop's length − 1 bytes before them, so a stop spanning tokens is
+// found; the first stop completed wins (at one token: the one starting first), the tokens are
+// kept up to the one that completed it and Finished::text_bytes cuts the text before it (vLLM's
+// default). Else "length" at max_new_tokens (the request's, else the deck's; 0 = prompt only).
 // Several ranks: every rank of a dp replica runs the same steps on the same requests (its tp
 // ranks and pipeline stages each hold part of the model). The pipeline is micro-batched: the
 // running sequences form pp lanes of ⌈max_seqs/pp⌉ at most; tick t launches a step of lane
@@ -67,7 +76,8 @@ struct EngineOptions {
                                      //   a device: DeviceModel::kv_store, on the device)
     SamplingParams sampling;
     uint64_t seed = 0;
-    int64_t eos_id = -1;           // −1: no stop token
+    int64_t eos_id = -1;                                     // −1: no stop token
+    std::function<const std::string&(int64_t)> token_bytes;  // a token's bytes (stop strings)
     bool prompt_logprobs = false;  // teacher-forced logprob of every prompt token after the first
     int top_logprobs = 0;          // the N most likely tokens and logprobs at each output token
     double progress_every_s = 5;   // ≤ 0: no progress lines
@@ -95,12 +105,14 @@ struct EngineOptions {
 // A request with its index in the file (0-based over request lines, bad ones included).
 struct Pending {
     int64_t index = 0;
+    int sample = 0;  // 0 .. req.n − 1
     io::Request req;
     std::vector<io::Image> images;  // req.images decoded, resized and normalised
 };
 
 struct Finished {
     int64_t index = 0;
+    int sample = 0;
     io::Request req;                     // id, line, adapter, prompt tokens
     std::vector<int64_t> tokens;         // [n_out] generated tokens
     std::vector<float> logprobs;         // [n_out] their log-probabilities (raw log_softmax)
@@ -110,6 +122,10 @@ struct Finished {
     int64_t greedy_token = -1;           // argmax after the whole prompt
     float greedy_logprob = 0;
     Finish finish = Finish::length;
+    std::string stop_string;  // the stop string that ended it ("" none)
+    int64_t stop_token = -1;  // the stop_token_ids entry that ended it (−1 none; eos is none)
+    int64_t text_bytes = -1;  // with a stop string: the output text is its tokens' first
+                              //   text_bytes bytes (−1: all of them)
 };
 
 struct EngineStats {

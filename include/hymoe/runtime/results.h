@@ -9,12 +9,13 @@
 //     complete HDF5 file written as seg-NNNNNN.h5.partial and renamed (io::H5Writer), so a
 //     kill -9 loses at most the buffered requests and never leaves a torn segment under the real
 //     name; a leftover *.partial is deleted on the next start.
-//   - A segment holds its requests sorted by index: /deck_sha256 (of the resolved deck, so a
-//     --set that changes the results also starts afresh), /index /line /prompt_len
-//     /n_out /greedy_token [n] i64, /finish [n] i32, /greedy_logprob [n] f32, /id /adapter [n]
-//     strings, /text [n] strings with a tokenizer (set_tokenizer), /tokens /logprobs [Σ n_out],
-//     /prompt_logprobs [Σ (prompt_len − 1)] when asked, /top_tokens /top_logprobs [Σ n_out · K]
-//     with inference.logprobs = K.
+//   - A segment holds its rows (one per request and sample) sorted by (index, sample):
+//     /deck_sha256 (of the resolved deck, so a --set that changes the results also starts
+//     afresh), /index /sample /line /prompt_len
+//     /n_out /greedy_token /stop_token [n] i64, /finish [n] i32, /greedy_logprob [n] f32, /id
+//     /adapter /stop_string [n] strings, /text [n] strings with a tokenizer (set_tokenizer),
+//     /tokens /logprobs [Σ n_out], /prompt_logprobs [Σ (prompt_len − 1)] when asked, /top_tokens
+//     /top_logprobs [Σ n_out · K] with inference.logprobs = K.
 // Resume: when results.parts/ exists and its segments carry this deck's sha256, their requests
 // are done: the reader skips them (their line numbers must match, or the dataset changed and the
 // job stops with Exit::bad_input), unfinished ones run again. A journal of another deck is
@@ -23,16 +24,20 @@
 // World rank 0 prepares the folder (stale .partial files and another deck's journal removed)
 // before any rank reads it. At the end, finish() waits for every writer and rank 0 merges the
 // segments into results.h5 in file order (written as
-// results.h5.partial and renamed), then removes results.parts/. Memory: one 8-byte location per
-// request index plus a few cached segments; results.h5 is appended in chunks.
+// results.h5.partial and renamed), then removes results.parts/. Memory: 24 bytes per row (its
+// index, sample and location) plus a few cached segments; results.h5 is appended in chunks.
 //
-// results.h5 (README "Outputs"), N = requests read without error, in file order:
+// results.h5 (README "Outputs"), N = rows: one per sample (a request's "n", else 1) of every
+// request read without error, in file order, then sample order:
 //   /requests/id [N] str, /requests/index [N] (0-based request line, bad lines included),
+//   /requests/sample [N] (0 .. n − 1),
 //   /requests/line [N] (1-based line in the file), /requests/prompt_len [N],
 //   /requests/output_offsets [N+1], /requests/output_tokens [Σ], /requests/output_logprobs [Σ],
 //   /requests/finish_reason [N] str ("stop" | "length"), /requests/adapter [N] str ("" = base),
+//   /requests/stop_string [N] str ("" none), /requests/stop_token [N] (−1 none),
 //   /requests/done [N] u8 (all 1 in a finished file); with the deck's tokenizer also
-//   /requests/output_text [N] str (the output tokens detokenised, U+FFFD for ill-formed bytes);
+//   /requests/output_text [N] str (the output tokens detokenised, U+FFFD for ill-formed bytes,
+//   cut before the stop string);
 //   with inference.prompt_logprobs also /requests/logprob_offsets [N+1],
 //   /requests/prompt_logprobs [Σ (prompt_len − 1)] (token t+1 given 0..t),
 //   /requests/greedy_token [N], /requests/greedy_logprob [N] (after the whole prompt); with
@@ -57,6 +62,7 @@ namespace hymoe::runtime {
 struct DoneRequest {
     int64_t index, line, prompt_len;
     std::string id;  // with line and prompt_len: how a resume recognises the same request
+    int sample = 0;
 };
 
 // Who writes: every rank of `world` constructs and finishes the journal together.

@@ -1,7 +1,8 @@
 // Sampler rules (runtime/sampler.h): greedy = argmax with ties to the smallest id; top-k and top-p
 // masks worked out by hand; temperature draws follow softmax(logits / T) for a fixed seed; the
 // same (seed, request, token index) always gives the same token; a row's top n (what a device
-// sends) gives the whole row's candidates exactly.
+// sends) gives the whole row's candidates exactly; min_p and the presence, frequency and
+// repetition penalties against their definitions worked out by hand on small rows.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -117,7 +118,8 @@ BOOST_AUTO_TEST_CASE(a_rows_top_n_gives_the_whole_rows_candidates) {
                                         SamplingParams{0.7, 1, 1.0},
                                         SamplingParams{1.0, 8, 1.0},
                                         SamplingParams{0.8, 50, 0.9},
-                                        SamplingParams{1.3, 40, 0.3}}) {
+                                        SamplingParams{1.3, 40, 0.3},
+                                        SamplingParams{0.9, 40, 0.95, 0.05}}) {
             const int64_t n = std::max(p.top_k, 1) + row % 3;  // at least what the rules read
             std::vector<int64_t> order(V);
             std::iota(order.begin(), order.end(), int64_t{0});
@@ -138,6 +140,72 @@ BOOST_AUTO_TEST_CASE(a_rows_top_n_gives_the_whole_rows_candidates) {
             BOOST_TEST(rt::draw_candidate(part, u) == rt::sample_token(logits.data(), V, p, u));
         }
     }
+}
+
+// min_p keeps p ≥ min_p · p_max after the temperature: logits ln 8, ln 4, ln 2, ln 1 at T = 1
+// are p ∝ 8, 4, 2, 1 (ratios to the top 1, 1/2, 1/4, 1/8), so min_p 0.24 keeps {8, 4, 2} and
+// 0.3 keeps {8, 4}; at T = 0.5 the ratios square (1, 1/4, 1/16, 1/64), so 0.2 keeps {8, 4}. Then
+// top_p runs on what min_p left: p = 0.6 of {8/14, 4/14, 2/14} keeps the first two.
+BOOST_AUTO_TEST_CASE(min_p_drops_tokens_below_min_p_times_the_top_probability) {
+    const std::vector<float> logits = {
+        std::log(2.0f), std::log(8.0f), std::log(1.0f), std::log(4.0f)};
+    auto with = [](double T, double min_p, double top_p) {
+        SamplingParams p{T, 0, top_p};
+        p.min_p = min_p;
+        return p;
+    };
+    auto c = rt::sampler_candidates(logits.data(), 4, with(1.0, 0.24, 1.0));
+    BOOST_TEST(tokens_of(c) == (std::vector<int64_t>{1, 3, 0}), boost::test_tools::per_element());
+    BOOST_TEST(c[0].prob == 8.0 / 14.0, boost::test_tools::tolerance(1e-6));
+    BOOST_TEST(c[2].prob == 2.0 / 14.0, boost::test_tools::tolerance(1e-6));
+    c = rt::sampler_candidates(logits.data(), 4, with(1.0, 0.3, 1.0));
+    BOOST_TEST(tokens_of(c) == (std::vector<int64_t>{1, 3}), boost::test_tools::per_element());
+    c = rt::sampler_candidates(logits.data(), 4, with(0.5, 0.2, 1.0));
+    BOOST_TEST(tokens_of(c) == (std::vector<int64_t>{1, 3}), boost::test_tools::per_element());
+    BOOST_TEST(c[0].prob == 64.0 / 80.0, boost::test_tools::tolerance(1e-6));
+    c = rt::sampler_candidates(logits.data(), 4, with(1.0, 0.24, 0.6));
+    BOOST_TEST(tokens_of(c) == (std::vector<int64_t>{1, 3}), boost::test_tools::per_element());
+    c = rt::sampler_candidates(logits.data(), 4, with(1.0, 1.0, 1.0));  // only the top
+    BOOST_TEST(tokens_of(c) == std::vector<int64_t>{1}, boost::test_tools::per_element());
+    // the draw: u below 8/14 gives token 1, between 8/14 and 12/14 token 3, above it token 0
+    BOOST_TEST(rt::sample_token(logits.data(), 4, with(1.0, 0.24, 1.0), 0.5f) == 1);
+    BOOST_TEST(rt::sample_token(logits.data(), 4, with(1.0, 0.24, 1.0), 0.8f) == 3);
+    BOOST_TEST(rt::sample_token(logits.data(), 4, with(1.0, 0.24, 1.0), 0.95f) == 0);
+}
+
+// The penalties on a 6-token row, by hand. Prompt {0, 4}, output {2, 2, 3}:
+//   repetition 2 on the seen tokens {0, 2, 3, 4}: 1.0 → 0.5, −1.0 → −2.0, 3.0 → 1.5, −0.5 → −1.0
+//   frequency 0.25 on the output counts (2: 2, 3: 1): 2 loses 0.5, 3 loses 0.25
+//   presence 0.5 on the output tokens {2, 3}: each loses 0.5; tokens 1 and 5 are untouched.
+BOOST_AUTO_TEST_CASE(penalties_follow_vllms_definition) {
+    const std::vector<float> raw = {1.0f, 2.0f, -1.0f, 3.0f, -0.5f, 0.25f};
+    const std::vector<int64_t> prompt = {0, 4}, output = {2, 3, 2};
+    SamplingParams p;
+    p.repetition_penalty = 2, p.frequency_penalty = 0.25, p.presence_penalty = 0.5;
+    BOOST_TEST(p.penalised());
+    std::vector<float> x = raw;
+    rt::apply_penalties(x.data(), 6, p, prompt.data(), 2, output.data(), 3);
+    const std::vector<float> want = {
+        0.5f, 2.0f, -2.0f - 0.5f - 0.5f, 1.5f - 0.25f - 0.5f, -1.0f, 0.25f};
+    BOOST_TEST(x == want, boost::test_tools::per_element());
+    // each alone
+    auto only = [&](double rep, double freq, double pres) {
+        SamplingParams q;
+        q.repetition_penalty = rep, q.frequency_penalty = freq, q.presence_penalty = pres;
+        std::vector<float> y = raw;
+        rt::apply_penalties(y.data(), 6, q, prompt.data(), 2, output.data(), 3);
+        return y;
+    };
+    BOOST_TEST(only(2, 0, 0) == (std::vector<float>{0.5f, 2.0f, -2.0f, 1.5f, -1.0f, 0.25f}),
+               boost::test_tools::per_element());
+    BOOST_TEST(only(1, 0.25, 0) == (std::vector<float>{1.0f, 2.0f, -1.5f, 2.75f, -0.5f, 0.25f}),
+               boost::test_tools::per_element());
+    BOOST_TEST(only(1, 0, -1) == (std::vector<float>{1.0f, 2.0f, 0.0f, 4.0f, -0.5f, 0.25f}),
+               boost::test_tools::per_element());
+    BOOST_TEST(!SamplingParams{}.penalised());
+    // greedy reads the penalised row: the raw argmax 3 falls to 0.75, so 1 (2.0) wins
+    BOOST_TEST(rt::argmax_token(raw.data(), 6) == 3);
+    BOOST_TEST(rt::argmax_token(x.data(), 6) == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
