@@ -461,31 +461,39 @@ void check_call(const ModelConfig& cfg,
 
 }  // namespace
 
-TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights& w) {
+TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights* w) {
     const MlaDims m = mla_dims(cfg);
     const int64_t q_rows = m.n_head * m.d_qk();  // n_head: this rank's heads under tp
-    TensorList list;
+    using W = MlaWeights;
+    using X = IndexerWeights;
+    TensorList list;  // the MLA block's, then the indexer's
     if (m.r_q > 0) {
-        list.push_back({"q_a_proj.weight", {m.r_q, m.d}, &w.q_a_proj});
-        list.push_back({"q_a_layernorm.weight", {m.r_q}, &w.q_a_layernorm, Init::ones});
-        list.push_back(split(0, {"q_b_proj.weight", {q_rows, m.r_q}, &w.q_b_proj}));
+        list.push_back({"q_a_proj.weight", {m.r_q, m.d}, slot(w, &W::q_a_proj)});
+        list.push_back({"q_a_layernorm.weight", {m.r_q}, slot(w, &W::q_a_layernorm), Init::ones});
+        list.push_back(split(0, {"q_b_proj.weight", {q_rows, m.r_q}, slot(w, &W::q_b_proj)}));
     } else {
-        list.push_back(split(0, {"q_proj.weight", {q_rows, m.d}, &w.q_proj}));
+        list.push_back(split(0, {"q_proj.weight", {q_rows, m.d}, slot(w, &W::q_proj)}));
     }
-    list.push_back({"kv_a_proj_with_mqa.weight", {m.d_lat(), m.d}, &w.kv_a_proj_with_mqa});
-    list.push_back({"kv_a_layernorm.weight", {m.r_kv}, &w.kv_a_layernorm, Init::ones});
-    list.push_back(split(0, {"kv_b_proj.weight", {m.n_head * m.d_kvb(), m.r_kv}, &w.kv_b_proj}));
-    list.push_back(split(1, {"o_proj.weight", {m.d, m.n_head * m.d_v}, &w.o_proj}));
+    list.push_back(
+        {"kv_a_proj_with_mqa.weight", {m.d_lat(), m.d}, slot(w, &W::kv_a_proj_with_mqa)});
+    list.push_back({"kv_a_layernorm.weight", {m.r_kv}, slot(w, &W::kv_a_layernorm), Init::ones});
+    list.push_back(
+        split(0, {"kv_b_proj.weight", {m.n_head * m.d_kvb(), m.r_kv}, slot(w, &W::kv_b_proj)}));
+    list.push_back(split(1, {"o_proj.weight", {m.d, m.n_head * m.d_v}, slot(w, &W::o_proj)}));
     if (spec.gated)
-        list.push_back(split(0, {"g_proj.weight", {m.n_head * m.d_v, m.d}, &w.g_proj}));
+        list.push_back(split(0, {"g_proj.weight", {m.n_head * m.d_v, m.d}, slot(w, &W::g_proj)}));
+    list = in_block(WeightBlock::mla, std::move(list));
     if (spec.mixer == Mixer::dsa) {
         const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;  // h_i: under tp
-        IndexerWeights& iw = w.indexer;
-        list.push_back(split(0, {"indexer.wq_b.weight", {h_i * d_i, m.r_q}, &iw.wq_b}));
-        list.push_back({"indexer.wk.weight", {d_i, m.d}, &iw.wk});
-        list.push_back({"indexer.k_norm.weight", {d_i}, &iw.k_norm_weight, Init::ones});
-        list.push_back({"indexer.k_norm.bias", {d_i}, &iw.k_norm_bias, Init::zeros});
-        list.push_back(split(0, {"indexer.weights_proj.weight", {h_i, m.d}, &iw.weights_proj}));
+        IndexerWeights* x = w ? &w->indexer : nullptr;
+        const TensorList indexer = in_block(
+            WeightBlock::indexer,
+            {split(0, {"indexer.wq_b.weight", {h_i * d_i, m.r_q}, slot(x, &X::wq_b)}),
+             {"indexer.wk.weight", {d_i, m.d}, slot(x, &X::wk)},
+             {"indexer.k_norm.weight", {d_i}, slot(x, &X::k_norm_weight), Init::ones},
+             {"indexer.k_norm.bias", {d_i}, slot(x, &X::k_norm_bias), Init::zeros},
+             split(0, {"indexer.weights_proj.weight", {h_i, m.d}, slot(x, &X::weights_proj)})});
+        list.insert(list.end(), indexer.begin(), indexer.end());
     }
     return list;
 }

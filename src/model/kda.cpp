@@ -96,25 +96,27 @@ void scan(const KdaDims& dims,
 
 }  // namespace
 
-TensorList kda_tensors(const ModelConfig& cfg, KdaWeights& w) {
+TensorList kda_tensors(const ModelConfig& cfg, KdaWeights* w) {
     const KdaDims n(cfg);  // H, D: this rank's heads under tp (model/shard.h)
-    return {
-        split(0, {"q_proj.weight", {n.D, n.d}, &w.q_proj}),
-        split(0, {"k_proj.weight", {n.D, n.d}, &w.k_proj}),
-        split(0, {"v_proj.weight", {n.D, n.d}, &w.v_proj}),
-        split(0, {"q_conv1d.weight", {n.D, 1, n.W}, &w.q_conv1d}),
-        split(0, {"k_conv1d.weight", {n.D, 1, n.W}, &w.k_conv1d}),
-        split(0, {"v_conv1d.weight", {n.D, 1, n.W}, &w.v_conv1d}),
-        {"f_a_proj.weight", {n.K, n.d}, &w.f_a_proj},
-        split(0, {"f_b_proj.weight", {n.D, n.K}, &w.f_b_proj}),
-        split(0, {"dt_bias", {n.D}, &w.dt_bias, Init::kda_dt_bias}),
-        split(2, {"A_log", {1, 1, n.H, 1}, &w.a_log, Init::kda_a_log}),
-        split(0, {"b_proj.weight", {n.H, n.d}, &w.b_proj}),
-        {"g_a_proj.weight", {n.K, n.d}, &w.g_a_proj},
-        split(0, {"g_b_proj.weight", {n.D, n.K}, &w.g_b_proj}),
-        {"o_norm.weight", {n.K}, &w.o_norm, Init::ones},
-        split(1, {"o_proj.weight", {n.d, n.D}, &w.o_proj}),
-    };
+    using W = KdaWeights;
+    return in_block(WeightBlock::kda,
+                    {
+                        split(0, {"q_proj.weight", {n.D, n.d}, slot(w, &W::q_proj)}),
+                        split(0, {"k_proj.weight", {n.D, n.d}, slot(w, &W::k_proj)}),
+                        split(0, {"v_proj.weight", {n.D, n.d}, slot(w, &W::v_proj)}),
+                        split(0, {"q_conv1d.weight", {n.D, 1, n.W}, slot(w, &W::q_conv1d)}),
+                        split(0, {"k_conv1d.weight", {n.D, 1, n.W}, slot(w, &W::k_conv1d)}),
+                        split(0, {"v_conv1d.weight", {n.D, 1, n.W}, slot(w, &W::v_conv1d)}),
+                        {"f_a_proj.weight", {n.K, n.d}, slot(w, &W::f_a_proj)},
+                        split(0, {"f_b_proj.weight", {n.D, n.K}, slot(w, &W::f_b_proj)}),
+                        split(0, {"dt_bias", {n.D}, slot(w, &W::dt_bias), Init::kda_dt_bias}),
+                        split(2, {"A_log", {1, 1, n.H, 1}, slot(w, &W::a_log), Init::kda_a_log}),
+                        split(0, {"b_proj.weight", {n.H, n.d}, slot(w, &W::b_proj)}),
+                        {"g_a_proj.weight", {n.K, n.d}, slot(w, &W::g_a_proj)},
+                        split(0, {"g_b_proj.weight", {n.D, n.K}, slot(w, &W::g_b_proj)}),
+                        {"o_norm.weight", {n.K}, slot(w, &W::o_norm), Init::ones},
+                        split(1, {"o_proj.weight", {n.d, n.D}, slot(w, &W::o_proj)}),
+                    });
 }
 
 KdaState make_kda_state(const ModelConfig& cfg) {

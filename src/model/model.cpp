@@ -1,7 +1,7 @@
-// The model of one rank: its part of the weight list (HF names, the cut of model/shard.h), random
-// init and loading of that part, and the forward: the vocab-parallel embedding, the one loop over
-// the stage's layers (layer.h, shared with training), the head, and the residual stream's
-// hand-over between stages.
+// The model of one rank: random init and loading of its part of the weight list
+// (model/tensor_list.h, the cut of model/shard.h), and the forward: the vocab-parallel embedding,
+// the one loop over the stage's layers (layer.h, shared with training), the head, and the
+// residual stream's hand-over between stages.
 #include "hymoe/model/model.h"
 
 #include <algorithm>
@@ -15,68 +15,11 @@
 
 namespace hymoe::model {
 
-namespace {
-
-// Prefix of a layer's mixer and FFN weights in the HF checkpoints of each family.
-std::string layer_prefix(int i) {
-    return "model.layers." + std::to_string(i) + ".";
-}
-
-std::string ffn_prefix(const ModelConfig& cfg, int i) {
-    const bool kimi_moe = cfg.model_type == "kimi_linear" && cfg.layers[i].ffn != Ffn::dense;
-    return layer_prefix(i) + (kimi_moe ? "block_sparse_moe." : "mlp.");
-}
-
-void append(TensorList& out, TensorList part, const std::string& prefix) {
-    for (TensorSpec& s : part) {
-        s.name = prefix + s.name;
-        out.push_back(std::move(s));
-    }
-}
-
-}  // namespace
-
 uint32_t name_stream(const std::string& name) {
     uint32_t h = 2166136261u;
     for (unsigned char c : name)
         h = (h ^ c) * 16777619u;
     return h;
-}
-
-TensorList model_tensors(Model& m) {
-    const ModelConfig& cfg = m.local;
-    const ModelShard& sh = m.shard;
-    const int64_t d = cfg.hidden_size, v_part = cfg.vocab_size / sh.tp;
-    TensorList list;
-    if (sh.first_stage() || (sh.last_stage() && cfg.tie_word_embeddings))
-        list.push_back(split(0, {"model.embed_tokens.weight", {v_part, d}, &m.embed}));
-    for (int i = sh.first_layer; i < sh.end_layer; ++i) {
-        const LayerSpec& spec = cfg.layers[i];
-        LayerWeights& lw = m.layers[i];
-        const std::string p = layer_prefix(i);
-        list.push_back({p + "input_layernorm.weight", {d}, &lw.attn_norm, Init::ones});
-        if (spec.mixer == Mixer::kda)
-            append(list, kda_tensors(cfg, lw.kda), p + "self_attn.");
-        else
-            append(list, attention_tensors(cfg, spec, lw.attn), p + "self_attn.");
-        list.push_back({p + "post_attention_layernorm.weight", {d}, &lw.ffn_norm, Init::ones});
-        const bool dense = spec.ffn == Ffn::dense;
-        const std::vector<int> hosted = hosted_experts(cfg, sh, lw.moe.expert_rank);
-        append(
-            list,
-            ffn_tensors(cfg, spec, dense ? &lw.dense : nullptr, dense ? nullptr : &lw.moe, &hosted),
-            ffn_prefix(cfg, i));
-    }
-    if (sh.first_stage() && cfg.vision.present) {  // replicated: every tp rank holds it whole
-        TensorList vision = vision_tensors(cfg, m.vision);
-        list.insert(list.end(), vision.begin(), vision.end());
-    }
-    if (sh.last_stage()) {
-        list.push_back({"model.norm.weight", {d}, &m.final_norm, Init::ones});
-        if (!cfg.tie_word_embeddings)
-            list.push_back(split(0, {"lm_head.weight", {v_part, d}, &m.lm_head}));
-    }
-    return with_storage(std::move(list), m.weight_dtype);
 }
 
 Model make_model(const ModelConfig& cfg) {
@@ -127,14 +70,6 @@ TensorPart part_of(const TensorSpec& spec, const ModelShard& sh) {
         return {};
     const int64_t n = spec.shape[spec.split_dim];
     return {spec.split_dim, n * sh.part(spec.split_over), n * sh.parts(spec.split_over)};
-}
-
-TensorList expert_tensors(Model& m, int layer, const std::vector<int>& experts) {
-    TensorList list;
-    append(list,
-           routed_expert_tensors(m.local, m.local.layers[layer], m.layers[layer].moe, experts),
-           ffn_prefix(m.local, layer));
-    return with_storage(std::move(list), m.weight_dtype);
 }
 
 void init_tensors_random(const TensorList& list, const ModelShard& shard, uint64_t seed) {

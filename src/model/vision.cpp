@@ -51,46 +51,49 @@ int64_t total_patches(const std::vector<VisionImage>& images) {
     return n;
 }
 
-TensorList vision_tensors(const ModelConfig& cfg, VisionWeights& w) {
+TensorList vision_tensors(const ModelConfig& cfg, VisionWeights* w) {
     const VisionConfig& v = cfg.vision;
     const int64_t C = v.width, p = v.patch_size, M = v.mlp, S = v.pos_emb_size;
     const int64_t C4 = int64_t{v.merge} * v.merge * C, d = cfg.hidden_size;
     const std::string t = "vision_tower.", b = t + "encoder.blocks.";
+    using V = VisionWeights;
+    using B = VisionBlockWeights;
     TensorList list = {
-        {t + "patch_embed.proj.weight", {C, 3, p, p}, &w.patch_w},
-        {t + "patch_embed.proj.bias", {C}, &w.patch_b, Init::zeros},
-        {t + "patch_embed.pos_emb.weight", {S, S, C}, &w.pos_emb},
+        {t + "patch_embed.proj.weight", {C, 3, p, p}, slot(w, &V::patch_w)},
+        {t + "patch_embed.proj.bias", {C}, slot(w, &V::patch_b), Init::zeros},
+        {t + "patch_embed.pos_emb.weight", {S, S, C}, slot(w, &V::pos_emb)},
     };
-    w.blocks.resize(static_cast<size_t>(v.n_layer));
+    if (w)
+        w->blocks.resize(static_cast<size_t>(v.n_layer));
     for (int i = 0; i < v.n_layer; ++i) {
-        VisionBlockWeights& k = w.blocks[static_cast<size_t>(i)];
+        VisionBlockWeights* k = w ? &w->blocks[static_cast<size_t>(i)] : nullptr;
         const std::string q = b + std::to_string(i) + ".";
-        list.push_back({q + "norm0.weight", {C}, &k.norm0_w, Init::ones});
-        list.push_back({q + "norm0.bias", {C}, &k.norm0_b, Init::zeros});
-        list.push_back({q + "wqkv.weight", {3 * C, C}, &k.wqkv_w});
-        list.push_back({q + "wqkv.bias", {3 * C}, &k.wqkv_b, Init::zeros});
-        list.push_back({q + "wo.weight", {C, C}, &k.wo_w});
-        list.push_back({q + "wo.bias", {C}, &k.wo_b, Init::zeros});
-        list.push_back({q + "norm1.weight", {C}, &k.norm1_w, Init::ones});
-        list.push_back({q + "norm1.bias", {C}, &k.norm1_b, Init::zeros});
-        list.push_back({q + "mlp.fc0.weight", {M, C}, &k.fc0_w});
-        list.push_back({q + "mlp.fc0.bias", {M}, &k.fc0_b, Init::zeros});
-        list.push_back({q + "mlp.fc1.weight", {C, M}, &k.fc1_w});
-        list.push_back({q + "mlp.fc1.bias", {C}, &k.fc1_b, Init::zeros});
+        list.push_back({q + "norm0.weight", {C}, slot(k, &B::norm0_w), Init::ones});
+        list.push_back({q + "norm0.bias", {C}, slot(k, &B::norm0_b), Init::zeros});
+        list.push_back({q + "wqkv.weight", {3 * C, C}, slot(k, &B::wqkv_w)});
+        list.push_back({q + "wqkv.bias", {3 * C}, slot(k, &B::wqkv_b), Init::zeros});
+        list.push_back({q + "wo.weight", {C, C}, slot(k, &B::wo_w)});
+        list.push_back({q + "wo.bias", {C}, slot(k, &B::wo_b), Init::zeros});
+        list.push_back({q + "norm1.weight", {C}, slot(k, &B::norm1_w), Init::ones});
+        list.push_back({q + "norm1.bias", {C}, slot(k, &B::norm1_b), Init::zeros});
+        list.push_back({q + "mlp.fc0.weight", {M, C}, slot(k, &B::fc0_w)});
+        list.push_back({q + "mlp.fc0.bias", {M}, slot(k, &B::fc0_b), Init::zeros});
+        list.push_back({q + "mlp.fc1.weight", {C, M}, slot(k, &B::fc1_w)});
+        list.push_back({q + "mlp.fc1.bias", {C}, slot(k, &B::fc1_b), Init::zeros});
     }
     const std::string pr = "multi_modal_projector.";
     TensorList tail = {
-        {t + "encoder.final_layernorm.weight", {C}, &w.final_w, Init::ones},
-        {t + "encoder.final_layernorm.bias", {C}, &w.final_b, Init::zeros},
-        {pr + "pre_norm.weight", {C}, &w.proj_norm_w, Init::ones},
-        {pr + "pre_norm.bias", {C}, &w.proj_norm_b, Init::zeros},
-        {pr + "linear_1.weight", {C4, C4}, &w.linear_1_w},
-        {pr + "linear_1.bias", {C4}, &w.linear_1_b, Init::zeros},
-        {pr + "linear_2.weight", {d, C4}, &w.linear_2_w},
-        {pr + "linear_2.bias", {d}, &w.linear_2_b, Init::zeros},
+        {t + "encoder.final_layernorm.weight", {C}, slot(w, &V::final_w), Init::ones},
+        {t + "encoder.final_layernorm.bias", {C}, slot(w, &V::final_b), Init::zeros},
+        {pr + "pre_norm.weight", {C}, slot(w, &V::proj_norm_w), Init::ones},
+        {pr + "pre_norm.bias", {C}, slot(w, &V::proj_norm_b), Init::zeros},
+        {pr + "linear_1.weight", {C4, C4}, slot(w, &V::linear_1_w)},
+        {pr + "linear_1.bias", {C4}, slot(w, &V::linear_1_b), Init::zeros},
+        {pr + "linear_2.weight", {d, C4}, slot(w, &V::linear_2_w)},
+        {pr + "linear_2.bias", {d}, slot(w, &V::linear_2_b), Init::zeros},
     };
     list.insert(list.end(), tail.begin(), tail.end());
-    return list;
+    return in_block(WeightBlock::vision, std::move(list));
 }
 
 int64_t vision_tokens(const VisionConfig& v, int64_t grid_h, int64_t grid_w, int pool) {

@@ -47,6 +47,12 @@ bool stored_matrix(const TensorSpec& spec) {
     return spec.shape.size() == 2 && spec.init == Init::normal && !spec.keep_f32;
 }
 
+TensorList in_block(WeightBlock b, TensorList list) {
+    for (TensorSpec& spec : list)
+        spec.block = b;
+    return list;
+}
+
 TensorList with_storage(TensorList list, DType storage) {
     for (TensorSpec& spec : list)
         spec.dtype = stored_matrix(spec) ? storage : DType::f32;

@@ -149,21 +149,23 @@ Plan make_plan(const ModelConfig& m, const parallel::Layout& l, const deck::Deck
     const i64 decode_mb = std::min<i64>(l.pp, w.seqs);  // micro-batches of the decode step
     const double decode_n = std::ceil(static_cast<double>(w.seqs) / decode_mb);
     const double n_p = static_cast<double>(std::min(w.chunk, w.prompt));
+    LayerKinds kinds;
     for (int s = 0; s < l.pp; ++s) {
         StagePlan sp;
         sp.stage = s;
         sp.first_layer = starts[s];
         sp.n_layer = starts[s + 1] - starts[s];
-        stage_weights(m, l, sp, l.pp);
+        const std::vector<LayerParams> layers = stage_weights(m, l, sp, kinds);
         LoraCount lc;
         if (w.training)
             lc = lora_params(m, l, deck.finetune.lora, sp.first_layer, sp.n_layer);
         sp.lora_params = lc.dense + lc.expert;
         stage_memory(x, sp);
-        sp.prefill =
-            stage_step(x, sp, {StepKind::prefill, n_p, 1, P / 2, w.prompt_logprobs ? n_p : 1});
+        sp.prefill = stage_step(
+            x, sp, layers, {StepKind::prefill, n_p, 1, P / 2, w.prompt_logprobs ? n_p : 1});
         sp.decode = stage_step(x,
                                sp,
+                               layers,
                                {StepKind::decode,
                                 decode_n,
                                 decode_n,
@@ -174,6 +176,7 @@ Plan make_plan(const ModelConfig& m, const parallel::Layout& l, const deck::Deck
             sp.train = stage_step(
                 x,
                 sp,
+                layers,
                 {StepKind::train, n_t, static_cast<double>(w.micro_batch), w.seq_len / 2.0, n_t});
             // the LoRA gradients' all-reduce once a step: dense adapters over dp, expert adapters
             // over edp (one per expert) or ep·edp (one per layer)

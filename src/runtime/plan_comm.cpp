@@ -75,7 +75,10 @@ void finish_step(StepPlan& sc) {
     sc.dominant = static_cast<PlanPhase>(best);
 }
 
-StepPlan stage_step(const Ctx& x, const StagePlan& sp, const StepShape& sh) {
+StepPlan stage_step(const Ctx& x,
+                    const StagePlan& sp,
+                    const std::vector<LayerParams>& layers,
+                    const StepShape& sh) {
     const ModelConfig& m = x.m;
     const parallel::Layout& l = x.l;
     const double tp = x.tp(), d = x.d(), b = x.b, n = sh.n, c = sh.c;
@@ -84,21 +87,21 @@ StepPlan stage_step(const Ctx& x, const StagePlan& sp, const StepShape& sh) {
     double flops = 0, weight_bytes = 0, cache_bytes = 0, tp_bytes = 0, tp_index = 0, ep_bytes = 0;
     for (int i = sp.first_layer; i < sp.first_layer + sp.n_layer; ++i) {
         const LayerSpec& s = m.layers[i];
-        weight_bytes += 2 * d * b;  // norms
+        const LayerParams& lp = layers[static_cast<size_t>(i - sp.first_layer)];
+        auto params = [&](PlanBlock block) { return lp.params[idx(block)]; };
+        weight_bytes += params(PlanBlock::norms) * b;
         tp_bytes += 2 * n * d * b;  // mixer and FFN outputs
         if (s.mixer == Mixer::kda) {
-            const Part p = kda_part(m.hidden_size, m.kda);
-            flops += 2 * n * p.per_rank(l.tp) +
+            flops += 2 * n * params(PlanBlock::kda) +
                      8 * n * (m.kda.n_head / tp) * m.kda.head_dim * m.kda.head_dim;
-            weight_bytes += p.per_rank(l.tp) * b;
+            weight_bytes += params(PlanBlock::kda) * b;
             if (!train)
                 cache_bytes += 2 * sh.seqs * kda_state_bytes(x);
         } else {
             const model::MlaConfig& a = m.mla;
-            const Part p = mla_part(m.hidden_size, a, s.gated);
             const double H = a.n_head / tp, keys = attended(x, s, c);
-            flops += 2 * n * p.per_rank(l.tp);
-            weight_bytes += p.per_rank(l.tp) * b;
+            flops += 2 * n * params(PlanBlock::mla);
+            weight_bytes += params(PlanBlock::mla) * b;
             if (absorbed) {
                 flops += 2 * n * H * keys * (2.0 * a.kv_lora_rank + a.qk_rope_head_dim);
             } else {
@@ -108,10 +111,9 @@ StepPlan stage_step(const Ctx& x, const StagePlan& sp, const StepShape& sh) {
                     flops += 2 * c * H * (a.qk_nope_head_dim + a.v_head_dim) * a.kv_lora_rank;
             }
             if (s.mixer == Mixer::dsa) {
-                const Part q = indexer_part(m.hidden_size, m.indexer, a.q_lora_rank);
-                flops += 2 * n * q.per_rank(l.tp) +
+                flops += 2 * n * params(PlanBlock::indexer) +
                          2 * n * (m.indexer.n_head / tp) * m.indexer.head_dim * c;
-                weight_bytes += q.per_rank(l.tp) * b;
+                weight_bytes += params(PlanBlock::indexer) * b;
                 tp_index += n * c * kF32;  // partial index scores over the local indexer heads
             }
             if (!train) {  // read the context's cache (per sequence in decode, once a chunk in
@@ -123,20 +125,17 @@ StepPlan stage_step(const Ctx& x, const StagePlan& sp, const StepShape& sh) {
             }
         }
         if (s.ffn == Ffn::dense) {
-            const double p = 3.0 * d * m.intermediate_size / tp;
+            const auto p = static_cast<double>(params(PlanBlock::dense_ffn));
             flops += 2 * n * p;
             weight_bytes += p * b;
             continue;
         }
         const model::MoeConfig& e = m.moe;
         const double w = static_cast<double>(expert_width(m, s));
-        const double one = static_cast<double>(
-            expert_params(expert_width(m, s), e.moe_intermediate, e.expert_act));
-        const double shared =
-            static_cast<double>(expert_params(m.hidden_size, e.shared_intermediate, e.expert_act)) /
-            tp;
-        const double router = static_cast<double>(e.n_routed_experts) * d;
-        const double latent = s.ffn == Ffn::latent_moe ? 2.0 * d * e.latent_size : 0.0;
+        const auto one = static_cast<double>(lp.expert * l.etp);  // a whole expert
+        const auto shared = static_cast<double>(params(PlanBlock::shared_experts));
+        const auto router = static_cast<double>(lp.router_gate);
+        const auto latent = static_cast<double>(params(PlanBlock::latent_proj));
         flops += 2 * nl * (router + latent) + 2 * nl * e.top_k * one + 2 * n * shared;
         // the experts this rank reads: of its E/ep, those some token of the expert group's
         // etp·ep ranks (nl tokens each) picks

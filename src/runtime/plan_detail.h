@@ -6,9 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "hymoe/deck/deck.h"
 #include "hymoe/model/config.h"
+#include "hymoe/model/tensor_list.h"
 #include "hymoe/parallel/grid.h"
 #include "hymoe/runtime/plan.h"
 
@@ -31,33 +34,6 @@ inline size_t idx(PlanPhase p) {
 }
 
 // ---- weights (plan_weights.cpp) -----------------------------------------------------------------
-
-// A block's parameters: `split` is divided over tp (every term carries a head or width factor
-// that tp divides), `repl` is held whole by every tp rank.
-struct Part {
-    i64 split = 0, repl = 0;
-    i64 total() const { return split + repl; }
-    i64 per_rank(int tp) const { return split / tp + repl; }
-};
-
-// KDA (§3): q/k/v [D,d], convs [D,W] ×3, f_b [D,K], dt_bias [D], A_log [H], b_proj [H,d],
-// g_b [D,K], o_proj [d,D] over tp; f_a [K,d], g_a [K,d], o_norm [K] replicated.
-Part kda_part(i64 d, const model::KdaConfig& k);
-// The vectors of a layer's mixer and router held in fp32 at any model.dtype (split over tp, or
-// replicated): plan_weights.cpp.
-Part f32_part(const ModelConfig& m, const LayerSpec& s);
-
-// MLA (§4): wq_b [H(d_n+d_r), r_q] (or q_proj [H(d_n+d_r), d]), wkv_b [H(d_n+d_v), r_kv],
-// o_proj [d, H d_v], gate [H d_v, d] over tp; wq_a [r_q, d], q_norm [r_q], wkv_a [r_kv+d_r, d],
-// kv_norm [r_kv] replicated.
-Part mla_part(i64 d, const model::MlaConfig& a, bool gated);
-
-// Indexer (§5): wq_b [H_I d_I, r_q], weights_proj [H_I, d] over tp; wk [d_I, d], k_norm weight and
-// bias [d_I] replicated.
-Part indexer_part(i64 d, const model::IndexerConfig& x, i64 rq);
-
-// One MLP of width `width` and hidden size `inter`: swiglu gate, up, down; relu2 up, down.
-i64 expert_params(i64 width, i64 inter, ExpertAct act);
 
 // Intermediate tensors of one MLP row: swiglu gate, up, product; relu2 up, square.
 inline int mlp_tensors(ExpertAct act) {
@@ -90,8 +66,23 @@ LoraCount lora_params(const ModelConfig& m,
                       int first,
                       int n_layer);
 
-// The weights one rank of stage `sp` holds, by block (sp.params), and the stage's layers by kind.
-void stage_weights(const ModelConfig& m, const parallel::Layout& l, StagePlan& sp, int pp);
+// One layer's weights on one rank of its stage, by block, and what the step model reads of its MoE.
+struct LayerParams {
+    std::array<i64, kPlanBlocks> params{};
+    i64 f32 = 0;          // of them, those held in fp32 at any model.dtype (StagePlan::f32_params)
+    i64 expert = 0;       // one routed expert's part (1/etp of its matrices)
+    i64 router_gate = 0;  // the gate [E, d] alone (the correction bias only shifts the scores)
+};
+
+// Each kind of layer's weights under one layout's cut (described once for all its stages).
+using LayerKinds = std::vector<std::pair<LayerSpec, LayerParams>>;
+
+// The weights one rank of stage `sp` holds, by block (sp.params) and in fp32 (sp.f32_params), and
+// the stage's layers by kind: the weight list of its shard summed; per layer of the stage.
+std::vector<LayerParams> stage_weights(const ModelConfig& m,
+                                       const parallel::Layout& l,
+                                       StagePlan& sp,
+                                       LayerKinds& kinds);
 
 // Every weight once, by block; and the weights one text token uses (count_params' active).
 void model_weights(const ModelConfig& m, Plan& plan);
@@ -156,7 +147,11 @@ struct StepShape {
 // The step's total, max(compute, hbm) + tp + ep + pp + dp, and its dominant phase.
 void finish_step(StepPlan& sc);
 
-// One micro-batch of `sh` through stage `sp` on one rank: FLOPs, HBM bytes, comm bytes, seconds.
-StepPlan stage_step(const Ctx& x, const StagePlan& sp, const StepShape& sh);
+// One micro-batch of `sh` through stage `sp` (its layers' weights: stage_weights) on one rank:
+// FLOPs, HBM bytes, comm bytes, seconds.
+StepPlan stage_step(const Ctx& x,
+                    const StagePlan& sp,
+                    const std::vector<LayerParams>& layers,
+                    const StepShape& sh);
 
 }  // namespace hymoe::runtime::detail

@@ -56,8 +56,12 @@ struct MlaWeights {
 
 // The layer's weights as named tensors, names relative to the layer's "self_attn." prefix: the
 // query path by q_lora_rank, g_proj when spec.gated, indexer.* when spec.mixer == dsa. Norm
-// weights init to ones, the indexer's LayerNorm bias to zeros, the rest normal(0.02).
-TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights& w);
+// weights init to ones, the indexer's LayerNorm bias to zeros, the rest normal(0.02). Fills w
+// (null: the shapes alone, model/tensor_list.h).
+TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights* w);
+inline TensorList attention_tensors(const ModelConfig& cfg, const LayerSpec& spec, MlaWeights& w) {
+    return attention_tensors(cfg, spec, &w);
+}
 
 class KvPool;
 

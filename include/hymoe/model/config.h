@@ -165,7 +165,8 @@ struct ModelConfig {
     bool operator==(const ModelConfig&) const = default;
 };
 
-// Parameter counts from the weight shapes of model-math §3-8 (weights, norm vectors and biases).
+// Parameter counts (weights, norm vectors and biases): sums of the weight list
+// (model/tensor_list.h, the shapes of model-math §3-8).
 struct ParamCount {
     int64_t total = 0;      // every weight of the main model: embedding, head, all layers, all
                             // experts, vision tower (no MTP layers)
@@ -184,7 +185,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& where
 ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();
 
-ParamCount count_params(const ModelConfig& cfg);
+ParamCount count_params(const ModelConfig& cfg);  // defined in tensor_list.cpp
 // One paragraph for the log: type, layers by mixer and FFN, sizes, heads, experts, parameters.
 std::string describe(const ModelConfig& cfg);
 // The config as native hymoe JSON (docs/model-config.md); parse_model_config reads it back to an

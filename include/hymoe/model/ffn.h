@@ -52,10 +52,12 @@ struct MoeWeights {
 //   moe (others):      the same with experts.{e}.{gate_proj,up_proj,down_proj}.weight
 //   latent_moe:        the moe names + fc1_latent_proj.weight, fc2_latent_proj.weight
 // relu2 experts list no gate matrix. `dense` is filled for Ffn::dense layers, `moe` otherwise
-// (the other may be null). Init: normal (std 0.02), the correction bias Init::small_bias.
-// Under model parallelism (model/shard.h) cfg is the rank's local config: the dense and shared
-// widths are cut over tp, the routed expert width over etp, and only the `hosted` experts are
-// listed (moe->experts keeps all E slots; the others stay empty). The router is whole.
+// (the other may be null; both null: the shapes alone, model/tensor_list.h, with the hosted routed
+// experts' matrices stacked, "experts.*." and TensorSpec::count). Init: normal (std 0.02), the
+// correction bias Init::small_bias. Under model parallelism (model/shard.h) cfg is the rank's
+// local config: the dense and shared widths are cut over tp, the routed expert width over etp, and
+// only the `hosted` experts are listed (moe->experts keeps all E slots; the others stay empty).
+// The router is whole.
 TensorList ffn_tensors(const ModelConfig& cfg,
                        const LayerSpec& spec,
                        DenseFfnWeights* dense,

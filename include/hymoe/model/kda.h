@@ -45,8 +45,12 @@ struct KdaWeights {
 };
 
 // The weights as named tensors, names relative to the layer's "self_attn." prefix, with the fla
-// init rules (A_log = log U(1, 16), dt_bias = inverse softplus of dt, o_norm ones, else normal).
-TensorList kda_tensors(const ModelConfig& cfg, KdaWeights& w);
+// init rules (A_log = log U(1, 16), dt_bias = inverse softplus of dt, o_norm ones, else normal),
+// filling w (null: the shapes alone, model/tensor_list.h).
+TensorList kda_tensors(const ModelConfig& cfg, KdaWeights* w);
+inline TensorList kda_tensors(const ModelConfig& cfg, KdaWeights& w) {
+    return kda_tensors(cfg, &w);
+}
 
 // What one sequence carries from one call to the next.
 struct KdaState {

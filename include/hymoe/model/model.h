@@ -62,8 +62,9 @@ struct Model {
 uint32_t name_stream(const std::string& name);
 
 // This rank's weights with their full HF names ("model.layers.3.self_attn.q_proj.weight") and
-// local shapes; split_dim says how each is cut from the whole tensor, dtype how it is held
-// (m.weight_dtype for the matrices, weights.h).
+// local shapes: weight_list (model/tensor_list.h) bound to m's buffers, each hosted routed expert
+// its own spec (MoeWeights::expert_rank's placement); split_dim says how each is cut from the
+// whole tensor, dtype how it is held (m.weight_dtype for the matrices, weights.h).
 TensorList model_tensors(Model& m);
 // An empty model for cfg (no weights yet): fill with init_model_random or load_model_weights.
 Model make_model(const ModelConfig& cfg);

@@ -47,8 +47,12 @@ struct VisionWeights {
     Buffer linear_2_w, linear_2_b;           // [d, m²C], [d]
 };
 
-// The tower's and projector's tensors with their full HF names (whole on every rank).
-TensorList vision_tensors(const ModelConfig& cfg, VisionWeights& w);
+// The tower's and projector's tensors with their full HF names (whole on every rank), filling w
+// (null: the shapes alone, model/tensor_list.h).
+TensorList vision_tensors(const ModelConfig& cfg, VisionWeights* w);
+inline TensorList vision_tensors(const ModelConfig& cfg, VisionWeights& w) {
+    return vision_tensors(cfg, &w);
+}
 
 // One image as the encoder takes it.
 struct VisionImage {

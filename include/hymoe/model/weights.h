@@ -32,10 +32,27 @@ enum class Init {
 // heads, dense FFN and shared-expert width, vocabulary) or the etp group (routed expert width).
 enum class SplitOver { tp, etp };
 
+// The part of the model a weight belongs to (the plan's weights by block: runtime/plan.h's
+// PlanBlock is this enum).
+enum class WeightBlock {
+    embedding,       // embed_tokens [V/tp, d]
+    head,            // lm_head [V/tp, d], or a tied head's copy of the embedding on its own stage
+    kda,             // KDA mixers
+    mla,             // MLA/DSA attention incl. the output gate (indexer separate)
+    indexer,         // DSA lightning indexers
+    dense_ffn,       // dense SwiGLU layers
+    router,          // MoE gate [E, d] + correction bias
+    routed_experts,  // E/ep experts per rank, each 1/etp
+    shared_experts,  // shared experts over tp
+    latent_proj,     // latent MoE fc1 [ℓ, d] + fc2 [d, ℓ]
+    norms,           // block RMSNorms + final norm
+    vision,          // vision tower + projector
+};
+
 struct TensorSpec {
     std::string name;  // HF name relative to the block, e.g. "q_proj.weight"
     Shape shape;       // this rank's part: the full shape with shape[split_dim] divided
-    Buffer* dest;
+    Buffer* dest;      // null in a description without weights (model/tensor_list.h)
     Init init = Init::normal;
     float std = 0.02f;
     int split_dim = -1;  // the dim cut into equal contiguous parts, part i on rank i of the
@@ -43,7 +60,17 @@ struct TensorSpec {
     SplitOver split_over = SplitOver::tp;
     bool keep_f32 = false;     // fp32 whatever the storage dtype (precision-critical: the router)
     DType dtype = DType::f32;  // held at: set by with_storage
+    WeightBlock block = WeightBlock::norms;
+    int64_t count = 1;  // equal tensors it stands for: a layer's routed experts, stacked in a
+                        // description without weights (one spec per expert when bound)
+    int64_t numel() const { return count * shape_numel(shape); }
 };
+
+// &(w->*member), or null when describing without weights (w null).
+template <class W>
+Buffer* slot(W* w, Buffer W::*member) {
+    return w ? &(w->*member) : nullptr;
+}
 
 // spec, marked as cut along `dim` (0: a column-parallel [out, in] weight, its output rows split;
 // 1: a row-parallel one, its input columns split) over `over`.
@@ -54,6 +81,9 @@ inline TensorSpec split(int dim, TensorSpec spec, SplitOver over = SplitOver::tp
 }
 
 using TensorList = std::vector<TensorSpec>;
+
+// list with every spec's block set to b.
+TensorList in_block(WeightBlock b, TensorList list);
 
 // Whether spec is a matrix held at the storage dtype: rank 2, Init::normal, not keep_f32.
 bool stored_matrix(const TensorSpec& spec);

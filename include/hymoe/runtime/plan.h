@@ -79,6 +79,7 @@
 
 #include "hymoe/deck/deck.h"
 #include "hymoe/model/config.h"
+#include "hymoe/model/weights.h"
 #include "hymoe/parallel/grid.h"
 
 namespace hymoe::io {
@@ -89,21 +90,10 @@ namespace hymoe::runtime {
 
 struct Job;
 
-// Weight groups, in the order of the log's table and of /plan/blocks.
-enum class PlanBlock {
-    embedding,       // embed_tokens [V/tp, d]
-    head,            // lm_head [V/tp, d]
-    kda,             // KDA mixers
-    mla,             // MLA/DSA attention incl. the output gate (indexer separate)
-    indexer,         // DSA lightning indexers
-    dense_ffn,       // dense SwiGLU layers
-    router,          // MoE gate [E, d] + correction bias
-    routed_experts,  // E/ep experts per rank, each 1/etp
-    shared_experts,  // shared experts over tp
-    latent_proj,     // latent MoE fc1 [ℓ, d] + fc2 [d, ℓ]
-    norms,           // block RMSNorms + final norm
-    vision,          // vision tower + projector
-};
+// Weight groups, in the order of the log's table and of /plan/blocks: the block each tensor of
+// the weight list names (model/weights.h WeightBlock: embedding, head, kda, mla, indexer,
+// dense_ffn, router, routed_experts, shared_experts, latent_proj, norms, vision).
+using PlanBlock = model::WeightBlock;
 constexpr int kPlanBlocks = 12;
 const char* to_string(PlanBlock b);
 

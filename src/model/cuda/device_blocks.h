@@ -175,7 +175,9 @@ struct LayerW {
 
 // The device copy of one layer of `host` (a whole model), in permanent arena memory.
 LayerW upload_layer(Gpu& g, const ModelConfig& cfg, const LayerWeights& host, int layer, DType cd);
-// A host matrix or vector uploaded as `dtype` (f32 or bf16), in permanent arena memory.
+// A host matrix or vector uploaded as `dtype` (f32 or bf16) at its shape from the weight list
+// (model/tensor_list.h), or viewed as `shape` (as many elements), in permanent arena memory.
+Tensor upload_weight(Gpu& g, const Buffer& host, DType dtype);
 Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype);
 
 // ---- one step on the device (device_step.cpp fills it) ------------------------------------------

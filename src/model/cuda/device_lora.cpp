@@ -26,8 +26,8 @@ LoraSlotW upload_slot(Gpu& g, const LoraSlot* slot) {
         w.scale = p.scale;
         if (p.A.view().data == nullptr)
             continue;
-        w.A = upload_weight(g, p.A, p.A.view().shape, DType::f32);
-        w.B = upload_weight(g, p.B, p.B.view().shape, DType::f32);
+        w.A = upload_weight(g, p.A, DType::f32);
+        w.B = upload_weight(g, p.B, DType::f32);
     }
     return out;
 }

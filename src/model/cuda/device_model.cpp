@@ -35,10 +35,9 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
     const bool any_moe = count_layers(cfg_, Ffn::moe) + count_layers(cfg_, Ffn::latent_moe) > 0;
     g_ = std::make_unique<Gpu>(arena_bytes, any_moe ? std::max(cfg_.moe.n_routed_experts, 1) : 1);
     const size_t before = g_->arena.book().used();
-    const int64_t V = cfg_.vocab_size, d = cfg_.hidden_size;
-    embed_ = upload_weight(*g_, host.embed, {V, d}, o.dtype);
-    head_ = cfg_.tie_word_embeddings ? embed_ : upload_weight(*g_, host.lm_head, {V, d}, o.dtype);
-    final_norm_ = upload_weight(*g_, host.final_norm, {d}, DType::f32);
+    embed_ = upload_weight(*g_, host.embed, o.dtype);
+    head_ = cfg_.tie_word_embeddings ? embed_ : upload_weight(*g_, host.lm_head, o.dtype);
+    final_norm_ = upload_weight(*g_, host.final_norm, DType::f32);
     kda_index_.assign(cfg_.layers.size(), -1);
     for (size_t i = 0; i < cfg_.layers.size(); ++i) {
         layers_.push_back(upload_layer(*g_, cfg_, host.layers[i], static_cast<int>(i), o.dtype));

@@ -25,8 +25,7 @@ DeviceVision::DeviceVision(Gpu& g, const ModelConfig& cfg, const VisionWeights& 
       d_(cfg.hidden_size),
       cd_(cd),
       positions_(cfg.vision, host, kPositionCacheBytes) {
-    const int64_t C = v_.width, p = v_.patch_size, M = v_.mlp;
-    const int64_t C4 = int64_t{v_.merge} * v_.merge * C;
+    const int64_t C = v_.width, p = v_.patch_size;
     HYMOE_CHECK(v_.n_head > 0 && C % v_.n_head == 0 && (C / v_.n_head) % 4 == 0 &&
                     C / v_.n_head <= 4 * backend::cuda::kMaxRope2dFreqs,
                 "GPU vision tower: width ",
@@ -37,32 +36,32 @@ DeviceVision::DeviceVision(Gpu& g, const ModelConfig& cfg, const VisionWeights& 
                 4 * backend::cuda::kMaxRope2dFreqs,
                 ")");
     const DType f = DType::f32;
-    patch_w_ = upload_weight(g, host.patch_w, {C, 3 * p * p}, cd);
-    patch_b_ = upload_weight(g, host.patch_b, {C}, f);
+    patch_w_ = upload_weight(g, host.patch_w, {C, 3 * p * p}, cd);  // [C, 3, p, p] as a matrix
+    patch_b_ = upload_weight(g, host.patch_b, f);
     for (const VisionBlockWeights& b : host.blocks) {
         VisionBlockW w;
-        w.norm0_w = upload_weight(g, b.norm0_w, {C}, f);
-        w.norm0_b = upload_weight(g, b.norm0_b, {C}, f);
-        w.wqkv = upload_weight(g, b.wqkv_w, {3 * C, C}, cd);
-        w.wqkv_b = upload_weight(g, b.wqkv_b, {3 * C}, f);
-        w.wo = upload_weight(g, b.wo_w, {C, C}, cd);
-        w.wo_b = upload_weight(g, b.wo_b, {C}, f);
-        w.norm1_w = upload_weight(g, b.norm1_w, {C}, f);
-        w.norm1_b = upload_weight(g, b.norm1_b, {C}, f);
-        w.fc0 = upload_weight(g, b.fc0_w, {M, C}, cd);
-        w.fc0_b = upload_weight(g, b.fc0_b, {M}, f);
-        w.fc1 = upload_weight(g, b.fc1_w, {C, M}, cd);
-        w.fc1_b = upload_weight(g, b.fc1_b, {C}, f);
+        w.norm0_w = upload_weight(g, b.norm0_w, f);
+        w.norm0_b = upload_weight(g, b.norm0_b, f);
+        w.wqkv = upload_weight(g, b.wqkv_w, cd);
+        w.wqkv_b = upload_weight(g, b.wqkv_b, f);
+        w.wo = upload_weight(g, b.wo_w, cd);
+        w.wo_b = upload_weight(g, b.wo_b, f);
+        w.norm1_w = upload_weight(g, b.norm1_w, f);
+        w.norm1_b = upload_weight(g, b.norm1_b, f);
+        w.fc0 = upload_weight(g, b.fc0_w, cd);
+        w.fc0_b = upload_weight(g, b.fc0_b, f);
+        w.fc1 = upload_weight(g, b.fc1_w, cd);
+        w.fc1_b = upload_weight(g, b.fc1_b, f);
         blocks_.push_back(w);
     }
-    final_w_ = upload_weight(g, host.final_w, {C}, f);
-    final_b_ = upload_weight(g, host.final_b, {C}, f);
-    proj_norm_w_ = upload_weight(g, host.proj_norm_w, {C}, f);
-    proj_norm_b_ = upload_weight(g, host.proj_norm_b, {C}, f);
-    linear_1_ = upload_weight(g, host.linear_1_w, {C4, C4}, cd);
-    linear_1_b_ = upload_weight(g, host.linear_1_b, {C4}, f);
-    linear_2_ = upload_weight(g, host.linear_2_w, {d_, C4}, cd);
-    linear_2_b_ = upload_weight(g, host.linear_2_b, {d_}, f);
+    final_w_ = upload_weight(g, host.final_w, f);
+    final_b_ = upload_weight(g, host.final_b, f);
+    proj_norm_w_ = upload_weight(g, host.proj_norm_w, f);
+    proj_norm_b_ = upload_weight(g, host.proj_norm_b, f);
+    linear_1_ = upload_weight(g, host.linear_1_w, cd);
+    linear_1_b_ = upload_weight(g, host.linear_1_b, f);
+    linear_2_ = upload_weight(g, host.linear_2_w, cd);
+    linear_2_b_ = upload_weight(g, host.linear_2_b, f);
 }
 
 int64_t DeviceVision::row_bytes() const {

@@ -1,4 +1,5 @@
-// Uploading a layer's weights to the GPU model (device_blocks.h): matrices in the compute dtype
+// Uploading a layer's weights to the GPU model (device_blocks.h), at the shapes the weight list
+// (model/tensor_list.h) gave the host buffers: matrices in the compute dtype
 // (widened from the host's storage dtype, then rounded to bf16, to nearest even, when cd is bf16),
 // vectors, conv taps and the router in fp32. Matrices one GEMM reads together are stacked on the
 // way: KDA's q|k|v projections, its low-rank inputs f_a|g_a|b, and the routed experts' [E, out, in]
@@ -47,50 +48,60 @@ Tensor upload_floats(Gpu& g, const std::vector<float>& host, Shape shape, DType 
         g, host.data(), static_cast<int64_t>(host.size()), std::move(shape), dtype);
 }
 
-KdaW upload_kda(Gpu& g, const ModelConfig& cfg, const KdaWeights& w, DType cd) {
-    const int64_t d = cfg.hidden_size, H = cfg.kda.n_head, K = cfg.kda.head_dim, D = H * K;
-    const int64_t W = cfg.kda.conv_kernel;
+// The parts' rows stacked, [Σ rows, cols], each part viewed as [its first dim, the rest] (conv
+// taps [D, 1, W] as [D, W]) at the shapes of the weight list.
+Tensor upload_stacked(Gpu& g, const std::vector<const Buffer*>& parts, DType dtype) {
+    int64_t rows = 0;
+    const int64_t cols = parts.front()->view().numel() / parts.front()->view().dim(0);
+    for (const Buffer* b : parts) {
+        HYMOE_CHECK(b->view().data != nullptr && b->view().numel() == b->view().dim(0) * cols,
+                    "GPU model: a weight of ",
+                    shape_string(b->view().shape),
+                    " stacked on rows of ",
+                    cols,
+                    " (are the weights loaded?)");
+        rows += b->view().dim(0);
+    }
+    return upload_floats(g, stacked(parts), {rows, cols}, dtype);
+}
+
+KdaW upload_kda(Gpu& g, const KdaWeights& w, DType cd) {
     KdaW out;
-    out.qkv = upload_floats(g, stacked({&w.q_proj, &w.k_proj, &w.v_proj}), {3 * D, d}, cd);
-    out.conv =
-        upload_floats(g, stacked({&w.q_conv1d, &w.k_conv1d, &w.v_conv1d}), {3 * D, W}, DType::f32);
-    out.low = upload_floats(g, stacked({&w.f_a_proj, &w.g_a_proj, &w.b_proj}), {2 * K + H, d}, cd);
-    out.f_b = upload_weight(g, w.f_b_proj, {D, K}, cd);
-    out.g_b = upload_weight(g, w.g_b_proj, {D, K}, cd);
-    out.dt_bias = upload_weight(g, w.dt_bias, {D}, DType::f32);
-    out.a_log = upload_weight(g, w.a_log, {H}, DType::f32);
-    out.o_norm = upload_weight(g, w.o_norm, {K}, DType::f32);
-    out.o_proj = upload_weight(g, w.o_proj, {d, D}, cd);
+    out.qkv = upload_stacked(g, {&w.q_proj, &w.k_proj, &w.v_proj}, cd);                 // [3D, d]
+    out.conv = upload_stacked(g, {&w.q_conv1d, &w.k_conv1d, &w.v_conv1d}, DType::f32);  // [3D, W]
+    out.low = upload_stacked(g, {&w.f_a_proj, &w.g_a_proj, &w.b_proj}, cd);  // [2K + H, d]
+    out.f_b = upload_weight(g, w.f_b_proj, cd);
+    out.g_b = upload_weight(g, w.g_b_proj, cd);
+    out.dt_bias = upload_weight(g, w.dt_bias, DType::f32);
+    out.a_log = upload_weight(g, w.a_log, {w.a_log.view().numel()}, DType::f32);  // [1, 1, H, 1]
+    out.o_norm = upload_weight(g, w.o_norm, DType::f32);
+    out.o_proj = upload_weight(g, w.o_proj, cd);
     return out;
 }
 
 MlaW upload_mla(
     Gpu& g, const ModelConfig& cfg, const LayerSpec& spec, const MlaWeights& w, DType cd) {
-    const MlaConfig& c = cfg.mla;
-    const int64_t d = cfg.hidden_size, H = c.n_head, r_q = c.q_lora_rank, r_kv = c.kv_lora_rank;
-    const int64_t d_qk = c.qk_nope_head_dim + c.qk_rope_head_dim, d_v = c.v_head_dim;
     MlaW out;
-    if (r_q > 0) {
-        out.q_a = upload_weight(g, w.q_a_proj, {r_q, d}, cd);
-        out.q_a_norm = upload_weight(g, w.q_a_layernorm, {r_q}, DType::f32);
-        out.q_b = upload_weight(g, w.q_b_proj, {H * d_qk, r_q}, cd);
+    if (cfg.mla.q_lora_rank > 0) {
+        out.q_a = upload_weight(g, w.q_a_proj, cd);
+        out.q_a_norm = upload_weight(g, w.q_a_layernorm, DType::f32);
+        out.q_b = upload_weight(g, w.q_b_proj, cd);
     } else {
-        out.q = upload_weight(g, w.q_proj, {H * d_qk, d}, cd);
+        out.q = upload_weight(g, w.q_proj, cd);
     }
-    out.kv_a = upload_weight(g, w.kv_a_proj_with_mqa, {r_kv + c.qk_rope_head_dim, d}, cd);
-    out.kv_a_norm = upload_weight(g, w.kv_a_layernorm, {r_kv}, DType::f32);
-    out.kv_b = upload_weight(g, w.kv_b_proj, {H * (c.qk_nope_head_dim + d_v), r_kv}, cd);
-    out.o_proj = upload_weight(g, w.o_proj, {d, H * d_v}, cd);
+    out.kv_a = upload_weight(g, w.kv_a_proj_with_mqa, cd);
+    out.kv_a_norm = upload_weight(g, w.kv_a_layernorm, DType::f32);
+    out.kv_b = upload_weight(g, w.kv_b_proj, cd);
+    out.o_proj = upload_weight(g, w.o_proj, cd);
     if (spec.gated)
-        out.g_proj = upload_weight(g, w.g_proj, {H * d_v, d}, cd);
+        out.g_proj = upload_weight(g, w.g_proj, cd);
     if (spec.mixer == Mixer::dsa) {
-        const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
         const IndexerWeights& iw = w.indexer;
-        out.indexer.wq_b = upload_weight(g, iw.wq_b, {h_i * d_i, r_q}, cd);
-        out.indexer.wk = upload_weight(g, iw.wk, {d_i, d}, cd);
-        out.indexer.k_norm_w = upload_weight(g, iw.k_norm_weight, {d_i}, DType::f32);
-        out.indexer.k_norm_b = upload_weight(g, iw.k_norm_bias, {d_i}, DType::f32);
-        out.indexer.weights_proj = upload_weight(g, iw.weights_proj, {h_i, d}, cd);
+        out.indexer.wq_b = upload_weight(g, iw.wq_b, cd);
+        out.indexer.wk = upload_weight(g, iw.wk, cd);
+        out.indexer.k_norm_w = upload_weight(g, iw.k_norm_weight, DType::f32);
+        out.indexer.k_norm_b = upload_weight(g, iw.k_norm_bias, DType::f32);
+        out.indexer.weights_proj = upload_weight(g, iw.weights_proj, cd);
     }
     return out;
 }
@@ -98,9 +109,9 @@ MlaW upload_mla(
 MlpW upload_mlp(Gpu& g, const DenseFfnWeights& w, ExpertAct act, DType cd) {
     MlpW out;
     if (act == ExpertAct::swiglu)
-        out.gate = upload_weight(g, w.gate_proj, w.gate_proj.view().shape, cd);
-    out.up = upload_weight(g, w.up_proj, w.up_proj.view().shape, cd);
-    out.down = upload_weight(g, w.down_proj, w.down_proj.view().shape, cd);
+        out.gate = upload_weight(g, w.gate_proj, cd);
+    out.up = upload_weight(g, w.up_proj, cd);
+    out.down = upload_weight(g, w.down_proj, cd);
     return out;
 }
 
@@ -131,10 +142,10 @@ MoeW upload_moe(
     Gpu& g, const ModelConfig& cfg, const LayerSpec& spec, const MoeWeights& w, DType cd) {
     const MoeConfig& m = cfg.moe;
     MoeW out;
-    out.router = upload_weight(g, w.gate, {m.n_routed_experts, cfg.hidden_size}, DType::f32);
+    out.router = upload_weight(g, w.gate, DType::f32);
     if (spec.ffn == Ffn::latent_moe) {
-        out.fc1 = upload_weight(g, w.fc1_latent_proj, w.fc1_latent_proj.view().shape, cd);
-        out.fc2 = upload_weight(g, w.fc2_latent_proj, w.fc2_latent_proj.view().shape, cd);
+        out.fc1 = upload_weight(g, w.fc1_latent_proj, cd);
+        out.fc2 = upload_weight(g, w.fc2_latent_proj, cd);
     }
     if (m.expert_act == ExpertAct::swiglu)
         out.gate = upload_experts(g, w.experts, &DenseFfnWeights::gate_proj, cd);
@@ -144,7 +155,7 @@ MoeW upload_moe(
         out.shared = upload_mlp(g, w.shared, m.expert_act, cd);
     out.host.expert_rank = w.expert_rank;
     if (m.correction_bias) {
-        out.bias = upload_weight(g, w.correction_bias, {m.n_routed_experts}, DType::f32);
+        out.bias = upload_weight(g, w.correction_bias, DType::f32);
         out.host.correction_bias = Buffer(DType::f32, w.correction_bias.view().shape);
         std::memcpy(out.host.correction_bias.ptr<float>(),
                     w.correction_bias.ptr<float>(),
@@ -163,6 +174,11 @@ Tensor in_dtype(Gpu& g, Scratch& s, const Tensor& x, DType cd) {
     return c;
 }
 
+Tensor upload_weight(Gpu& g, const Buffer& host, DType dtype) {
+    HYMOE_CHECK(host.view().data != nullptr, "GPU model: a weight is not loaded");
+    return upload_weight(g, host, host.view().shape, dtype);
+}
+
 Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype) {
     const Tensor& v = host.view();
     HYMOE_CHECK(v.numel() == shape_numel(shape),
@@ -177,12 +193,11 @@ Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype) {
 
 LayerW upload_layer(Gpu& g, const ModelConfig& cfg, const LayerWeights& host, int layer, DType cd) {
     const LayerSpec& spec = cfg.layers[static_cast<size_t>(layer)];
-    const int64_t d = cfg.hidden_size;
     LayerW out;
-    out.attn_norm = upload_weight(g, host.attn_norm, {d}, DType::f32);
-    out.ffn_norm = upload_weight(g, host.ffn_norm, {d}, DType::f32);
+    out.attn_norm = upload_weight(g, host.attn_norm, DType::f32);
+    out.ffn_norm = upload_weight(g, host.ffn_norm, DType::f32);
     if (spec.mixer == Mixer::kda)
-        out.kda = upload_kda(g, cfg, host.kda, cd);
+        out.kda = upload_kda(g, host.kda, cd);
     else
         out.mla = upload_mla(g, cfg, spec, host.attn, cd);
     if (spec.ffn == Ffn::dense)
