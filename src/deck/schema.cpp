@@ -94,7 +94,7 @@ const std::vector<KeySpec> kSchema = {
 {"finetune.early_stopping", T::section, "", 0, 0, {}, "stop when eval.metric stops improving (needs eval.every)"},
 {"finetune.early_stopping.patience", T::integer, "0", 0, kBig, {}, "stop after this many evaluations in a row that do not lower the best eval.metric by more than min_delta (step 0's not counted); 0 = off"},
 {"finetune.early_stopping.min_delta", T::number, "0", 0, 1e6, {}, "the least decrease that counts as an improvement"},
-{"finetune.log_every", T::integer, "1", 1, kBig, {}, "a step line every N steps and at the last (loss and grad norm: means over the interval's steps; lr at its last step; tokens/s over the interval; ETA), results.h5 rewritten at the same steps"},
+{"finetune.log_every", T::integer, "10", 1, kBig, {}, "a step line every N steps, at the last and at a stop (loss and grad norm: means over the interval's steps; lr at its last step; tokens/s over the interval; ETA); results.h5 is rewritten at the same steps and at every evaluation and checkpoint"},
 {"finetune.recompute", T::flag, "false", 0, 0, {}, "per-layer activation checkpointing"},
 {"finetune.on_nonfinite", T::choice, "stop", 0, 0, {"stop", "skip"}, "a NaN/Inf loss or gradient (or a loss spike): exit 3 naming step, layer and rank, or skip the update"},
 {"finetune.loss_spike", T::number, "0", 0, 1e6, {}, "> 0: a loss above this x the mean of the last 20 counts as bad"},

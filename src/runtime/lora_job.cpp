@@ -497,7 +497,7 @@ int Trainer::run() {
                           "): rerun the same deck to resume (exit 75)"));
             return static_cast<int>(Exit::stopped);
         }
-        if ((interval || evaluated) && !finishing)
+        if ((interval || evaluated || saved_ == done) && !finishing)
             write_results("running");
     }
     if (early)

@@ -80,7 +80,7 @@ struct FinetuneSection {
     bool checkpoint_best = true;      // checkpoints/best + adapters/best at the lowest eval_metric
     int early_stopping_patience = 0;  // evaluations without improvement; 0 = off
     double early_stopping_min_delta = 0;
-    int log_every = 1;       // a step line (and results.h5 rewritten) every N steps and at the last
+    int log_every = 10;      // a step line (and results.h5 rewritten) every N steps and at the last
     bool recompute = false;  // per-layer activation checkpointing
     std::string on_nonfinite = "stop";  // a NaN/Inf loss or gradient: skip the batch | stop
     double loss_spike = 0;       // > 0: a loss above this × the mean of the last 20 counts as bad

@@ -6,7 +6,7 @@
 //   /drift/top_k_overlap, /drift/kl [S, L] against the base model on a fixed probe batch
 //   /train/status: running | stopped | early_stopped | done; /eval/metric, /eval/best_step [1]
 // Rank 0 rewrites the whole file (atomically: NAME.partial renamed) at every log interval,
-// evaluation and stop, so a reader sees the curves while the job runs.
+// evaluation, checkpoint and stop, so a reader sees the curves while the job runs.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // domain/general mix, with AdamW, evaluation, expert-load and routing-drift monitoring, a
 // non-finite/loss-spike guard, checkpoints (every checkpoint.every steps, on SIGUSR1/SIGTERM/
 // SIGINT and at job.max_hours: exit 75, and a rerun resumes bit-identically), a step line every
-// finetune.log_every steps, results.h5 rewritten at the same steps and at every evaluation, the
+// finetune.log_every steps, results.h5 rewritten then and at every evaluation and checkpoint, the
 // checkpoint of the lowest eval metric kept as checkpoints/best (its adapter in adapters/best),
 // early stopping (finetune.early_stopping: exit 0, the final checkpoint and adapter written) and
 // the adapters in PEFT format (out/adapters/final, and out/merged with finetune.export_merged).
