@@ -140,14 +140,34 @@ void read_finetune(Section s, FinetuneSection& f) {
         f.eval_batches = static_cast<int>(e.integer("batches"));
         if (f.eval_every > 0 && f.eval_domain.empty() && f.eval_general.empty())
             e.fail("every", "evaluation asked for, but neither eval.domain nor eval.general given");
+        f.eval_metric = e.choice(
+            "metric",
+            f.eval_domain.empty() && !f.eval_general.empty() ? "general_loss" : "domain_loss");
+        if (f.eval_every > 0 &&
+            (f.eval_metric == "domain_loss" ? f.eval_domain.empty() : f.eval_general.empty()))
+            e.fail("metric",
+                   cat(f.eval_metric,
+                       " needs eval.",
+                       f.eval_metric == "domain_loss" ? "domain" : "general",
+                       ", which is not given"));
         e.finish();
     }
     {
         Section c = s.section("checkpoint");
         f.checkpoint_every = static_cast<int>(c.integer("every"));
         f.checkpoint_keep = static_cast<int>(c.integer("keep"));
+        f.checkpoint_best = c.flag("best");
         c.finish();
     }
+    {
+        Section es = s.section("early_stopping");
+        f.early_stopping_patience = static_cast<int>(es.integer("patience"));
+        f.early_stopping_min_delta = es.number("min_delta");
+        if (f.early_stopping_patience > 0 && f.eval_every == 0)
+            es.fail("patience", "early stopping needs evaluations (finetune.eval.every > 0)");
+        es.finish();
+    }
+    f.log_every = static_cast<int>(s.integer("log_every"));
     f.recompute = s.flag("recompute");
     f.on_nonfinite = s.choice("on_nonfinite");
     f.loss_spike = s.number("loss_spike");

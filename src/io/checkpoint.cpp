@@ -1,7 +1,8 @@
 // Training checkpoints (io/checkpoint.h): root/step_N written under step_N.partial, its files and
 // manifest flushed to disk, renamed, then root/latest replaced (written, flushed, renamed) last,
 // so a crash at any point leaves the previous checkpoint complete and findable; old step folders
-// pruned to the newest `keep`; loading at any layout through TensorStore.
+// pruned to the newest `keep` (root/best, when written, names one that is never pruned); loading at
+// any layout through TensorStore.
 #include "hymoe/io/checkpoint.h"
 
 #include <algorithm>
@@ -35,9 +36,9 @@ bool complete(const fs::path& dir) {
     return fs::is_regular_file(dir / "manifest.json", ec);
 }
 
-// Rank 0: root/latest ← name, atomically.
-void point_latest(const std::string& root, const std::string& name) {
-    const std::string path = root + "/latest", partial = path + ".partial";
+// Rank 0: root/<pointer> ← name, atomically (pointer: latest or best).
+void point(const std::string& root, const std::string& pointer, const std::string& name) {
+    const std::string path = root + "/" + pointer, partial = path + ".partial";
     {
         std::ofstream f(partial, std::ios::trunc);
         f << name << "\n";
@@ -49,9 +50,11 @@ void point_latest(const std::string& root, const std::string& name) {
     detail::sync_path(root);
 }
 
-// Rank 0: remove every step folder but the newest `keep` complete ones, and any leftover
-// step_N.partial of an interrupted write.
+// Rank 0: remove every step folder but the newest `keep` complete ones and the one root/best
+// names, and any leftover step_N.partial of an interrupted write.
 void prune(const std::string& root, int keep, const std::string& current) {
+    std::string best;
+    std::ifstream(root + "/best") >> best;
     std::vector<std::pair<int64_t, fs::path>> steps;
     for (const fs::directory_entry& d : fs::directory_iterator(root)) {
         const std::string name = d.path().filename().string();
@@ -65,7 +68,7 @@ void prune(const std::string& root, int keep, const std::string& current) {
         return;
     std::sort(steps.rbegin(), steps.rend());
     for (size_t i = static_cast<size_t>(keep); i < steps.size(); ++i)
-        if (steps[i].second.filename() != current)
+        if (steps[i].second.filename() != current && steps[i].second.filename() != best)
             fs::remove_all(steps[i].second);
 }
 
@@ -76,7 +79,8 @@ void save_checkpoint(const comm::Comm& world,
                      int64_t step,
                      const std::vector<CkptEntry>& entries,
                      const std::string& state_json,
-                     int keep) {
+                     int keep,
+                     bool best) {
     const std::string name = "step_" + std::to_string(step);
     const std::string final_dir = root + "/" + name, tmp = final_dir + ".partial";
     detail::agree(world, Exit::internal, [&] {
@@ -107,7 +111,9 @@ void save_checkpoint(const comm::Comm& world,
         if (ec)
             HYMOE_FAIL_ONE(Exit::internal, "checkpoint: renaming ", tmp, ": ", ec.message());
         detail::sync_path(root);
-        point_latest(root, name);
+        if (best)  // before latest: a crash between the two leaves best complete and findable
+            point(root, "best", name);
+        point(root, "latest", name);
         prune(root, keep, name);
     });
 }

@@ -79,7 +79,8 @@ std::map<std::string, Buffer> gather_on_rank0(const comm::Comm& world,
 void export_adapters(const Job& job,
                      model::Model& m,
                      model::LoraModel& lm,
-                     const parallel::Grid& grid) {
+                     const parallel::Grid& grid,
+                     const std::string& folder) {
     const deck::FinetuneSection& ft = job.deck.finetune;
     const std::string out = job.deck.job.output;
     const comm::Comm& world = grid.comms.world;
@@ -116,9 +117,9 @@ void export_adapters(const Job& job,
             }
         c.target_modules.assign(leaves.begin(), leaves.end());
         fs::create_directories(out + "/adapters");
-        io::write_peft(out + "/adapters/final", c, tensors);
+        io::write_peft(out + "/adapters/" + folder, c, tensors);
     }
-    if (ft.export_merged) {
+    if (ft.export_merged && folder == "final") {
         model::merge_lora(lm, 0);
         std::vector<io::CkptEntry> weights;
         for (const model::TensorSpec& t : model::model_tensors(m))

@@ -1,5 +1,6 @@
 // The lora job (runtime/trainer.h) as a Trainer: setup, resume and checkpoints, one optimizer step
-// with its guard, the per-step monitoring and evaluation, and the adapters out.
+// with its guard, the per-step monitoring and evaluation, the step lines every log_every steps,
+// results.h5 rewritten while it runs, the best checkpoint and early stopping, and the adapters out.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/train.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/eval_watch.h"
 #include "hymoe/runtime/lora_adapters.h"
 #include "hymoe/runtime/lora_grads.h"
 #include "hymoe/runtime/model_checkpoint.h"
@@ -80,10 +82,14 @@ public:
 private:
     std::vector<io::CkptEntry> entries();
     int64_t resume();  // the steps already done (0 without a checkpoint)
-    void save(int64_t steps_done);
+    void save(int64_t steps_done, bool best);
     void evaluate_at(int64_t steps_done);
+    double metric(size_t eval_index) const;  // finetune.eval.metric at the i-th evaluation
     StepOutcome train_step(int64_t step);
     void record(int64_t step, const StepOutcome& out, double seconds);
+    // The step line for the log interval ending at steps_done (steps read from the history).
+    void log_line(int64_t steps_done) const;
+    void write_results(const std::string& status) const;  // rank 0
     // The guard: "" when the step is good, else what went wrong (naming layer and rank).
     std::string check(double loss);
 
@@ -91,6 +97,7 @@ private:
     const parallel::Grid& grid_;
     const deck::FinetuneSection& ft_;
     const double t0_ = wall_seconds();
+    const std::string started_ = log::utc_timestamp();
     model::Model m_;
     model::LoraModel lm_;
     AdamW opt_;
@@ -98,6 +105,8 @@ private:
     const int64_t micro_, dp_, accum_;
     EvalSet eval_domain_, eval_general_, probe_;
     TrainHistory hist_;
+    EvalWatch watch_;
+    int64_t saved_ = -1;  // the step of the newest checkpoint this run saved or resumed from
     model::TrainBatch probe_batch_;  // routing drift: the first micro_batch domain rows
     std::vector<Buffer> base_dist_;  // their router distributions at step 0 (B = 0: the base)
     const std::string ckpt_root_, config_sha_;
@@ -132,6 +141,7 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid)
       accum_(ft_.grad_accum),
       eval_domain_(eval_set(ft_.eval_domain, ft_.eval_batches * micro_ * dp_, ft_.seq_len)),
       eval_general_(eval_set(ft_.eval_general, ft_.eval_batches * micro_ * dp_, ft_.seq_len)),
+      watch_{ft_.early_stopping_patience, ft_.early_stopping_min_delta},
       ckpt_root_(job.deck.job.output + "/checkpoints"),
       config_sha_(sha256_hex(model::to_json(job.model))) {
     const int64_t trainable = model::lora_local_params(lm_);
@@ -201,7 +211,7 @@ int64_t Trainer::resume() {
     return done;
 }
 
-void Trainer::save(int64_t steps_done) {
+void Trainer::save(int64_t steps_done, bool best) {
     nlohmann::json state;
     state["steps_done"] = steps_done;
     state["evals_done"] = hist_.eval_step.size();
@@ -210,9 +220,15 @@ void Trainer::save(int64_t steps_done) {
     state["dropout"] = "keyed by (seed, step, micro-batch, module): no other random state";
     for (const DocCursor& c : mix_.cursors())
         state["cursors"].push_back({c.epoch, c.pos});
-    io::save_checkpoint(
-        grid_.comms.world, ckpt_root_, steps_done, entries(), state.dump(), ft_.checkpoint_keep);
-    log::info(cat("checkpoint: ", ckpt_root_, "/step_", steps_done));
+    io::save_checkpoint(grid_.comms.world,
+                        ckpt_root_,
+                        steps_done,
+                        entries(),
+                        state.dump(),
+                        ft_.checkpoint_keep,
+                        best);
+    saved_ = steps_done;
+    log::info(cat("checkpoint: ", ckpt_root_, "/step_", steps_done, best ? " (best)" : ""));
 }
 
 void Trainer::evaluate_at(int64_t steps_done) {
@@ -241,6 +257,10 @@ void Trainer::evaluate_at(int64_t steps_done) {
                   fixed(gl, 4),
                   ", accuracy ",
                   fixed(ga, 4)));
+}
+
+double Trainer::metric(size_t eval_index) const {
+    return (ft_.eval_metric == "general_loss" ? hist_.general_loss : hist_.domain_loss)[eval_index];
 }
 
 std::string Trainer::check(double loss) {
@@ -367,74 +387,150 @@ void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
     hist_.load.insert(hist_.load.end(), shares.begin(), shares.end());
     hist_.overlap.insert(hist_.overlap.end(), ov.begin(), ov.end());
     hist_.kl.insert(hist_.kl.end(), kl.begin(), kl.end());
-    log::info(cat(
-        "step ",
-        step + 1,
-        "/",
-        ft_.steps,
-        ": loss ",
-        fixed(out.loss, 4),
-        ", lr ",
-        sci(lr),
-        ", grad norm ",
-        fixed(out.grad_norm, 4),
-        ", ",
-        fixed(out.tokens / seconds, 1),
-        " tokens/s",
-        L > 0
-            ? cat(", router top-k overlap ", fixed(ov[0], 3), " (layer ", hist_.moe_layers[0], ")")
-            : "",
-        ", ETA ",
-        fixed(static_cast<double>(ft_.steps - step - 1) * run_seconds_ /
-                  static_cast<double>(run_steps_),
-              0),
-        " s"));
+}
+
+void Trainer::log_line(int64_t steps_done) const {
+    // the interval: the steps after the previous multiple of log_every, up to steps_done
+    const int64_t every = ft_.log_every, first = (steps_done - 1) / every * every;
+    double loss = 0, norm = 0, tokens = 0, seconds = 0;
+    int64_t good = 0, skipped = 0;
+    for (int64_t i = first; i < steps_done; ++i) {
+        const auto k = static_cast<size_t>(i);
+        tokens += hist_.tokens[k], seconds += hist_.seconds[k];
+        if (hist_.skipped[k] != 0) {
+            ++skipped;
+            continue;
+        }
+        loss += hist_.loss[k], norm += hist_.grad_norm[k], ++good;
+    }
+    const double n = good > 0 ? static_cast<double>(good) : std::nan("");
+    const size_t L = hist_.moe_layers.size();
+    log::info(
+        cat("step ",
+            steps_done,
+            "/",
+            ft_.steps,
+            ": loss ",
+            fixed(loss / n, 4),
+            steps_done - first > 1 ? cat(" (mean of steps ", first + 1, "-", steps_done, ")") : "",
+            ", lr ",
+            sci(hist_.lr[static_cast<size_t>(steps_done - 1)]),
+            ", grad norm ",
+            fixed(norm / n, 4),
+            ", ",
+            fixed(tokens / seconds, 1),
+            " tokens/s",
+            skipped > 0 ? cat(", ", skipped, " skipped") : "",
+            L > 0 ? cat(", router top-k overlap ",
+                        fixed(hist_.overlap[static_cast<size_t>(steps_done - 1) * L], 3),
+                        " (layer ",
+                        hist_.moe_layers[0],
+                        ")")
+                  : "",
+            ", ETA ",
+            fixed(static_cast<double>(ft_.steps - steps_done) * run_seconds_ /
+                      static_cast<double>(std::max<int64_t>(run_steps_, 1)),
+                  0),
+            " s"));
+}
+
+void Trainer::write_results(const std::string& status) const {
+    if (grid_.rank == 0)
+        hist_.write(job_.deck.job.output + "/results.h5",
+                    {&job_.deck, job_.layout, model::describe(job_.model), started_},
+                    {status, ft_.eval_metric, watch_.best_step});
 }
 
 int Trainer::run() {
     const int64_t start = resume();
+    saved_ = start > 0 ? start : -1;
+    for (size_t i = 0; i < hist_.eval_step.size(); ++i)  // the resumed history's verdicts
+        watch_.add(static_cast<int64_t>(hist_.eval_step[i]), metric(i));
     if (ft_.eval_every > 0 && start == 0)
         evaluate_at(0);  // the base model
     const StopSignals stop_signals;
     const double max_seconds = 0.99 * 3600 * job_.deck.job.max_hours;
-    for (int64_t step = start; step < ft_.steps; ++step) {
+    bool early = start < ft_.steps && watch_.should_stop();  // a rerun of one that stopped early
+    int64_t done = start;
+    for (int64_t step = start; step < ft_.steps && !early; ++step) {
         const double ts = wall_seconds();
         const StepOutcome out = train_step(step);
         record(step, out, wall_seconds() - ts);
-        const bool last = step + 1 == ft_.steps;
-        if (ft_.eval_every > 0 && ((step + 1) % ft_.eval_every == 0 || last))
-            evaluate_at(step + 1);
+        done = step + 1;
+        const bool last = done == ft_.steps, interval = done % ft_.log_every == 0;
+        if (interval || last)
+            log_line(done);
+        bool evaluated = false, best = false;
+        if (ft_.eval_every > 0 && (done % ft_.eval_every == 0 || last)) {
+            evaluate_at(done);
+            evaluated = true;
+            best = watch_.add(done, metric(hist_.eval_step.size() - 1)) && ft_.checkpoint_best;
+            early = watch_.should_stop() && !last;
+        }
         const bool stopping =
             comm::all_reduce_value(
                 stop_signal() != 0 || (max_seconds > 0 && wall_seconds() - t0_ >= max_seconds),
                 grid_.comms.world,
                 comm::ReduceOp::max) != 0;
-        if ((ft_.checkpoint_every > 0 && (step + 1) % ft_.checkpoint_every == 0) ||
-            (stopping && !last))
-            save(step + 1);
-        if (stopping && !last) {
+        const bool finishing = last || early;
+        if (!interval && !last && (early || stopping))  // the steps since the last line
+            log_line(done);
+        if (best) {  // the adapter first: a crash before the checkpoint redoes both
+            export_adapters(job_, m_, lm_, grid_, "best");
+            log::info(cat("best ",
+                          ft_.eval_metric,
+                          " so far (",
+                          fixed(watch_.best, 4),
+                          "): ",
+                          job_.deck.job.output,
+                          "/adapters/best and checkpoints/best"));
+        }
+        if (best || (ft_.checkpoint_every > 0 && done % ft_.checkpoint_every == 0) ||
+            (stopping && !finishing))
+            save(done, best);
+        if (stopping && !finishing) {
+            write_results("stopped");
             log::info(cat("stopped after step ",
-                          step + 1,
+                          done,
                           " (",
                           stop_signal() ? signal_name(stop_signal()) : "job.max_hours",
                           "): rerun the same deck to resume (exit 75)"));
             return static_cast<int>(Exit::stopped);
         }
+        if ((interval || evaluated || saved_ == done) && !finishing)
+            write_results("running");
     }
-    if (ft_.checkpoint_every == 0 || ft_.steps % ft_.checkpoint_every != 0)
-        save(ft_.steps);
-    export_adapters(job_, m_, lm_, grid_);
-    if (grid_.rank == 0)
-        hist_.write(job_.deck.job.output + "/results.h5",
-                    {&job_.deck, job_.layout, model::describe(job_.model), log::utc_timestamp()});
+    if (early)
+        log::info(cat("early stopping after step ",
+                      done,
+                      ": ",
+                      ft_.eval_metric,
+                      " has not improved by more than ",
+                      ft_.early_stopping_min_delta,
+                      " for ",
+                      watch_.stale,
+                      " evaluations (finetune.early_stopping.patience: ",
+                      ft_.early_stopping_patience,
+                      "); best ",
+                      fixed(watch_.best, 4),
+                      " at step ",
+                      watch_.best_step));
+    if (saved_ != done)
+        save(done, false);
+    export_adapters(job_, m_, lm_, grid_, "final");
+    write_results(early ? "early_stopped" : "done");
     comm::barrier(grid_.comms.world);
     log::info(cat("done: ",
-                  ft_.steps,
+                  done,
+                  early ? cat(" of ", ft_.steps) : "",
                   " steps in ",
                   fixed(wall_seconds() - t0_, 1),
                   " s; adapters in ",
                   job_.deck.job.output,
-                  "/adapters/final"));
+                  "/adapters/final",
+                  watch_.best_step > 0 && ft_.checkpoint_best
+                      ? cat(", the best (step ", watch_.best_step, ") in adapters/best")
+                      : ""));
     return 0;
 }
 

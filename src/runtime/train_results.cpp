@@ -40,7 +40,9 @@ void TrainHistory::resize(int64_t steps, int64_t evals) {
     kl.resize(static_cast<size_t>(steps * L));
 }
 
-void TrainHistory::write(const std::string& path, const io::RunMeta& meta) const {
+void TrainHistory::write(const std::string& path,
+                         const io::RunMeta& meta,
+                         const TrainStatus& st) const {
     const comm::Comm self = comm::self_comm();
     io::H5Writer w(path, self);
     io::write_meta(w, meta);
@@ -62,6 +64,10 @@ void TrainHistory::write(const std::string& path, const io::RunMeta& meta) const
     put("/eval/domain_loss", domain_loss, {}), put("/eval/general_loss", general_loss, {});
     put("/eval/domain_accuracy", domain_accuracy, {});
     put("/eval/general_accuracy", general_accuracy, {});
+    w.text("/train/status", st.status);
+    w.text("/eval/metric", st.metric);
+    int64_t best = st.best_step;
+    w.array("/eval/best_step", Tensor{&best, DType::i64, Device::cpu, {1}});
     if (L > 0) {
         std::vector<int64_t> layers = moe_layers;
         w.array("/experts/layers", Tensor{layers.data(), DType::i64, Device::cpu, {L}});

@@ -235,6 +235,30 @@ BOOST_FIXTURE_TEST_CASE(keep_prunes_and_latest_finds_the_newest_complete, Fixtur
     BOOST_TEST(all_ranks(ok));
 }
 
+// `best` names the step it was last pointed at; `keep` never prunes that one, and prunes it as any
+// other once `best` moves on.
+BOOST_FIXTURE_TEST_CASE(the_best_checkpoint_outlives_keep, Fixture) {
+    auto best = [&] {
+        std::string named;
+        std::ifstream(root + "/best") >> named;
+        return named;
+    };
+    io::save_checkpoint(g.comms.world, root, 10, entries(), "{}", 2, true);
+    for (int64_t step : {20, 30, 40})
+        io::save_checkpoint(g.comms.world, root, step, entries(), "{}", 2);
+    bool ok = best() == "step_10" && fs::exists(root + "/step_10/manifest.json") &&
+              !fs::exists(root + "/step_20") && fs::exists(root + "/step_30") &&
+              io::latest_checkpoint(root) == root + "/step_40";
+    io::save_checkpoint(g.comms.world, root, 50, entries(), "{}", 2, true);
+    io::save_checkpoint(g.comms.world, root, 60, entries(), "{}", 2);
+    ok = ok && best() == "step_50" && !fs::exists(root + "/step_10") &&
+         fs::exists(root + "/step_50") && io::latest_checkpoint(root) == root + "/step_60";
+    io::save_checkpoint(g.comms.world, root, 70, entries(), "{}", 2);
+    io::save_checkpoint(g.comms.world, root, 80, entries(), "{}", 2);
+    ok = ok && fs::exists(root + "/step_50/manifest.json") && !fs::exists(root + "/step_60");
+    BOOST_TEST(all_ranks(ok));
+}
+
 BOOST_FIXTURE_TEST_CASE(damaged_or_mismatched_checkpoints_fail_with_exit_4, Fixture) {
     io::save_checkpoint(g.comms.world, root, 1, entries(), "{}", 0);
     const std::string dir = root + "/step_1", file = dir + "/tensors.h5";

@@ -74,9 +74,14 @@ struct FinetuneSection {
     int eval_every = 0;  // 0 = no evaluation
     std::string eval_domain, eval_general;
     int eval_batches = 8;
-    int checkpoint_every = 0;  // 0 = only at the end and on signal
+    std::string eval_metric = "domain_loss";  // domain_loss | general_loss: best and early stop
+    int checkpoint_every = 0;                 // 0 = only at the end and on signal
     int checkpoint_keep = 3;
-    bool recompute = false;             // per-layer activation checkpointing
+    bool checkpoint_best = true;      // checkpoints/best + adapters/best at the lowest eval_metric
+    int early_stopping_patience = 0;  // evaluations without improvement; 0 = off
+    double early_stopping_min_delta = 0;
+    int log_every = 10;      // a step line (and results.h5 rewritten) every N steps and at the last
+    bool recompute = false;  // per-layer activation checkpointing
     std::string on_nonfinite = "stop";  // a NaN/Inf loss or gradient: skip the batch | stop
     double loss_spike = 0;       // > 0: a loss above this × the mean of the last 20 counts as bad
     bool export_merged = false;  // also write the merged weights (safetensors) at the end

@@ -39,14 +39,15 @@ struct CkptEntry {
 
 // Collective over world: writes root/step_<step> (HDF5 files and manifest.json with per-piece
 // sha256 and state_json, rank 0's) under root/step_<step>.partial, flushes it to disk, renames it,
-// then points root/latest at it; then removes all but the newest `keep` step folders (keep ≤ 0:
-// keeps all).
+// then (best = true) points root/best at it, then root/latest; then removes all but the newest
+// `keep` step folders (keep ≤ 0: keeps all), never the one root/best names.
 void save_checkpoint(const comm::Comm& world,
                      const std::string& root,
                      int64_t step,
                      const std::vector<CkptEntry>& entries,
                      const std::string& state_json,
-                     int keep);
+                     int keep,
+                     bool best = false);
 
 // The newest complete step folder under root ("" if none): the one `latest` names when it is
 // complete, else the highest step_N holding a manifest.

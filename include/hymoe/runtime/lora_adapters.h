@@ -13,13 +13,15 @@
 
 namespace hymoe::runtime {
 
-// Collective: rank 0 writes the adapter (adapter 0 of lm) and, when asked, the merged weights,
-// whole at any layout (every rank's parts are gathered through scratch checkpoint files under the
-// output folder; for the merged weights rank 0 holds the whole model once).
+// Collective: rank 0 writes the adapter (adapter 0 of lm) to out/adapters/<folder> (replacing
+// it atomically) and, for folder "final" with finetune.export_merged, the merged weights, whole at
+// any layout (every rank's parts are gathered through scratch checkpoint files under the output
+// folder; for the merged weights rank 0 holds the whole model once, and lm is merged into m).
 void export_adapters(const Job& job,
                      model::Model& m,
                      model::LoraModel& lm,
-                     const parallel::Grid& grid);
+                     const parallel::Grid& grid,
+                     const std::string& folder);
 
 // The infer job's adapters: every folder of inference.adapters loaded as adapter id 0, 1, ... in
 // name order, on the attention projections (q, k, v, o; an adapter of other modules is refused:

@@ -4,6 +4,9 @@
 //   /eval/{step, domain_loss, general_loss, domain_accuracy, general_accuracy}   [M] (NaN: none)
 //   /experts/layers [L] MoE layer indices; /experts/load [S, L, E] share of assignments
 //   /drift/top_k_overlap, /drift/kl [S, L] against the base model on a fixed probe batch
+//   /train/status: running | stopped | early_stopped | done; /eval/metric, /eval/best_step [1]
+// Rank 0 rewrites the whole file (atomically: NAME.partial renamed) at every log interval,
+// evaluation, checkpoint and stop, so a reader sees the curves while the job runs.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,13 @@
 #include "hymoe/io/meta.h"
 
 namespace hymoe::runtime {
+
+// Where the run stands, for readers of a results.h5 written while it runs.
+struct TrainStatus {
+    std::string status;      // running | stopped (a signal or job.max_hours) | early_stopped | done
+    std::string metric;      // finetune.eval.metric
+    int64_t best_step = -1;  // the evaluation with the lowest metric after step 0; -1: none
+};
 
 struct TrainHistory {
     std::vector<double> step, loss, lr, grad_norm, tokens, seconds, tokens_per_s, skipped;
@@ -28,7 +38,7 @@ struct TrainHistory {
     // Sizes the series for `steps` steps and `evals` evaluations before load_checkpoint fills
     // entries() (the counts come from the checkpoint's state).
     void resize(int64_t steps, int64_t evals);
-    void write(const std::string& path, const io::RunMeta& meta) const;
+    void write(const std::string& path, const io::RunMeta& meta, const TrainStatus& st) const;
 };
 
 }  // namespace hymoe::runtime

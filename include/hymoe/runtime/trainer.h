@@ -1,8 +1,11 @@
 // The lora job (DESIGN.md "Job kinds"): LoRA fine-tuning of the frozen model on the deck's
 // domain/general mix, with AdamW, evaluation, expert-load and routing-drift monitoring, a
 // non-finite/loss-spike guard, checkpoints (every checkpoint.every steps, on SIGUSR1/SIGTERM/
-// SIGINT and at job.max_hours: exit 75, and a rerun resumes bit-identically), results.h5 and the
-// adapters in PEFT format (out/adapters/final, and out/merged with finetune.export_merged).
+// SIGINT and at job.max_hours: exit 75, and a rerun resumes bit-identically), a step line every
+// finetune.log_every steps, results.h5 rewritten then and at every evaluation and checkpoint, the
+// checkpoint of the lowest eval metric kept as checkpoints/best (its adapter in adapters/best),
+// early stopping (finetune.early_stopping: exit 0, the final checkpoint and adapter written) and
+// the adapters in PEFT format (out/adapters/final, and out/merged with finetune.export_merged).
 // Layouts: any grid. The micro-batches of a step run 1F1B over pp (model/train.h), and each LoRA
 // gradient is summed over the ranks that replicate its adapter (runtime/lora_grads.h).
 #pragma once
