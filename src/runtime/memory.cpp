@@ -26,7 +26,8 @@ RankMemory rank_memory(const Job& job,
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     r[3] = static_cast<double>(usage.ru_maxrss) * 1024.0;  // kB on Linux
-    const StageMemory& p = plan_job(job).plan.stages[static_cast<size_t>(m.shard.stage)].mem;
+    // a copy: plan_job returns a temporary, gone at the end of this statement
+    const StageMemory p = plan_job(job).plan.stages[static_cast<size_t>(m.shard.stage)].mem;
     r[4] = p.weights, r[5] = p.kv_cache, r[6] = p.kda_state;
     r[7] = std::max(p.act_prefill, p.act_decode);
     r[8] = r[4] + r[5] + r[6] + r[7];
