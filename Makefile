@@ -195,13 +195,14 @@ FUZZ_OUT     := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_FLAGS    = -std=c++20 -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -Iinclude -DOMPI_SKIP_MPICXX=1 \
                 $(shell mpicxx --showme:compile) $(PKG_CFLAGS)
+# the model and backend come whole: config.json's parameter count walks the model's tensor list
 FUZZ_LIBSRC  := $(wildcard src/core/*.cpp src/deck/*.cpp src/io/*.cpp src/text/*.cpp src/tensor/*.cpp \
-                  src/parallel/*.cpp) src/model/config.cpp src/model/config_hf.cpp \
-                  src/model/config_read.cpp src/model/config_presets.cpp src/runtime/results.cpp \
-                  src/backend/cpu/resize.cpp tests/fuzz/engine_names.cpp
+                  src/parallel/*.cpp src/model/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp) \
+                  src/runtime/results.cpp tests/fuzz/engine_names.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.cpp,%,$(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 
+$(FUZZ_OUT)/src/backend/cpu/linear_bf16.o: FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 $(FUZZ_OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
