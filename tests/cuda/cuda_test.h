@@ -132,6 +132,17 @@ inline std::vector<int32_t> to_host_i32(const Tensor& dev, const cu::Stream& s) 
     return v;
 }
 
+// The device result `dev` against the CPU's `want`, within the tolerance of dev's dtype.
+inline void expect_close(const char* what,
+                         const Tensor& dev,
+                         const Buffer& want,
+                         const cu::Stream& s) {
+    Buffer got = to_host(dev, s);
+    const double err = rel_error(got.ptr<float>(), want.ptr<float>(), want.view().numel());
+    BOOST_TEST_INFO(what << " " << to_string(dev.dtype) << ": normalised error " << err);
+    BOOST_TEST(err < tolerance(dev.dtype));
+}
+
 // One test's device state: a stream and a 512 MiB arena on device 0.
 struct Gpu {
     cu::Stream s;

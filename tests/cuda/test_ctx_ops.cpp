@@ -33,13 +33,6 @@ struct GpuCtx {
     Tensor up(const Buffer& host, DType t) { return to_device(host.view(), t, g.arena, g.s); }
 };
 
-void expect_close(const char* what, const Tensor& dev, const Buffer& want, const cu::Stream& s) {
-    Buffer got = to_host(dev, s);
-    const double err = rel_error(got.ptr<float>(), want.ptr<float>(), want.view().numel());
-    BOOST_TEST_INFO(what << " " << to_string(dev.dtype) << ": normalised error " << err);
-    BOOST_TEST(err < tolerance(dev.dtype));
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_ctx_ops, *utf::label("cuda"))

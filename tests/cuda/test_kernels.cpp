@@ -24,14 +24,6 @@ namespace {
 
 const DType kTypes[] = {DType::f32, DType::bf16};
 
-// The device result `dev` against the CPU's `want`, within the tolerance of dev's dtype.
-void expect_close(const char* what, const Tensor& dev, const Buffer& want, const cu::Stream& s) {
-    Buffer got = to_host(dev, s);
-    const double err = rel_error(got.ptr<float>(), want.ptr<float>(), want.view().numel());
-    BOOST_TEST_INFO(what << " " << to_string(dev.dtype) << ": normalised error " << err);
-    BOOST_TEST(err < tolerance(dev.dtype));
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_ops, *utf::label("cuda"))
