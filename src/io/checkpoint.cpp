@@ -106,7 +106,6 @@ void save_checkpoint(const comm::Comm& world,
                                {"state_json", state_json},
                                {"tensors", json::parse(tensors)}};
         write_manifest(tmp, manifest.dump(1));
-        std::error_code ec;
         publish_dir(tmp, final_dir);  // a rewrite of the same step replaces it atomically
         if (best)  // before latest: a crash between the two leaves best complete and findable
             point(root, "best", name);
