@@ -7,7 +7,12 @@ SAN       ?=
 CONFIG    := $(if $(filter 1,$(CUDA)),cuda,cpu)$(if $(SAN),-$(SAN))
 OUT       := build/$(CONFIG)
 
-CXX       := mpicxx
+# ccache, when installed (make deps installs it), answers recompiles of unchanged sources, also in a
+# fresh clone on the same machine (the clone's folder is left out of its hash); `make CCACHE=` skips it
+CCACHE    ?= $(shell command -v ccache)
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+CXX       := $(strip $(CCACHE) mpicxx)
 PKGS      := hdf5-openmpi openblas yaml-cpp nlohmann_json libpng libpcre2-8
 # '=' (not ':='): pkg-config runs when a recipe needs it, after `make deps` has installed the packages
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -61,7 +66,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 export OMP_NUM_THREADS ?= 1
 export BOOST_TEST_COLOR_OUTPUT := no
 
-DEB_PKGS := make g++ pkg-config bc openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools \
+DEB_PKGS := make g++ ccache pkg-config bc openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools \
             libboost-test-dev libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev \
             slurm-wlm munge libpmix-dev python3-h5py python3-matplotlib libpng-dev libjpeg62-turbo-dev \
             libpcre2-dev clang-14 libclang-rt-14-dev
@@ -189,7 +194,7 @@ docs: $(OUT)/hymoe  ## write docs/reference/deck.md from the deck schema (hymoe 
 # committed corpus tests/fuzz/corpus/<t>/ (new inputs go to build/fuzz/corpus/<t>/); a crash, leak,
 # hang (> 1 s) or sanitizer report fails it and leaves the input in build/fuzz/crashes/<t>/.
 # `make fuzz-regress` replays every committed input once (the test tiers run it).
-FUZZ_CXX     ?= clang++-14
+FUZZ_CXX     ?= $(strip $(CCACHE) clang++-14)
 FUZZ_SECONDS ?= 60
 FUZZ_OUT     := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -267,5 +272,5 @@ clean:  ## remove build/ and the jobs' out/ folders
 	rm -rf build jobs/*/out
 
 help:  ## this list
-	@echo "usage: make [target] [CUDA=1] [SAN=asan]"
+	@echo "usage: make [target] [CUDA=1] [SAN=asan] [CCACHE=] (CCACHE= builds without ccache)"
 	@grep -hE '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/^([a-z-]+):.*## /  \1\t/' | expand -t 16

@@ -14,6 +14,7 @@
 
 #include "checkpoint_detail.h"
 #include "hymoe/core/log.h"
+#include "hymoe/io/durable.h"
 
 namespace hymoe::io {
 
@@ -45,9 +46,9 @@ void point(const std::string& root, const std::string& pointer, const std::strin
         if (!f.flush())
             HYMOE_FAIL_ONE(Exit::internal, "writing ", partial);
     }
-    detail::sync_path(partial);
+    sync_path(partial);
     fs::rename(partial, path);
-    detail::sync_path(root);
+    sync_path(root);
 }
 
 // Rank 0: remove every step folder but the newest `keep` complete ones and the one root/best
@@ -105,12 +106,7 @@ void save_checkpoint(const comm::Comm& world,
                                {"state_json", state_json},
                                {"tensors", json::parse(tensors)}};
         write_manifest(tmp, manifest.dump(1));
-        std::error_code ec;
-        fs::remove_all(final_dir, ec);  // a rewrite of the same step
-        fs::rename(tmp, final_dir, ec);
-        if (ec)
-            HYMOE_FAIL_ONE(Exit::internal, "checkpoint: renaming ", tmp, ": ", ec.message());
-        detail::sync_path(root);
+        publish_dir(tmp, final_dir);  // a rewrite of the same step replaces it atomically
         if (best)  // before latest: a crash between the two leaves best complete and findable
             point(root, "best", name);
         point(root, "latest", name);

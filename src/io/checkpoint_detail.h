@@ -1,5 +1,5 @@
 // Helpers the checkpoint files share (io/checkpoint.h): a string broadcast over a communicator, a
-// collective agreement on a failure, dtype names, fsync.
+// collective agreement on a failure, dtype names.
 #pragma once
 
 #include <string>
@@ -34,8 +34,5 @@ void agree(const comm::Comm& c, Exit code, F&& body) {
 
 // The DType that to_string(DType) names ("f32", "bf16", ...); else Exit::checkpoint naming where.
 DType dtype_from_name(const std::string& s, const std::string& where);
-
-// fsync a file or a folder: a crash after this cannot lose it (or, for a folder, a rename in it).
-void sync_path(const std::string& path);
 
 }  // namespace hymoe::io::detail

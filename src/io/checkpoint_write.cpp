@@ -3,14 +3,10 @@
 // files are written collectively with parallel HDF5, and the writers' piece hashes are gathered
 // into the manifest's "tensors" object. Also the small helpers of checkpoint_detail.h.
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +14,7 @@
 #include "hymoe/core/kill_point.h"
 #include "hymoe/core/sha256.h"
 #include "hymoe/io/checkpoint.h"
+#include "hymoe/io/durable.h"
 #include "hymoe/io/h5.h"
 
 namespace hymoe::io {
@@ -58,17 +55,6 @@ DType dtype_from_name(const std::string& s, const std::string& where) {
         if (s == to_string(t))
             return t;
     HYMOE_FAIL_ONE(Exit::checkpoint, where, ": unknown dtype '", s, "'");
-}
-
-void sync_path(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0 || ::fsync(fd) != 0) {
-        const std::string why = std::strerror(errno);
-        if (fd >= 0)
-            ::close(fd);
-        HYMOE_FAIL_ONE(Exit::internal, "syncing ", path, " to disk: ", why);
-    }
-    ::close(fd);
 }
 
 }  // namespace detail
@@ -313,13 +299,13 @@ void write_manifest(const std::string& dir, const std::string& json_text) {
         if (!f.flush())
             HYMOE_FAIL_ONE(Exit::internal, "writing ", partial);
     }
-    detail::sync_path(partial);
+    sync_path(partial);
     kill_point(path);  // tests: a kill -9 with the manifest written but not renamed
     std::error_code ec;
     fs::rename(partial, path, ec);
     if (ec)
         HYMOE_FAIL_ONE(Exit::internal, "renaming ", partial, ": ", ec.message());
-    detail::sync_path(dir);
+    sync_path(dir);
 }
 
 }  // namespace hymoe::io

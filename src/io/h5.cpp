@@ -5,12 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
-#include <unistd.h>
 
 #include "hymoe/core/error.h"
 #include "hymoe/core/kill_point.h"
+#include "hymoe/io/durable.h"
 #include "hymoe/parallel/mpi_handle.h"
 
 namespace hymoe::io {
@@ -34,14 +33,6 @@ H5Id link_props() {
     H5Id p(H5Pcreate(H5P_LINK_CREATE), H5Pclose, "link properties");
     H5Pset_create_intermediate_group(p.get(), 1);
     return p;
-}
-
-// fsync a file or folder ("" = the current folder); a crash after this cannot lose it.
-void sync_to_disk(const std::string& path) {
-    int fd = ::open(path.empty() ? "." : path.c_str(), O_RDONLY);
-    if (fd < 0 || ::fsync(fd) != 0)
-        HYMOE_FAIL_ONE(Exit::internal, "syncing ", path, " to disk: ", std::strerror(errno));
-    ::close(fd);
 }
 
 std::vector<hsize_t> dims_of(const Shape& shape) {
@@ -353,13 +344,13 @@ void H5Writer::commit() {
     if (parallel_)
         comm::barrier(comm_);
     if (comm_.rank() == 0 || !parallel_) {
-        sync_to_disk(partial_);  // the data is on disk before the name says the file is complete
+        sync_path(partial_);  // the data is on disk before the name says the file is complete
         std::error_code ec;
         std::filesystem::rename(partial_, path_, ec);
         if (ec)
             HYMOE_FAIL_ONE(
                 Exit::internal, "renaming ", partial_, " to ", path_, ": ", ec.message());
-        sync_to_disk(std::filesystem::path(path_).parent_path().string());  // the rename itself
+        sync_path(std::filesystem::path(path_).parent_path().string());  // the rename itself
     }
     if (parallel_)
         comm::barrier(comm_);

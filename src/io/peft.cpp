@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hymoe/core/error.h"
+#include "hymoe/io/durable.h"
 #include "hymoe/io/safetensors.h"
 
 namespace hymoe::io {
@@ -42,8 +43,7 @@ void write_peft(const std::string& dir,
     j["init_lora_weights"] = true;
     j["base_model_name_or_path"] = config.base_model;
     std::ofstream(partial + "/adapter_config.json") << j.dump(2) << "\n";
-    fs::remove_all(dir);
-    fs::rename(partial, dir);
+    publish_dir(partial, dir);
 }
 
 PeftConfig read_peft_config(const std::string& dir) {

@@ -178,8 +178,9 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
         log::info(
             "prefix cache: on; results equal an uncached run's to rounding (bit for bit with "
             "inference.batch_invariant: true)");
-    int64_t n_stop = 0, n_length = 0;
+    int64_t n_stop = 0, n_length = 0, n_finished = 0;  // samples by finish; whole requests
     auto sink = [&](Finished&& f) {
+        n_finished += stream.finish_sample(f.index);
         ++(f.finish == Finish::stop ? n_stop : n_length);
         journal.add(std::move(f));
     };
@@ -193,7 +194,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     // rate and the tokens dealt per request so far (prompt + max_new_tokens: an upper bound)
     auto progress = [&](const EngineStats& s, int64_t running) {
         int64_t sums[] = {
-            s.requests, s.prompt_tokens, s.generated_tokens, running, s.pages_in_use, stream.read};
+            n_finished, s.prompt_tokens, s.generated_tokens, running, s.pages_in_use, stream.read};
         if (job.layout.dp > 1) {
             Tensor t{sums, DType::i64, Device::cpu, {6}};
             comm::all_reduce(t, grid.comms.dp);
@@ -268,6 +269,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     }
     if (job.layout.dp > 1) {  // the summary counts every replica
         int64_t sums[] = {s.requests,
+                          n_finished,
                           s.prompt_tokens,
                           s.generated_tokens,
                           s.rows,
@@ -276,11 +278,11 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
                           n_length,
                           stream.read,
                           s.preemptions};
-        Tensor t{sums, DType::i64, Device::cpu, {9}};
+        Tensor t{sums, DType::i64, Device::cpu, {10}};
         comm::all_reduce(t, grid.comms.dp);
-        s.requests = sums[0], s.prompt_tokens = sums[1], s.generated_tokens = sums[2];
-        s.rows = sums[3], s.seqs = sums[4], n_stop = sums[5], n_length = sums[6];
-        stream.read = sums[7], s.preemptions = sums[8];
+        s.requests = sums[0], n_finished = sums[1], s.prompt_tokens = sums[2];
+        s.generated_tokens = sums[3], s.rows = sums[4], s.seqs = sums[5], n_stop = sums[6];
+        n_length = sums[7], stream.read = sums[8], s.preemptions = sums[9];
     }
     const int64_t n =
         journal.finish({&job.deck, job.layout, model::describe(job.model), log::utc_timestamp()});
@@ -305,15 +307,19 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
                       " s: ",
                       fixed(s.prompt_tokens / secs),
                       " tokens/s"));
+    const bool samples = s.requests != n_finished;  // some request asked for n > 1
     log::info(cat("done: ",
-                  n,
-                  " requests (",
-                  s.requests,
+                  samples ? cat(n_finished + stream.resumed, " requests as ", n, " samples")
+                          : cat(n, " requests"),
+                  " (",
+                  n_finished,
                   " run, ",
                   stream.resumed,
                   " resumed, ",
                   stream.skipped,
-                  " skipped); finished by stop ",
+                  " skipped); ",
+                  samples ? "samples " : "",
+                  "finished by stop ",
                   n_stop,
                   ", by length ",
                   n_length));

@@ -1,7 +1,8 @@
 // The plan's weights: the weight list (model/tensor_list.h) summed by block, for the whole model
 // and for one rank of each stage (split over tp, etp and ep or replicated as model/shard.h cuts
 // them), and the LoRA adapters a rank trains. At one rank the per-block sums equal
-// model::count_params exactly (tests/unit/runtime/test_plan.cpp).
+// model::count_params exactly (tests/unit/runtime/test_plan.cpp), and the LoRA count the adapters
+// model::attach_lora makes (test_plan_lora.cpp).
 #include <algorithm>
 
 #include "plan_detail.h"
@@ -44,10 +45,9 @@ LoraCount lora_params(const ModelConfig& m,
             const model::MlaConfig& a = m.mla;
             const i64 H = a.n_head, dq = a.qk_nope_head_dim + a.qk_rope_head_dim;
             c.dense += has("q_proj") ? col(a.q_lora_rank > 0 ? a.q_lora_rank : d, H * dq, tp) : 0;
-            c.dense += has("k_proj") ? col(d, a.kv_lora_rank + a.qk_rope_head_dim, 1) : 0;
-            c.dense += has("v_proj")
-                           ? col(a.kv_lora_rank, H * (a.qk_nope_head_dim + a.v_head_dim), tp)
-                           : 0;
+            // k_proj and v_proj both mean one adapter on kv_a_proj_with_mqa (model/lora_model.h)
+            c.dense +=
+                has("k_proj") || has("v_proj") ? col(d, a.kv_lora_rank + a.qk_rope_head_dim, 1) : 0;
             c.dense += has("o_proj") ? row(H * a.v_head_dim, d, tp) : 0;
         }
         if (s.ffn == Ffn::dense) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +29,8 @@ namespace hymoe::runtime {
 // oversized image, or a count of placeholder tokens other than its images' tokens, makes it a bad
 // request. Text and chat requests are encoded by the deck's tokenizer (chat messages rendered by
 // tokenizer.chat's template first). A request with n samples becomes n Pendings (sample 0 .. n − 1)
-// dealt together; on a resume only the samples the journal lacks run again.
+// dealt together; on a resume only the samples the journal lacks run again. A request counts as
+// finished when the last of its samples does (finish_sample).
 struct Stream {
     const Job& job;
     const std::vector<DoneRequest>& done;
@@ -40,6 +42,7 @@ struct Stream {
     bool on_gpu = false;  // per-request sampling settings are bad requests there
     size_t next_done = 0;
     std::deque<Pending> samples;  // the samples of the request read last still to hand out
+    std::map<int64_t, int64_t> samples_left;  // request index -> its samples still running
 
     Stream(const Job& j, const std::vector<DoneRequest>& d, int dp_rank, const text::Tokenizer* tok)
         : job(j),
@@ -160,6 +163,15 @@ struct Stream {
     bool in_shard() const {  // array jobs: this shard's share of the request indexes
         return index % job.deck.inference.shards == job.deck.inference.shard;
     }
+    // Called as each sample of a request handed out finishes: true for its request's last one.
+    bool finish_sample(int64_t request_index) {
+        const auto it = samples_left.find(request_index);
+        HYMOE_CHECK(it != samples_left.end(), "request ", request_index, " was not handed out");
+        if (--it->second > 0)
+            return false;
+        samples_left.erase(it);
+        return true;
+    }
     bool next(Pending& p) {
         if (!samples.empty()) {
             p = std::move(samples.front());
@@ -210,6 +222,7 @@ struct Stream {
             if (!load_images(r, images))
                 continue;
             ++read;
+            samples_left[index] = r.n - n_have;
             for (int j = 0; j < r.n; ++j)
                 if (!have[static_cast<size_t>(j)])
                     samples.push_back(Pending{index, j, r, images});

@@ -378,6 +378,8 @@ BOOST_AUTO_TEST_CASE(n_samples_per_request_and_their_resume) {
     const std::string r2 = "{\"id\": \"c\", \"tokens\": [4]}\n";
     auto r = run("full.jsonl", r0 + r1 + r2);
     BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    BOOST_TEST(contains(r.out, "done: 3 requests as 11 samples (3 run, 0 resumed, 0 skipped)"),
+               r.out);
     fs::rename(out + "/out", out + "/full");
     hymoe::io::H5Reader full(out + "/full/results.h5");
     BOOST_TEST(
@@ -424,6 +426,8 @@ BOOST_AUTO_TEST_CASE(n_samples_per_request_and_their_resume) {
     r = run("cut.jsonl", r0 + r1 + r2);
     BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
     BOOST_TEST(contains(r.out, "resuming: 8 requests already finished"), r.out);
+    BOOST_TEST(contains(r.out, "done: 3 requests as 11 samples (2 run, 1 resumed, 0 skipped)"),
+               r.out);
     hymoe::io::H5Reader resumed(out + "/out/results.h5");
     BOOST_TEST(resumed.ints("/requests/sample") == full.ints("/requests/sample"),
                boost::test_tools::per_element());
