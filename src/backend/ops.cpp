@@ -160,6 +160,48 @@ void top_k_rows(const Ctx& ctx, const Tensor& x, int64_t k, Tensor& idx) {
         top_k(x.ptr<float>() + r * n, n, k, idx.ptr<int64_t>() + r * k);
 }
 
+// ---- KDA recurrence: pointers in KdaScanParams, so only the context is checked ----------------
+
+void kda_recurrent(const Ctx& ctx, const KdaScanParams& p) {
+    check_on(ctx, "kda_recurrent", {});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_recurrent(*ctx.stream, p);
+    kda_recurrent(p);
+}
+
+namespace {
+
+// No CUDA kernel takes one sequence's KdaScanParams for the chunked form, its checkpoints or the
+// backward (the fused cuda::kda_chunk_prefill takes a KdaBatchParams batch): a CUDA context is
+// refused, naming the op.
+void check_kda_cpu(const backend::Ctx& ctx, const char* op) {
+    check_on(ctx, op, {});
+    HYMOE_CHECK(
+        ctx.device == Device::cpu,
+        op,
+        ": no CUDA kernel for one sequence's KdaScanParams yet (only kda_recurrent runs on a "
+        "CUDA context)");
+}
+
+}  // namespace
+
+void kda_chunked(const Ctx& ctx, const KdaScanParams& p, int chunk) {
+    check_kda_cpu(ctx, "kda_chunked");
+    kda_chunked(p, chunk);
+}
+
+void kda_chunked_checkpoints(const Ctx& ctx, const KdaScanParams& p, float* ckpt, int chunk) {
+    check_kda_cpu(ctx, "kda_chunked_checkpoints");
+    kda_chunked_checkpoints(p, ckpt, chunk);
+}
+
+void kda_scan_backward(
+    const Ctx& ctx, const KdaScanParams& p, const float* ckpt, const KdaScanGrads& d, int chunk) {
+    check_kda_cpu(ctx, "kda_scan_backward");
+    kda_scan_backward(p, ckpt, d, chunk);
+}
+
 }  // namespace ops
 
 }  // namespace hymoe

@@ -1,6 +1,8 @@
 // The KDA block (spec/model-math.md §3): weights, per-sequence state, and the forward over a packed
 // batch. Projections run over all tokens at once; the conv (with its tails) and the recurrence run
-// per sequence, each continuing that sequence's KdaState. The scans are in kda_chunk.cpp.
+// per sequence, each continuing that sequence's KdaState. The scans are backend ops
+// (hymoe/backend/ops.h) on the caller's Ctx; so far the block's own loops (decay gate, l2 norms,
+// output gate) and the adapters run on the host, so the Ctx is the CPU's.
 #include "hymoe/model/kda.h"
 
 #include <cmath>
@@ -20,7 +22,8 @@ Tensor view(float* p, Shape shape) {
 }
 
 // out [n_tok, D] = SiLU(causal_conv(u)) per sequence, each conv continuing its tail [W−1, D].
-void conv_silu(const Tensor& u,  // [n_tok, D]
+void conv_silu(const backend::Ctx& ctx,
+               const Tensor& u,  // [n_tok, D]
                const Buffer& w,  // [D, 1, W]
                const SeqBatch& batch,
                const std::vector<KdaState*>& states,
@@ -33,9 +36,10 @@ void conv_silu(const Tensor& u,  // [n_tok, D]
             continue;
         Tensor us = u.rows(batch.offsets[s], batch.length(s));
         Tensor ys = out.rows(batch.offsets[s], batch.length(s));
-        ops::causal_conv(us, w2, (states[s]->*tail).view(), ys);
+        Tensor ts = (states[s]->*tail).view();
+        ops::causal_conv(ctx, us, w2, ts, ys);
     }
-    ops::silu_inplace(out);
+    ops::silu_inplace(ctx, out);
 }
 
 // g [n_tok, H, K] ← log-decay from the decay logits f [n_tok, H, K] (in place), fp32:
@@ -60,7 +64,8 @@ void decay_gate(const KdaConfig& kc, const KdaWeights& w, const KdaDims& dims, T
 }
 
 // The recurrence of every sequence; o [n_tok, H, V].
-void scan(const KdaDims& dims,
+void scan(const backend::Ctx& ctx,
+          const KdaDims& dims,
           const SeqBatch& batch,
           const std::vector<KdaState*>& states,
           const float* q,     // [n_tok, H, K]
@@ -88,9 +93,9 @@ void scan(const KdaDims& dims,
             mode == KdaMode::chunked || (mode == KdaMode::automatic && p.n_tok > 1);
         static_assert(kPrefillAlign % 64 == 0, "model.h: kPrefillAlign, kda_chunked's chunk");
         if (chunked)
-            kda_chunked(p);
+            ops::kda_chunked(ctx, p);
         else
-            kda_recurrent(p);
+            ops::kda_recurrent(ctx, p);
     }
 }
 
@@ -129,7 +134,8 @@ KdaState make_kda_state(const ModelConfig& cfg) {
     return st;
 }
 
-void kda_forward(const ModelConfig& cfg,
+void kda_forward(const backend::Ctx& ctx,
+                 const ModelConfig& cfg,
                  const KdaWeights& w,
                  const Tensor& x,
                  const SeqBatch& batch,
@@ -151,6 +157,11 @@ void kda_forward(const ModelConfig& cfg,
                 " sequences, ",
                 states.size(),
                 " states");
+    HYMOE_CHECK(
+        ctx.device == Device::cpu,
+        "kda_forward: the block's decay gate, norms and adapters run on the host so far: a ",
+        to_string(ctx.device),
+        " context");
     for (const KdaState* st : states)
         HYMOE_CHECK(st && st->S.view().shape == (Shape{n.H, n.K, n.K}),
                     "kda_forward: a state not made by make_kda_state for this config");
@@ -158,15 +169,15 @@ void kda_forward(const ModelConfig& cfg,
     // q, k, v: projection → conv → SiLU → l2 per head (q also × K^{-1/2})
     Buffer proj(DType::f32, {n_tok, n.D});  // [n_tok, D] pre-conv, reused for q, k, v
     Buffer q(DType::f32, {n_tok, n.D}), k(DType::f32, {n_tok, n.D}), v(DType::f32, {n_tok, n.D});
-    ops::linear(x, w.q_proj.view(), proj.view());
+    ops::linear(ctx, x, w.q_proj.view(), proj.view());
     lora_forward(w.lora.q, batch, x, proj.view());
-    conv_silu(proj.view(), w.q_conv1d, batch, states, &KdaState::q_tail, n, q.view());
-    ops::linear(x, w.k_proj.view(), proj.view());
+    conv_silu(ctx, proj.view(), w.q_conv1d, batch, states, &KdaState::q_tail, n, q.view());
+    ops::linear(ctx, x, w.k_proj.view(), proj.view());
     lora_forward(w.lora.k, batch, x, proj.view());
-    conv_silu(proj.view(), w.k_conv1d, batch, states, &KdaState::k_tail, n, k.view());
-    ops::linear(x, w.v_proj.view(), proj.view());
+    conv_silu(ctx, proj.view(), w.k_conv1d, batch, states, &KdaState::k_tail, n, k.view());
+    ops::linear(ctx, x, w.v_proj.view(), proj.view());
     lora_forward(w.lora.v, batch, x, proj.view());
-    conv_silu(proj.view(), w.v_conv1d, batch, states, &KdaState::v_tail, n, v.view());
+    conv_silu(ctx, proj.view(), w.v_conv1d, batch, states, &KdaState::v_tail, n, v.view());
     ops::l2_norm_rows(q.ptr<float>(), n_tok * n.H, n.K);
     ops::l2_norm_rows(k.ptr<float>(), n_tok * n.H, n.K);
     const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
@@ -176,15 +187,16 @@ void kda_forward(const ModelConfig& cfg,
     // g = decay(f_b f_a x), β = σ(b_proj x)
     Buffer low(DType::f32, {n_tok, n.K});  // [n_tok, K] low-rank activations (decay, then gate)
     Buffer g(DType::f32, {n_tok, n.D});
-    ops::linear(x, w.f_a_proj.view(), low.view());
-    ops::linear(low.view(), w.f_b_proj.view(), g.view());
+    ops::linear(ctx, x, w.f_a_proj.view(), low.view());
+    ops::linear(ctx, low.view(), w.f_b_proj.view(), g.view());
     decay_gate(cfg.kda, w, n, g.view());
     Buffer beta(DType::f32, {n_tok, n.H});
-    ops::linear(x, w.b_proj.view(), beta.view());
-    ops::sigmoid_inplace(beta.view());
+    ops::linear(ctx, x, w.b_proj.view(), beta.view());
+    ops::sigmoid_inplace(ctx, beta.view());
 
     Buffer o(DType::f32, {n_tok, n.D});  // [n_tok, H, V]
-    scan(n,
+    scan(ctx,
+         n,
          batch,
          states,
          q.ptr<float>(),
@@ -197,14 +209,14 @@ void kda_forward(const ModelConfig& cfg,
 
     // y = o_proj(RMSNorm(o_h; o_norm) ⊙ σ(g_b g_a x))
     Buffer gate(DType::f32, {n_tok, n.D});
-    ops::linear(x, w.g_a_proj.view(), low.view());
-    ops::linear(low.view(), w.g_b_proj.view(), gate.view());
-    ops::sigmoid_inplace(gate.view());
+    ops::linear(ctx, x, w.g_a_proj.view(), low.view());
+    ops::linear(ctx, low.view(), w.g_b_proj.view(), gate.view());
+    ops::sigmoid_inplace(ctx, gate.view());
     Tensor heads = view(o.ptr<float>(), {n_tok * n.H, n.K});
-    ops::rms_norm(heads, w.o_norm.view(), static_cast<float>(cfg.rms_norm_eps), heads);
+    ops::rms_norm(ctx, heads, w.o_norm.view(), static_cast<float>(cfg.rms_norm_eps), heads);
     for (int64_t i = 0; i < n_tok * n.D; ++i)
         o.ptr<float>()[i] *= gate.ptr<float>()[i];
-    ops::linear(o.view(), w.o_proj.view(), y);
+    ops::linear(ctx, o.view(), w.o_proj.view(), y);
     lora_forward(w.lora.o, batch, o.view(), y);
 }
 

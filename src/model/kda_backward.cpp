@@ -4,9 +4,10 @@
 //   q = l2(SiLU(conv(q_proj x (+ LoRA q))))·K^{-1/2},  k likewise without the scale,
 //   v = SiLU(conv(v_proj x (+ LoRA v))),  g = gate(f_b f_a x + dt_bias),  β = σ(b_proj x),
 // summing every path into dx: the q, k, v projections, the decay path (f_a, f_b), β (b_proj) and
-// the output gate (g_a, g_b). The scan's backward is in kda_scan_backward.cpp. Each sequence's
-// conv starts from a zero tail and its recurrence from a zero state (nothing crosses sequences).
-// Only the adapters learn: lora_backward accumulates (+=) their dA, dB; dx is overwritten.
+// the output gate (g_a, g_b). The scan and its backward are backend ops (hymoe/backend/ops.h) on
+// the caller's Ctx (the CPU's so far). Each sequence's conv starts from a zero tail and its
+// recurrence from a zero state (nothing crosses sequences). Only the adapters learn: lora_backward
+// accumulates (+=) their dA, dB; dx is overwritten.
 #include <algorithm>
 #include <cmath>
 
@@ -125,7 +126,8 @@ KdaScanParams sequence_scan(const KdaActs& a, const KdaDims& n, const SeqBatch& 
 }
 
 // The scan of every sequence from a zero state: a.o and the chunk checkpoints.
-void scan_forward(const KdaDims& n, const SeqBatch& batch, int chunk, KdaActs& a) {
+void scan_forward(
+    const backend::Ctx& ctx, const KdaDims& n, const SeqBatch& batch, int chunk, KdaActs& a) {
     a.o = Buffer(DType::f32, {a.q.view().dim(0), n.D});
     a.ckpt.clear();
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
@@ -136,12 +138,13 @@ void scan_forward(const KdaDims& n, const SeqBatch& batch, int chunk, KdaActs& a
         KdaScanParams p = sequence_scan(a, n, batch, s);
         p.S = S.ptr<float>();
         p.o = a.o.ptr<float>() + batch.offsets[s] * n.D;
-        kda_chunked_checkpoints(p, a.ckpt.back().ptr<float>(), chunk);
+        ops::kda_chunked_checkpoints(ctx, p, a.ckpt.back().ptr<float>(), chunk);
     }
 }
 
 // The forward of kda_forward for fresh sequences, keeping the activations.
-KdaActs recompute_forward(const ModelConfig& cfg,
+KdaActs recompute_forward(const backend::Ctx& ctx,
+                          const ModelConfig& cfg,
                           const KdaWeights& w,
                           const Tensor& x,
                           const SeqBatch& batch,
@@ -160,7 +163,7 @@ KdaActs recompute_forward(const ModelConfig& cfg,
     a.beta = Buffer(DType::f32, {n_tok, n.H});
     ops::linear(x, w.b_proj.view(), a.beta.view());
     ops::sigmoid_inplace(a.beta.view());
-    scan_forward(n, batch, chunk, a);
+    scan_forward(ctx, n, batch, chunk, a);
 
     Buffer low(DType::f32, {n_tok, n.K});
     a.gate = Buffer(DType::f32, {n_tok, n.D});
@@ -277,7 +280,8 @@ void qkv_backward(const Tensor& x,
 
 }  // namespace
 
-void kda_backward(const ModelConfig& cfg,
+void kda_backward(const backend::Ctx& ctx,
+                  const ModelConfig& cfg,
                   const KdaWeights& w,
                   const Tensor& x,
                   const SeqBatch& batch,
@@ -298,10 +302,14 @@ void kda_backward(const ModelConfig& cfg,
                 batch.n_tok(),
                 " tokens, chunk ",
                 chunk);
+    HYMOE_CHECK(ctx.device == Device::cpu,
+                "kda_backward: the block's own loops and adapters run on the host so far: a ",
+                to_string(ctx.device),
+                " context");
     for (int64_t p0 : batch.pos0)
         HYMOE_CHECK(p0 == 0, "kda_backward: sequences must start fresh (pos0 ", p0, ")");
 
-    const KdaActs a = recompute_forward(cfg, w, x, batch, chunk);
+    const KdaActs a = recompute_forward(ctx, cfg, w, x, batch, chunk);
     std::fill(dx.ptr<float>(), dx.ptr<float>() + n_tok * n.d, 0.0f);
     Buffer dO;
     output_backward(cfg, w, batch, a, dy, dO, dx);
@@ -316,7 +324,8 @@ void kda_backward(const ModelConfig& cfg,
                              dv.ptr<float>() + r * n.D,
                              dg.ptr<float>() + r * n.D,
                              dbeta.ptr<float>() + r * n.H};
-        kda_scan_backward(sequence_scan(a, n, batch, s), a.ckpt[s].ptr<float>(), d, chunk);
+        ops::kda_scan_backward(
+            ctx, sequence_scan(a, n, batch, s), a.ckpt[s].ptr<float>(), d, chunk);
     }
 
     // β = σ(b_proj x): dlogit = dβ β(1 − β)

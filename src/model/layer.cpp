@@ -45,7 +45,7 @@ void mixer_forward(const Model& m,
         for (size_t s = 0; s < n_seq; ++s)
             states[s] =
                 pass.states ? &(*pass.states)[s]->kda[i] : &(fresh[s] = make_kda_state(m.local));
-        kda_forward(m.local, m.layers[i].kda, xn, batch, states, y, pass.kda_mode);
+        kda_forward(m.ctx, m.local, m.layers[i].kda, xn, batch, states, y, pass.kda_mode);
     } else {
         std::vector<AttnCache*> caches;  // [n_seq]; empty: no cache (training)
         if (pass.states)
@@ -69,7 +69,7 @@ void mixer_backward(
     const Model& m, int i, const Tensor& xn, const SeqBatch& batch, const Tensor& dy, Tensor& dxn) {
     const LayerSpec& spec = m.local.layers[i];
     if (spec.mixer == Mixer::kda)
-        kda_backward(m.local, m.layers[i].kda, xn, batch, dy, dxn);
+        kda_backward(m.ctx, m.local, m.layers[i].kda, xn, batch, dy, dxn);
     else
         attention_backward(m.local, spec, m.layers[i].attn, xn, batch, dy, dxn, tp_comm(m));
     tp_sum(m, dxn);

@@ -274,11 +274,11 @@ std::pair<Span, Span> kda_scans(int64_t T, int H, int K, int V) {
     p.S = S.data();
     p.o = o.data();
     Probe chunked;
-    model::kda_chunked(p);
+    ops::kda_chunked(p);
     const Span c = chunked.stop();
     std::fill(S.begin(), S.end(), 0.0f);
     Probe recurrent;
-    model::kda_recurrent(p);
+    ops::kda_recurrent(p);
     return {c, recurrent.stop()};
 }
 
@@ -355,7 +355,8 @@ double kda_decode_cost(const model::Model& m, int layer) {
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
         Probe probe;
-        model::kda_forward(m.cfg,
+        model::kda_forward(m.ctx,
+                           m.cfg,
                            m.layers[static_cast<size_t>(layer)].kda,
                            x.view(),
                            model::single_sequence(1),

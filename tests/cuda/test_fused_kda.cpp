@@ -1,4 +1,4 @@
-// The fused KDA kernels (hymoe/backend/cuda_fused.h) against model::kda_recurrent: the chunked
+// The fused KDA kernels (hymoe/backend/cuda_fused.h) against ops::kda_recurrent: the chunked
 // prefill on a batch of sequences of 0, 1, 63, 64, 65 and 150 tokens (partial chunks on both
 // sides of a boundary), each continuing its own nonzero state from a permuted pool slot, for
 // K = 64 and 128, V = 96 (32-column blocks) and 128 (64-column blocks), q/k/v stored f32 and
@@ -80,7 +80,7 @@ cu::KdaBatchParams params_of(const DeviceInputs& d, int n_seq, int H, int K, int
     return p;
 }
 
-// model::kda_recurrent on rows [first, first + T) of `in`, continuing S [H, K, V]; o [T, H, V].
+// ops::kda_recurrent on rows [first, first + T) of `in`, continuing S [H, K, V]; o [T, H, V].
 void cpu_scan(const Inputs& in, int64_t first, int64_t T, int H, int K, int V, float* S, float* o) {
     model::KdaScanParams p;
     p.n_tok = T;
@@ -94,7 +94,7 @@ void cpu_scan(const Inputs& in, int64_t first, int64_t T, int H, int K, int V, f
     p.beta = in.beta.ptr<float>() + first * H;
     p.S = S;
     p.o = o;
-    model::kda_recurrent(p);
+    ops::kda_recurrent(p);
 }
 
 }  // namespace

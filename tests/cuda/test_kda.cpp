@@ -1,4 +1,4 @@
-// The KDA recurrence on the GPU against model::kda_recurrent on random heads (q, k
+// The KDA recurrence on the GPU against ops::kda_recurrent on random heads (q, k
 // l2-normalised, decays g ≤ 0 up to strong ones, β in (0, 1), a nonzero starting state): the
 // outputs and the carried state after a prefill-sized call, then after decode steps of one token;
 // and the decay gate in both of its forms.
@@ -64,7 +64,7 @@ BOOST_AUTO_TEST_CASE(recurrent_matches_the_cpu_scan_across_calls, *utf::precondi
         dp.beta = db.ptr<float>();
         dp.S = dS.ptr<float>();
         dp.o = dout.ptr<float>();
-        model::kda_recurrent(p);
+        ops::kda_recurrent(p);
         cu::kda_recurrent(g.s, dp);
 
         Buffer got_o = to_host(dout, g.s), got_S = to_host(dS, g.s);

@@ -72,7 +72,7 @@ struct KdaChunkLayout {
 // multiple of 32 (bv = 64 when d_v allows, else 32), within kDynamicSmemLimit.
 KdaChunkLayout kda_chunk_layout(int d_k, int d_v);
 
-// A batch of sequences for the KDA recurrence (model::kda_recurrent's arithmetic, spec §3), all
+// A batch of sequences for the KDA recurrence (ops::kda_recurrent's arithmetic, spec §3), all
 // heads: rows of the per-token arrays are tokens, heads contiguous within a row. The states live
 // in a pool of slots so that a graph-captured decode step reads them in place.
 struct KdaBatchParams {

@@ -70,7 +70,7 @@ void kda_conv_silu(const Stream& s, const KdaBatch& b, const float* u, const flo
 // Each sequence's tail ← the last W−1 rows of [tail; its rows of u]. After kda_conv_silu (which
 // reads the old tails) on the same stream.
 void kda_conv_tails(const Stream& s, const KdaBatch& b, const float* u);
-// The recurrence of every sequence (model::kda_recurrent's arithmetic), its state S in and out:
+// The recurrence of every sequence (ops::kda_recurrent's arithmetic), its state S in and out:
 // q, k, v, g [n_tok, H, K], beta [n_tok, H] → o [n_tok, H, K].
 void kda_scan(const Stream& s,
               const KdaBatch& b,

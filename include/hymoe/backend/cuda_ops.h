@@ -118,7 +118,7 @@ void moe_unpermute(const Stream& s,
 
 // ---- KDA recurrence (kda.cu) -----------------------------------------------------------------
 
-// model::kda_recurrent on the device: the same KdaScanParams with every pointer a device pointer
+// ops::kda_recurrent on the device: the same KdaScanParams with every pointer a device pointer
 // (q, k, g [T, H, K], v, o [T, H, V], beta [T, H], S [H, K, V] fp32 state in and out). One thread
 // per (head, value column) owns that column of S through all T tokens, so the decode step (T = 1)
 // reads and writes the state once per pass; sums run over K in the CPU's order.

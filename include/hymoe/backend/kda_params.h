@@ -1,6 +1,7 @@
-// The POD parameters of one sequence's KDA recurrence, shared by the CPU scan (model/kda.h) and the
-// CUDA kernels (backend/cuda_ops.h), so both backends take the same struct and the backend needs
-// no model header. Every pointer is host or device memory, as the backend that runs it expects.
+// The POD parameters of one sequence's KDA recurrence and of its backward, shared by the CPU scans
+// (backend/cpu/kda_scan.cpp, kda_scan_backward.cpp, called through hymoe/backend/ops.h) and the
+// CUDA kernels (backend/cuda_ops.h), so both backends take the same structs. Every pointer is host
+// or device memory, as the backend that runs it expects.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,16 @@ struct KdaScanParams {
     const float* beta = nullptr;  // [T, H]
     float* S = nullptr;           // [H, K, V] state in (after the previous tokens) and out
     float* o = nullptr;           // [T, H, V] output
+};
+
+// ∂L/∂(inputs) of one sequence's scan, rows as in KdaScanParams; every array is overwritten.
+struct KdaScanGrads {
+    const float* dO = nullptr;  // [T, H, V] ∂L/∂o
+    float* dq = nullptr;        // [T, H, K]
+    float* dk = nullptr;        // [T, H, K]
+    float* dv = nullptr;        // [T, H, V]
+    float* dg = nullptr;        // [T, H, K]
+    float* dbeta = nullptr;     // [T, H]
 };
 
 }  // namespace hymoe::ops

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hymoe/backend/ctx.h"
+#include "hymoe/backend/kda_params.h"
 #include "hymoe/tensor/tensor.h"
 
 namespace hymoe::ops {
@@ -183,5 +184,35 @@ void causal_conv(const Ctx& ctx, const Tensor& u, const Tensor& w, Tensor& tail,
 // idx [rows, k] int64 = top_k of every row of x [rows, n] f32 (best first, ties to the smaller
 // index).
 void top_k_rows(const Ctx& ctx, const Tensor& x, int64_t k, Tensor& idx);
+
+// ---- KDA recurrence (backend/kda_params.h; backend/cpu/kda_scan.cpp, kda_scan_backward.cpp) -----
+// One sequence, every head, fp32 (spec/model-math.md §3); each continues from p.S and leaves there
+// the state after the last token. The CPU forms first, then the same ops on a Ctx: CPU, exactly
+// these; CUDA, kda_recurrent runs cuda::kda_recurrent (backend/cuda_ops.h, device pointers); the
+// chunked form, its checkpoints and the backward have no one-sequence CUDA kernel and refuse.
+
+// The naive recurrence, token by token (fla naive_recurrent_kda).
+void kda_recurrent(const KdaScanParams& p);
+// The chunked WY form (fla naive_chunk_kda): the same result, in chunks of `chunk` tokens.
+void kda_chunked(const KdaScanParams& p, int chunk = 64);
+// kda_chunked that also keeps the state before every chunk: ckpt [⌈T/chunk⌉, H, K, V], the
+// checkpoints kda_scan_backward starts each chunk's recompute from.
+void kda_chunked_checkpoints(const KdaScanParams& p, float* ckpt, int chunk = 64);
+// The recurrence's backward for one sequence: a reverse sweep over the chunks from the checkpoints
+// (kda_chunked_checkpoints with the same p and chunk), carrying ∂L/∂S across the chunk boundaries
+// (∂L/∂S = 0 after the last token). Reads q, k, v, g, beta of p; p.S and p.o are not used.
+void kda_scan_backward(const KdaScanParams& p,
+                       const float* ckpt,  // [⌈T/chunk⌉, H, K, V]
+                       const KdaScanGrads& d,
+                       int chunk = 64);
+
+void kda_recurrent(const Ctx& ctx, const KdaScanParams& p);
+void kda_chunked(const Ctx& ctx, const KdaScanParams& p, int chunk = 64);
+void kda_chunked_checkpoints(const Ctx& ctx, const KdaScanParams& p, float* ckpt, int chunk = 64);
+void kda_scan_backward(const Ctx& ctx,
+                       const KdaScanParams& p,
+                       const float* ckpt,
+                       const KdaScanGrads& d,
+                       int chunk = 64);
 
 }  // namespace hymoe::ops

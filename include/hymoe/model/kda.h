@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/backend/kda_params.h"
 #include "hymoe/model/batch.h"
 #include "hymoe/model/config.h"
@@ -63,13 +64,11 @@ struct KdaState {
 // A zeroed state: a new sequence.
 KdaState make_kda_state(const ModelConfig& cfg);
 
-// The recurrence of one sequence (backend/kda_params.h): one POD struct for both backends.
+// The recurrence of one sequence and its gradients (backend/kda_params.h): one POD struct for both
+// backends; the scans themselves are backend ops (hymoe/backend/ops.h: ops::kda_recurrent,
+// kda_chunked, kda_chunked_checkpoints, kda_scan_backward).
+using ops::KdaScanGrads;
 using ops::KdaScanParams;
-
-// The naive recurrence, token by token (fla naive_recurrent_kda).
-void kda_recurrent(const KdaScanParams& p);
-// The chunked WY form (fla naive_chunk_kda): the same result, in chunks of `chunk` tokens.
-void kda_chunked(const KdaScanParams& p, int chunk = 64);
 
 enum class KdaMode {
     automatic,  // chunked for a sequence with more than one token in the call, recurrent for one
@@ -80,7 +79,8 @@ enum class KdaMode {
 // The KDA mixer over a packed batch: y [n_tok, d] from x [n_tok, d] (already input-normed).
 // states[s] is sequence s's state, continued and updated in place (batch.pos0 is not read: the
 // state alone says where the sequence stands).
-void kda_forward(const ModelConfig& cfg,
+void kda_forward(const backend::Ctx& ctx,
+                 const ModelConfig& cfg,
                  const KdaWeights& w,
                  const Tensor& x,                       // [n_tok, d]
                  const SeqBatch& batch,                 // n_seq sequences over the n_tok rows
@@ -93,35 +93,13 @@ void kda_forward(const ModelConfig& cfg,
 // state only at chunk boundaries and recomputing each chunk's states from them in the reverse
 // sweep (never inverting the decay); dx [n_tok, d] is overwritten with ∂L/∂x, and the adapters
 // in w.lora accumulate their gradients. The frozen weights get none.
-void kda_backward(const ModelConfig& cfg,
+void kda_backward(const backend::Ctx& ctx,
+                  const ModelConfig& cfg,
                   const KdaWeights& w,
                   const Tensor& x,  // [n_tok, d] the forward's input
                   const SeqBatch& batch,
                   const Tensor& dy,  // [n_tok, d] ∂L/∂y
                   Tensor& dx,        // [n_tok, d]
                   int chunk = 64);
-
-// ∂L/∂(inputs) of one sequence's scan, rows as in KdaScanParams; every array is overwritten.
-struct KdaScanGrads {
-    const float* dO = nullptr;  // [T, H, V] ∂L/∂o
-    float* dq = nullptr;        // [T, H, K]
-    float* dk = nullptr;        // [T, H, K]
-    float* dv = nullptr;        // [T, H, V]
-    float* dg = nullptr;        // [T, H, K]
-    float* dbeta = nullptr;     // [T, H]
-};
-
-// kda_chunked that also keeps the state before every chunk: ckpt [⌈T/chunk⌉, H, K, V], the
-// checkpoints kda_scan_backward starts each chunk's recompute from.
-void kda_chunked_checkpoints(const KdaScanParams& p, float* ckpt, int chunk = 64);
-
-// The recurrence's backward for one sequence: a reverse sweep over the chunks that recomputes
-// each chunk's per-token states forward from its checkpoint (from kda_chunked_checkpoints with the
-// same p and chunk) and walks its tokens backward, carrying ∂L/∂S across the chunk boundaries
-// (∂L/∂S = 0 after the last token). Reads q, k, v, g, beta of p; p.S and p.o are not used.
-void kda_scan_backward(const KdaScanParams& p,
-                       const float* ckpt,  // [⌈T/chunk⌉, H, K, V]
-                       const KdaScanGrads& d,
-                       int chunk = 64);
 
 }  // namespace hymoe::model

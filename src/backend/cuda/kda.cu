@@ -1,5 +1,5 @@
 // The KDA recurrence and decay gate on the device (hymoe/backend/cuda_ops.h). The recurrence is
-// model::kda_recurrent's arithmetic per column: for each token, S' = e^{g} ⊙ S,
+// ops::kda_recurrent's arithmetic per column: for each token, S' = e^{g} ⊙ S,
 // u = β (v − S'ᵀk), S = S' + k uᵀ, o = Sᵀq. Column y of head h needs only column y of S_h, so one
 // thread owns it; the state stays fp32 in global memory (coalesced across the columns of a warp)
 // and carries over to the next call. The gate is one thread per element.

@@ -1,7 +1,7 @@
 // KDA chunked prefill, fused (hymoe/backend/cuda_fused.h): one block per (value block, head,
 // sequence) runs the sequence's chunks of C = 64 tokens in order, the state slice S [K, bv] in
 // fp32 shared memory throughout, every WY intermediate of a chunk on chip. The chunk math is
-// model::kda_chunked's (src/model/kda_chunk.cpp) with two changes of evaluation:
+// ops::kda_chunked's (src/backend/cpu/kda_scan.cpp) with two changes of evaluation:
 //   - decays are products of a = e^g, never exponentials of differences: e^{Γ_i − Γ_j} =
 //     Π_{j<l≤i} a_l (every factor ≤ 1: no overflow, however strong the decay; one exp per input);
 //   - the causal triangles M = β·[k_i·(k_j e^{Γ_i − Γ_j})] and Aqk come in 16-row sub-blocks: the

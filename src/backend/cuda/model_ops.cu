@@ -2,7 +2,7 @@
 // grid-stride loops; the KDA conv is one thread per (row, channel) and its tail update one thread
 // per (sequence, channel); the KDA recurrence is one thread per (sequence, head, value column),
 // which owns that column of its sequence's state for all the sequence's rows, with
-// model::kda_recurrent's arithmetic (as src/backend/cuda/kda.cu for one sequence); the softmax
+// ops::kda_recurrent's arithmetic (as src/backend/cuda/kda.cu for one sequence); the softmax
 // and the indexer's decode scores are one block per row, as softmax.cu and indexer.cu.
 #include <cmath>
 

@@ -1,6 +1,8 @@
 // The ops on a Ctx (hymoe/backend/ops.h, backend/ctx.h) on the CPU: each equals the CPU op it
 // dispatches to bit for bit (a miswired switch fails), ReLU² by hand, a tensor on the wrong device
-// and an incomplete or unbuilt CUDA context refused with the op's name, and Scratch tensors.
+// and an incomplete or unbuilt CUDA context refused with the op's name, and Scratch tensors. The
+// KDA scans on a CPU context equal the CPU scans bit for bit; the ones without a CUDA kernel
+// refuse a CUDA context.
 // The same ops on a CUDA context against these are tests/cuda/test_ctx_ops.cpp.
 #include <cmath>
 #include <cstring>
@@ -131,6 +133,92 @@ BOOST_AUTO_TEST_CASE(wrong_device_and_context_refused) {
     BOOST_CHECK_EXCEPTION(ops::top_k_rows(backend::cpu_ctx(), x.view(), 3, idx32.view()),
                           Error,
                           says("top_k_rows: idx [2, 3] (i32)"));
+}
+
+// One sequence of 21 tokens (two chunks of 16), H = 2, K = 8, V = 4, from a random state: o and S
+// of each scan, the checkpoints and every gradient of the backward.
+BOOST_AUTO_TEST_CASE(kda_scans_on_cpu_context_bit_for_bit) {
+    const int64_t T = 21, H = 2, K = 8, V = 4;
+    Buffer q = random({T, H, K}, 20), k = random({T, H, K}, 21), v = random({T, H, V}, 22);
+    Buffer g = random({T, H, K}, 23), beta = random({T, H}, 24), S0 = random({H, K, V}, 25);
+    Buffer dO = random({T, H, V}, 26);
+    for (int64_t i = 0; i < T * H * K; ++i)
+        g.ptr<float>()[i] = -std::abs(g.ptr<float>()[i]);
+    for (int64_t i = 0; i < T * H; ++i)
+        beta.ptr<float>()[i] = 1.0f / (1.0f + std::exp(-beta.ptr<float>()[i]));
+    struct Run {
+        Buffer S, o, ckpt, dq, dk, dv, dg, dbeta;
+    };
+    auto run = [&](bool on_ctx) {
+        Run r{copy_of(S0),
+              Buffer(DType::f32, {T, H, V}),
+              Buffer(DType::f32, {2, H, K, V}),
+              Buffer(DType::f32, {T, H, K}),
+              Buffer(DType::f32, {T, H, K}),
+              Buffer(DType::f32, {T, H, V}),
+              Buffer(DType::f32, {T, H, K}),
+              Buffer(DType::f32, {T, H})};
+        ops::KdaScanParams p{T,
+                             H,
+                             K,
+                             V,
+                             q.ptr<float>(),
+                             k.ptr<float>(),
+                             v.ptr<float>(),
+                             g.ptr<float>(),
+                             beta.ptr<float>(),
+                             r.S.ptr<float>(),
+                             r.o.ptr<float>()};
+        const ops::KdaScanGrads d{dO.ptr<float>(),
+                                  r.dq.ptr<float>(),
+                                  r.dk.ptr<float>(),
+                                  r.dv.ptr<float>(),
+                                  r.dg.ptr<float>(),
+                                  r.dbeta.ptr<float>()};
+        const backend::Ctx cpu = backend::cpu_ctx();
+        if (on_ctx) {
+            ops::kda_recurrent(cpu, p);
+            ops::kda_chunked(cpu, p, 16);
+            ops::kda_chunked_checkpoints(cpu, p, r.ckpt.ptr<float>(), 16);
+            ops::kda_scan_backward(cpu, p, r.ckpt.ptr<float>(), d, 16);
+        } else {
+            ops::kda_recurrent(p);
+            ops::kda_chunked(p, 16);
+            ops::kda_chunked_checkpoints(p, r.ckpt.ptr<float>(), 16);
+            ops::kda_scan_backward(p, r.ckpt.ptr<float>(), d, 16);
+        }
+        return r;
+    };
+    const Run a = run(true), b = run(false);
+    BOOST_TEST(same_bits(a.S, b.S));
+    BOOST_TEST(same_bits(a.o, b.o));
+    BOOST_TEST(same_bits(a.ckpt, b.ckpt));
+    BOOST_TEST(same_bits(a.dq, b.dq));
+    BOOST_TEST(same_bits(a.dk, b.dk));
+    BOOST_TEST(same_bits(a.dv, b.dv));
+    BOOST_TEST(same_bits(a.dg, b.dg));
+    BOOST_TEST(same_bits(a.dbeta, b.dbeta));
+
+    backend::Ctx gpu;
+    gpu.device = Device::cuda;
+    ops::KdaScanParams p;
+#ifdef HYMOE_CUDA  // a context that passes the completeness check (never dereferenced)
+    static char fake[3];
+    gpu.stream = reinterpret_cast<const backend::cuda::Stream*>(&fake[0]);
+    gpu.arena = reinterpret_cast<backend::cuda::DeviceArena*>(&fake[1]);
+    gpu.blas = reinterpret_cast<backend::cuda::Blas*>(&fake[2]);
+    BOOST_CHECK_EXCEPTION(
+        ops::kda_chunked(gpu, p), Error, says("kda_chunked: no CUDA kernel for one sequence"));
+    BOOST_CHECK_EXCEPTION(ops::kda_scan_backward(gpu, p, nullptr, {}),
+                          Error,
+                          says("kda_scan_backward: no CUDA kernel for one sequence"));
+#else
+    BOOST_CHECK_EXCEPTION(
+        ops::kda_chunked(gpu, p), Error, says("kda_chunked: a CUDA context in a build without"));
+    BOOST_CHECK_EXCEPTION(ops::kda_scan_backward(gpu, p, nullptr, {}),
+                          Error,
+                          says("kda_scan_backward: a CUDA context in a build without"));
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(scratch_tensors_live_to_the_scope_end) {

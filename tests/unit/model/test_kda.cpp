@@ -15,6 +15,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "hymoe/backend/ops.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/model/kda.h"
@@ -98,9 +99,9 @@ struct ScanData {
         p.S = S.data();
         p.o = o.data();
         if (chunked)
-            kda_chunked(p, chunk);
+            ops::kda_chunked(p, chunk);
         else
-            kda_recurrent(p);
+            ops::kda_recurrent(p);
         return {o, S};
     }
 };
@@ -144,7 +145,7 @@ struct Layer {
         std::vector<float> xs(x.begin(), x.begin() + n * d), y(n * d, NAN);
         Tensor xt{xs.data(), DType::f32, Device::cpu, {n, d}};
         Tensor yt{y.data(), DType::f32, Device::cpu, {n, d}};
-        kda_forward(cfg, w, xt, batch, states, yt, mode);
+        kda_forward(backend::cpu_ctx(), cfg, w, xt, batch, states, yt, mode);
         return y;
     }
 };
@@ -192,9 +193,9 @@ BOOST_AUTO_TEST_CASE(hand_computed) {
         p.S = S.data();
         p.o = o.data();
         if (variant == 0)
-            kda_recurrent(p);
+            ops::kda_recurrent(p);
         else
-            kda_chunked(p, variant == 1 ? 64 : 1);
+            ops::kda_chunked(p, variant == 1 ? 64 : 1);
         BOOST_TEST_CONTEXT("variant " << variant) {
             BOOST_TEST(max_err(o, want_o) < 1e-6f);
             BOOST_TEST(max_err(S, want_S) < 1e-6f);

@@ -1,12 +1,12 @@
-// Unit tests of the KDA backward (hymoe/model/kda.h: kda_scan_backward, kda_backward;
-// spec/model-math.md §3, §9): the scan's gradients against fourth-order central differences of
-// the recurrence; the chunked sweep from checkpoints equal to a plain per-token reverse sweep that
-// stores every state (double), also under decay strong enough to underflow e^g; the whole block's
-// dx and the LoRA dA, dB of the q, k, v, o adapters against finite differences of Σ dy ⊙ y on two
-// packed sequences, with both decay gates; the block under extreme decay stays finite; and the
-// block against the torch autograd golden of tests/golden/gen_kda_backward.py. Errors are
-// max|a − b| / max|b| over a whole gradient. Run from the repository root (the golden file is read
-// by relative path).
+// Unit tests of the KDA backward (hymoe/backend/ops.h: kda_scan_backward; hymoe/model/kda.h:
+// kda_backward; spec/model-math.md §3, §9): the scan's gradients against fourth-order central
+// differences of the recurrence; the chunked sweep from checkpoints equal to a plain per-token
+// reverse sweep that stores every state (double), also under decay strong enough to underflow e^g;
+// the whole block's dx and the LoRA dA, dB of the q, k, v, o adapters against finite differences of
+// Σ dy ⊙ y on two packed sequences, with both decay gates; the block under extreme decay stays
+// finite; and the block against the torch autograd golden of tests/golden/gen_kda_backward.py.
+// Errors are max|a − b| / max|b| over a whole gradient. Run from the repository root (the golden
+// file is read by relative path).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -19,6 +19,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "hymoe/backend/ops.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/model/kda.h"
@@ -113,7 +114,7 @@ struct ScanCase {
     // Σ dO ⊙ o of the token-by-token recurrence (the function the backward differentiates).
     double loss(const std::vector<float>& dO) const {
         std::vector<float> S(static_cast<size_t>(H) * K * V, 0.0f), o(T * H * V);
-        kda_recurrent(params(S.data(), o.data()));
+        ops::kda_recurrent(params(S.data(), o.data()));
         double l = 0.0;
         for (size_t i = 0; i < o.size(); ++i)
             l += static_cast<double>(dO[i]) * static_cast<double>(o[i]);
@@ -124,13 +125,13 @@ struct ScanCase {
         std::vector<float> S(static_cast<size_t>(H) * K * V, 0.0f), o(T * H * V);
         std::vector<float> ckpt(((T + chunk - 1) / chunk) * S.size());
         const KdaScanParams p = params(S.data(), o.data());
-        kda_chunked_checkpoints(p, ckpt.data(), chunk);
+        ops::kda_chunked_checkpoints(p, ckpt.data(), chunk);
         ScanGrads d{std::vector<float>(q.size(), NAN),
                     std::vector<float>(k.size(), NAN),
                     std::vector<float>(v.size(), NAN),
                     std::vector<float>(g.size(), NAN),
                     std::vector<float>(beta.size(), NAN)};
-        kda_scan_backward(
+        ops::kda_scan_backward(
             p,
             ckpt.data(),
             KdaScanGrads{
@@ -263,7 +264,7 @@ struct Block {
         std::vector<float> y(n * d);
         Tensor xt{x.data(), DType::f32, Device::cpu, {n, d}};
         Tensor yt{y.data(), DType::f32, Device::cpu, {n, d}};
-        kda_forward(cfg, w, xt, batch, ptrs, yt);
+        kda_forward(backend::cpu_ctx(), cfg, w, xt, batch, ptrs, yt);
         double l = 0.0;
         for (int64_t i = 0; i < n * d; ++i)
             l += static_cast<double>(dy[i]) * static_cast<double>(y[i]);
@@ -285,7 +286,7 @@ struct Block {
         Tensor xt{x.data(), DType::f32, Device::cpu, {n, d}};
         Tensor dyt{dy.data(), DType::f32, Device::cpu, {n, d}};
         Tensor dxt{dx.data(), DType::f32, Device::cpu, {n, d}};
-        kda_backward(cfg, w, xt, batch, dyt, dxt, chunk);
+        kda_backward(backend::cpu_ctx(), cfg, w, xt, batch, dyt, dxt, chunk);
         return dx;
     }
 };

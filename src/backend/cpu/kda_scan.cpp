@@ -20,10 +20,9 @@
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
-#include "hymoe/model/kda.h"
-#include "hymoe/model/kda_simd.h"
+#include "kda_simd.h"
 
-namespace hymoe::model {
+namespace hymoe::ops {
 
 namespace {
 
@@ -247,4 +246,4 @@ void kda_chunked(const KdaScanParams& p, int chunk) {
     }
 }
 
-}  // namespace hymoe::model
+}  // namespace hymoe::ops

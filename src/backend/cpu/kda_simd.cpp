@@ -1,7 +1,7 @@
-// The chunked KDA scan's vector kernels (hymoe/model/kda_simd.h): AVX-512 bodies through compiler
+// The chunked KDA scan's vector kernels (backend/cpu/kda_simd.h): AVX-512 bodies through compiler
 // intrinsics (target attribute, no global -mavx512f), picked once at run time by
 // __builtin_cpu_supports, and scalar bodies with the same polynomial for other CPUs.
-#include "hymoe/model/kda_simd.h"
+#include "kda_simd.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-namespace hymoe::model {
+namespace hymoe::ops {
 
 namespace {
 
@@ -170,4 +170,4 @@ void kda_diag_scores(int64_t n,
     }
 }
 
-}  // namespace hymoe::model
+}  // namespace hymoe::ops

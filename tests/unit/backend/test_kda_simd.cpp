@@ -1,20 +1,21 @@
-// Unit tests of the chunked KDA scan's vector kernels (hymoe/model/kda_simd.h): kda_exp's
-// relative error against the double-precision exponential over the non-positive normal range
-// (the bound the header states), its underflow to 0, and kda_diag_scores against a
-// double-precision evaluation of the pairwise-exponential scores, with K a multiple of 16 and not.
+// Unit tests of the chunked KDA scan's vector kernels (src/backend/cpu/kda_simd.h, private to the
+// CPU backend): kda_exp's relative error against the double-precision exponential over the
+// non-positive normal range (the bound the header states), its underflow to 0, and kda_diag_scores
+// against a double-precision evaluation of the pairwise-exponential scores, with K a multiple of 16
+// and not.
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
+#include "../../../src/backend/cpu/kda_simd.h"
 #include "hymoe/core/rng.h"
-#include "hymoe/model/kda_simd.h"
 
 namespace {
 
 using namespace hymoe;
-using namespace hymoe::model;
+using namespace hymoe::ops;
 
 }  // namespace
 

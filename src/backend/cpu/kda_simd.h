@@ -1,16 +1,16 @@
-// The vector kernels of the chunked KDA scan (kda_chunk.cpp): a fast e^x for the non-positive
+// The vector kernels of the chunked KDA scan (kda_scan.cpp): a fast e^x for the non-positive
 // exponents the chunked form evaluates, and the pairwise-exponential scores of a diagonal
 // sub-block. Each has an AVX-512 body, chosen at run time when the CPU has avx512f, and a portable
 // scalar one with the same polynomial.
 // kda_exp: Cody-Waite range reduction x = n·ln2 + r, |r| ≤ ln2/2, and the degree-7 expansion
 // e^r ≈ 1 + r + r²·P5(r) (Cephes expf coefficients), scaled by 2^n. Max relative error against
-// the exact e^x: 2e-7 over x ∈ [−87.3, 0] (normal results; tests/unit/model/test_kda_simd.cpp
+// the exact e^x: 2e-7 over x ∈ [−87.3, 0] (normal results; tests/unit/backend/test_kda_simd.cpp
 // measures it); below, the result underflows gracefully (subnormal, then 0 from x < −104).
 #pragma once
 
 #include <cstdint>
 
-namespace hymoe::model {
+namespace hymoe::ops {
 
 // y[i] = e^{x[i]} for x[i] ≤ 0 (y may alias x).
 void kda_exp(const float* x, float* y, int64_t n);
@@ -40,4 +40,4 @@ void kda_diag_scores(int64_t n,
                      float* akk,        // [n, n] stride ldo
                      int64_t ldo);
 
-}  // namespace hymoe::model
+}  // namespace hymoe::ops

@@ -11,10 +11,10 @@
 #include <cmath>
 #include <vector>
 
+#include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
-#include "hymoe/model/kda.h"
 
-namespace hymoe::model {
+namespace hymoe::ops {
 
 namespace {
 
@@ -179,4 +179,4 @@ void kda_scan_backward(const KdaScanParams& p,
     }
 }
 
-}  // namespace hymoe::model
+}  // namespace hymoe::ops
