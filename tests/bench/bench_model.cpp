@@ -9,7 +9,8 @@
 //            the read bandwidth, counting per step the active params less the embedding table (a
 //            lower bound: 4 tokens touch the union of their experts, whose uniform-routing
 //            expectation is printed beside it)
-//   KDA      kda_chunked (chunk 64) vs kda_recurrent on one 2048-token sequence, H 8, K = V 128
+//   KDA      kda_chunked (chunk 64) vs kda_recurrent on one 2048-token sequence, H 8, K = V 128;
+//            its backward, kda_scan_backward (GEMMs per chunk) vs kda_scan_backward_tokens
 //   DSA      attention_forward of the first DSA layer on one 2048-token sequence: the indexer's
 //            share of its time (AttnStats); a 256-token prefill chunk after 1k and 8k cached
 //            tokens, the time ratio against the context ratio
@@ -234,10 +235,16 @@ Span decode(const model::Model& m, int64_t steps, std::vector<model::SequenceSta
     return probe.stop();
 }
 
-// kda_chunked (first) and kda_recurrent (second) on one sequence of T tokens from a zero state,
+// The KDA scans timed on one sequence: forward chunked and recurrent, backward chunked and per
+// token (from the same checkpoints, chunk 64).
+struct KdaScanSpans {
+    Span chunked, recurrent, back_chunked, back_tokens;
+};
+
+// kda_chunked, kda_recurrent, then both backwards of one sequence of T tokens from a zero state,
 // with inputs shaped as kda_forward makes them: q, k unit rows (q scaled by K^{-1/2}),
-// g = −u² ∈ (−1, 0], β ∈ [0, 1).
-std::pair<Span, Span> kda_scans(int64_t T, int H, int K, int V) {
+// g = −u² ∈ (−1, 0], β ∈ [0, 1); ∂L/∂o standard normal.
+KdaScanSpans kda_scans(int64_t T, int H, int K, int V) {
     const auto n_k = static_cast<size_t>(T * H * K), n_v = static_cast<size_t>(T * H * V);
     std::vector<float> q(n_k), k(n_k), g(n_k), v(n_v), beta(static_cast<size_t>(T * H));
     std::vector<float> o(n_v), S(static_cast<size_t>(H * K * V));
@@ -279,7 +286,19 @@ std::pair<Span, Span> kda_scans(int64_t T, int H, int K, int V) {
     std::fill(S.begin(), S.end(), 0.0f);
     Probe recurrent;
     ops::kda_recurrent(p);
-    return {c, recurrent.stop()};
+    const Span r = recurrent.stop();
+    std::fill(S.begin(), S.end(), 0.0f);
+    std::vector<float> ckpt(static_cast<size_t>((T + 63) / 64 * H * K * V)), dO(n_v);
+    rng.fill_normal(dO.data(), n_v, 0.0f, 1.0f);
+    ops::kda_chunked_checkpoints(p, ckpt.data());
+    std::vector<float> dq(n_k), dk(n_k), dv(n_v), dg(n_k), dbeta(beta.size());
+    const ops::KdaScanGrads d{dO.data(), dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data()};
+    Probe back_chunked;
+    ops::kda_scan_backward(p, ckpt.data(), d);
+    const Span bc = back_chunked.stop();
+    Probe back_tokens;
+    ops::kda_scan_backward_tokens(p, ckpt.data(), d);
+    return {c, r, bc, back_tokens.stop()};
 }
 
 // attention_forward of layer `layer` on one new sequence of T random rows.
@@ -689,7 +708,7 @@ int main(int argc, char** argv) {
         if (pass > 0)
             continue;
         first_cpu_wall = (pf.user + pf.sys) / pf.wall;
-        const auto [chunked, recurrent] =
+        const auto [chunked, recurrent, back_chunked, back_tokens] =
             kda_scans(scan_len, cfg.kda.n_head, cfg.kda.head_dim, cfg.kda.head_dim);
         const auto scan_tok = static_cast<double>(scan_len);
         row("KDA chunked (64), 2048 tok",
@@ -700,6 +719,14 @@ int main(int argc, char** argv) {
                 100 * chunked.gemm_seconds / chunked.wall,
                 chunked.gemm_gflops()));
         row("KDA recurrent, 2048 tok", scan_tok / recurrent.wall, "tok/s", "");
+        row("KDA backward chunked, 2048 tok",
+            scan_tok / back_chunked.wall,
+            "tok/s",
+            fmt("%.2f x per-token; GEMM %.0f%% of wall at %.1f GFLOP/s",
+                back_tokens.wall / back_chunked.wall,
+                100 * back_chunked.gemm_seconds / back_chunked.wall,
+                back_chunked.gemm_gflops()));
+        row("KDA backward per-token, 2048 tok", scan_tok / back_tokens.wall, "tok/s", "");
         int dsa = 0;
         while (cfg.layers[static_cast<size_t>(dsa)].mixer != model::Mixer::dsa)
             ++dsa;

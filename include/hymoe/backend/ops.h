@@ -185,7 +185,7 @@ void causal_conv(const Ctx& ctx, const Tensor& u, const Tensor& w, Tensor& tail,
 // index).
 void top_k_rows(const Ctx& ctx, const Tensor& x, int64_t k, Tensor& idx);
 
-// ---- KDA recurrence (backend/kda_params.h; backend/cpu/kda_scan.cpp, kda_scan_backward.cpp) -----
+// ---- KDA recurrence (backend/kda_params.h; backend/cpu/kda_scan.cpp, kda_chunk_backward.cpp) ----
 // One sequence, every head, fp32 (spec/model-math.md §3); each continues from p.S and leaves there
 // the state after the last token. The CPU forms first, then the same ops on a Ctx: CPU, exactly
 // these; CUDA, kda_recurrent runs cuda::kda_recurrent (backend/cuda_ops.h, device pointers); the
@@ -198,13 +198,22 @@ void kda_chunked(const KdaScanParams& p, int chunk = 64);
 // kda_chunked that also keeps the state before every chunk: ckpt [⌈T/chunk⌉, H, K, V], the
 // checkpoints kda_scan_backward starts each chunk's recompute from.
 void kda_chunked_checkpoints(const KdaScanParams& p, float* ckpt, int chunk = 64);
-// The recurrence's backward for one sequence: a reverse sweep over the chunks from the checkpoints
-// (kda_chunked_checkpoints with the same p and chunk), carrying ∂L/∂S across the chunk boundaries
-// (∂L/∂S = 0 after the last token). Reads q, k, v, g, beta of p; p.S and p.o are not used.
+// The recurrence's backward for one sequence, chunked: a reverse sweep over the chunks that
+// recomputes each chunk's WY matrices from its checkpoint (kda_chunked_checkpoints with the same p
+// and chunk) and takes the chunk's gradients as GEMMs per head
+// (backend/cpu/kda_chunk_backward.cpp), carrying ∂L/∂S across the chunk boundaries (∂L/∂S = 0 after
+// the last token). Reads q, k, v, g, beta of p; p.S and p.o are not used.
 void kda_scan_backward(const KdaScanParams& p,
                        const float* ckpt,  // [⌈T/chunk⌉, H, K, V]
                        const KdaScanGrads& d,
                        int chunk = 64);
+// The same gradients token by token (backend/cpu/kda_scan_backward.cpp): each chunk's per-token
+// states recomputed from its checkpoint, then a reverse sweep over its tokens; the reference the
+// chunked backward is tested and benchmarked against.
+void kda_scan_backward_tokens(const KdaScanParams& p,
+                              const float* ckpt,
+                              const KdaScanGrads& d,
+                              int chunk = 64);
 
 void kda_recurrent(const Ctx& ctx, const KdaScanParams& p);
 void kda_chunked(const Ctx& ctx, const KdaScanParams& p, int chunk = 64);

@@ -20,6 +20,7 @@
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
+#include "kda_chunk.h"
 #include "kda_simd.h"
 
 namespace hymoe::ops {
@@ -40,52 +41,10 @@ void check_params(const KdaScanParams& p) {
                 "kda scan: missing input or output array");
 }
 
-constexpr int64_t sub = 16;  // sub-chunk: the diagonal blocks of A and of the WY inverse
+}  // namespace
 
-// Scratch for one chunk of one head, sized for chunks of up to C tokens (row strides K, V, C).
-struct ChunkScratch {
-    std::vector<float> gam;  // [C, K] Γ
-    std::vector<float> e;    // [K] e^{Γ_L}
-    std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
-    std::vector<float> kg;   // [C, K] K ⊙ e^Γ
-    std::vector<float> kl;   // [C, K] K ⊙ e^{Γ_L − Γ}
-    std::vector<float> qs;   // [sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}
-    std::vector<float> ks;   // [sub, K] its K ⊙ e^{Γ − Γ_r}
-    std::vector<float> kt;   // [C, K] the rows before it, K ⊙ e^{Γ_r − Γ}
-    std::vector<float> m;    // [C, C] M, strictly lower
-    std::vector<float> aqk;  // [C, C] Aqk, lower with the diagonal
-    std::vector<float> t;    // [C, C] T, lower with the diagonal
-    std::vector<float> x;    // [sub, C] M[I, <I] · N[<I, <I]
-    std::vector<float> w;    // [C, K] W
-    std::vector<float> u;    // [C, V] U, then V'
-    ChunkScratch(int64_t C, int64_t K, int64_t V)
-        : gam(C * K),
-          e(K),
-          qg(C * K),
-          kg(C * K),
-          kl(C * K),
-          qs(sub * K),
-          ks(sub * K),
-          kt(C * K),
-          m(C * C),
-          aqk(C * C),
-          t(C * C),
-          x(sub * C),
-          w(C * K),
-          u(C * V) {}
-};
-
-// One head's rows of one chunk: row c of q, k, g at c·ldk, of v, o at c·ldv, β at c·H.
-struct ChunkView {
-    int64_t L, K, V, H, ldk, ldv;
-    const float* q;     // [L, K] (stride ldk)
-    const float* k;     // [L, K] (stride ldk)
-    const float* v;     // [L, V] (stride ldv)
-    const float* g;     // [L, K] (stride ldk)
-    const float* beta;  // [L] (stride H)
-    float* o;           // [L, V] (stride ldv)
-    float* S;           // [K, V] this head's state
-};
+// The pieces of one chunk of one head (their contracts are in kda_chunk.h).
+namespace kda_chunk {
 
 // Γ, Q ⊙ e^Γ, K ⊙ e^Γ, K ⊙ e^{Γ_L − Γ}.
 void chunk_decays(const ChunkView& c, ChunkScratch& s) {
@@ -99,11 +58,7 @@ void chunk_decays(const ChunkView& c, ChunkScratch& s) {
     kda_decay_rows(c.k, c.ldk, gam, gam + (L - 1) * K, -1.0f, L, K, s.kl.data());
 }
 
-// M and Aqk on the causal triangle, zero above it, by sub-chunks I of `sub` rows starting at r:
-// the diagonal block with pairwise exponentials (kda_diag_scores), the block row left of it as
-// two GEMMs of factors taken about the reference Γ_r, (Q_I ⊙ e^{Γ_I − Γ_r})(K_{<r} ⊙ e^{Γ_r −
-// Γ_{<r}})ᵀ and the same with K_I, whose exponents are all ≤ 0 (Γ falls down the rows).
-void chunk_triangles(const ChunkView& c, int64_t C, ChunkScratch& s) {
+void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
     const int64_t L = c.L, K = c.K;
     for (int64_t i = 0; i < L; ++i) {
         std::fill(&s.m[i * C], &s.m[i * C + L], 0.0f);
@@ -130,18 +85,19 @@ void chunk_triangles(const ChunkView& c, int64_t C, ChunkScratch& s) {
             false, true, n, r, K, 1.0f, s.qs.data(), K, s.kt.data(), K, 0.0f, &s.aqk[r * C], C);
         ops::gemm(false, true, n, r, K, 1.0f, s.ks.data(), K, s.kt.data(), K, 0.0f, &s.m[r * C], C);
     }
-    for (int64_t i = 0; i < L; ++i) {  // M = β_c · A_kk below the diagonal
+    for (int64_t i = 0; i < L; ++i)
+        s.m[i * C + i] = 0.0f;
+}
+
+void chunk_beta_rows(const ChunkView& c, int64_t C, ChunkScratch& s) {
+    for (int64_t i = 0; i < c.L; ++i) {
         const float b = c.beta[i * c.H];
         for (int64_t j = 0; j < i; ++j)
             s.m[i * C + j] *= b;
-        s.m[i * C + i] = 0.0f;
     }
 }
 
-// T = (I + M)^{-1} Diag(β): N = (I + M)^{-1} is unit lower triangular, found by block rows of
-// `sub`: the diagonal block N_II = (I + M_II)^{-1} by forward substitution, the blocks left of it
-// N_{I,<I} = −N_II (M_{I,<I} N_{<I,<I}) as two GEMMs; then column j is scaled by β_j.
-void chunk_solve(const ChunkView& c, int64_t C, ChunkScratch& s) {
+void chunk_inverse(const ChunkView& c, int64_t C, ChunkScratch& s) {
     const int64_t L = c.L;
     for (int64_t i = 0; i < L; ++i)
         std::fill(&s.t[i * C], &s.t[i * C + L], 0.0f);
@@ -162,20 +118,54 @@ void chunk_solve(const ChunkView& c, int64_t C, ChunkScratch& s) {
         ops::gemm(
             false, false, n, r, n, -1.0f, &s.t[r * C + r], C, s.x.data(), C, 0.0f, &s.t[r * C], C);
     }
+}
+
+void chunk_beta_columns(const ChunkView& c, int64_t C, ChunkScratch& s) {
+    const int64_t L = c.L;
     for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j <= i; ++j)
             s.t[i * C + j] *= c.beta[j * c.H];
 }
 
+void chunk_wy(const ChunkView& c, int64_t C, ChunkScratch& s) {
+    const int64_t L = c.L, K = c.K, V = c.V;
+    ops::gemm(false, false, L, K, L, 1.0f, s.t.data(), C, s.kg.data(), K, 0.0f, s.w.data(), K);
+    ops::gemm(false, false, L, V, L, 1.0f, s.t.data(), C, c.v, c.ldv, 0.0f, s.u.data(), V);
+    ops::gemm(false, false, L, V, K, -1.0f, s.w.data(), K, c.S, V, 1.0f, s.u.data(), V);  // V'
+}
+
+ChunkView chunk_view(const KdaScanParams& p, int64_t h, int64_t t0, int64_t C) {
+    const int64_t H = p.n_head, K = p.d_k, V = p.d_v;
+    return ChunkView{std::min(C, p.n_tok - t0),
+                     K,
+                     V,
+                     H,
+                     H * K,
+                     H * V,
+                     p.q + (t0 * H + h) * K,
+                     p.k + (t0 * H + h) * K,
+                     p.v + (t0 * H + h) * V,
+                     p.g + (t0 * H + h) * K,
+                     p.beta + t0 * H + h,
+                     p.o ? p.o + (t0 * H + h) * V : nullptr,
+                     p.S ? p.S + h * K * V : nullptr};
+}
+
+}  // namespace kda_chunk
+
+namespace {
+
+using namespace kda_chunk;
+
 // One chunk of one head: O for its tokens, and the state carried past it.
 void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
     const int64_t L = c.L, K = c.K, V = c.V;
     chunk_decays(c, s);
-    chunk_triangles(c, C, s);
-    chunk_solve(c, C, s);
-    ops::gemm(false, false, L, K, L, 1.0f, s.t.data(), C, s.kg.data(), K, 0.0f, s.w.data(), K);
-    ops::gemm(false, false, L, V, L, 1.0f, s.t.data(), C, c.v, c.ldv, 0.0f, s.u.data(), V);
-    ops::gemm(false, false, L, V, K, -1.0f, s.w.data(), K, c.S, V, 1.0f, s.u.data(), V);  // V'
+    chunk_scores(c, C, s);
+    chunk_beta_rows(c, C, s);
+    chunk_inverse(c, C, s);
+    chunk_beta_columns(c, C, s);
+    chunk_wy(c, C, s);
     ops::gemm(false, false, L, V, K, 1.0f, s.qg.data(), K, c.S, V, 0.0f, c.o, c.ldv);
     ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
     kda_exp(&s.gam[(L - 1) * K], s.e.data(), K);  // e^{Γ_L}
@@ -224,26 +214,11 @@ void kda_recurrent(const KdaScanParams& p) {
 void kda_chunked(const KdaScanParams& p, int chunk) {
     check_params(p);
     HYMOE_CHECK(chunk > 0, "kda_chunked: chunk ", chunk);
-    const int64_t H = p.n_head, K = p.d_k, V = p.d_v, C = chunk;
-    ChunkScratch scratch(C, K, V);
-    for (int64_t h = 0; h < H; ++h) {
-        for (int64_t t0 = 0; t0 < p.n_tok; t0 += C) {
-            const ChunkView c{std::min(C, p.n_tok - t0),
-                              K,
-                              V,
-                              H,
-                              H * K,
-                              H * V,
-                              p.q + (t0 * H + h) * K,
-                              p.k + (t0 * H + h) * K,
-                              p.v + (t0 * H + h) * V,
-                              p.g + (t0 * H + h) * K,
-                              p.beta + t0 * H + h,
-                              p.o + (t0 * H + h) * V,
-                              p.S + h * K * V};
-            chunk_step(c, C, scratch);
-        }
-    }
+    const int64_t H = p.n_head, C = chunk;
+    ChunkScratch scratch(C, p.d_k, p.d_v);
+    for (int64_t h = 0; h < H; ++h)
+        for (int64_t t0 = 0; t0 < p.n_tok; t0 += C)
+            chunk_step(chunk_view(p, h, t0, C), C, scratch);
 }
 
 }  // namespace hymoe::ops

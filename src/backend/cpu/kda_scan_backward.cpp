@@ -1,6 +1,8 @@
 // The backward of the KDA recurrence (spec/model-math.md §3, §9) on one sequence, every head, in
-// fp32. Forward per head and token: S' = e^{g} ⊙ S_{t−1} (row-wise), p = S'ᵀk, u = β(v − p),
-// S_t = S' + k uᵀ, o_t = S_tᵀ q. Its reverse step, with dS = ∂L/∂S_t from the later tokens:
+// fp32, token by token (ops::kda_scan_backward_tokens: the reference of the chunked backward,
+// kda_chunk_backward.cpp). Forward per head and token: S' = e^{g} ⊙ S_{t−1} (row-wise),
+// p = S'ᵀk, u = β(v − p), S_t = S' + k uᵀ, o_t = S_tᵀ q. Its reverse step, with dS = ∂L/∂S_t from
+// the later tokens:
 //   dS += q dOᵀ;  dq = S_t dO;  du = dSᵀ k;  dk = dS u;  dβ = du·(v − p);  dv = β du;
 //   dp = −β du;  dS' = dS + k dpᵀ;  dk += S' dp;  dg = rowsum(dS' ⊙ S');  dS ← e^{g} ⊙ dS'.
 // The states S_{t−1} come from a recompute, forward from the state saved at the start of the
@@ -144,12 +146,12 @@ void kda_chunked_checkpoints(const KdaScanParams& p, float* ckpt, int chunk) {
     }
 }
 
-void kda_scan_backward(const KdaScanParams& p,
-                       const float* ckpt,
-                       const KdaScanGrads& d,
-                       int chunk) {
+void kda_scan_backward_tokens(const KdaScanParams& p,
+                              const float* ckpt,
+                              const KdaScanGrads& d,
+                              int chunk) {
     HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && chunk > 0,
-                "kda_scan_backward: T ",
+                "kda_scan_backward_tokens: T ",
                 p.n_tok,
                 " H ",
                 p.n_head,
@@ -163,7 +165,7 @@ void kda_scan_backward(const KdaScanParams& p,
         return;
     HYMOE_CHECK(p.q && p.k && p.v && p.g && p.beta && ckpt && d.dO && d.dq && d.dk && d.dv &&
                     d.dg && d.dbeta,
-                "kda_scan_backward: missing input or gradient array");
+                "kda_scan_backward_tokens: missing input or gradient array");
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v, C = chunk;
     const int64_t n_chunk = (p.n_tok + C - 1) / C;
     std::vector<float> dS(H * K * V, 0.0f);  // [H, K, V] ∂L/∂S after the token being swept

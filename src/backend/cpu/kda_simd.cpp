@@ -114,6 +114,48 @@ __attribute__((target("avx512f"))) void diag_scores_avx512(int64_t n,
     }
 }
 
+__attribute__((target("avx512f"))) void diag_grads_avx512(int64_t n,
+                                                          int64_t K,
+                                                          const float* q,
+                                                          const float* k,
+                                                          int64_t ld,
+                                                          const float* gam,
+                                                          const float* daqk,
+                                                          const float* dakk,
+                                                          int64_t ldd,
+                                                          float* dqa,
+                                                          float* dkr,
+                                                          float* dkc) {
+    for (int64_t i = 1; i < n; ++i) {
+        for (int64_t j = 0; j < i; ++j) {
+            const __m512 a = _mm512_set1_ps(daqk[i * ldd + j]),
+                         m = _mm512_set1_ps(dakk[i * ldd + j]);
+            for (int64_t x = 0; x < K; x += 16) {
+                const __mmask16 mk =
+                    K - x >= 16 ? 0xffff : static_cast<__mmask16>((1u << (K - x)) - 1);
+                const __m512 e =
+                    exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, gam + i * K + x),
+                                             _mm512_maskz_loadu_ps(mk, gam + j * K + x)));
+                const __m512 kje = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, k + j * ld + x), e);
+                const __m512 qi = _mm512_maskz_loadu_ps(mk, q + i * ld + x);
+                const __m512 ki = _mm512_maskz_loadu_ps(mk, k + i * ld + x);
+                _mm512_mask_storeu_ps(
+                    dqa + i * K + x,
+                    mk,
+                    _mm512_fmadd_ps(a, kje, _mm512_maskz_loadu_ps(mk, dqa + i * K + x)));
+                _mm512_mask_storeu_ps(
+                    dkr + i * K + x,
+                    mk,
+                    _mm512_fmadd_ps(m, kje, _mm512_maskz_loadu_ps(mk, dkr + i * K + x)));
+                const __m512 w = _mm512_mul_ps(_mm512_fmadd_ps(a, qi, _mm512_mul_ps(m, ki)), e);
+                _mm512_mask_storeu_ps(dkc + j * K + x,
+                                      mk,
+                                      _mm512_add_ps(w, _mm512_maskz_loadu_ps(mk, dkc + j * K + x)));
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void kda_exp(const float* x, float* y, int64_t n) {
@@ -166,6 +208,36 @@ void kda_diag_scores(int64_t n,
             }
             aqk[i * ldo + j] = acc_q;
             akk[i * ldo + j] = acc_k;
+        }
+    }
+}
+
+void kda_diag_grads(int64_t n,
+                    int64_t K,
+                    const float* q,
+                    const float* k,
+                    int64_t ld,
+                    const float* gam,
+                    const float* daqk,
+                    const float* dakk,
+                    int64_t ldd,
+                    float* dqa,
+                    float* dkr,
+                    float* dkc) {
+    if (have_avx512()) {
+        diag_grads_avx512(n, K, q, k, ld, gam, daqk, dakk, ldd, dqa, dkr, dkc);
+        return;
+    }
+    for (int64_t i = 1; i < n; ++i) {
+        for (int64_t j = 0; j < i; ++j) {
+            const float a = daqk[i * ldd + j], m = dakk[i * ldd + j];
+            for (int64_t x = 0; x < K; ++x) {
+                const float e = exp_scalar(gam[i * K + x] - gam[j * K + x]);
+                const float kje = k[j * ld + x] * e;
+                dqa[i * K + x] += a * kje;
+                dkr[i * K + x] += m * kje;
+                dkc[j * K + x] += (a * q[i * ld + x] + m * k[i * ld + x]) * e;
+            }
         }
     }
 }

@@ -1,11 +1,11 @@
-// The vector kernels of the chunked KDA scan (kda_scan.cpp): a fast e^x for the non-positive
-// exponents the chunked form evaluates, and the pairwise-exponential scores of a diagonal
-// sub-block. Each has an AVX-512 body, chosen at run time when the CPU has avx512f, and a portable
-// scalar one with the same polynomial.
-// kda_exp: Cody-Waite range reduction x = n·ln2 + r, |r| ≤ ln2/2, and the degree-7 expansion
-// e^r ≈ 1 + r + r²·P5(r) (Cephes expf coefficients), scaled by 2^n. Max relative error against
-// the exact e^x: 2e-7 over x ∈ [−87.3, 0] (normal results; tests/unit/backend/test_kda_simd.cpp
-// measures it); below, the result underflows gracefully (subnormal, then 0 from x < −104).
+// The vector kernels of the chunked KDA scan (kda_scan.cpp, kda_chunk_backward.cpp): a fast e^x
+// for the non-positive exponents the chunked form evaluates, and the pairwise-exponential scores
+// of a diagonal sub-block and their backward. Each has an AVX-512 body, chosen at run time when the
+// CPU has avx512f, and a portable scalar one with the same polynomial. kda_exp: Cody-Waite range
+// reduction x = n·ln2 + r, |r| ≤ ln2/2, and the degree-7 expansion e^r ≈ 1 + r + r²·P5(r) (Cephes
+// expf coefficients), scaled by 2^n. Max relative error against the exact e^x: 2e-7 over x ∈
+// [−87.3, 0] (normal results; tests/unit/backend/test_kda_simd.cpp measures it); below, the result
+// underflows gracefully (subnormal, then 0 from x < −104).
 #pragma once
 
 #include <cstdint>
@@ -39,5 +39,22 @@ void kda_diag_scores(int64_t n,
                      float* aqk,        // [n, n] stride ldo
                      float* akk,        // [n, n] stride ldo
                      int64_t ldo);
+
+// The backward of kda_diag_scores' pairs below the diagonal (kda_chunk_backward.cpp): for every
+// i and j < i of a diagonal sub-block of n ≤ 16 tokens, with e = e^{γ_i − γ_j} (every exponent
+// ≤ 0), a = daqk[i, j], m = dakk[i, j]:
+//   dqa[i] += a · k_j ⊙ e,   dkr[i] += m · k_j ⊙ e,   dkc[j] += (a · q_i + m · k_i) ⊙ e.
+void kda_diag_grads(int64_t n,
+                    int64_t K,
+                    const float* q,  // [n, K] stride ld
+                    const float* k,  // [n, K] stride ld
+                    int64_t ld,
+                    const float* gam,   // [n, K] stride K: cumulative log-decay γ
+                    const float* daqk,  // [n, n] stride ldd, read below the diagonal
+                    const float* dakk,  // [n, n] stride ldd
+                    int64_t ldd,
+                    float* dqa,   // [n, K] stride K, accumulated
+                    float* dkr,   // [n, K] stride K, accumulated
+                    float* dkc);  // [n, K] stride K, accumulated
 
 }  // namespace hymoe::ops

@@ -1,0 +1,86 @@
+// The pieces of the chunked KDA form (spec/model-math.md §3) for one chunk of one head, shared by
+// the chunked forward (kda_scan.cpp) and the chunked backward (kda_chunk_backward.cpp), which
+// recomputes a chunk's intra-chunk matrices with exactly the forward's code. Private to
+// backend/cpu. Notation (kda_scan.cpp): Γ the within-chunk cumulative log-decay [L, K], A_kk[c, i]
+// = Σ_κ k_cκ k_iκ e^{Γ_cκ − Γ_iκ} (i < c), M = Diag(β) A_kk, N = (I + M)^{-1}, T = N Diag(β),
+// W = T (K ⊙ e^Γ), U = T V, V' = U − W S, Aqk[c, j] = Σ_κ q_cκ k_jκ e^{Γ_cκ − Γ_jκ} (j ≤ c).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hymoe/backend/kda_params.h"
+
+namespace hymoe::ops::kda_chunk {
+
+constexpr int64_t sub = 16;  // sub-chunk: the diagonal blocks of A and of the WY inverse
+
+// Scratch for one chunk of one head, sized for chunks of up to C tokens (row strides K, V, C).
+struct ChunkScratch {
+    std::vector<float> gam;  // [C, K] Γ
+    std::vector<float> e;    // [K] e^{Γ_L}
+    std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
+    std::vector<float> kg;   // [C, K] K ⊙ e^Γ
+    std::vector<float> kl;   // [C, K] K ⊙ e^{Γ_L − Γ}
+    std::vector<float> qs;   // [sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}
+    std::vector<float> ks;   // [sub, K] its K ⊙ e^{Γ − Γ_r}
+    std::vector<float> kt;   // [C, K] the rows before it, K ⊙ e^{Γ_r − Γ}
+    std::vector<float> m;    // [C, C] M, strictly lower
+    std::vector<float> aqk;  // [C, C] Aqk, lower with the diagonal
+    std::vector<float> t;    // [C, C] T, lower with the diagonal
+    std::vector<float> x;    // [sub, C] M[I, <I] · N[<I, <I]
+    std::vector<float> w;    // [C, K] W
+    std::vector<float> u;    // [C, V] U, then V'
+    ChunkScratch(int64_t C, int64_t K, int64_t V)
+        : gam(C * K),
+          e(K),
+          qg(C * K),
+          kg(C * K),
+          kl(C * K),
+          qs(sub * K),
+          ks(sub * K),
+          kt(C * K),
+          m(C * C),
+          aqk(C * C),
+          t(C * C),
+          x(sub * C),
+          w(C * K),
+          u(C * V) {}
+};
+
+// One head's rows of one chunk: row c of q, k, g at c·ldk, of v, o at c·ldv, β at c·H.
+struct ChunkView {
+    int64_t L, K, V, H, ldk, ldv;
+    const float* q;     // [L, K] (stride ldk)
+    const float* k;     // [L, K] (stride ldk)
+    const float* v;     // [L, V] (stride ldv)
+    const float* g;     // [L, K] (stride ldk)
+    const float* beta;  // [L] (stride H)
+    float* o;           // [L, V] (stride ldv)
+    float* S;           // [K, V] this head's state
+};
+
+// The chunk of L = min(C, T − t0) tokens of head h starting at token t0 (o and S null when p's
+// are).
+ChunkView chunk_view(const KdaScanParams& p, int64_t h, int64_t t0, int64_t C);
+
+// s.gam = Γ, s.qg = Q ⊙ e^Γ, s.kg = K ⊙ e^Γ, s.kl = K ⊙ e^{Γ_L − Γ}.
+void chunk_decays(const ChunkView& c, ChunkScratch& s);
+// s.aqk = Aqk (lower with the diagonal) and s.m = A_kk (strictly lower), zero above, by
+// sub-chunks I of `sub` rows starting at r: the diagonal block with pairwise exponentials
+// (kda_diag_scores), the block row left of it as two GEMMs of factors taken about the reference
+// Γ_r, (Q_I ⊙ e^{Γ_I − Γ_r})(K_{<r} ⊙ e^{Γ_r − Γ_{<r}})ᵀ and the same with K_I, whose exponents
+// are all ≤ 0 (Γ falls down the rows). Needs chunk_decays.
+void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s);
+// s.m ← M = Diag(β) A_kk.
+void chunk_beta_rows(const ChunkView& c, int64_t C, ChunkScratch& s);
+// s.t = N = (I + M)^{-1}, unit lower triangular, by block rows of `sub`: the diagonal block
+// N_II = (I + M_II)^{-1} by forward substitution, the blocks left of it N_{I,<I} =
+// −N_II (M_{I,<I} N_{<I,<I}) as two GEMMs.
+void chunk_inverse(const ChunkView& c, int64_t C, ChunkScratch& s);
+// s.t ← T = N Diag(β).
+void chunk_beta_columns(const ChunkView& c, int64_t C, ChunkScratch& s);
+// s.w = W, s.u = V' (from the state c.S before the chunk). Needs T in s.t.
+void chunk_wy(const ChunkView& c, int64_t C, ChunkScratch& s);
+
+}  // namespace hymoe::ops::kda_chunk
