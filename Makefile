@@ -23,7 +23,7 @@ OPT       ?= -O2 -g
 CPPFLAGS   = -Iinclude -DOMPI_SKIP_MPICXX=1 $(PKG_CFLAGS) \
              $(if $(filter 1,$(CUDA)),-DHYMOE_CUDA=1 -isystem $(CUDA_HOME)/include)
 CXXFLAGS   = -std=c++20 $(OPT) $(WARN) -MMD -MP $(SAN_FLAGS)
-LDLIBS     = $(PKG_LIBS) -ljpeg $(if $(filter 1,$(CUDA)),$(CUDA_LIBS))
+LDLIBS     = $(PKG_LIBS) -ljpeg -fopenmp $(if $(filter 1,$(CUDA)),$(CUDA_LIBS))
 
 ifeq ($(SAN),asan)
 # g++ 12 gives false maybe-uninitialized warnings on instrumented code (std::regex's std::function)
@@ -121,8 +121,10 @@ $(OUT)/gen/build_info.o: $(OUT)/gen/build_info.cpp
 $(BENCHES): $(OUT)/%: $(OUT)/tests/bench/%.o $(OUT)/libhymoe.a
 	$(CXX) $(SAN_FLAGS) $^ $(LDLIBS) -o $@
 
-# The AVX-512-BF16 kernels: the one file built for those instructions, called after a cpuid check
-$(OUT)/src/backend/cpu/linear_bf16.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+# The AVX-512(-BF16) kernels: the two files built for those instructions (called after a cpuid
+# check), with OpenMP (threads split output rows; libgomp is OpenBLAS's own, linked by -fopenmp)
+AVX512_OBJ := $(OUT)/src/backend/cpu/linear_bf16.o $(OUT)/src/backend/cpu/gemv_avx512.o
+$(AVX512_OBJ): CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -fopenmp
 
 $(OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
@@ -207,7 +209,8 @@ FUZZ_LIBSRC  := $(wildcard src/core/*.cpp src/deck/*.cpp src/io/*.cpp src/text/*
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.cpp,%,$(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 
-$(FUZZ_OUT)/src/backend/cpu/linear_bf16.o: FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+$(FUZZ_OUT)/src/backend/cpu/linear_bf16.o $(FUZZ_OUT)/src/backend/cpu/gemv_avx512.o: \
+    FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 $(FUZZ_OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@

@@ -68,7 +68,8 @@ void gemm_w(bool trans_w,
             int64_t ldc);
 
 // Which kernels run the 16-bit weight products: picked once from cpuid (auto), or forced (tests,
-// benchmarks); forcing avx512_bf16 on a CPU without it fails.
+// benchmarks); forcing avx512_bf16 on a CPU without it fails. Forcing portable also sends the
+// fp32 weight products to ops::gemm (not the AVX-512 fp32 GEMV of decode-sized products).
 enum class WeightKernel { automatic, avx512_bf16, portable };
 void set_weight_kernel(WeightKernel k);
 WeightKernel weight_kernel();  // the one in use (automatic resolved)

@@ -1,6 +1,6 @@
-// AVX-512 kernels for products with bf16 weights (backend/cpu/weight_kernels.h). This file alone
-// is compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16; weight_gemm.cpp calls it only
-// after cpu_has_avx512_bf16(). fp32 accumulation throughout.
+// The AVX-512-BF16 GEMM for products with bf16 weights and many rows (backend/cpu/weight_kernels.h;
+// the few-row GEMVs are gemv_avx512.cpp's). Compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512bf16; weight_gemm.cpp calls it only after cpu_has_avx512_bf16(). fp32 accumulation.
 // Loops over the register tile carry `#pragma GCC unroll` so that -O2 keeps the accumulators in
 // registers. g++ 12's AVX-512 headers start vectors as `__Y = __Y` (undefined on purpose), which
 // -Wuninitialized reports at every inlined use: silenced for this file only.
@@ -17,85 +17,17 @@ namespace hymoe::ops::detail {
 
 bool cpu_has_avx512_bf16() {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
 }
 
 namespace {
-
-// ---- GEMV: few rows, the weight streamed once ---------------------------------------------
-
-inline void store(float alpha, float sum, float beta, float* c) {
-    *c = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
-}
-
-// c [M, R] (+)= x16 [M, k] · w [R, k]ᵀ: R weight rows in one pass, M activation rows (bf16,
-// [M, ldx], zero past k) reusing them; each 64-byte line of a weight row is one VDPBF16PS per
-// activation row, the lanes reduced at the end.
-template <int M, int R>
-void gemv_tile(int64_t k,
-               float alpha,
-               const uint16_t* x16,
-               int64_t ldx,
-               const uint16_t* w,
-               int64_t ldw,
-               float beta,
-               float* c,
-               int64_t ldc) {
-    __m512 acc[M][R];
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i)
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)
-            acc[i][r] = _mm512_setzero_ps();
-    constexpr int64_t ahead = 512;  // elements prefetched ahead on each weight row (1 KiB)
-    for (int64_t p = 0; p < k; p += 32) {
-        const __mmask32 mk = k - p >= 32 ? ~0u : (1u << (k - p)) - 1;
-        __m512bh wv[R];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-            _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + p + ahead), _MM_HINT_T0);
-            wv[r] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mk, w + r * ldw + p));
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < M; ++i) {
-            const auto xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x16 + i * ldx + p));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r)
-                acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv, wv[r]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i)
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)
-            store(alpha, _mm512_reduce_add_ps(acc[i][r]), beta, c + i * ldc + r);
-}
-
-template <int M>
-void gemv_rows(int64_t n,
-               int64_t k,
-               float alpha,
-               const uint16_t* a,
-               int64_t lda,
-               const uint16_t* w,
-               int64_t ldw,
-               float beta,
-               float* c,
-               int64_t ldc) {
-    constexpr int R = M <= 2 ? 8 : 4;  // weight rows per pass: M·R accumulators in registers
-    int64_t j = 0;
-    for (; j + R <= n; j += R)
-        gemv_tile<M, R>(k, alpha, a, lda, w + j * ldw, ldw, beta, c + j, ldc);
-    for (; j < n; ++j)
-        gemv_tile<M, 1>(k, alpha, a, lda, w + j * ldw, ldw, beta, c + j, ldc);
-}
 
 // ---- GEMM: many rows, VDPBF16PS on packed panels -------------------------------------------
 
 constexpr int64_t kNr = 64;  // panel columns: four 16-lane vectors
 constexpr int kMr = 6;       // tile rows: 6 × 4 accumulators
 constexpr int64_t kKc = 64;  // K block, in bf16 pairs: a 64 × 64 panel block is 16 KiB
+constexpr int64_t kMinParallelFlops = int64_t{1} << 22;  // smaller products stay on one thread
 
 // panel [kp, 64] of bf16 pairs: panel[p][j] = (w[j][2p], w[j][2p+1]) for the panel's `cols`
 // weight rows j (zero beyond them and beyond k).
@@ -181,41 +113,6 @@ constexpr TileFn kTiles[kMr + 1] = {
 
 }  // namespace
 
-void bf16_gemv_avx512(int64_t m,
-                      int64_t n,
-                      int64_t k,
-                      float alpha,
-                      const float* a,
-                      int64_t lda,
-                      const uint16_t* w,
-                      int64_t ldw,
-                      float beta,
-                      float* c,
-                      int64_t ldc) {
-    const int64_t ldx = (k + 31) / 32 * 32;
-    std::vector<uint16_t> x16(static_cast<size_t>(m * ldx), 0);  // [m, ldx] a rounded to bf16
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t p = 0; p < k; ++p)
-            x16[static_cast<size_t>(i * ldx + p)] = float_to_bf16(a[i * lda + p]);
-    for (int64_t i = 0; i < m; i += 4) {
-        const uint16_t* xi = x16.data() + i * ldx;
-        float* ci = c + i * ldc;
-        switch (std::min<int64_t>(4, m - i)) {
-            case 1:
-                gemv_rows<1>(n, k, alpha, xi, ldx, w, ldw, beta, ci, ldc);
-                break;
-            case 2:
-                gemv_rows<2>(n, k, alpha, xi, ldx, w, ldw, beta, ci, ldc);
-                break;
-            case 3:
-                gemv_rows<3>(n, k, alpha, xi, ldx, w, ldw, beta, ci, ldc);
-                break;
-            default:
-                gemv_rows<4>(n, k, alpha, xi, ldx, w, ldw, beta, ci, ldc);
-        }
-    }
-}
-
 void bf16_gemm_avx512(int64_t m,
                       int64_t n,
                       int64_t k,
@@ -236,26 +133,33 @@ void bf16_gemm_avx512(int64_t m,
     struct alignas(64) Line {
         uint32_t v[16];
     };
-    std::vector<Line> panel(static_cast<size_t>(kp * kNr / 16));  // [kp, 64] 64-byte aligned
-    for (int64_t j = 0; j < n; j += kNr) {
-        const int64_t cols = std::min(kNr, n - j);
-        pack_panel(w + j * ldw, ldw, cols, k, panel.data()->v);
-        // K blocks of kKc pairs: the panel's block (16 KiB) stays in L1 across the row tiles
-        for (int64_t p0 = 0; p0 < kp || p0 == 0; p0 += kKc) {
-            const int64_t p1 = std::min(kp, p0 + kKc);
-            for (int64_t i = 0; i < m; i += kMr) {
-                const int64_t rows = std::min<int64_t>(kMr, m - i);
-                kTiles[rows](p0,
-                             p1,
-                             a16.data() + i * kp,
-                             kp,
-                             panel.data()->v,
-                             alpha,
-                             beta,
-                             p0 == 0,
-                             c + i * ldc + j,
-                             ldc,
-                             cols);
+    const int64_t n_panels = (n + kNr - 1) / kNr;
+    // panels over the threads (OpenMP, when built with it): each packs its own, and a panel's
+    // columns of C are computed as on one thread
+#pragma omp parallel if (n_panels > 1 && m * n * k >= kMinParallelFlops)
+    {
+        std::vector<Line> panel(static_cast<size_t>(kp * kNr / 16));  // [kp, 64] 64-byte aligned
+#pragma omp for schedule(static)
+        for (int64_t jp = 0; jp < n_panels; ++jp) {
+            const int64_t j = jp * kNr, cols = std::min(kNr, n - j);
+            pack_panel(w + j * ldw, ldw, cols, k, panel.data()->v);
+            // K blocks of kKc pairs: the panel's block (16 KiB) stays in L1 across the row tiles
+            for (int64_t p0 = 0; p0 < kp || p0 == 0; p0 += kKc) {
+                const int64_t p1 = std::min(kp, p0 + kKc);
+                for (int64_t i = 0; i < m; i += kMr) {
+                    const int64_t rows = std::min<int64_t>(kMr, m - i);
+                    kTiles[rows](p0,
+                                 p1,
+                                 a16.data() + i * kp,
+                                 kp,
+                                 panel.data()->v,
+                                 alpha,
+                                 beta,
+                                 p0 == 0,
+                                 c + i * ldc + j,
+                                 ldc,
+                                 cols);
+                }
             }
         }
     }

@@ -1,6 +1,9 @@
-// ops::gemm_w (backend/ops.h): products with weights at their storage dtype. fp32 goes straight
-// to ops::gemm; bf16 to the AVX-512 kernels of linear_bf16.cpp when the CPU has avx512_bf16,
-// and everything else to the portable path here (widen a block of the weight to fp32, sgemm).
+// ops::gemm_w (backend/ops.h): products with weights at their storage dtype. fp32 goes to the
+// AVX-512 GEMV (gemv_avx512.cpp) for m ≤ 4 rows of a W [n, k] on an AVX-512 CPU (unless the
+// portable kernels are forced), else to ops::gemm; bf16 to the AVX-512-BF16 kernels (GEMV for m ≤ 4, GEMM of linear_bf16.cpp) when the
+// CPU has avx512_bf16, and everything else to the portable path here (widen a block of the weight
+// to fp32, sgemm). Batch-invariant runs skip the GEMVs (ops::gemm pads fp32 products to 8 rows,
+// the bf16 GEMM's rows do not depend on each other).
 #include <algorithm>
 #include <vector>
 
@@ -14,6 +17,7 @@ namespace hymoe::ops {
 namespace {
 
 WeightKernel chosen = WeightKernel::automatic;
+bool forced_portable = false;  // set_weight_kernel(portable): fp32 products by ops::gemm too
 
 bool float_dtype(DType t) {
     return t == DType::f32 || t == DType::bf16 || t == DType::f16;
@@ -60,6 +64,13 @@ void gemm_widened(bool trans_w,
     }
 }
 
+// ops::gemm_counter += one product of m·n·k started at t0.
+void count_gemm(int64_t m, int64_t n, int64_t k, double t0) {
+    GemmCounter& counter = gemm_counter();
+    counter.seconds += wall_seconds() - t0;
+    counter.flops += 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+}
+
 }  // namespace
 
 WeightRef WeightRef::at(int64_t offset) const {
@@ -92,6 +103,7 @@ void set_weight_kernel(WeightKernel k) {
     HYMOE_CHECK(k != WeightKernel::avx512_bf16 || detail::cpu_has_avx512_bf16(),
                 "weight kernels: this CPU has no avx512_bf16");
     chosen = k;
+    forced_portable = k == WeightKernel::portable;
 }
 
 WeightKernel weight_kernel() {
@@ -112,20 +124,29 @@ void gemm_w(bool trans_w,
             float beta,
             float* c,
             int64_t ldc) {
-    if (w.dtype == DType::f32)
-        return gemm(false,
-                    trans_w,
-                    m,
-                    n,
-                    k,
-                    alpha,
-                    a,
-                    lda,
-                    static_cast<const float*>(w.data),
-                    ldw,
-                    beta,
-                    c,
-                    ldc);
+    const bool gemv = trans_w && m <= 4 && !detail::batch_invariant_on();
+    if (w.dtype == DType::f32) {
+        static const bool avx512 = detail::cpu_has_avx512();
+        if (!gemv || !avx512 || forced_portable || m == 0 || n == 0)
+            return gemm(false,
+                        trans_w,
+                        m,
+                        n,
+                        k,
+                        alpha,
+                        a,
+                        lda,
+                        static_cast<const float*>(w.data),
+                        ldw,
+                        beta,
+                        c,
+                        ldc);
+        const double t0 = wall_seconds();
+        detail::f32_gemv_avx512(
+            m, n, k, alpha, a, lda, static_cast<const float*>(w.data), ldw, beta, c, ldc);
+        count_gemm(m, n, k, t0);
+        return;
+    }
     HYMOE_CHECK(w.dtype == DType::bf16 || w.dtype == DType::f16,
                 "gemm_w: a ",
                 to_string(w.dtype),
@@ -136,14 +157,11 @@ void gemm_w(bool trans_w,
         return gemm_widened(trans_w, m, n, k, alpha, a, lda, w, ldw, beta, c, ldc);
     const double t0 = wall_seconds();
     const auto* w16 = static_cast<const uint16_t*>(w.data);
-    // batch-invariant runs take the GEMM for every m: its rows do not depend on each other
-    if (m <= 4 && !detail::batch_invariant_on())
+    if (gemv)
         detail::bf16_gemv_avx512(m, n, k, alpha, a, lda, w16, ldw, beta, c, ldc);
     else
         detail::bf16_gemm_avx512(m, n, k, alpha, a, lda, w16, ldw, beta, c, ldc);
-    GemmCounter& counter = gemm_counter();
-    counter.seconds += wall_seconds() - t0;
-    counter.flops += 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    count_gemm(m, n, k, t0);
 }
 
 }  // namespace hymoe::ops

@@ -1,21 +1,39 @@
-// The kernels behind ops::gemm_w for 16-bit weights (backend/cpu/weight_gemm.cpp dispatches):
-// the AVX-512 ones live in linear_bf16.cpp, compiled with -mavx512bf16 and called only after a
-// run-time cpuid check. All compute C [m, n] = alpha · A [m, k] · Wᵀ + beta · C for a bf16
-// W [n, k] (row stride ldw) and fp32 A, C; beta = 0 does not read C.
+// The kernels behind ops::gemm_w (backend/cpu/weight_gemm.cpp dispatches): the few-row GEMVs
+// (fp32 and bf16 weights) of gemv_avx512.cpp and the bf16 GEMM of linear_bf16.cpp, compiled for
+// AVX-512 (+BF16) and called only after a run-time cpuid check. All compute C [m, n] = alpha ·
+// A [m, k] · Wᵀ + beta · C for a W [n, k] (row stride ldw) and fp32 A, C; beta = 0 does not read
+// C. Threads (OpenMP) split the weight rows (GEMV) or the 64-column panels (GEMM), never k, so
+// results do not depend on the thread count.
 #pragma once
 
 #include <cstdint>
 
 namespace hymoe::ops::detail {
 
-// True when this CPU (and OS) runs AVX-512F/BW and AVX512_BF16 instructions.
+// True when this CPU (and OS) runs AVX-512F/BW/VL instructions.
+bool cpu_has_avx512();
+// True when it also runs AVX512_BF16 (VDPBF16PS).
 bool cpu_has_avx512_bf16();
 // ops::set_batch_invariant's setting (ops.cpp).
 bool batch_invariant_on();
 
-// A few rows (decode): A rounded to bf16 once, each weight row read once and dotted with its rows
-// by VDPBF16PS (fp32 accumulators), eight weight rows per pass (four for m > 2). Any m; meant for m
-// ≤ 4. The activations are rounded as in the GEMM, so the two kernels differ by fp32 rounding only.
+// A few rows (decode), any m but meant for m ≤ 4: each weight row streamed once in memory order
+// (one linear stream for the hardware prefetcher, helped by a software prefetch for m ≥ 2) and
+// dotted with up to four activation rows at a time, fp32
+// accumulation in a fixed order, so a row's result does not depend on m, n or the threads.
+// fp32 weights by FMA; bf16 weights by VDPBF16PS on A rounded to bf16 once, as the GEMM rounds
+// it (the two bf16 kernels differ by fp32 rounding only).
+void f32_gemv_avx512(int64_t m,
+                     int64_t n,
+                     int64_t k,
+                     float alpha,
+                     const float* a,
+                     int64_t lda,
+                     const float* w,
+                     int64_t ldw,
+                     float beta,
+                     float* c,
+                     int64_t ldc);
 void bf16_gemv_avx512(int64_t m,
                       int64_t n,
                       int64_t k,

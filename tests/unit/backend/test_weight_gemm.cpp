@@ -3,9 +3,13 @@
 // the bound is fp32 accumulation alone, |err| ≤ 2k·2⁻²⁴·Σ|a·w| (+ the beta term). The AVX-512
 // kernels (GEMV and GEMM) round the activations to bf16 first, so its reference uses those
 // rounded activations (same bound), and it is checked to be within bf16 rounding (2⁻⁸ relative
-// on Σ|a·w|) of the unrounded one. fp32 weights are bit-identical to ops::gemm.
+// on Σ|a·w|) of the unrounded one. fp32 weights: the AVX-512 GEMV (m ≤ 4, W [n, k]) against the
+// same reference and bound, every other fp32 product bit-identical to ops::gemm. The GEMVs give
+// a row the same bits alone or among up to four rows, and any OpenMP thread count gives the
+// same bits as one thread (GEMVs and the bf16 GEMM).
 #include <cmath>
 #include <cstring>
+#include <omp.h>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -37,8 +41,8 @@ struct Case {
     float alpha, beta;
 };
 
-// Runs gemm_w on a 16-bit weight of dtype t and checks every element against fp64 sums; returns
-// the largest error relative to its bound (≤ 1 passes).
+// Runs gemm_w on a weight of dtype t (fp32 or 16-bit) and checks every element against fp64 sums;
+// returns the largest error relative to its bound (≤ 1 passes).
 double check(const Case& c, DType t, bool rounded_activations) {
     const int64_t lda = c.k + 3, ldc = c.n + 2;
     const int64_t w_rows = c.trans_w ? c.n : c.k, w_cols = c.trans_w ? c.k : c.n, ldw = w_cols + 1;
@@ -46,7 +50,8 @@ double check(const Case& c, DType t, bool rounded_activations) {
     std::vector<float> wf = normal(static_cast<size_t>(w_rows * ldw), 2);
     std::vector<uint16_t> w(wf.size());
     for (size_t i = 0; i < w.size(); ++i)
-        w[i] = to16(wf[i], t);
+        w[i] = t == DType::f32 ? 0 : to16(wf[i], t);
+    auto weight = [&](size_t i) { return t == DType::f32 ? wf[i] : from16(w[i], t); };
     const std::vector<float> c0 = normal(static_cast<size_t>(c.m * ldc), 3);
     std::vector<float> out = c0;
     ops::gemm_w(c.trans_w,
@@ -56,7 +61,7 @@ double check(const Case& c, DType t, bool rounded_activations) {
                 c.alpha,
                 a.data(),
                 lda,
-                {w.data(), t},
+                {t == DType::f32 ? static_cast<const void*>(wf.data()) : w.data(), t},
                 ldw,
                 c.beta,
                 out.data(),
@@ -71,7 +76,7 @@ double check(const Case& c, DType t, bool rounded_activations) {
                 const double av =
                     rounded_activations ? hymoe::bf16_to_float(hymoe::float_to_bf16(ap)) : ap;
                 const double wv =
-                    from16(w[static_cast<size_t>(c.trans_w ? j * ldw + p : p * ldw + j)], t);
+                    weight(static_cast<size_t>(c.trans_w ? j * ldw + p : p * ldw + j));
                 ref += av * wv, ref_exact += double{ap} * wv, mag += std::abs(av * wv);
             }
             const double cin = c0[static_cast<size_t>(i * ldc + j)];
@@ -173,29 +178,117 @@ BOOST_AUTO_TEST_CASE(batch_invariant_rows_do_not_depend_on_the_call) {
     ops::set_batch_invariant(false);
 }
 
-BOOST_AUTO_TEST_CASE(fp32_weights_are_exactly_ops_gemm) {
-    for (bool tw : {true, false})
-        for (int64_t m : {1, 3, 9}) {
-            const int64_t n = 37, k = 45;
-            std::vector<float> a = normal(static_cast<size_t>(m * k), 6),
-                               w = normal(static_cast<size_t>(n * k), 7);
-            std::vector<float> c1 = normal(static_cast<size_t>(m * n), 8), c2 = c1;
-            ops::gemm(
-                false, tw, m, n, k, 0.5f, a.data(), k, w.data(), tw ? k : n, 0.25f, c1.data(), n);
-            ops::gemm_w(tw,
-                        m,
-                        n,
-                        k,
-                        0.5f,
-                        a.data(),
-                        k,
-                        {w.data(), DType::f32},
-                        tw ? k : n,
-                        0.25f,
-                        c2.data(),
-                        n);
-            BOOST_TEST(std::memcmp(c1.data(), c2.data(), c1.size() * 4) == 0);
+BOOST_AUTO_TEST_CASE(fp32_gemv_matches_fp64_within_fp32_accumulation) {
+    double worst = 0;
+    for (const Case& c : cases())
+        if (c.trans_w && c.m <= 4)
+            worst = std::max(worst, check(c, DType::f32, false));
+    BOOST_TEST_MESSAGE("fp32 GEMV: worst error / bound " << worst);
+    BOOST_TEST(worst <= 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(other_fp32_products_are_exactly_ops_gemm) {
+    for (bool invariant : {false, true})
+        for (bool tw : {true, false})
+            for (int64_t m : {1, 3, 9}) {
+                if (tw && m <= 4 && !invariant)
+                    continue;  // the GEMV's
+                ops::set_batch_invariant(invariant);
+                const int64_t n = 37, k = 45;
+                std::vector<float> a = normal(static_cast<size_t>(m * k), 6),
+                                   w = normal(static_cast<size_t>(n * k), 7);
+                std::vector<float> c1 = normal(static_cast<size_t>(m * n), 8), c2 = c1;
+                ops::gemm(false,
+                          tw,
+                          m,
+                          n,
+                          k,
+                          0.5f,
+                          a.data(),
+                          k,
+                          w.data(),
+                          tw ? k : n,
+                          0.25f,
+                          c1.data(),
+                          n);
+                ops::gemm_w(tw,
+                            m,
+                            n,
+                            k,
+                            0.5f,
+                            a.data(),
+                            k,
+                            {w.data(), DType::f32},
+                            tw ? k : n,
+                            0.25f,
+                            c2.data(),
+                            n);
+                BOOST_TEST(std::memcmp(c1.data(), c2.data(), c1.size() * 4) == 0);
+                ops::set_batch_invariant(false);
+            }
+}
+
+// y [m, n] = a [m, k] · wᵀ through gemm_w, W [n, k] held at dtype t (made from wf).
+std::vector<float> product(DType t,
+                           int64_t m,
+                           int64_t n,
+                           int64_t k,
+                           const std::vector<float>& a,
+                           const std::vector<float>& wf) {
+    std::vector<uint16_t> w16(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i)
+        w16[i] = hymoe::float_to_bf16(wf[i]);
+    const void* w = t == DType::f32 ? static_cast<const void*>(wf.data()) : w16.data();
+    std::vector<float> y(static_cast<size_t>(m * n));
+    ops::gemm_w(true, m, n, k, 1.0f, a.data(), k, {w, t}, k, 0.0f, y.data(), n);
+    return y;
+}
+
+BOOST_AUTO_TEST_CASE(gemv_rows_do_not_depend_on_the_batch) {
+    // decode: a row's GEMV result is the same bits alone or as any of 2-4 rows
+    std::vector<DType> types{DType::f32};
+    if (ops::weight_kernel() == ops::WeightKernel::avx512_bf16)
+        types.push_back(DType::bf16);
+    const int64_t n = 83, k = 301;  // odd sizes: k not a multiple of 32, nor 64, nor 128
+    const std::vector<float> a = normal(static_cast<size_t>(4 * k), 9),
+                             wf = normal(static_cast<size_t>(n * k), 10);
+    for (DType t : types)
+        for (int64_t m = 2; m <= 4; ++m) {
+            const std::vector<float> all = product(t, m, n, k, a, wf);
+            for (int64_t i = 0; i < m; ++i) {
+                const std::vector<float> row(a.begin() + i * k, a.begin() + (i + 1) * k);
+                const std::vector<float> one = product(t, 1, n, k, row, wf);
+                BOOST_TEST(std::memcmp(one.data(), all.data() + i * n, one.size() * 4) == 0,
+                           hymoe::to_string(t) << " row " << i << " of " << m);
+            }
         }
+}
+
+BOOST_AUTO_TEST_CASE(threads_give_the_one_thread_bits) {
+    // OpenMP threads split the weight rows (GEMV) or panels (bf16 GEMM), never k: 2 and 3
+    // threads equal 1 bit for bit, on products large enough to be split (fp32 GEMMs are
+    // OpenBLAS's sgemm, whose threaded results may differ in the last bit: not checked)
+    std::vector<DType> types{DType::f32};
+    if (ops::weight_kernel() == ops::WeightKernel::avx512_bf16)
+        types.push_back(DType::bf16);
+    const int64_t n = 419, k = 1001;
+    const std::vector<float> a = normal(static_cast<size_t>(13 * k), 11),
+                             wf = normal(static_cast<size_t>(n * k), 12);
+    const int saved = omp_get_max_threads();
+    for (DType t : types)
+        for (int64_t m : {1, 3, 4, 13}) {
+            if (t == DType::f32 && m > 4)
+                continue;
+            omp_set_num_threads(1);
+            const std::vector<float> one = product(t, m, n, k, a, wf);
+            for (int threads : {2, 3}) {
+                omp_set_num_threads(threads);
+                const std::vector<float> many = product(t, m, n, k, a, wf);
+                BOOST_TEST(std::memcmp(one.data(), many.data(), one.size() * 4) == 0,
+                           hymoe::to_string(t) << " m " << m << ", " << threads << " threads");
+            }
+        }
+    omp_set_num_threads(saved);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
