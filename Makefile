@@ -116,8 +116,9 @@ $(OUT)/gen/build_info.o: $(OUT)/gen/build_info.cpp
 $(BENCHES): $(OUT)/%: $(OUT)/tests/bench/%.o $(OUT)/libhymoe.a
 	$(CXX) $(SAN_FLAGS) $^ $(LDLIBS) -o $@
 
-# The AVX-512-BF16 kernels: the one file built for those instructions, called after a cpuid check
+# The AVX-512-BF16 kernels: the files built for those instructions, called after a cpuid check
 $(OUT)/src/backend/cpu/linear_bf16.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+$(OUT)/src/backend/cpu/indexer_bf16.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 
 $(OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
@@ -203,6 +204,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.cpp,%,$(wildcard tests/fuzz/fuzz_*.
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 
 $(FUZZ_OUT)/src/backend/cpu/linear_bf16.o: FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+$(FUZZ_OUT)/src/backend/cpu/indexer_bf16.o: FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 $(FUZZ_OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
