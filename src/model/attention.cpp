@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -63,6 +64,22 @@ public:
     const float* k_idx_all() const {                                             // [n, d_I]
         return all(k_idx_, r_kv_ + d_r_, cache_.k_idx, d_i_);
     }
+    // The indexer keys run in bf16 when they are cached in bf16 (a bf16 pool).
+    bool bf16_indexer() const { return cache_.pool && cache_.pool->dtype() == DType::bf16; }
+    // The cached indexer keys [n, d_I] in bf16 tiles (bf16_indexer() only), packed on first use.
+    const ops::IndexerKeys& k_idx_bf16() const {
+        if (!k_idx_tiles_) {
+            k_idx_tiles_.emplace(cache_.n, d_i_);
+            const int64_t pt = cache_.pool->page_tokens(),
+                          width = cache_.pool->row_width(cache_.layer);
+            for (int64_t u = 0; u < cache_.n; ++u) {
+                const auto* page = static_cast<const uint16_t*>(
+                    cache_.pool->store().page(cache_.layer, (*cache_.pages)[u / pt], false));
+                k_idx_tiles_->put(u, page + (u % pt) * width + r_kv_ + d_r_);
+            }
+        }
+        return *k_idx_tiles_;
+    }
 
 private:
     // row u of the array at `offset` in a paged row (widened to fp32), or of the private array
@@ -93,6 +110,7 @@ private:
     const AttnCache& cache_;
     int64_t r_kv_, d_r_, d_i_;
     mutable std::vector<float> c_kv_, k_r_, k_idx_;  // gathered arrays of a paged cache
+    mutable std::optional<ops::IndexerKeys> k_idx_tiles_;
 };
 
 // Appends the new tokens' rows [row0, row0 + count) of c_kv, k_r (and k_idx) to the cache.
@@ -162,10 +180,20 @@ struct SeqWork {
 void block_scores(const ModelConfig& cfg, const SeqWork& s, int64_t i0, Tensor& scores) {
     const int64_t n_b = scores.dim(0), n_kb = scores.dim(1);
     const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
-    indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
-                   view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
-                   view_of(s.cache->k_idx_all(), {n_kb, d_i}),
-                   scores);
+    if (s.cache->bf16_indexer())
+        ops::indexer_scores_bf16(s.q_idx + i0 * h_i * d_i,
+                                 s.w_idx + i0 * h_i,
+                                 n_b,
+                                 h_i,
+                                 s.cache->k_idx_bf16(),
+                                 n_kb,
+                                 scores.ptr<float>(),
+                                 n_kb);
+    else
+        indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
+                       view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
+                       view_of(s.cache->k_idx_all(), {n_kb, d_i}),
+                       scores);
     if (s.tp != nullptr && s.tp->size() > 1)
         comm::all_reduce(scores, *s.tp);  // Σ over every rank's heads
 }

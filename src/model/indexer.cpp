@@ -2,13 +2,15 @@
 // RoPE of upstream fix 8631a81): per query t and visible key s,
 //   I(t, s) = Σ_j w_t,j · H_I^{-1/2} · d_I^{-1/2} · ReLU(q^I_t,j · k^I_s),
 // and each query keeps its top-k keys. A group of queries' logits are one GEMM against the keys,
-// the ReLU and head weighting one pass over them; the top-k a partial selection (nth_element). In
-// fp32 there is no Hadamard rotation or FP8 quantisation (the Hadamard is orthonormal, so q·k is
-// unchanged without quantisation).
+// the ReLU and head weighting one pass over them; the top-k a partial selection (nth_element on
+// the values, then one pass for the keys). In fp32 there is no Hadamard rotation or FP8
+// quantisation (the Hadamard is orthonormal, so q·k is unchanged without quantisation). Over a
+// bf16 KV cache the scores run in bf16 instead (ops::indexer_scores_bf16, model/attention.cpp),
+// where DeepSeek runs FP8: bf16 keeps an exponent per element, so there is no block scale for the
+// Hadamard's outlier spreading to serve, and it is left out there too.
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <vector>
 
 #include "hymoe/backend/ops.h"
@@ -21,6 +23,15 @@ namespace {
 
 constexpr float indexer_k_norm_eps = 1e-6f;          // DS32 LayerNorm default
 constexpr int64_t score_scratch = int64_t{1} << 20;  // floats of logits per GEMM of a query group
+constexpr int select_bits = 11;                      // the top-k's histogram: 2048 buckets
+constexpr int64_t select_buckets = int64_t{1} << select_bits;
+
+// A score's histogram bucket: the top bits of its bits mapped to an unsigned order (larger score,
+// larger or equal bucket; −0 and +0 alike).
+int64_t bucket_of(float x) {
+    const uint32_t u = float_bits(x == 0.0f ? 0.0f : x);
+    return static_cast<int64_t>(((u >> 31) ? ~u : u | 0x80000000u) >> (32 - select_bits));
+}
 
 // st [n_k] = Σ_j w_j · ReLU(logits [j, ·]) over the n_head rows of logits [n_head, n_k], heads in
 // order from 0. By tiles of 16 keys held in a local accumulator across the heads, a fixed-length
@@ -142,22 +153,36 @@ void indexer_select(
                 index_topk,
                 " first position ",
                 pos_first);
-    std::vector<int64_t> order(static_cast<size_t>(n_k));
+    std::vector<float> cand(static_cast<size_t>(n_k));
+    std::vector<int64_t> hist(select_buckets);
     for (int64_t i = 0; i < n_q; ++i) {
         const int64_t visible = pos_first + i + 1;  // causal: keys 0 .. pos_first + i
         const int64_t k = std::min(index_topk, visible);
         const float* x = scores.ptr<float>() + i * n_k;
         int64_t* out = keep + i * index_topk;
-        std::iota(order.begin(), order.begin() + visible, 0);
-        // the strict order of ops::top_k (higher score first, ties to the smaller index), so the
-        // k kept are exactly its k; kept in key order
-        std::nth_element(
-            order.begin(),
-            order.begin() + (k - 1),
-            order.begin() + visible,
-            [x](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
-        std::copy(order.begin(), order.begin() + k, out);
-        std::sort(out, out + k);
+        // The k-th largest score t: a histogram of the scores' top bits finds its bucket, a
+        // selection among that bucket's scores finds t. The kept keys are every key above t and
+        // the first (smallest-index) keys equal to it: the strict order of ops::top_k (higher
+        // score first, ties to the smaller index), so exactly its k; in key order.
+        std::fill(hist.begin(), hist.end(), 0);
+        for (int64_t s = 0; s < visible; ++s)
+            ++hist[bucket_of(x[s])];
+        int64_t b = select_buckets - 1, above = 0;  // above: keys in buckets over b
+        while (above + hist[b] < k)
+            above += hist[b--];
+        int64_t n_cand = 0;
+        for (int64_t s = 0; s < visible; ++s)
+            if (bucket_of(x[s]) == b)
+                cand[n_cand++] = x[s];
+        const int64_t r = k - above;  // t is the r-th largest of the bucket
+        std::nth_element(cand.begin(), cand.begin() + (n_cand - r), cand.begin() + n_cand);
+        const float t = cand[n_cand - r];
+        for (int64_t c = n_cand - r + 1; c < n_cand; ++c)
+            above += cand[c] > t;
+        int64_t ties = k - above, n = 0;  // keys equal to t to keep
+        for (int64_t s = 0; s < visible; ++s)
+            if (x[s] > t || (x[s] == t && ties-- > 0))
+                out[n++] = s;
         n_keep[i] = k;
     }
 }

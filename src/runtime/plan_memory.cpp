@@ -41,7 +41,8 @@ namespace {
 // Working set of a mixer over n new tokens at context c (bytes). Attention is flash-style (the
 // scores are tiled, never whole); absorbed: decode's MQA form over the latent, else the context's
 // k_n and v re-expanded for the MHA form. DSA also holds the chunk's index scores over the whole
-// context [n, c] fp32 and the top-k indices [n, k] int32.
+// context [n, c] fp32, the top-k indices [n, k] int32, and the context's indexer keys [c, d_I]
+// gathered once a call (bf16 tiles from a bf16 cache, where the indexer runs in bf16; else fp32).
 double mixer_work(const Ctx& x, const LayerSpec& s, double n, double c, bool absorbed) {
     const double tp = x.tp(), b = x.b;
     if (s.mixer == Mixer::kda) {
@@ -60,8 +61,9 @@ double mixer_work(const Ctx& x, const LayerSpec& s, double n, double c, bool abs
         bytes += c * H * (a.qk_nope_head_dim + a.v_head_dim) * b;  // k_n, v over the context
     if (s.mixer == Mixer::dsa) {
         const double HI = x.m.indexer.n_head / tp;
+        const double key_bytes = x.w.kv_dtype == DType::bf16 ? 2.0 : kF32;
         bytes += n * (HI * x.m.indexer.head_dim * b + HI * kF32) + n * c * kF32 +
-                 n * attended(x, s, c) * kF32;
+                 n * attended(x, s, c) * kF32 + c * x.m.indexer.head_dim * key_bytes;
     }
     return bytes;
 }

@@ -13,7 +13,8 @@
 //            its backward, kda_scan_backward (GEMMs per chunk) vs kda_scan_backward_tokens
 //   DSA      attention_forward of the first DSA layer on one 2048-token sequence: the indexer's
 //            share of its time (AttnStats); a 256-token prefill chunk after 1k and 8k cached
-//            tokens, the time ratio against the context ratio
+//            tokens, the time ratio against the context ratio; each again over a bf16 KV pool,
+//            where the indexer runs in bf16 (VDPBF16PS) over its bf16-cached keys
 //   layers   each layer's prefill seconds split into GEMM and non-GEMM (ForwardStats)
 // Each piece also prints CPU time / wall (< threads: another process had the cores), system time
 // and minor page faults (getrusage), and the OpenBLAS kernel set in use.
@@ -34,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <sys/resource.h>
 #include <thread>
@@ -47,6 +49,7 @@
 #include "hymoe/core/rng.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/config.h"
+#include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 
 namespace {
@@ -301,13 +304,31 @@ KdaScanSpans kda_scans(int64_t T, int H, int K, int V) {
     return {c, r, bc, back_tokens.stop()};
 }
 
-// attention_forward of layer `layer` on one new sequence of T random rows.
-model::AttnStats dsa_layer(const model::Model& m, int layer, int64_t T, Span& span) {
+// One sequence's cache of up to `tokens` tokens in layer `layer`: the private fp32 arrays for
+// kv f32, else a pool of kv rows (bf16: the indexer runs in bf16) with its block table reserved.
+struct DsaCache {
+    std::unique_ptr<model::KvPool> pool;
+    std::vector<int32_t> table;
+    model::AttnCache cache;
+    DsaCache(const model::Model& m, int layer, int64_t tokens, DType kv) {
+        if (kv == DType::f32)
+            return;
+        const int page = 64;
+        pool = std::make_unique<model::KvPool>(
+            m.local, m.shard, page, (tokens + page - 1) / page, model::KvStoreFactory{}, kv);
+        HYMOE_CHECK(pool->reserve(table, tokens), "bench: KV pool of ", tokens, " tokens");
+        cache.pool = pool.get(), cache.pages = &table, cache.layer = layer;
+    }
+};
+
+// attention_forward of layer `layer` on one new sequence of T random rows, caching in kv rows.
+model::AttnStats dsa_layer(const model::Model& m, int layer, int64_t T, DType kv, Span& span) {
     const int64_t d = m.cfg.hidden_size;
     Buffer x(DType::f32, {T, d}), y(DType::f32, {T, d});
     Philox rng(seed, 4, 0);
     rng.fill_normal(x.ptr<float>(), static_cast<size_t>(T * d), 0.0f, 1.0f);
-    model::AttnCache cache;
+    DsaCache dc(m, layer, T, kv);
+    model::AttnCache& cache = dc.cache;
     model::AttnStats stats;
     Probe probe;
     model::attention_forward(m.cfg,
@@ -387,20 +408,31 @@ double kda_decode_cost(const model::Model& m, int layer) {
 }
 
 // One prefill chunk of n_new tokens through DSA layer `layer` after a cache of `context` random
-// tokens (their values do not change the cost), automatic mode (sparse), best of 2: the indexer
-// scans every cached key, the attention only each query's top-k.
-model::AttnStats dsa_chunk_cost(const model::Model& m, int layer, int64_t context, int64_t n_new) {
+// tokens (their values do not change the cost) in kv rows, automatic mode (sparse), best of 2: the
+// indexer scans every cached key, the attention only each query's top-k.
+model::AttnStats dsa_chunk_cost(
+    const model::Model& m, int layer, int64_t context, int64_t n_new, DType kv) {
     const model::ModelConfig& cfg = m.cfg;
     const int64_t d = cfg.hidden_size, r_kv = cfg.mla.kv_lora_rank, d_r = cfg.mla.qk_rope_head_dim;
     Philox rng(seed, 7, 0);
-    model::AttnCache filled;
+    DsaCache dc(m, layer, context + n_new, kv);
+    model::AttnCache& filled = dc.cache;
     filled.n = context;
-    filled.c_kv.resize(static_cast<size_t>(context * r_kv));
-    filled.k_r.resize(static_cast<size_t>(context * d_r));
-    filled.k_idx.resize(static_cast<size_t>(context * cfg.indexer.head_dim));
-    rng.fill_normal(filled.c_kv.data(), filled.c_kv.size(), 0.0f, 1.0f);
-    rng.fill_normal(filled.k_r.data(), filled.k_r.size(), 0.0f, 1.0f);
-    rng.fill_normal(filled.k_idx.data(), filled.k_idx.size(), 0.0f, 1.0f);
+    if (dc.pool) {
+        const int64_t width = dc.pool->row_width(layer), page = dc.pool->page_tokens();
+        std::vector<float> row(static_cast<size_t>(width));
+        for (int64_t u = 0; u < context; ++u) {
+            rng.fill_normal(row.data(), row.size(), 0.0f, 1.0f);
+            dc.pool->write_row(layer, dc.table[u / page], u % page, 0, width, row.data());
+        }
+    } else {
+        filled.c_kv.resize(static_cast<size_t>(context * r_kv));
+        filled.k_r.resize(static_cast<size_t>(context * d_r));
+        filled.k_idx.resize(static_cast<size_t>(context * cfg.indexer.head_dim));
+        rng.fill_normal(filled.c_kv.data(), filled.c_kv.size(), 0.0f, 1.0f);
+        rng.fill_normal(filled.k_r.data(), filled.k_r.size(), 0.0f, 1.0f);
+        rng.fill_normal(filled.k_idx.data(), filled.k_idx.size(), 0.0f, 1.0f);
+    }
     Buffer x(DType::f32, {n_new, d}), y(DType::f32, {n_new, d});
     rng.fill_normal(x.ptr<float>(), static_cast<size_t>(n_new * d), 0.0f, 1.0f);
     model::AttnStats best;
@@ -461,21 +493,22 @@ void print_layer_split(const model::ModelConfig& cfg, const model::ForwardStats&
     }
 }
 
-// A DSA prefill chunk of 256 tokens after 1k and 8k cached tokens: the growth against the
-// context ratio 8 (the indexer grows with the context, the sparse attention with top-k only).
-void print_dsa_context(const model::Model& m, int dsa) {
+// A DSA prefill chunk of 256 tokens after 1k and 8k cached tokens in kv rows: the growth against
+// the context ratio 8 (the indexer grows with the context, the sparse attention with top-k only).
+void print_dsa_context(const model::Model& m, int dsa, DType kv) {
     const int64_t n_new = 256;
-    const model::AttnStats a = dsa_chunk_cost(m, dsa, 1024, n_new);
-    const model::AttnStats b = dsa_chunk_cost(m, dsa, 8192, n_new);
+    const model::AttnStats a = dsa_chunk_cost(m, dsa, 1024, n_new, kv);
+    const model::AttnStats b = dsa_chunk_cost(m, dsa, 8192, n_new, kv);
     const double ta = a.indexer_seconds + a.attention_seconds;
     const double tb = b.indexer_seconds + b.attention_seconds;
-    row("DSA prefill 256 tok, ctx 1k",
+    const std::string tag = kv == DType::bf16 ? ", bf16 KV" : "";
+    row("DSA prefill 256 tok, ctx 1k" + tag,
         1e3 * ta,
         "ms",
         fmt("indexer %.1f ms, attention %.1f ms",
             1e3 * a.indexer_seconds,
             1e3 * a.attention_seconds));
-    row("DSA prefill 256 tok, ctx 8k",
+    row("DSA prefill 256 tok, ctx 8k" + tag,
         1e3 * tb,
         "ms",
         fmt("indexer %.1f ms, attention %.1f ms; %.2f x the 1k time (context x 8)",
@@ -730,17 +763,22 @@ int main(int argc, char** argv) {
         int dsa = 0;
         while (cfg.layers[static_cast<size_t>(dsa)].mixer != model::Mixer::dsa)
             ++dsa;
-        Span attn;
-        const model::AttnStats st = dsa_layer(m, dsa, scan_len, attn);
-        const double total = st.indexer_seconds + st.attention_seconds;
-        row(fmt("DSA layer %.0f, 2048 tok", dsa),
-            scan_tok / total,
-            "tok/s",
-            fmt("indexer %.0f%% of its time; GEMM %.0f%% of wall at %.1f GFLOP/s",
-                100 * st.indexer_seconds / total,
-                100 * attn.gemm_seconds / attn.wall,
-                attn.gemm_gflops()));
-        print_dsa_context(m, dsa);
+        for (const DType kv : {DType::f32, DType::bf16}) {  // bf16 KV: the bf16 indexer
+            Span attn;
+            const model::AttnStats st = dsa_layer(m, dsa, scan_len, kv, attn);
+            const double total = st.indexer_seconds + st.attention_seconds;
+            row(fmt(kv == DType::bf16 ? "DSA layer %.0f, 2048 tok, bf16 KV"
+                                      : "DSA layer %.0f, 2048 tok",
+                    dsa),
+                scan_tok / total,
+                "tok/s",
+                fmt("indexer %.0f%% of its time; GEMM %.0f%% of wall at %.1f GFLOP/s",
+                    100 * st.indexer_seconds / total,
+                    100 * attn.gemm_seconds / attn.wall,
+                    attn.gemm_gflops()));
+        }
+        for (const DType kv : {DType::f32, DType::bf16})
+            print_dsa_context(m, dsa, kv);
         // decode at batch 1 and 32 after 64-token prompts: weight bytes per step as a fraction of
         // the DRAM read rate (batch 1 reads the active params, batch 32 the union of experts)
         for (const int64_t batch : {int64_t{1}, int64_t{32}}) {

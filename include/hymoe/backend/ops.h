@@ -154,6 +154,42 @@ void rope(float* x,
 // The indices of the k largest of x[0..n), best first; ties go to the smaller index. k ≤ n.
 void top_k(const float* x, int64_t n, int64_t k, int64_t* idx);
 
+// ---- the DSA indexer in bf16 (backend/cpu/indexer_ops.cpp) -----------------------------------
+// The lightning indexer's scores with bf16 operands, as DeepSeek-V3.2 runs them in FP8:
+//   I(t, s) = Σ_j w_t,j · ReLU(bf16(q_t,j) · bf16(k_s)), products and sums in fp32,
+// keys packed once per call in tiles of 16 (dims in pairs, the VDPBF16PS operand order), queries
+// rounded to bf16 (nearest even) inside. AVX-512-BF16 kernel when set_weight_kernel resolves to
+// avx512_bf16, else a portable loop with the same pair order. Bound against fp32 scores:
+// docs/guide/precision.md.
+
+// Keys [n, d] in tiles of 16: tile T, pair p holds keys 16T..16T+15 × dims (2p, 2p+1), 32 bf16
+// (zeros past n and past d).
+class IndexerKeys {
+public:
+    IndexerKeys(int64_t n, int64_t d);
+    int64_t n() const { return n_; }
+    int64_t d() const { return d_; }
+    void put(int64_t i, const uint16_t* k);  // key i [d] from bf16
+    void put(int64_t i, const float* k);     // key i [d] rounded to bf16
+    const uint16_t* tile(int64_t t) const { return data_.data() + t * pairs() * 32; }
+    int64_t pairs() const { return (d_ + 1) / 2; }
+
+private:
+    int64_t n_, d_;
+    std::vector<uint16_t> data_;  // [⌈n/16⌉, pairs, 16, 2]
+};
+
+// scores [n_q, n_k] (row stride ld_s) = Σ_j w [n_q, n_head]_t,j · ReLU(q_t,j · k_s) over the first
+// n_k ≤ k.n() keys; q [n_q, n_head · k.d()] fp32.
+void indexer_scores_bf16(const float* q,
+                         const float* w,
+                         int64_t n_q,
+                         int64_t n_head,
+                         const IndexerKeys& k,
+                         int64_t n_k,
+                         float* scores,
+                         int64_t ld_s);
+
 // ---- causal depthwise conv -------------------------------------------------------------------
 
 // Causal depthwise conv over time for one sequence, with a tail of the previous W−1 inputs:

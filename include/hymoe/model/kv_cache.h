@@ -98,6 +98,7 @@ public:
     int32_t refs(int32_t page) const { return refs_[static_cast<size_t>(page)]; }
 
     int64_t row_width(int layer) const { return layout_.width[static_cast<size_t>(layer)]; }
+    DType dtype() const { return layout_.dtype; }  // of the stored rows
     // Elements [offset, offset + n) of the row of token slot `slot` (< page_tokens) of page
     // `page` in `layer` [row_width]: read widened to fp32 into out[n], or written from in[n].
     void read_row(int layer, int32_t page, int64_t slot, int64_t offset, int64_t n, float* out);

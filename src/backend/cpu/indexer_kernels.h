@@ -1,0 +1,25 @@
+// The AVX-512-BF16 kernel behind ops::indexer_scores_bf16 (backend/cpu/indexer_ops.cpp
+// dispatches): it lives in indexer_bf16.cpp, compiled with -mavx512bf16 and called only after the
+// run-time cpuid check of ops::weight_kernel().
+#pragma once
+
+#include <cstdint>
+
+namespace hymoe::ops::detail {
+
+// scores [n_q, n_k] (row stride ld_s) = Σ_j w_t,j · ReLU(q_t,j · k_s): q [n_q, n_head, pairs] as
+// bf16 pairs (dims 2p, 2p+1 in one 32-bit word, low half first), w [n_q, n_head] fp32, keys in
+// ops::IndexerKeys tiles ([⌈n_k/16⌉, pairs, 16, 2] bf16). Per head and key one fp32 accumulator
+// gains the pairs in order (VDPBF16PS: dim 2p+1's product, then 2p's); the heads are summed in
+// order by fused multiply-adds.
+void indexer_scores_avx512(const uint32_t* q,
+                           const float* w,
+                           int64_t n_q,
+                           int64_t n_head,
+                           int64_t pairs,
+                           const uint16_t* keys,
+                           int64_t n_k,
+                           float* scores,
+                           int64_t ld_s);
+
+}  // namespace hymoe::ops::detail
