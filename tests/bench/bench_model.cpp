@@ -20,7 +20,9 @@
 // and minor page faults (getrusage), and the OpenBLAS kernel set in use.
 //   decode batch 1 and 32 after 64-token prompts: tokens/s and weight bytes/s against DRAM read
 //   decode token vs context  one token through a DSA layer over 1k, 8k and 64k cached tokens
-//            (indexer and attention apart) and through a KDA layer (no context)
+//            (indexer and attention apart) and through a KDA layer (no context; its time is mostly
+//            reading its projection weights, printed as the time they take at the DRAM read rate,
+//            the rest the short conv, gates and the state update)
 // Thread passes: `bench_model 1 2` runs the references, prefill and decode at 1, then 2 OpenBLAS
 // threads (KDA and DSA at the first count only); a later pass is skipped when the first prefill
 // got under 0.9 of its cores. No argument: one pass at OMP_NUM_THREADS. HYMOE_BENCH_SEQS and
@@ -385,7 +387,17 @@ model::AttnStats decode_cost(const model::Model& m, int layer, int64_t context) 
     return best;
 }
 
-// One decode token through KDA layer `layer` (its cost is the state update, whatever the context).
+// The bytes of KDA layer `layer`'s weights (a decode token reads them all).
+double kda_weight_bytes(model::Model& m, int layer) {
+    double bytes = 0;
+    for (const model::TensorSpec& t :
+         model::kda_tensors(m.cfg, m.layers[static_cast<size_t>(layer)].kda))
+        bytes += static_cast<double>(t.dest->view().bytes());
+    return bytes;
+}
+
+// One decode token through KDA layer `layer`: its projections' weights (read whole) and the state
+// update, whatever the context; best of 3.
 double kda_decode_cost(const model::Model& m, int layer) {
     const int64_t d = m.cfg.hidden_size;
     Buffer x(DType::f32, {1, d}), y(DType::f32, {1, d});
@@ -800,17 +812,20 @@ int main(int argc, char** argv) {
         }
         // decode cost per token against the context: KDA flat, DSA attention bounded by its
         // top-k, the indexer's scan over every cached key growing linearly
-        const double kda_ms = 1e3 * kda_decode_cost(m, 0);
+        const double kda_ms = 1e3 * kda_decode_cost(m, 0), kda_bytes = kda_weight_bytes(m, 0);
         for (const int64_t context : {int64_t{1024}, int64_t{8192}, int64_t{65536}}) {
             const model::AttnStats c = decode_cost(m, dsa, context);
             row(fmt("decode token, context %.0fk", static_cast<double>(context / 1024)),
                 1e3 * (c.indexer_seconds + c.attention_seconds),
                 "ms",
-                fmt("DSA layer: indexer %.3f ms, attention (top-%.0f) %.3f ms; KDA layer %.3f ms",
+                fmt("DSA layer: indexer %.3f ms, attention (top-%.0f) %.3f ms; ",
                     1e3 * c.indexer_seconds,
                     static_cast<double>(cfg.indexer.top_k),
-                    1e3 * c.attention_seconds,
-                    kda_ms));
+                    1e3 * c.attention_seconds) +
+                    fmt("KDA layer %.3f ms (its %.0f MB of weights: %.3f ms at DRAM read)",
+                        kda_ms,
+                        kda_bytes * 1e-6,
+                        1e3 * kda_bytes / bw));
         }
     }
     bf16_weights(cfg, m, step_params, bw_buf.ptr<uint8_t>(), bw_bytes);

@@ -21,7 +21,6 @@
 #include <omp.h>
 #endif
 
-#include "hymoe/core/types.h"
 #include "weight_kernels.h"
 
 namespace hymoe::ops::detail {
@@ -30,6 +29,24 @@ bool cpu_has_avx512() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl");
+}
+
+void round_to_bf16(const float* src, int64_t n, uint16_t* dst) {
+    const __m512i lsb = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff),
+                  abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
+                  quiet = _mm512_set1_epi32(0x40);
+    for (int64_t p = 0; p < n; p += 16) {
+        const __mmask16 mk = n - p >= 16 ? static_cast<__mmask16>(0xffff)
+                                         : static_cast<__mmask16>((1u << (n - p)) - 1);
+        const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(mk, src + p));
+        // float_to_bf16: u + 0x7fff + (bit 16 of u), top half; a NaN keeps its top half, quiet
+        const __m512i up = _mm512_add_epi32(
+            u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), lsb)));
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        const __m512i h =
+            _mm512_mask_or_epi32(_mm512_srli_epi32(up, 16), nan, _mm512_srli_epi32(u, 16), quiet);
+        _mm256_mask_storeu_epi16(dst + p, mk, _mm512_cvtepi32_epi16(h));
+    }
 }
 
 namespace {
@@ -231,8 +248,7 @@ void bf16_gemv_avx512(int64_t m,
     thread_local std::vector<uint16_t> x16;  // [m, k] a rounded to bf16 (kept between calls)
     x16.resize(static_cast<size_t>(m * k));
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t p = 0; p < k; ++p)
-            x16[static_cast<size_t>(i * k + p)] = float_to_bf16(a[i * lda + p]);
+        round_to_bf16(a + i * lda, k, x16.data() + i * k);
     const uint16_t* x = x16.data();
     by_row_groups(m, n, n * k * 2, [&]<int M>(int64_t j0, int64_t j1, int64_t i) {
         bf16_rows<M>(j0, j1, k, alpha, x + i * k, k, w, ldw, beta, c + i * ldc, ldc);

@@ -128,8 +128,7 @@ void bf16_gemm_avx512(int64_t m,
     std::vector<uint32_t> a16(static_cast<size_t>(m * kp), 0u);  // [m, kp] bf16 pairs of a
     auto* a16h = reinterpret_cast<uint16_t*>(a16.data());
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t p = 0; p < k; ++p)
-            a16h[i * 2 * kp + p] = float_to_bf16(a[i * lda + p]);
+        round_to_bf16(a + i * lda, k, a16h + i * 2 * kp);
     struct alignas(64) Line {
         uint32_t v[16];
     };

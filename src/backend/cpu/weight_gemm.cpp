@@ -1,9 +1,9 @@
 // ops::gemm_w (backend/ops.h): products with weights at their storage dtype. fp32 goes to the
 // AVX-512 GEMV (gemv_avx512.cpp) for m ≤ 4 rows of a W [n, k] on an AVX-512 CPU (unless the
-// portable kernels are forced), else to ops::gemm; bf16 to the AVX-512-BF16 kernels (GEMV for m ≤ 4, GEMM of linear_bf16.cpp) when the
-// CPU has avx512_bf16, and everything else to the portable path here (widen a block of the weight
-// to fp32, sgemm). Batch-invariant runs skip the GEMVs (ops::gemm pads fp32 products to 8 rows,
-// the bf16 GEMM's rows do not depend on each other).
+// portable kernels are forced), else to ops::gemm; bf16 to the AVX-512-BF16 kernels (GEMV for m ≤
+// 4, GEMM of linear_bf16.cpp) when the CPU has avx512_bf16, and everything else to the portable
+// path here (widen a block of the weight to fp32, sgemm). Batch-invariant runs skip the GEMVs
+// (ops::gemm pads fp32 products to 8 rows, the bf16 GEMM's rows do not depend on each other).
 #include <algorithm>
 #include <vector>
 

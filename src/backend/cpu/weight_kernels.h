@@ -14,6 +14,8 @@ namespace hymoe::ops::detail {
 bool cpu_has_avx512();
 // True when it also runs AVX512_BF16 (VDPBF16PS).
 bool cpu_has_avx512_bf16();
+// dst [n] = float_to_bf16(src [n]) (core/types.h) bit for bit, 16 at a time (AVX-512F/BW).
+void round_to_bf16(const float* src, int64_t n, uint16_t* dst);
 // ops::set_batch_invariant's setting (ops.cpp).
 bool batch_invariant_on();
 

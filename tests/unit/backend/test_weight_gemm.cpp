@@ -14,6 +14,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "../../../src/backend/cpu/weight_kernels.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/rng.h"
 
@@ -289,6 +290,50 @@ BOOST_AUTO_TEST_CASE(threads_give_the_one_thread_bits) {
             }
         }
     omp_set_num_threads(saved);
+}
+
+BOOST_AUTO_TEST_CASE(vector_bf16_rounding_is_float_to_bf16) {
+    // the kernels' activation rounding, 16 lanes at a time with a masked tail, against the scalar
+    // float_to_bf16 bit for bit: ties both ways, NaNs (signalling too), infinities, overflow to
+    // infinity, denormals, signed zeros, random values; every length 1-40
+    if (!hymoe::ops::detail::cpu_has_avx512()) {
+        BOOST_TEST_MESSAGE("skipped: this CPU has no AVX-512");
+        return;
+    }
+    std::vector<uint32_t> bits{0x00000000u,
+                               0x80000000u,
+                               0x3f808000u,
+                               0x3f818000u,
+                               0x3f807fffu,
+                               0x7f800000u,
+                               0xff800000u,
+                               0x7f800001u,
+                               0x7fc00000u,
+                               0xffff0001u,
+                               0x7f7fffffu,
+                               0x00000001u,
+                               0x807fffffu,
+                               0x00008000u,
+                               0x00018000u};
+    const std::vector<float> random = normal(200, 13);
+    for (float x : random) {
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        bits.push_back(u);
+    }
+    std::vector<float> src(bits.size());
+    std::memcpy(src.data(), bits.data(), bits.size() * 4);
+    for (size_t n = 1; n <= 40; ++n) {
+        std::vector<uint16_t> got(n + 1, 0xabcd);
+        hymoe::ops::detail::round_to_bf16(src.data(), static_cast<int64_t>(n), got.data());
+        for (size_t i = 0; i < n; ++i)
+            BOOST_TEST(got[i] == hymoe::float_to_bf16(src[i]), "n " << n << " i " << i);
+        BOOST_TEST(got[n] == 0xabcd);  // nothing written past n
+    }
+    std::vector<uint16_t> all(src.size());
+    hymoe::ops::detail::round_to_bf16(src.data(), static_cast<int64_t>(src.size()), all.data());
+    for (size_t i = 0; i < src.size(); ++i)
+        BOOST_TEST(all[i] == hymoe::float_to_bf16(src[i]));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
