@@ -386,13 +386,23 @@ void attend_sparse(const ModelConfig& cfg,
                           q_h + i * ld_q + m.d_qk(),
                           q_hat.ptr<float>() + (i * n_head + h) * d_lat + m.r_kv);
         }
+        // The block reads n_b · top-k rows: when that is more than the cache holds, the whole
+        // cache is gathered once (widened from a paged cache's dtype), else row by row.
+        const bool whole = n_b * top_k >= s.cache->n();
+        const float* c_kv_all = whole ? s.cache->c_kv_all() : nullptr;  // [n, r_kv]
+        const float* k_r_all = whole ? s.cache->k_r_all() : nullptr;    // [n, d_r]
         for (int64_t i = 0; i < n_b; ++i) {
             const int64_t n_i = n_keep[i];
             for (int64_t j = 0; j < n_i; ++j) {
                 const int64_t u = keep[i * top_k + j];
                 float* l_j = lat.ptr<float>() + j * d_lat;
-                s.cache->c_kv_row(u, l_j);
-                s.cache->k_r_row(u, l_j + m.r_kv);
+                if (whole) {
+                    std::copy_n(c_kv_all + u * m.r_kv, m.r_kv, l_j);
+                    std::copy_n(k_r_all + u * m.d_r, m.d_r, l_j + m.r_kv);
+                } else {
+                    s.cache->c_kv_row(u, l_j);
+                    s.cache->k_r_row(u, l_j + m.r_kv);
+                }
             }
             ops::gemm(false,
                       true,

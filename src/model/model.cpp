@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/core/allocator.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/kv_cache.h"
@@ -334,7 +335,8 @@ void forward(const Model& m,
                     " tokens but the batch continues at ",
                     batch.pos0[s]);
 
-    ForwardStats scratch;  // where timings go when the caller asked for none
+    reserve_huge_page_heap();  // the activations' heap in 2 MiB pages (core/allocator.h)
+    ForwardStats scratch;      // where timings go when the caller asked for none
     ForwardStats& stats = options.stats ? *options.stats : scratch;
     const float eps = static_cast<float>(cfg.rms_norm_eps);
     Buffer h(DType::f32, {n, d});  // [n_tok, d] the residual stream

@@ -43,17 +43,6 @@ void exchange(const Tensor& in,
         std::memcpy(out.data, in.data, in.bytes());
 }
 
-comm::Request exchange_start(const Tensor& in,
-                             const std::vector<int64_t>& send_rows,
-                             Tensor& out,
-                             const std::vector<int64_t>& recv_rows,
-                             const comm::Comm* ep) {
-    if (ep)
-        return comm::all_to_all_v_start(in, send_rows, out, recv_rows, *ep);
-    std::memcpy(out.data, in.data, in.bytes());
-    return comm::Request();
-}
-
 // Owner side: the rows of owned tokens [b.first, b.first + b.n_tok) of payload [n_own, w_in]
 // under routing r (of the owned rows): each token once per distinct ep rank hosting a kept expert.
 void plan_batch(const Routing& r,
@@ -112,17 +101,18 @@ void plan_batch(const Routing& r,
 
 // Counts (comm::exchange_counts) and metadata (two all_to_all_v: the expert ids with the row's
 // adapter as one more column, and the weights), blocking; allocates every expert-side buffer and
-// `back`, returned rows out_width wide. Collective over ep.
+// `back`, returned rows out_width wide (a group of one: not recv and back, which become the
+// payload and the partials themselves). Collective over ep.
 void exchange_metadata(MoeBatch& b, int64_t out_width, const comm::Comm* ep) {
     b.recv_rows = ep ? comm::exchange_counts(b.send_rows, *ep) : b.send_rows;
     const int64_t n_recv = total(b.recv_rows), n_send = b.send.view().dim(0);
     const int64_t width = b.send.view().dim(1), k = b.send_ids.view().dim(1);
-    b.recv = Buffer(DType::f32, {n_recv, width});
+    b.recv = ep ? Buffer(DType::f32, {n_recv, width}) : Buffer();
     b.recv_ids = Buffer(DType::i32, {n_recv, k});
     b.recv_weight = Buffer(DType::f32, {n_recv, k});
     b.recv_adapter = Buffer(DType::i32, {n_recv, 1});
     b.partial = Buffer(DType::f32, {n_recv, out_width});
-    b.back = Buffer(DType::f32, {n_send, out_width});
+    b.back = ep ? Buffer(DType::f32, {n_send, out_width}) : Buffer();
     Buffer send_meta(DType::i32, {n_send, k + 1}), recv_meta(DType::i32, {n_recv, k + 1});
     for (int64_t row = 0; row < n_send; ++row) {
         int32_t* to = send_meta.ptr<int32_t>() + row * (k + 1);
@@ -138,14 +128,26 @@ void exchange_metadata(MoeBatch& b, int64_t out_width, const comm::Comm* ep) {
     exchange(b.send_weight.view(), b.send_rows, b.recv_weight.view(), b.recv_rows, ep);
 }
 
-// The payload to the experts; non-blocking, completes in b.dispatch. Collective over ep.
+// The payload to the experts; non-blocking, completes in b.dispatch. Collective over ep. In a
+// group of one the payload becomes recv (moved, not copied; send is then empty).
 void start_dispatch(MoeBatch& b, const comm::Comm* ep) {
-    b.dispatch = exchange_start(b.send.view(), b.send_rows, b.recv.view(), b.recv_rows, ep);
+    if (ep == nullptr) {
+        b.recv = std::move(b.send);
+        return;
+    }
+    b.dispatch =
+        comm::all_to_all_v_start(b.send.view(), b.send_rows, b.recv.view(), b.recv_rows, *ep);
 }
 
-// The partials back to their owners; non-blocking, completes in b.combine. Collective over ep.
+// The partials back to their owners; non-blocking, completes in b.combine. Collective over ep. In
+// a group of one the partials become back (moved; partial is then empty).
 void start_combine(MoeBatch& b, const comm::Comm* ep) {
-    b.combine = exchange_start(b.partial.view(), b.recv_rows, b.back.view(), b.send_rows, ep);
+    if (ep == nullptr) {
+        b.back = std::move(b.partial);
+        return;
+    }
+    b.combine =
+        comm::all_to_all_v_start(b.partial.view(), b.recv_rows, b.back.view(), b.send_rows, *ep);
 }
 
 }  // namespace
@@ -183,7 +185,8 @@ void run_pipeline(const ExpertHosting& hosting,
             exchange_metadata(b, out_width, ep);
             s.dispatch_rows += b.send.view().dim(0);
             s.dispatch_bytes += static_cast<int64_t>(b.send.view().bytes());
-            s.combine_bytes += static_cast<int64_t>(b.back.view().bytes());
+            s.combine_bytes +=
+                b.send.view().dim(0) * out_width * static_cast<int64_t>(sizeof(float));
             s.self_rows += b.send_rows[static_cast<size_t>(hosting.ep_rank)];
         }
         for (MoeBatch& b : batches)

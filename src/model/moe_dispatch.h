@@ -5,7 +5,8 @@
 // start the reverse all-to-all, and hand the returned rows to an owner stage. The payload and the
 // returned rows have any width (forward: the row in, its partial out; backward: the row and its
 // output gradient in, its input-gradient partial and the slots' combine-weight gradients out).
-// Private to src/model. A null ep comm stands for a group of one: the exchanges become copies.
+// Private to src/model. A null ep comm stands for a group of one: the metadata exchanges become
+// copies, and the payload and the partials are moved to the other side (no copy).
 #pragma once
 
 #include <cstdint>
@@ -37,7 +38,7 @@ struct MoeBatch {
     std::vector<int64_t> send_rows;  // [ep] rows to each ep rank
     std::vector<int64_t> recv_rows;  // [ep] rows from each ep rank
     std::vector<int64_t> token;      // [n_send] owned row each sent row carries
-    Buffer send;                     // [n_send, w_in] payload
+    Buffer send;                     // [n_send, w_in] payload (one rank: moved to recv)
     Buffer send_ids;                 // [n_send, k] i32 slot's expert if hosted there, else −1
     Buffer send_weight;              // [n_send, k] f32 its combine weight (0 where −1)
     Buffer send_adapter;             // [n_send, 1] i32 the row's LoRA adapter (inference)
@@ -45,7 +46,7 @@ struct MoeBatch {
     Buffer recv_ids;                 // [n_recv, k] i32
     Buffer recv_weight;              // [n_recv, k] f32
     Buffer recv_adapter;             // [n_recv, 1] i32
-    Buffer partial;                  // [n_recv, w_out] the expert stage's result per row
+    Buffer partial;                  // [n_recv, w_out] expert results (one rank: moved to back)
     Buffer back;                     // [n_send, w_out] the partials, returned to the owner
     comm::Request dispatch, combine;
 };

@@ -74,8 +74,9 @@ double token_share(const Ctx& x, double n) {
 }
 
 // Working set of an FFN over n tokens (bytes): dense gate/up/product; MoE router probabilities,
-// dispatch and combine send/receive buffers (u·etp rows a token), the top-k-expanded expert
-// inputs, hiddens and outputs, the latent z and y_lat, and the shared experts' hiddens.
+// dispatch and combine send/receive buffers (u·etp rows a token; at ep 1 only send and the
+// partials: the pipeline moves them to the other side instead of copying), the top-k-expanded
+// expert inputs, hiddens and outputs, the latent z and y_lat, and the shared experts' hiddens.
 double ffn_work(const Ctx& x, const LayerSpec& s, double n) {
     const double b = x.b;
     if (s.ffn == Ffn::dense)
@@ -84,7 +85,7 @@ double ffn_work(const Ctx& x, const LayerSpec& s, double n) {
     const double nl = token_share(x, n), w = static_cast<double>(expert_width(x.m, s)),
                  etp = x.l.etp, k = e.top_k;
     double bytes = nl * e.n_routed_experts * kF32;
-    bytes += 4 * nl * x.u * etp * w * b;
+    bytes += (x.l.ep > 1 ? 4 : 2) * nl * x.u * etp * w * b;
     bytes += 2 * nl * k * etp * w * b + nl * k * mlp_tensors(e.expert_act) * e.moe_intermediate * b;
     if (s.ffn == Ffn::latent_moe)
         bytes += 2 * nl * e.latent_size * b;

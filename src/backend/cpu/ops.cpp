@@ -241,13 +241,15 @@ float softplus(float x) {
 
 void silu_inplace(Tensor& x) {
     float* p = x.ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i)
+    const int64_t n = x.numel();  // once: the loop cannot hoist it (p might alias the shape)
+    for (int64_t i = 0; i < n; ++i)
         p[i] = silu(p[i]);
 }
 
 void sigmoid_inplace(Tensor& x) {
     float* p = x.ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i)
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i)
         p[i] = sigmoid(p[i]);
 }
 
@@ -260,7 +262,8 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
     const float* g = gate.ptr<float>();
     const float* u = up.ptr<float>();
     float* out = y.ptr<float>();
-    for (int64_t i = 0; i < y.numel(); ++i)
+    const int64_t n = y.numel();
+    for (int64_t i = 0; i < n; ++i)
         out[i] = silu(g[i]) * u[i];
 }
 
@@ -269,14 +272,16 @@ void add_inplace(Tensor& x, const Tensor& y) {
         x.numel() == y.numel(), "add: ", shape_string(x.shape), " + ", shape_string(y.shape));
     float* a = x.ptr<float>();
     const float* b = y.ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i)
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i)
         a[i] += b[i];
 }
 
 void relu2_inplace(Tensor& x) {
     check_f32(x, "relu2_inplace");
     float* p = x.ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) {
         const float r = p[i] > 0.0f ? p[i] : 0.0f;
         p[i] = r * r;
     }
