@@ -246,22 +246,8 @@ void kda_scan_backward(const KdaScanParams& p,
                        const float* ckpt,
                        const KdaScanGrads& d,
                        int chunk) {
-    HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && chunk > 0,
-                "kda_scan_backward: T ",
-                p.n_tok,
-                " H ",
-                p.n_head,
-                " K ",
-                p.d_k,
-                " V ",
-                p.d_v,
-                " chunk ",
-                chunk);
-    if (p.n_tok == 0)
+    if (!backward_args_ok("kda_scan_backward", p, ckpt, d, chunk))
         return;
-    HYMOE_CHECK(p.q && p.k && p.v && p.g && p.beta && ckpt && d.dO && d.dq && d.dk && d.dv &&
-                    d.dg && d.dbeta,
-                "kda_scan_backward: missing input or gradient array");
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v, C = chunk;
     const int64_t n_chunk = (p.n_tok + C - 1) / C;
     std::vector<float> dS(H * K * V, 0.0f);  // [H, K, V] ∂L/∂S after the chunk being swept
