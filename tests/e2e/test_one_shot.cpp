@@ -63,6 +63,37 @@ BOOST_AUTO_TEST_CASE(prompt_streams_the_decks_greedy_text) {
     BOOST_TEST(contains(err[0], " prompt tokens, 12 generated (finish length) in "), err[0]);
 }
 
+// --chat: the prompt as a user message through the folder's own chat_template (Jinja), which
+// here writes what a deck's roles write; the two runs generate the same text.
+BOOST_AUTO_TEST_CASE(chat_prompt_goes_through_the_models_template) {
+    TempDir t;
+    fs::create_directories(t.dir / "tok");
+    fs::copy_file(kTok, t.dir / "tok/bytes.tiktoken");
+    t.file("tok/tokenizer_config.json",
+           R"({"chat_template": "{% for m in messages %}{{ m.role | upper }}: )"
+           R"({{ m.content | trim }}{{ '\\n' }}{% endfor %})"
+           R"({% if add_generation_prompt %}ASSISTANT:{% endif %}"})");
+    auto r = run_hymoe("--model tiny --tokenizer " + (t.dir / "tok/bytes.tiktoken").string() +
+                       " --chat --prompt ' Hi there ' --max-tokens 6");
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    const std::string deck =
+        t.file("deck.yaml",
+               "job: {kind: infer, output: " + (t.dir / "out").string() +
+                   "}\nmodel: {preset: tiny, init: random}\ntokenizer: {path: " +
+                   (t.dir / "tok/bytes.tiktoken").string() +
+                   ", roles: {user: {prefix: 'USER: ', suffix: \"\\n\"}}, generation_prefix: "
+                   "'ASSISTANT:'}\ninference: {dataset: " +
+                   t.file("r.jsonl",
+                          "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi there\"}]}\n") +
+                   ", max_new_tokens: 6, sampling: {temperature: 0}}\n");
+    auto d = run_hymoe(deck);
+    BOOST_REQUIRE_MESSAGE(d.code == 0, d.err);
+    hymoe::io::H5Reader h5((t.dir / "out/results.h5").string());
+    BOOST_TEST(h5.ints("/requests/prompt_len").at(0) == 25);  // "USER: Hi there\nASSISTANT:"
+    BOOST_TEST(r.out == h5.strings("/requests/output_text").at(0) + "\n");
+    BOOST_TEST(contains(r.err, "25 prompt tokens, 6 generated"), r.err);
+}
+
 BOOST_AUTO_TEST_CASE(prompt_errors) {
     auto r = run_hymoe("--model tiny --prompt hi");
     BOOST_TEST(r.code == 2);
