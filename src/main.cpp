@@ -1,5 +1,6 @@
 // hymoe: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]... (also --ranks, --gather,
-// --describe-deck [SECTION]: the deck reference from the schema table the parser uses)
+// --describe-deck [SECTION]: the deck reference from the schema table the parser uses, and the
+// one-shot --model DIR --prompt TEXT of runtime/prompt.h)
 // MPI → command line → deck, model config and layout (validated before anything is allocated)
 // → communicators → the job (--check: print the plan of runtime/plan.h and stop). Errors seen by
 // every rank (deck, config, layout) print once on rank 0 and every rank exits with the error's
@@ -18,6 +19,7 @@
 #include "hymoe/runtime/job.h"
 #include "hymoe/runtime/plan.h"
 #include "hymoe/runtime/preflight.h"
+#include "hymoe/runtime/prompt.h"
 #include "hymoe/runtime/results.h"
 #include "hymoe/runtime/results_jsonl.h"
 #include "hymoe/runtime/run.h"
@@ -50,6 +52,8 @@ int run(int argc, char** argv) {
                                        .c_str());
         return 0;
     }
+    if (cli.one_shot())
+        return runtime::run_prompt(cli);
     if (cli.ranks) {
         const int n = runtime::deck_ranks(cli);
         if (parallel::world_rank() == 0)

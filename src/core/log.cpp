@@ -19,6 +19,7 @@ struct LogState {
     int rank = 0;
     double t0 = wall_seconds();
     std::FILE* file = nullptr;  // owned; closed at exit
+    bool console = true;        // lines also go to stdout
     std::string backlog;        // lines logged before to_file(), written to the file when it opens
     ~LogState() {
         if (file != nullptr)
@@ -39,8 +40,10 @@ void write_line(const char* prefix, const std::string& message) {
     char stamp[32];
     std::snprintf(stamp, sizeof stamp, "[%8.3f s] ", wall_seconds() - s.t0);
     std::string line = cat(stamp, prefix, message, "\n");
-    std::fwrite(line.data(), 1, line.size(), stdout);
-    std::fflush(stdout);
+    if (s.console) {
+        std::fwrite(line.data(), 1, line.size(), stdout);
+        std::fflush(stdout);
+    }
     if (s.file != nullptr) {
         std::fwrite(line.data(), 1, line.size(), s.file);
         std::fflush(s.file);
@@ -50,6 +53,12 @@ void write_line(const char* prefix, const std::string& message) {
 }
 
 }  // namespace
+
+void console(bool on) {
+    LogState& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.console = on;
+}
 
 void init(int rank) {
     LogState& s = state();

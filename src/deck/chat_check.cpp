@@ -12,6 +12,24 @@ namespace hymoe::deck {
 void check_chat_template(const Deck& deck, const text::Tokenizer& tok) {
     const TokenizerSection& t = deck.tokenizer;
     const text::ChatTemplate& c = t.chat_template;
+    if (c.jinja) {
+        // A sample conversation through the template and the tokenizer: a special token the
+        // tokenizer lacks, or a construct outside the Jinja subset on this path, fails here.
+        const std::vector<text::ChatMessage> sample = {
+            {"user", "u"}, {"assistant", "a"}, {"user", "v"}};
+        try {
+            tok.encode(text::render_chat(c, sample));
+        } catch (const Error& e) {
+            HYMOE_FAIL(Exit::invalid,
+                       deck.locate("tokenizer.chat"),
+                       ": the chat_template on a user, assistant, user conversation: ",
+                       e.what(),
+                       " (tokenizer ",
+                       t.path,
+                       ")");
+        }
+        return;
+    }
     const text::ChatTemplate preset =
         t.chat == "none" ? text::ChatTemplate{} : text::chat_preset(t.chat);
     auto preset_role = [&](const std::string& role) {

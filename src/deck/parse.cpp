@@ -1,6 +1,7 @@
 // The deck parser: each section read through the schema table (schema.cpp: every key's type,
 // default, range and meaning), the cross-key rules that need no model or MPI, and --set overrides.
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -197,6 +198,16 @@ void read_inference(Section s, InferenceSection& in, DType model_dtype) {
         in.presence_penalty = p.number("presence_penalty");
         in.frequency_penalty = p.number("frequency_penalty");
         in.repetition_penalty = p.number("repetition_penalty");
+        in.stop = p.list("stop");
+        for (const std::string& id : p.list("stop_token_ids")) {
+            int64_t v = -1;
+            const char* end = id.data() + id.size();
+            if (auto [at, ec] = std::from_chars(id.data(), end, v);
+                ec != std::errc() || at != end || v < 0 || v > int64_t{1} << 24)
+                p.fail("stop_token_ids", "'" + id + "' is not a token id (0 to 16777216)");
+            in.stop_token_ids.push_back(v);
+        }
+        in.n = static_cast<int>(p.integer("n"));
         p.finish();
     }
     {
@@ -249,6 +260,21 @@ void read_tokenizer(Section s, TokenizerSection& t) {
     t.pattern = s.text("pattern");
     t.chat = s.choice("chat");
     text::ChatTemplate& c = t.chat_template;
+    if (t.chat == "template") {
+        for (const char* key : {"bos", "roles", "generation_prefix"})
+            if (s.has(key))
+                s.fail(key,
+                       "not with tokenizer.chat: template (the model's chat_template writes it)");
+        const fs::path dir =
+            fs::is_directory(t.path) ? fs::path(t.path) : fs::path(t.path).parent_path();
+        try {
+            c = text::load_hf_chat_template(dir.string());
+        } catch (const Error& e) {
+            s.fail("chat", e.what());
+        }
+        s.finish();
+        return;
+    }
     if (t.chat != "none")
         c = text::chat_preset(t.chat);
     c.bos = s.text("bos", c.bos);

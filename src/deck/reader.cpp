@@ -379,7 +379,9 @@ std::vector<std::string> Section::list(const std::string& key) {
         for (const auto& item : *v) {
             const bool ok =
                 item.IsScalar() &&
-                std::find(allowed.begin(), allowed.end(), item.Scalar()) != allowed.end();
+                (allowed.empty()
+                     ? !item.Scalar().empty()
+                     : std::find(allowed.begin(), allowed.end(), item.Scalar()) != allowed.end());
             if (!ok)
                 ctx_.fail(item.Mark(),
                           key_path(key),

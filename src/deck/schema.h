@@ -21,7 +21,7 @@ enum class KeyType {
     file,             // a path to an existing file, relative to the deck's folder
     dir,              // a path to an existing folder
     file_or_dir,      // a path to an existing file or folder
-    list,             // a list of words, each one of choices
+    list,             // a list of words, each one of choices (no choices: any non-empty words)
     path_map,         // a map of name -> existing folder
 };
 

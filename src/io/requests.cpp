@@ -90,6 +90,8 @@ void read_sampling(const nlohmann::json& j, Request& r, const Bad& bad) {
 // "stop" (a string or a list of them, each non-empty) and "stop_token_ids" (a list of ids).
 template <typename Bad>
 void read_stops(const nlohmann::json& j, Request& r, const Bad& bad) {
+    r.has_stop = j.contains("stop");
+    r.has_stop_token_ids = j.contains("stop_token_ids");
     if (j.contains("stop")) {
         const auto& s = j["stop"];
         const nlohmann::json list = s.is_string() ? nlohmann::json::array({s}) : s;
@@ -195,6 +197,7 @@ bool JsonlReader::next(Request& r) {
         if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > 4096)
             bad("\"n\" must be an integer from 1 to 4096 (the samples of the request)");
         r.n = static_cast<int>(n.get<int64_t>());
+        r.has_n = true;
     }
     if (j.contains("adapter")) {
         if (!j["adapter"].is_string())

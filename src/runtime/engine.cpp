@@ -223,6 +223,8 @@ void accept_row(Seq& s, const StepOut& out, size_t r, const EngineOptions& o) {
     s.out.tokens.push_back(tok);
     s.out.logprobs.push_back(floats[0]);
     s.next_token = tok;
+    if (o.on_token)
+        o.on_token(s.out.index, s.out.sample, tok);
     const std::vector<int64_t>& stop_ids = s.out.req.stop_token_ids;
     if (tok == o.eos_id) {
         s.out.finish = Finish::stop;

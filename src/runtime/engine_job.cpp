@@ -16,6 +16,7 @@
 #include "hymoe/deck/chat_check.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/io/requests.h"
+#include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/kv_spill.h"
 #include "hymoe/runtime/lora_adapters.h"
@@ -165,6 +166,20 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
             static const std::string replacement = "\uFFFD";  // an id past the tokenizer's
             return t < tok.n_vocab() ? tok.token_bytes(static_cast<int32_t>(t)) : replacement;
         };
+    // hymoe --prompt: the text of request 0's first sample, a whole character at a time, as the
+    // results' output_text writes it (stop strings are not cut from the stream)
+    std::optional<text::Detokenizer> streamed;
+    if (job.stream_text && tokenizer && parallel::world_rank() == 0) {
+        streamed.emplace(*tokenizer);
+        o.on_token = [&streamed, &tok = *tokenizer](int64_t index, int sample, int64_t t) {
+            if (index != 0 || sample != 0)
+                return;
+            const std::string s =
+                t < tok.n_vocab() ? streamed->push(static_cast<int32_t>(t)) : "\uFFFD";
+            std::fwrite(s.data(), 1, s.size(), stdout);
+            std::fflush(stdout);
+        };
+    }
     o.prompt_logprobs = inf.prompt_logprobs;
     o.top_logprobs = top_n;
     o.image_pool = inf.image_pool;
@@ -254,6 +269,11 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     };
     EngineStats s = run_engine(
         m, o, [&](Pending& p) { return stream.next(p); }, sink, progress);
+    if (streamed) {
+        const std::string rest = streamed->finish();
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
+        std::fflush(stdout);
+    }
     if (s.stopped) {
         journal.flush();
         const int64_t sig =  // the signal may have reached some ranks only

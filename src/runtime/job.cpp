@@ -15,14 +15,64 @@ namespace hymoe::runtime {
 std::string usage() {
     return "usage: mpirun -np N hymoe DECK.yaml [--check] [--set key.path=value]... "
            "| hymoe DECK.yaml --ranks [--set ...] | hymoe --gather OUT_DIR SHARD_DIR... "
+           "| hymoe --model DIR|PRESET --prompt TEXT [--tokenizer PATH] [--max-tokens N] "
+           "[--temperature T] [--chat] "
            "| hymoe --describe-deck [SECTION] | hymoe --help | hymoe --version";
 }
+
+namespace {
+
+// The value after option argv[i] (i advanced past it).
+std::string option_value(int argc, char** argv, int& i) {
+    if (i + 1 >= argc)
+        HYMOE_FAIL(Exit::invalid, argv[i], " needs a value; ", usage());
+    return argv[++i];
+}
+
+// A number of the one-shot's options, checked: "--max-tokens needs ... , not 'x'".
+double option_number(const std::string& option, const std::string& v, double lo, double hi) {
+    size_t used = 0;
+    double x = 0;
+    try {
+        x = std::stod(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != v.size() || !(x >= lo && x <= hi))
+        HYMOE_FAIL(Exit::invalid,
+                   option,
+                   " needs a number from ",
+                   static_cast<int64_t>(lo),
+                   " to ",
+                   static_cast<int64_t>(hi),
+                   ", not '",
+                   v,
+                   "'");
+    return x;
+}
+
+}  // namespace
 
 CommandLine parse_command_line(int argc, char** argv) {
     CommandLine cli;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
-        if (a == "--check") {
+        if (a == "--model") {
+            cli.model = option_value(argc, argv, i);
+        } else if (a == "--prompt") {
+            cli.prompt = option_value(argc, argv, i);
+        } else if (a == "--tokenizer") {
+            cli.tokenizer = option_value(argc, argv, i);
+        } else if (a == "--max-tokens") {
+            const double n = option_number(a, option_value(argc, argv, i), 0, 1 << 24);
+            if (n != static_cast<int>(n))
+                HYMOE_FAIL(Exit::invalid, a, " needs an integer, not '", argv[i], "'");
+            cli.max_tokens = static_cast<int>(n);
+        } else if (a == "--temperature") {
+            cli.temperature = option_number(a, option_value(argc, argv, i), 0, 100);
+        } else if (a == "--chat") {
+            cli.chat = true;
+        } else if (a == "--check") {
             cli.check = true;
         } else if (a == "--help" || a == "-h") {
             cli.help = true;
@@ -59,6 +109,21 @@ CommandLine parse_command_line(int argc, char** argv) {
                        usage());
         }
     }
+    if (cli.one_shot()) {
+        if (cli.model.empty() || cli.prompt.empty())
+            HYMOE_FAIL(Exit::invalid, "--model and --prompt go together; ", usage());
+        if (!cli.deck_path.empty() || cli.check || cli.ranks || !cli.gather.empty())
+            HYMOE_FAIL(Exit::invalid,
+                       "--model/--prompt builds its own deck: no deck, --check, --ranks or "
+                       "--gather with it; ",
+                       usage());
+        return cli;
+    }
+    if (cli.tokenizer.size() || cli.max_tokens >= 0 || cli.temperature != 0 || cli.chat)
+        HYMOE_FAIL(Exit::invalid,
+                   "--tokenizer, --max-tokens, --temperature and --chat go with --model and "
+                   "--prompt; ",
+                   usage());
     if (cli.deck_path.empty() && !cli.help && !cli.version && cli.gather.empty())
         HYMOE_FAIL(Exit::invalid, "no deck given; ", usage());
     return cli;
@@ -128,6 +193,7 @@ Job validated(deck::Deck deck, int world_size) {
     parallel::check_layout(job.layout, world_size > 0 ? world_size : job.layout.world(), job.deck);
     job.model = load_model(job.deck);
     check_model_layout(job.model, job.layout, job.deck);
+    check_sampling_defaults(job);
     return job;
 }
 

@@ -64,6 +64,25 @@ void check_train_data_vocab(const Job& job) {
         HYMOE_FAIL(Exit::bad_input, problem);
 }
 
+void check_sampling_defaults(const Job& job) {
+    const deck::Deck& d = job.deck;
+    if (!d.inference.stop.empty() && !d.tokenizer.present)
+        HYMOE_FAIL(Exit::invalid,
+                   d.locate("inference.sampling.stop"),
+                   ": stop strings need a tokenizer (deck key tokenizer.path)");
+    for (int64_t t : d.inference.stop_token_ids)
+        if (t >= job.model.vocab_size)
+            HYMOE_FAIL(Exit::invalid,
+                       d.locate("inference.sampling.stop_token_ids"),
+                       ": ",
+                       t,
+                       " is outside the model's vocabulary of ",
+                       job.model.vocab_size,
+                       " (",
+                       vocab_source(d),
+                       ")");
+}
+
 void preflight(const Job& job) {
     check_tokenizer_vocab(job);
     check_train_data_vocab(job);

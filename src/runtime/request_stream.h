@@ -66,6 +66,16 @@ struct Stream {
         log::warn(cat(e.what(), " (skipped)"));
         ++skipped;
     }
+    // What the request does not give comes from the deck's inference.sampling.
+    void inherit_sampling(io::Request& r) const {
+        const auto& in = job.deck.inference;
+        if (!r.has_stop)
+            r.stop = in.stop;
+        if (!r.has_stop_token_ids)
+            r.stop_token_ids = in.stop_token_ids;
+        if (!r.has_n)
+            r.n = in.n;
+    }
     std::string encode(io::Request& r) const {  // text or messages -> tokens; "" if done
         if (!r.tokens.empty())
             return "";
@@ -191,6 +201,7 @@ struct Stream {
             ++index;
             if (!in_shard())
                 continue;
+            inherit_sampling(r);
             std::string why = encode(r);
             if (why.empty())
                 why = check(r);

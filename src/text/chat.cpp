@@ -28,6 +28,8 @@ ChatTemplate chat_preset(const std::string& name) {
 
 std::vector<ChatPiece> chat_pieces(const ChatTemplate& t,
                                    const std::vector<ChatMessage>& messages) {
+    if (t.jinja)
+        return hf_chat_pieces(t, messages);
     std::vector<ChatPiece> out;
     if (!t.bos.empty())
         out.push_back({t.bos, false});
@@ -43,6 +45,8 @@ std::vector<ChatPiece> chat_pieces(const ChatTemplate& t,
 }
 
 std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages) {
+    if (t.jinja)
+        return render_hf_chat(t, messages, true);
     std::string s;
     for (const ChatPiece& p : chat_pieces(t, messages))
         s += p.text;

@@ -9,6 +9,8 @@
 namespace hymoe::log {
 
 void init(int rank);  // rank in MPI_COMM_WORLD; restarts the clock
+// Off: lines go to the file only (hymoe --prompt keeps stdout for the generated text).
+void console(bool on);
 // Rank 0: append to path too, starting with every line logged before (throws if it cannot open).
 void to_file(const std::string& path);
 void info(const std::string& message);

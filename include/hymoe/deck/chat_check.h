@@ -1,6 +1,9 @@
 // The deck's chat template against the tokenizer it will be encoded with: a special-token marker
 // (<|name|>, <｜name｜>) in bos, a role's prefix or suffix or the generation prefix that the
 // tokenizer lacks is a deck error, found when the tokenizer is loaded, before any request runs.
+// tokenizer.chat: template: a user, assistant, user conversation is rendered and encoded, and an
+// error there (a token the tokenizer lacks, a construct outside the Jinja subset) names
+// tokenizer.chat.
 #pragma once
 
 #include "hymoe/deck/deck.h"

@@ -101,6 +101,9 @@ struct InferenceSection {
     int top_k = 0;     // 0 = no top-k filter
     double min_p = 0;  // 0 = no min-p filter
     double presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;  // none
+    std::vector<std::string> stop;        // sampling.stop: requests' default stop strings
+    std::vector<int64_t> stop_token_ids;  // sampling.stop_token_ids: their default stop tokens
+    int n = 1;                            // sampling.n: their default samples
     int max_tokens = 8192, max_seqs = 64, prefill_chunk = 2048;
     int page_tokens = 64;
     int64_t pages = 0;             // 0 = auto: what memory allows
@@ -122,8 +125,9 @@ struct TokenizerSection {
     bool present = false;
     std::string path;     // resolved tokenizer file or model folder
     std::string pattern;  // tiktoken files: cl100k_base | o200k_base | kimi | a regex; "" = by name
-    std::string chat = "none";  // the preset the template starts from: none | kimi | deepseek
-    text::ChatTemplate chat_template;  // the preset with the deck's bos, roles, generation_prefix
+    std::string chat = "none";  // none | kimi | deepseek (presets) | template (the model's Jinja)
+    text::ChatTemplate chat_template;  // the preset with the deck's bos, roles, generation_prefix;
+                                       //   or tokenizer_config.json's chat_template
 };
 
 // kind: tokenize: JSONL text -> HDF5 token dataset (runtime/tokenize_job.cpp).

@@ -51,9 +51,12 @@ struct Request {
     std::vector<std::string> stop;        // stop strings (non-empty)
     std::vector<int64_t> stop_token_ids;  // stop tokens
     int n = 1;                            // samples
-    std::string adapter;                  // "" = base model
-    std::vector<std::string> images;      // image files, resolved paths, in placeholder order
-    int64_t line = 0;                     // 1-based line in the file
+    // whether the request gave "stop", "stop_token_ids", "n" (if not: the deck's
+    // inference.sampling values, runtime/request_stream.h)
+    bool has_stop = false, has_stop_token_ids = false, has_n = false;
+    std::string adapter;              // "" = base model
+    std::vector<std::string> images;  // image files, resolved paths, in placeholder order
+    int64_t line = 0;                 // 1-based line in the file
 };
 
 class RequestReader {

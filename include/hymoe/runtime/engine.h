@@ -85,6 +85,8 @@ struct EngineOptions {
     // With a device: layer_stats only on every Nth step (timing synchronises at each layer and
     // keeps a step off the decode graphs), so the timings and expert loads are those steps'.
     int device_stats_every = 16;
+    // Each output token as it is drawn (request index, sample, token), on every rank alike.
+    std::function<void(int64_t, int, int64_t)> on_token;
     std::function<bool()> stop;       // polled every tick on every rank: true on any rank ends
                                       //   the run at that tick boundary (EngineStats::stopped)
     int64_t rebalance_every = 0;      // call rebalance() after every this many ticks (0: never);

@@ -20,6 +20,13 @@ struct CommandLine {
     bool help = false, version = false;
     bool ranks = false;               // print the ranks the deck needs (tp·dp·pp), exit
     std::vector<std::string> gather;  // --gather OUT_DIR SHARD_DIR...: merge results.h5 files
+    // The one-shot (runtime/prompt.h): --model DIR|PRESET --prompt TEXT [--tokenizer PATH]
+    // [--max-tokens N] [--temperature T] [--chat]
+    std::string model, prompt, tokenizer;
+    int max_tokens = -1;     // −1: the deck default (inference.max_new_tokens)
+    double temperature = 0;  // greedy
+    bool chat = false;       // the prompt as a user message through the model's chat_template
+    bool one_shot() const { return !model.empty() || !prompt.empty(); }
 };
 
 // Throws Exit::invalid with the usage line on a malformed command line.
@@ -35,6 +42,8 @@ struct Job {
     deck::Deck deck;
     model::ModelConfig model;
     parallel::Layout layout;
+    bool stream_text = false;  // hymoe --prompt: rank 0 writes each output token's text to
+                               //   stdout as it is drawn (runtime/prompt.h)
 };
 
 // Collective over the world.

@@ -6,7 +6,10 @@
 //     tokenizer.path); --check refuses it even if the dataset might never use those ids;
 //   - a lora job's token datasets (finetune.data.domain/general, finetune.eval.domain/general):
 //     every token id in [0, vocab_size) (Exit::bad_input, naming the file, the document and, when
-//     the file has /line (tokenize writes it), the source line).
+//     the file has /line (tokenize writes it), the source line);
+//   - the deck's default stops (inference.sampling.stop needs tokenizer.path, every id of
+//     inference.sampling.stop_token_ids below model.vocab_size: Exit::invalid naming the key);
+//     this one runs whenever a job loads (runtime/job.cpp), as it costs nothing.
 #pragma once
 
 #include <string>
@@ -22,7 +25,9 @@ void check_tokenizer_vocab(const Job& job);
 // Collective: rank 0 scans the lora job's datasets, every rank gets the outcome. No-op for
 // other kinds.
 void check_train_data_vocab(const Job& job);
-// Both, for --check.
+// Collective, no I/O: the deck's default stop strings and stop token ids.
+void check_sampling_defaults(const Job& job);
+// The tokenizer and data checks, for --check.
 void preflight(const Job& job);
 
 }  // namespace hymoe::runtime

@@ -114,6 +114,7 @@ BOOST_AUTO_TEST_CASE(the_chat_choices_are_the_presets) {
     std::string want = "`none`";
     for (const std::string& p : hymoe::text::kChatPresets)
         want += ", `" + p + "`";
+    want += ", `template`";  // the model's own chat_template (text/chat.h)
     BOOST_TEST(row.find("| " + want + " |") != std::string::npos, row);
 }
 
