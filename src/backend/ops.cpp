@@ -68,11 +68,19 @@ Tensor Scratch::operator()(DType dtype, Shape shape) {
 
 namespace ops {
 
+// On CUDA an f32 x of a bf16 w goes through a bf16 copy (the CPU's gemm_w rounds it the same way).
 void linear(const Ctx& ctx, const Tensor& x, const Tensor& w, Tensor& y, float beta) {
     check_on(ctx, "linear", {&x, &w, &y});
     if constexpr (kCudaBuild)
-        if (ctx.device == Device::cuda)
+        if (ctx.device == Device::cuda) {
+            if (x.dtype == DType::f32 && w.dtype == DType::bf16) {
+                backend::Scratch scratch(ctx);
+                Tensor xc = scratch(DType::bf16, x.shape);
+                cu::cast(*ctx.stream, x, xc);
+                return ctx.blas->linear(xc, w, y, beta);
+            }
             return ctx.blas->linear(x, w, y, beta);
+        }
     linear(x, w, y, beta);
 }
 
