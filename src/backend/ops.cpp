@@ -11,6 +11,7 @@
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
 
 namespace hymoe {
@@ -67,11 +68,19 @@ Tensor Scratch::operator()(DType dtype, Shape shape) {
 
 namespace ops {
 
+// On CUDA an f32 x of a bf16 w goes through a bf16 copy (the CPU's gemm_w rounds it the same way).
 void linear(const Ctx& ctx, const Tensor& x, const Tensor& w, Tensor& y, float beta) {
     check_on(ctx, "linear", {&x, &w, &y});
     if constexpr (kCudaBuild)
-        if (ctx.device == Device::cuda)
+        if (ctx.device == Device::cuda) {
+            if (x.dtype == DType::f32 && w.dtype == DType::bf16) {
+                backend::Scratch scratch(ctx);
+                Tensor xc = scratch(DType::bf16, x.shape);
+                cu::cast(*ctx.stream, x, xc);
+                return ctx.blas->linear(xc, w, y, beta);
+            }
             return ctx.blas->linear(x, w, y, beta);
+        }
     linear(x, w, y, beta);
 }
 
@@ -160,6 +169,51 @@ void top_k_rows(const Ctx& ctx, const Tensor& x, int64_t k, Tensor& idx) {
         top_k(x.ptr<float>() + r * n, n, k, idx.ptr<int64_t>() + r * k);
 }
 
+// ---- the KDA block's elementwise ops (backend/ops_kda.h) --------------------------------------
+
+void kda_decay_gate(const Ctx& ctx,
+                    Tensor& g,
+                    const Tensor& a_log,
+                    const Tensor& dt_bias,
+                    std::optional<float> lower_bound) {
+    check_on(ctx, "kda_decay_gate", {&g, &a_log, &dt_bias});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_decay_gate(*ctx.stream,
+                                      g,
+                                      a_log,
+                                      dt_bias,
+                                      lower_bound.has_value(),
+                                      lower_bound.value_or(0.0f));
+    kda_decay_gate(g, a_log, dt_bias, lower_bound);
+}
+
+void l2_norm_rows(const Ctx& ctx, Tensor& x, float eps) {
+    check_on(ctx, "l2_norm_rows", {&x});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::l2_norm_rows(*ctx.stream, x, eps);
+    HYMOE_CHECK(x.dtype == DType::f32, "l2_norm_rows: a ", to_string(x.dtype), " tensor");
+    const int64_t dim = x.dim(-1);
+    l2_norm_rows(x.ptr<float>(), dim > 0 ? x.numel() / dim : 0, dim, eps);
+}
+
+void scale_inplace(const Ctx& ctx, Tensor& x, float c) {
+    check_on(ctx, "scale_inplace", {&x});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::scale_inplace(*ctx.stream, x, c);
+    scale_inplace(x, c);
+}
+
+void mul_inplace(const Ctx& ctx, Tensor& x, const Tensor& y) {
+    check_on(ctx, "mul_inplace", {&x, &y});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::mul_inplace(*ctx.stream, x, y);
+    mul_inplace(x, y);
+}
+
 // ---- KDA recurrence: pointers in KdaScanParams, so only the context is checked ----------------
 
 void kda_recurrent(const Ctx& ctx, const KdaScanParams& p) {
@@ -172,22 +226,26 @@ void kda_recurrent(const Ctx& ctx, const KdaScanParams& p) {
 
 namespace {
 
-// No CUDA kernel takes one sequence's KdaScanParams for the chunked form, its checkpoints or the
-// backward (the fused cuda::kda_chunk_prefill takes a KdaBatchParams batch): a CUDA context is
-// refused, naming the op.
+// No CUDA kernel takes one sequence's KdaScanParams for the checkpoints or the backward (the fused
+// cuda::kda_chunk_prefill takes a KdaBatchParams batch): a CUDA context is refused, naming the op.
 void check_kda_cpu(const backend::Ctx& ctx, const char* op) {
     check_on(ctx, op, {});
     HYMOE_CHECK(
         ctx.device == Device::cpu,
         op,
-        ": no CUDA kernel for one sequence's KdaScanParams yet (only kda_recurrent runs on a "
-        "CUDA context)");
+        ": no CUDA kernel for one sequence's KdaScanParams yet (kda_recurrent and kda_chunked "
+        "run on a CUDA context)");
 }
 
 }  // namespace
 
+// The chunked form is an evaluation order of the same recurrence: on CUDA the one-sequence
+// recurrent kernel computes it (fp32, within the tolerance of tests/cuda).
 void kda_chunked(const Ctx& ctx, const KdaScanParams& p, int chunk) {
-    check_kda_cpu(ctx, "kda_chunked");
+    check_on(ctx, "kda_chunked", {});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_recurrent(*ctx.stream, p);
     kda_chunked(p, chunk);
 }
 

@@ -1,14 +1,18 @@
 // The KDA block (spec/model-math.md §3): weights, per-sequence state, and the forward over a packed
 // batch. Projections run over all tokens at once; the conv (with its tails) and the recurrence run
-// per sequence, each continuing that sequence's KdaState. The scans are backend ops
-// (hymoe/backend/ops.h) on the caller's Ctx; so far the block's own loops (decay gate, l2 norms,
-// output gate) and the adapters run on the host, so the Ctx is the CPU's.
+// per sequence, each continuing that sequence's KdaState. Every step is an op on the caller's Ctx
+// (hymoe/backend/ops.h, ops_kda.h), so the forward on views (model/kda_views.h) runs on the CPU or,
+// with device tensors, on a CUDA Ctx; only the LoRA adapters run on the host.
 #include "hymoe/model/kda.h"
 
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
+#include "hymoe/model/kda_views.h"
 #include "hymoe/model/model.h"
 #include "kda_dims.h"
 
@@ -16,58 +20,42 @@ namespace hymoe::model {
 
 namespace {
 
-// An fp32 host view of `p` with `shape` (a reshape of an existing buffer, or a row range of one).
-Tensor view(float* p, Shape shape) {
-    return Tensor{p, DType::f32, Device::cpu, std::move(shape)};
+// t's data as `shape` (as many elements), on t's device.
+Tensor reshaped(const Tensor& t, Shape shape) {
+    HYMOE_CHECK(t.numel() == shape_numel(shape),
+                "kda_forward: a tensor of ",
+                shape_string(t.shape),
+                " used as ",
+                shape_string(shape));
+    return Tensor{t.data, t.dtype, t.device, std::move(shape)};
 }
 
 // out [n_tok, D] = SiLU(causal_conv(u)) per sequence, each conv continuing its tail [W−1, D].
 void conv_silu(const backend::Ctx& ctx,
                const Tensor& u,  // [n_tok, D]
-               const Buffer& w,  // [D, 1, W]
+               const Tensor& w,  // [D, 1, W]
                const SeqBatch& batch,
-               const std::vector<KdaState*>& states,
-               Buffer KdaState::*tail,  // the tail of q, k or v in each state
+               const std::vector<KdaStateViews>& states,
+               Tensor KdaStateViews::*tail,  // the tail of q, k or v in each state
                const KdaDims& dims,
                Tensor& out) {  // [n_tok, D]
-    const Tensor w2 = view(w.ptr<float>(), {dims.D, dims.W});
+    const Tensor w2 = reshaped(w, {dims.D, dims.W});
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
         if (batch.length(s) == 0)
             continue;
         Tensor us = u.rows(batch.offsets[s], batch.length(s));
         Tensor ys = out.rows(batch.offsets[s], batch.length(s));
-        Tensor ts = (states[s]->*tail).view();
+        Tensor ts = states[s].*tail;
         ops::causal_conv(ctx, us, w2, ts, ys);
     }
     ops::silu_inplace(ctx, out);
-}
-
-// g [n_tok, H, K] ← log-decay from the decay logits f [n_tok, H, K] (in place), fp32:
-// −e^{A_log_h}·softplus(f + dt_bias), or lb·σ(e^{A_log_h}(f + dt_bias)) with a lower bound lb.
-void decay_gate(const KdaConfig& kc, const KdaWeights& w, const KdaDims& dims, Tensor& g) {
-    const float* a_log = w.a_log.ptr<float>();  // [H]
-    const float* dt_bias = w.dt_bias.ptr<float>();
-    float* gp = g.ptr<float>();
-    const int64_t n_tok = g.dim(0);
-    for (int64_t t = 0; t < n_tok; ++t) {
-        for (int64_t h = 0; h < dims.H; ++h) {
-            const float a = std::exp(a_log[h]);
-            for (int64_t i = h * dims.K; i < (h + 1) * dims.K; ++i) {
-                float& x = gp[t * dims.D + i];
-                const float z = x + dt_bias[i];
-                x = kc.gate_lower_bound
-                        ? static_cast<float>(*kc.gate_lower_bound) * ops::sigmoid(a * z)
-                        : -a * ops::softplus(z);
-            }
-        }
-    }
 }
 
 // The recurrence of every sequence; o [n_tok, H, V].
 void scan(const backend::Ctx& ctx,
           const KdaDims& dims,
           const SeqBatch& batch,
-          const std::vector<KdaState*>& states,
+          const std::vector<KdaStateViews>& states,
           const float* q,     // [n_tok, H, K]
           const float* k,     // [n_tok, H, K]
           const float* v,     // [n_tok, H, V]
@@ -87,7 +75,7 @@ void scan(const backend::Ctx& ctx,
         p.v = v + r * dims.D;
         p.g = g + r * dims.D;
         p.beta = beta + r * dims.H;
-        p.S = states[s]->S.ptr<float>();
+        p.S = states[s].S.ptr<float>();
         p.o = o + r * dims.D;
         const bool chunked =
             mode == KdaMode::chunked || (mode == KdaMode::automatic && p.n_tok > 1);
@@ -134,12 +122,53 @@ KdaState make_kda_state(const ModelConfig& cfg) {
     return st;
 }
 
+KdaWeightViews kda_views(const KdaWeights& w) {
+    return {w.q_proj.view(),
+            w.k_proj.view(),
+            w.v_proj.view(),
+            w.q_conv1d.view(),
+            w.k_conv1d.view(),
+            w.v_conv1d.view(),
+            w.f_a_proj.view(),
+            w.f_b_proj.view(),
+            w.dt_bias.view(),
+            w.a_log.view(),
+            w.b_proj.view(),
+            w.g_a_proj.view(),
+            w.g_b_proj.view(),
+            w.o_norm.view(),
+            w.o_proj.view(),
+            &w.lora};
+}
+
+KdaStateViews kda_views(KdaState& st) {
+    return {st.S.view(), st.q_tail.view(), st.k_tail.view(), st.v_tail.view()};
+}
+
 void kda_forward(const backend::Ctx& ctx,
                  const ModelConfig& cfg,
                  const KdaWeights& w,
                  const Tensor& x,
                  const SeqBatch& batch,
                  const std::vector<KdaState*>& states,
+                 Tensor& y,
+                 KdaMode mode) {
+    std::vector<KdaStateViews> views;
+    views.reserve(states.size());
+    for (KdaState* st : states) {
+        HYMOE_CHECK(st != nullptr,
+                    "kda_forward: a state not made by make_kda_state for this config");
+        views.push_back(kda_views(*st));
+    }
+    kda_forward(ctx, cfg, kda_views(w), x, batch, views, y, mode);
+}
+
+void kda_forward(const backend::Ctx& ctx,
+                 const ModelConfig& cfg,
+                 const KdaWeightViews& w,
+                 const Tensor& x,
+                 const SeqBatch& batch,
+                 const std::vector<KdaStateViews>& states,
                  Tensor& y,
                  KdaMode mode) {
     const KdaDims n(cfg);
@@ -157,44 +186,52 @@ void kda_forward(const backend::Ctx& ctx,
                 " sequences, ",
                 states.size(),
                 " states");
-    HYMOE_CHECK(
-        ctx.device == Device::cpu,
-        "kda_forward: the block's decay gate, norms and adapters run on the host so far: a ",
-        to_string(ctx.device),
-        " context");
-    for (const KdaState* st : states)
-        HYMOE_CHECK(st && st->S.view().shape == (Shape{n.H, n.K, n.K}),
+    const LoraSlots none;
+    const LoraSlots& lora = w.lora ? *w.lora : none;
+    HYMOE_CHECK(ctx.device == Device::cpu || !(lora.q || lora.k || lora.v || lora.o),
+                "kda_forward: LoRA adapters run on the host so far: a ",
+                to_string(ctx.device),
+                " context");
+    for (const KdaStateViews& st : states)
+        HYMOE_CHECK(st.S.shape == (Shape{n.H, n.K, n.K}) && st.S.dtype == DType::f32,
                     "kda_forward: a state not made by make_kda_state for this config");
+    backend::Scratch scratch(ctx);
 
     // q, k, v: projection → conv → SiLU → l2 per head (q also × K^{-1/2})
-    Buffer proj(DType::f32, {n_tok, n.D});  // [n_tok, D] pre-conv, reused for q, k, v
-    Buffer q(DType::f32, {n_tok, n.D}), k(DType::f32, {n_tok, n.D}), v(DType::f32, {n_tok, n.D});
-    ops::linear(ctx, x, w.q_proj.view(), proj.view());
-    lora_forward(w.lora.q, batch, x, proj.view());
-    conv_silu(ctx, proj.view(), w.q_conv1d, batch, states, &KdaState::q_tail, n, q.view());
-    ops::linear(ctx, x, w.k_proj.view(), proj.view());
-    lora_forward(w.lora.k, batch, x, proj.view());
-    conv_silu(ctx, proj.view(), w.k_conv1d, batch, states, &KdaState::k_tail, n, k.view());
-    ops::linear(ctx, x, w.v_proj.view(), proj.view());
-    lora_forward(w.lora.v, batch, x, proj.view());
-    conv_silu(ctx, proj.view(), w.v_conv1d, batch, states, &KdaState::v_tail, n, v.view());
-    ops::l2_norm_rows(q.ptr<float>(), n_tok * n.H, n.K);
-    ops::l2_norm_rows(k.ptr<float>(), n_tok * n.H, n.K);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        q.ptr<float>()[i] *= scale;
+    Tensor proj = scratch(DType::f32, {n_tok, n.D});  // [n_tok, D] pre-conv, reused for q, k, v
+    Tensor q = scratch(DType::f32, {n_tok, n.D});
+    Tensor k = scratch(DType::f32, {n_tok, n.D});
+    Tensor v = scratch(DType::f32, {n_tok, n.D});
+    ops::linear(ctx, x, w.q_proj, proj);
+    lora_forward(lora.q, batch, x, proj);
+    conv_silu(ctx, proj, w.q_conv1d, batch, states, &KdaStateViews::q_tail, n, q);
+    ops::linear(ctx, x, w.k_proj, proj);
+    lora_forward(lora.k, batch, x, proj);
+    conv_silu(ctx, proj, w.k_conv1d, batch, states, &KdaStateViews::k_tail, n, k);
+    ops::linear(ctx, x, w.v_proj, proj);
+    lora_forward(lora.v, batch, x, proj);
+    conv_silu(ctx, proj, w.v_conv1d, batch, states, &KdaStateViews::v_tail, n, v);
+    Tensor q_heads = reshaped(q, {n_tok * n.H, n.K}), k_heads = reshaped(k, {n_tok * n.H, n.K});
+    ops::l2_norm_rows(ctx, q_heads);
+    ops::l2_norm_rows(ctx, k_heads);
+    ops::scale_inplace(ctx, q, 1.0f / std::sqrt(static_cast<float>(n.K)));
 
     // g = decay(f_b f_a x), β = σ(b_proj x)
-    Buffer low(DType::f32, {n_tok, n.K});  // [n_tok, K] low-rank activations (decay, then gate)
-    Buffer g(DType::f32, {n_tok, n.D});
-    ops::linear(ctx, x, w.f_a_proj.view(), low.view());
-    ops::linear(ctx, low.view(), w.f_b_proj.view(), g.view());
-    decay_gate(cfg.kda, w, n, g.view());
-    Buffer beta(DType::f32, {n_tok, n.H});
-    ops::linear(ctx, x, w.b_proj.view(), beta.view());
-    ops::sigmoid_inplace(ctx, beta.view());
+    Tensor low = scratch(DType::f32, {n_tok, n.K});  // [n_tok, K] low-rank (decay, then gate)
+    Tensor g = scratch(DType::f32, {n_tok, n.D});
+    ops::linear(ctx, x, w.f_a_proj, low);
+    ops::linear(ctx, low, w.f_b_proj, g);
+    const auto& lb = cfg.kda.gate_lower_bound;
+    ops::kda_decay_gate(ctx,
+                        g,
+                        reshaped(w.a_log, {n.H}),
+                        w.dt_bias,
+                        lb ? std::optional<float>(static_cast<float>(*lb)) : std::nullopt);
+    Tensor beta = scratch(DType::f32, {n_tok, n.H});
+    ops::linear(ctx, x, w.b_proj, beta);
+    ops::sigmoid_inplace(ctx, beta);
 
-    Buffer o(DType::f32, {n_tok, n.D});  // [n_tok, H, V]
+    Tensor o = scratch(DType::f32, {n_tok, n.D});  // [n_tok, H, V]
     scan(ctx,
          n,
          batch,
@@ -208,16 +245,15 @@ void kda_forward(const backend::Ctx& ctx,
          mode);
 
     // y = o_proj(RMSNorm(o_h; o_norm) ⊙ σ(g_b g_a x))
-    Buffer gate(DType::f32, {n_tok, n.D});
-    ops::linear(ctx, x, w.g_a_proj.view(), low.view());
-    ops::linear(ctx, low.view(), w.g_b_proj.view(), gate.view());
-    ops::sigmoid_inplace(ctx, gate.view());
-    Tensor heads = view(o.ptr<float>(), {n_tok * n.H, n.K});
-    ops::rms_norm(ctx, heads, w.o_norm.view(), static_cast<float>(cfg.rms_norm_eps), heads);
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        o.ptr<float>()[i] *= gate.ptr<float>()[i];
-    ops::linear(ctx, o.view(), w.o_proj.view(), y);
-    lora_forward(w.lora.o, batch, o.view(), y);
+    Tensor gate = scratch(DType::f32, {n_tok, n.D});
+    ops::linear(ctx, x, w.g_a_proj, low);
+    ops::linear(ctx, low, w.g_b_proj, gate);
+    ops::sigmoid_inplace(ctx, gate);
+    Tensor heads = reshaped(o, {n_tok * n.H, n.K});
+    ops::rms_norm(ctx, heads, w.o_norm, static_cast<float>(cfg.rms_norm_eps), heads);
+    ops::mul_inplace(ctx, o, gate);
+    ops::linear(ctx, o, w.o_proj, y);
+    lora_forward(lora.o, batch, o, y);
 }
 
 }  // namespace hymoe::model

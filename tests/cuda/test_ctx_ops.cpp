@@ -2,7 +2,8 @@
 // context, in fp32 and bf16: the one device switch (src/backend/ops.cpp) reaches the right kernel
 // with the right arguments for every op (linear, RMSNorm, SiLU, sigmoid, ReLU², SwiGLU, the
 // residual add, softmax with a masked entry, the causal conv over two calls through its tail, top-k
-// rows), and the Scratch of a CUDA context gives arena tensors back at its end.
+// rows), an f32 x times a bf16 weight, and the Scratch of a CUDA context gives arena tensors back
+// at its end.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -108,6 +109,23 @@ BOOST_AUTO_TEST_CASE(softmax_conv_top_k, *utf::precondition(need_gpu)) {
         expect_close("causal_conv", dy, y, gc.g.s);
         expect_close("causal_conv tail", dtail, tail, gc.g.s);
     }
+}
+
+// An f32 x times a bf16 weight (a bf16 model's activations): the CPU's gemm_w against the CUDA
+// context's bf16 copy of x, within the bf16 tolerance (the CPU's portable path keeps x exact).
+BOOST_AUTO_TEST_CASE(linear_of_f32_x_and_bf16_weight, *utf::precondition(need_gpu)) {
+    GpuCtx gc;
+    const Buffer x = random({9, 96}, 45, DType::f32), w = random({64, 96}, 46, DType::bf16);
+    Buffer w16(DType::bf16, {64, 96}), y(DType::f32, {9, 64});
+    for (int64_t i = 0; i < w.view().numel(); ++i)
+        w16.ptr<uint16_t>()[i] = float_to_bf16(w.ptr<float>()[i]);
+    ops::linear(backend::cpu_ctx(), x.view(), w16.view(), y.view());
+    Tensor dy = gc.g.arena.tensor(DType::f32, {9, 64});
+    ops::linear(gc.ctx, gc.up(x, DType::f32), gc.up(w, DType::bf16), dy);
+    Buffer got = to_host(dy, gc.g.s);
+    const double err = rel_error(got.ptr<float>(), y.ptr<float>(), y.view().numel());
+    BOOST_TEST_INFO("linear f32 x bf16 w: normalised error " << err);
+    BOOST_TEST(err < tolerance(DType::bf16));
 }
 
 BOOST_AUTO_TEST_CASE(scratch_returns_arena_blocks, *utf::precondition(need_gpu)) {

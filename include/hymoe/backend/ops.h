@@ -202,9 +202,9 @@ void causal_conv(const Tensor& u, const Tensor& w, Tensor& tail, Tensor& y);
 // The backend-neutral ops the model blocks call: the ops above on the tensors of ctx's device.
 // src/backend/ops.cpp is the only switch on the device. CPU: exactly the functions above, bit for
 // bit. CUDA: the kernels of backend/cuda_ops.h and cuda_model_ops.h and the products of
-// cuda_gemm.h, with the same semantics (tests/cuda compares each against the CPU); there x and w of
-// a product share one dtype (f32, or bf16 with fp32 accumulation). Every tensor must be on
-// ctx.device (checked here, once).
+// cuda_gemm.h, with the same semantics (tests/cuda compares each against the CPU); a product's x
+// and w share f32 or bf16 (fp32 accumulation), or an f32 x is rounded to w's bf16 once per call (as
+// gemm_w). Every tensor must be on ctx.device (checked here, once).
 using backend::Ctx;
 
 void linear(const Ctx& ctx, const Tensor& x, const Tensor& w, Tensor& y, float beta = 0.0f);
@@ -225,8 +225,8 @@ void top_k_rows(const Ctx& ctx, const Tensor& x, int64_t k, Tensor& idx);
 // ---- KDA recurrence (backend/kda_params.h; backend/cpu/kda_scan.cpp, kda_chunk_backward.cpp) ----
 // One sequence, every head, fp32 (spec/model-math.md §3); each continues from p.S and leaves there
 // the state after the last token. The CPU forms first, then the same ops on a Ctx: CPU, exactly
-// these; CUDA, kda_recurrent runs cuda::kda_recurrent (backend/cuda_ops.h, device pointers); the
-// chunked form, its checkpoints and the backward have no one-sequence CUDA kernel and refuse.
+// these; CUDA, kda_recurrent and kda_chunked run cuda::kda_recurrent (backend/cuda_ops.h, device
+// pointers); the checkpoints and the backward have no one-sequence CUDA kernel and refuse.
 
 // The naive recurrence, token by token (fla naive_recurrent_kda).
 void kda_recurrent(const KdaScanParams& p);

@@ -2,16 +2,19 @@
 // dispatches to bit for bit (a miswired switch fails), ReLU² by hand, a tensor on the wrong device
 // and an incomplete or unbuilt CUDA context refused with the op's name, and Scratch tensors. The
 // KDA scans on a CPU context equal the CPU scans bit for bit; the ones without a CUDA kernel
-// refuse a CUDA context.
+// (checkpoints, backward) refuse a CUDA context. The KDA block's elementwise ops (ops_kda.h): the
+// decay gate in both forms against its formula, the others bit-identical to their CPU forms.
 // The same ops on a CUDA context against these are tests/cuda/test_ctx_ops.cpp.
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
 
@@ -207,8 +210,9 @@ BOOST_AUTO_TEST_CASE(kda_scans_on_cpu_context_bit_for_bit) {
     gpu.stream = reinterpret_cast<const backend::cuda::Stream*>(&fake[0]);
     gpu.arena = reinterpret_cast<backend::cuda::DeviceArena*>(&fake[1]);
     gpu.blas = reinterpret_cast<backend::cuda::Blas*>(&fake[2]);
-    BOOST_CHECK_EXCEPTION(
-        ops::kda_chunked(gpu, p), Error, says("kda_chunked: no CUDA kernel for one sequence"));
+    BOOST_CHECK_EXCEPTION(ops::kda_chunked_checkpoints(gpu, p, nullptr),
+                          Error,
+                          says("kda_chunked_checkpoints: no CUDA kernel for one sequence"));
     BOOST_CHECK_EXCEPTION(ops::kda_scan_backward(gpu, p, nullptr, {}),
                           Error,
                           says("kda_scan_backward: no CUDA kernel for one sequence"));
@@ -219,6 +223,53 @@ BOOST_AUTO_TEST_CASE(kda_scans_on_cpu_context_bit_for_bit) {
                           Error,
                           says("kda_scan_backward: a CUDA context in a build without"));
 #endif
+}
+
+// The decay gate, g = −e^{A_h}·softplus(f + dt_bias) or lb·σ(e^{A_h}(f + dt_bias)), by hand from
+// logits wide enough to reach softplus's linear branch; the l2 norm on a CPU context bit-identical
+// to the CPU form, scaling and product by hand; a CUDA tensor refused with the op's name.
+BOOST_AUTO_TEST_CASE(kda_elementwise_ops) {
+    const backend::Ctx ctx = backend::cpu_ctx();
+    const int64_t n_tok = 3, H = 2, K = 4, D = H * K;
+    const Buffer f = random({n_tok, D}, 30), a_log = random({1, 1, H, 1}, 31), dt = random({D}, 32);
+    for (float* p = f.ptr<float>(); p < f.ptr<float>() + n_tok * D; ++p)
+        *p *= 12.0f;
+    for (std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
+        Buffer g = copy_of(f);
+        ops::kda_decay_gate(ctx, g.view(), a_log.view(), dt.view(), lb);
+        for (int64_t t = 0; t < n_tok; ++t)
+            for (int64_t i = 0; i < D; ++i) {
+                const float a = std::exp(a_log.ptr<float>()[i / K]);
+                const float z = f.ptr<float>()[t * D + i] + dt.ptr<float>()[i];
+                const float want = lb ? *lb * ops::sigmoid(a * z) : -a * ops::softplus(z);
+                BOOST_TEST(g.ptr<float>()[t * D + i] == want);
+            }
+    }
+
+    const Buffer x = random({6, 8}, 33), y = random({6, 8}, 34);
+    Buffer a = copy_of(x), b = copy_of(x);
+    ops::l2_norm_rows(a.ptr<float>(), 6, 8);
+    ops::l2_norm_rows(ctx, b.view());
+    BOOST_TEST(same_bits(a, b));
+    const Buffer normed = copy_of(a);
+    ops::scale_inplace(a.view(), 0.25f);
+    ops::scale_inplace(ctx, b.view(), 0.25f);
+    BOOST_TEST(same_bits(a, b));
+    for (int64_t i = 0; i < 48; ++i)
+        BOOST_TEST(a.ptr<float>()[i] == normed.ptr<float>()[i] * 0.25f);
+    Buffer c = copy_of(x);
+    ops::mul_inplace(ctx, c.view(), y.view());
+    for (int64_t i = 0; i < 48; ++i)
+        BOOST_TEST(c.ptr<float>()[i] == x.ptr<float>()[i] * y.ptr<float>()[i]);
+
+    Tensor on_gpu = y.view();
+    on_gpu.device = Device::cuda;
+    BOOST_CHECK_EXCEPTION(ops::mul_inplace(ctx, c.view(), on_gpu),
+                          Error,
+                          says("mul_inplace: a cuda tensor on a cpu context"));
+    BOOST_CHECK_EXCEPTION(ops::kda_decay_gate(ctx, on_gpu, a_log.view(), dt.view(), {}),
+                          Error,
+                          says("kda_decay_gate: a cuda tensor on a cpu context"));
 }
 
 BOOST_AUTO_TEST_CASE(scratch_tensors_live_to_the_scope_end) {
