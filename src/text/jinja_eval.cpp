@@ -2,7 +2,9 @@
 // writes the output. Scopes as in Jinja2: a for loop's body is a scope of its own, so a set inside
 // a loop is gone after it (templates carry state out of loops in namespace() objects); if does not
 // open a scope. An undefined name is Undefined: false, printed as "", `is defined` false; its
-// attributes and items are errors, as in Jinja2.
+// attributes and items are errors, as in Jinja2. A template from a model folder is untrusted: its
+// integers may not overflow, and one render runs at most 2^14 loop iterations, writes at most
+// 64 MiB and builds lists of at most 2^22 items (real chat templates need a few per message).
 #include <algorithm>
 
 #include "hymoe/core/error.h"
@@ -13,6 +15,10 @@ namespace hymoe::text::jinja {
 namespace {
 
 using K = Value::Kind;
+
+constexpr int64_t kMaxIterations = int64_t{1} << 14;
+constexpr size_t kMaxText = size_t{64} << 20;
+constexpr size_t kMaxItems = size_t{1} << 22;
 
 class Renderer {
 public:
@@ -46,11 +52,9 @@ private:
     void exec(const Node& n) {
         switch (n.kind) {
             case Node::Kind::text:
-                out_ += n.text;
-                return;
+                return write(n.text, n.line);
             case Node::Kind::output:
-                out_ += to_text(eval(*n.expr), at(n.line));
-                return;
+                return write(to_text(eval(*n.expr), at(n.line)), n.line);
             case Node::Kind::if_:
                 for (const auto& [cond, body] : n.branches)
                     if (truthy(eval(*cond)))
@@ -82,6 +86,12 @@ private:
         }
     }
 
+    void write(const std::string& text, int line) {
+        out_ += text;
+        if (out_.size() > kMaxText)
+            fail(line, cat("the template writes over ", kMaxText >> 20, " MiB"));
+    }
+
     void loop(const Node& n) {
         const Value seq = eval(*n.expr);
         if (seq.kind == K::undefined)
@@ -92,6 +102,8 @@ private:
         const List items = *seq.list;  // a snapshot, as Python iterates a list being appended to
         const auto len = static_cast<int64_t>(items.size());
         for (int64_t i = 0; i < len; ++i) {
+            if (++iterations_ > kMaxIterations)
+                fail(n.line, cat("the template runs over ", kMaxIterations, " loop iterations"));
             Dict loop = {{"index0", Value::integer(i)},
                          {"index", Value::integer(i + 1)},
                          {"revindex0", Value::integer(len - 1 - i)},
@@ -156,8 +168,14 @@ private:
         const int64_t start = clamp(bound[0], given[0], step > 0 ? 0 : n - 1);
         const int64_t stop = clamp(bound[1], given[1], step > 0 ? n : -1);
         List out;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-            out.push_back((*obj.list)[static_cast<size_t>(i)]);
+        // start, stop in [-1, n]: count · |step| stays within the list, whatever the step
+        const int64_t span = step > 0 ? stop - start : start - stop;
+        const uint64_t magnitude =
+            step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+        const int64_t count =
+            span > 0 ? static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / magnitude) + 1 : 0;
+        for (int64_t j = 0; j < count; ++j)
+            out.push_back((*obj.list)[static_cast<size_t>(start + j * step)]);
         return Value::of_list(std::move(out));
     }
 
@@ -182,6 +200,22 @@ private:
         fail(e.line, "calling this value is outside hymoe's Jinja subset");
     }
 
+    // a op b for op + - *, an error where it overflows int64 (Python's integers do not).
+    Value arithmetic(char op, int64_t a, int64_t b, int line) const {
+        int64_t r = 0;
+        const bool overflow = op == '+'   ? __builtin_add_overflow(a, b, &r)
+                              : op == '-' ? __builtin_sub_overflow(a, b, &r)
+                                          : __builtin_mul_overflow(a, b, &r);
+        if (overflow)
+            fail(line, "an integer overflows 64 bits");
+        return Value::integer(r);
+    }
+    Value text(std::string s, int line) const {
+        if (s.size() > kMaxText)
+            fail(line, cat("a string over ", kMaxText >> 20, " MiB"));
+        return Value::string(std::move(s));
+    }
+
     Value binary(const Expr& e) {
         const std::string& op = e.name;
         const Value a = eval(*e.args[0]);
@@ -193,7 +227,7 @@ private:
         if (op == "==" || op == "!=")
             return Value::boolean(equal(a, b) == (op == "=="));
         if (op == "~")
-            return Value::string(to_text(a, at(e.line)) + to_text(b, at(e.line)));
+            return text(to_text(a, at(e.line)) + to_text(b, at(e.line)), e.line);
         if (op == "in" || op == "notin") {
             bool found = false;
             if (b.kind == K::string && a.kind == K::string)
@@ -208,12 +242,8 @@ private:
             return Value::boolean(found == (op == "in"));
         }
         if (a.kind == K::integer && b.kind == K::integer) {
-            if (op == "+")
-                return Value::integer(a.i + b.i);
-            if (op == "-")
-                return Value::integer(a.i - b.i);
-            if (op == "*")
-                return Value::integer(a.i * b.i);
+            if (op == "+" || op == "-" || op == "*")
+                return arithmetic(op[0], a.i, b.i, e.line);
             if (op == "<")
                 return Value::boolean(a.i < b.i);
             if (op == ">")
@@ -225,7 +255,7 @@ private:
         }
         if (a.kind == K::string && b.kind == K::string) {
             if (op == "+")
-                return Value::string(a.s + b.s);
+                return text(a.s + b.s, e.line);
             if (op == "<")
                 return Value::boolean(a.s < b.s);
             if (op == ">")
@@ -236,6 +266,8 @@ private:
                 return Value::boolean(a.s >= b.s);
         }
         if (a.kind == K::list && b.kind == K::list && op == "+") {
+            if (a.list->size() + b.list->size() > kMaxItems)
+                fail(e.line, cat("a list over ", kMaxItems, " items"));
             List out = *a.list;
             out.insert(out.end(), b.list->begin(), b.list->end());
             return Value::of_list(std::move(out));
@@ -283,7 +315,7 @@ private:
                     return Value::boolean(!truthy(v));
                 if (v.kind != K::integer)
                     fail(e.line, "minus a " + kind_name(v));
-                return Value::integer(-v.i);
+                return arithmetic('-', 0, v.i, e.line);
             }
             case Expr::Kind::binary:
                 return binary(e);
@@ -298,6 +330,7 @@ private:
     const Template& t_;
     std::vector<Dict> scopes_;
     std::string out_;
+    int64_t iterations_ = 0;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // recursive descent with Jinja2's precedence (loosest first): a if c else b, or, and, not,
 // comparisons and in, + -, ~, * / // %, unary -, then a primary with its postfixes
 // (.attr, [i], [a:b:c], (args)), filters (| f(args)) and tests (is [not] t).
+#include <charconv>
 #include <set>
 
 #include "hymoe/core/error.h"
@@ -45,6 +46,17 @@ public:
     }
 
 private:
+    // Parentheses, lists, calls and unary operators nest at most kMaxDepth deep (the parser and
+    // the evaluator recurse once per level).
+    static constexpr int kMaxDepth = 100;
+    struct Deeper {
+        explicit Deeper(ExprParser& p) : p_(p) {
+            if (++p_.depth_ > kMaxDepth)
+                p_.fail(cat("an expression nested over ", kMaxDepth, " deep"));
+        }
+        ~Deeper() { --p_.depth_; }
+        ExprParser& p_;
+    };
     bool peek(const std::string& text, size_t ahead = 0) const {
         return i_ + ahead < t_.size() && t_[i_ + ahead].text == text &&
                t_[i_ + ahead].kind != TK::string;
@@ -56,6 +68,7 @@ private:
         return e;
     }
     ExprPtr ternary() {
+        const Deeper d(*this);
         ExprPtr a = or_expr();
         if (!accept("if"))
             return a;
@@ -76,8 +89,10 @@ private:
         return a;
     }
     ExprPtr not_expr() {
-        if (accept("not"))
+        if (accept("not")) {
+            const Deeper d(*this);
             return node(Expr::Kind::unary, "not", {not_expr()});
+        }
         return compare();
     }
     ExprPtr compare() {
@@ -127,8 +142,10 @@ private:
         }
     }
     ExprPtr unary() {
-        if (accept("-"))
+        if (accept("-")) {
+            const Deeper d(*this);
             return node(Expr::Kind::unary, "-", {unary()});
+        }
         ExprPtr a = postfix(primary());
         for (;;) {
             if (accept("|")) {
@@ -183,6 +200,8 @@ private:
                     if (++n > 2)
                         fail("a slice has at most three parts");
                 }
+                if (n == 0 && !parts[0])
+                    fail("an empty subscript []");
                 a = n == 0 ? node(Expr::Kind::index, "", {a, parts[0]})
                            : node(Expr::Kind::slice, "", {a, parts[0], parts[1], parts[2]});
             } else if (accept("(")) {
@@ -205,8 +224,14 @@ private:
         };
         if (t.kind == TK::string)
             return lit(Value::string(t.text));
-        if (t.kind == TK::integer)
-            return lit(Value::integer(std::stoll(t.text)));
+        if (t.kind == TK::integer) {
+            int64_t v = 0;
+            const char* end = t.text.data() + t.text.size();
+            const auto [ptr, ec] = std::from_chars(t.text.data(), end, v);
+            if (ec != std::errc() || ptr != end)
+                fail_at(origin_, t.line, "the integer " + t.text + " overflows 64 bits");
+            return lit(Value::integer(v));
+        }
         if (t.kind == TK::name) {
             if (t.text == "true" || t.text == "True")
                 return lit(Value::boolean(true));
@@ -244,6 +269,7 @@ private:
     size_t i_;
     const std::string& origin_;
     int line_;
+    int depth_ = 0;
 };
 
 class Parser {
@@ -286,6 +312,8 @@ private:
         const int outer = open_line_;
         const std::string outer_kw = outer_kw_;
         open_line_ = c.line, outer_kw_ = kw;
+        if (++blocks_ > kMaxBlocks)
+            fail_at(origin_, c.line, cat("blocks nested over ", kMaxBlocks, " deep"));
         if (kw == "if") {
             n.kind = Node::Kind::if_;
             ExprPtr cond = p.expression();
@@ -354,6 +382,7 @@ private:
                         " %} is outside hymoe's Jinja subset (if, elif, else, for, set)"));
         }
         open_line_ = outer, outer_kw_ = outer_kw;
+        --blocks_;
     }
     void end_of_tag(const ExprParser& p) {
         if (!p.done())
@@ -364,7 +393,9 @@ private:
     const std::string& origin_;
     size_t i_ = 0;
     int open_line_ = 0;
-    std::string outer_kw_;  // the block being parsed ("" at the top)
+    std::string outer_kw_;                  // the block being parsed ("" at the top)
+    static constexpr int kMaxBlocks = 100;  // if/for nest at most this deep (both passes recurse)
+    int blocks_ = 0;
 };
 
 }  // namespace

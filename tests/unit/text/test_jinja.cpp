@@ -178,6 +178,50 @@ BOOST_AUTO_TEST_CASE(errors_name_the_line_and_construct) {
                "3 t line 2: the template raised: roles must alternate");
 }
 
+// A template comes from a model folder: hostile ones end in one error, not in a crash, an
+// overflow or a run that never ends (the limits of jinja_parser.cpp and jinja_eval.cpp; the
+// fuzz_jinja target hunts for more).
+BOOST_AUTO_TEST_CASE(hostile_templates_meet_the_limits) {
+    BOOST_TEST(error_of([] { jinja::parse("{{ 99999999999999999999 }}", "t"); }) ==
+               "2 t line 1: the integer 99999999999999999999 overflows 64 bits");
+    BOOST_TEST(run("{{ 9223372036854775807 - 1 + 1 }}{{ -9223372036854775807 - 1 }}") ==
+               "9223372036854775807-9223372036854775808");
+    BOOST_TEST(error_of([] { run("{{ 9223372036854775807 + 1 }}"); }) ==
+               "2 t line 1: an integer overflows 64 bits");
+    BOOST_TEST(error_of([] { run("\n{{ 4294967296 * 4294967296 }}"); }) ==
+               "2 t line 2: an integer overflows 64 bits");
+    BOOST_TEST(error_of([] { run("{{ -(-9223372036854775807 - 1) }}"); }) ==
+               "2 t line 1: an integer overflows 64 bits");
+    // slices with steps beyond the list, as Python gives them
+    BOOST_TEST(run("{{ [1, 2, 3][1::9223372036854775807]|length }}"
+                   "{{ [1, 2, 3][::-9223372036854775807 - 1][0] }}"
+                   "{{ [1, 2, 3][-9223372036854775807:9223372036854775807:2]|length }}") == "132");
+    BOOST_TEST(error_of([] { jinja::parse("{{ xs[] }}", "t"); }) ==
+               "2 t line 1: an empty subscript [] at the end of the tag");
+    const std::string deep = std::string(101, '(') + "1" + std::string(101, ')');
+    BOOST_TEST(error_of([&] {
+                   jinja::parse("{{ " + deep + " }}", "t");
+               }).find("2 t line 1: an expression nested over 100 deep") == 0u);
+    BOOST_TEST(run("{{ " + std::string(99, '(') + "1" + std::string(99, ')') + " }}") == "1");
+    std::string blocks;
+    for (int i = 0; i < 101; ++i)
+        blocks += "{% if true %}";
+    BOOST_TEST(error_of([&] { jinja::parse(blocks, "t"); }) ==
+               "2 t line 1: blocks nested over 100 deep");
+    BOOST_TEST(error_of([] {
+                   run("{% for i in range(128) %}{% for j in range(129) %}{% endfor %}"
+                       "{% endfor %}");
+               }) == "2 t line 1: the template runs over 16384 loop iterations");
+    BOOST_TEST(error_of([] {
+                   run("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}"
+                       "{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+               }) == "2 t line 1: a string over 64 MiB");
+    BOOST_TEST(error_of([] {
+                   run("{% set ns = namespace(l=range(1024)) %}"
+                       "{% for i in range(30) %}{% set ns.l = ns.l + ns.l %}{% endfor %}");
+               }) == "2 t line 1: a list over 4194304 items");
+}
+
 BOOST_AUTO_TEST_CASE(real_templates_render_as_the_presets) {
     const ChatTemplate kimi = load_hf_chat_template("tests/text/chat/kimi-k2");
     const ChatTemplate ds = load_hf_chat_template("tests/text/chat/deepseek-v3.1");
