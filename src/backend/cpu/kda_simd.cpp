@@ -351,6 +351,19 @@ void kda_token_step(int64_t K,
         token_step_avx512(K, V, q, k, v, g, beta, S, o, work);
         return;
     }
+    kda_token_step_portable(K, V, q, k, v, g, beta, S, o, work);
+}
+
+void kda_token_step_portable(int64_t K,
+                             int64_t V,
+                             const float* q,
+                             const float* k,
+                             const float* v,
+                             const float* g,
+                             float beta,
+                             float* S,
+                             float* o,
+                             float* work) {
     float* e = work;      // [K] e^g
     float* u = work + K;  // [V] β (v − S'ᵀk)
     for (int64_t x = 0; x < K; ++x)

@@ -73,5 +73,17 @@ void kda_token_step(int64_t K,
                     float* S,      // [K, V]
                     float* o,      // [V]
                     float* work);  // [K + V] scratch
+// kda_token_step's portable body (what runs on a CPU without avx512f), for the tests to reach on
+// any CPU: the same two sweeps, one rounding per operation.
+void kda_token_step_portable(int64_t K,
+                             int64_t V,
+                             const float* q,
+                             const float* k,
+                             const float* v,
+                             const float* g,
+                             float beta,
+                             float* S,
+                             float* o,
+                             float* work);
 
 }  // namespace hymoe::ops
