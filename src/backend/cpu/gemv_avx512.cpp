@@ -8,10 +8,10 @@
 // output element is one dot product summed in a fixed order (four lane-parallel partial sums, added
 // pairwise, then the lanes), whatever m, n or the thread split: a row's result depends on neither
 // the batch nor the threads. Threads (OpenMP, when built with it) take contiguous blocks of weight
-// rows. This file is compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (and -fopenmp);
-// weight_gemm.cpp calls it only after the cpuid checks. g++ 12's AVX-512 headers start vectors
-// as `__Y = __Y` (undefined on purpose), which -Wuninitialized reports at every inlined use:
-// silenced for this file only.
+// rows. And the few rows against a bf16 W [k, n] (bf16_gemv_n_avx512), on one thread. This file is
+// compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (and -fopenmp); weight_gemm.cpp calls
+// it only after the cpuid checks. g++ 12's AVX-512 headers start vectors as `__Y = __Y` (undefined
+// on purpose), which -Wuninitialized reports at every inlined use: silenced for this file only.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
@@ -170,6 +170,62 @@ void bf16_rows(int64_t j0,
     }
 }
 
+// c [M, n] (+)= a [M, k] · w [k, n], w bf16 (row stride ldw) widened exactly in registers, a
+// fp32: 64 columns at a time, one FMA chain per output element over p in order.
+template <int M>
+void bf16_cols(int64_t n,
+               int64_t k,
+               float alpha,
+               const float* a,
+               int64_t lda,
+               const uint16_t* w,
+               int64_t ldw,
+               float beta,
+               float* c,
+               int64_t ldc) {
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int64_t j = 0; j < n; j += 64) {
+        __mmask16 mk[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+            const int64_t left = std::clamp<int64_t>(n - j - 16 * u, 0, 16);
+            mk[u] = static_cast<__mmask16>((1u << left) - 1);
+        }
+        __m512 acc[M][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; ++u)
+                acc[i][u] = _mm512_setzero_ps();
+        for (int64_t p = 0; p < k; ++p) {
+            __m512 wv[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; ++u)  // bf16 → fp32: the 16 bits on top, exact
+                wv[u] = _mm512_castsi512_ps(
+                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                                          mk[u], w + p * ldw + j + 16 * u)),
+                                      16));
+#pragma GCC unroll 4
+            for (int i = 0; i < M; ++i) {
+                const __m512 ai = _mm512_set1_ps(a[i * lda + p]);
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; ++u)
+                    acc[i][u] = _mm512_fmadd_ps(ai, wv[u], acc[i][u]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; ++u) {
+                float* ci = c + i * ldc + j + 16 * u;
+                __m512 r = _mm512_mul_ps(va, acc[i][u]);
+                if (beta != 0.0f)
+                    r = _mm512_add_ps(r, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mk[u], ci)));
+                _mm512_mask_storeu_ps(ci, mk[u], r);
+            }
+    }
+}
+
 // body(j0, j1) over [0, n): one contiguous block per thread (edges at multiples of kRowBlock)
 // when the product reads at least kMinParallelBytes and OpenMP gives more than one thread, else
 // one call on the whole range.
@@ -253,6 +309,33 @@ void bf16_gemv_avx512(int64_t m,
     by_row_groups(m, n, n * k * 2, [&]<int M>(int64_t j0, int64_t j1, int64_t i) {
         bf16_rows<M>(j0, j1, k, alpha, x + i * k, k, w, ldw, beta, c + i * ldc, ldc);
     });
+}
+
+void bf16_gemv_n_avx512(int64_t m,
+                        int64_t n,
+                        int64_t k,
+                        float alpha,
+                        const float* a,
+                        int64_t lda,
+                        const uint16_t* w,
+                        int64_t ldw,
+                        float beta,
+                        float* c,
+                        int64_t ldc) {
+    for (int64_t i = 0; i < m; i += 4)
+        switch (std::min<int64_t>(4, m - i)) {
+            case 1:
+                bf16_cols<1>(n, k, alpha, a + i * lda, lda, w, ldw, beta, c + i * ldc, ldc);
+                break;
+            case 2:
+                bf16_cols<2>(n, k, alpha, a + i * lda, lda, w, ldw, beta, c + i * ldc, ldc);
+                break;
+            case 3:
+                bf16_cols<3>(n, k, alpha, a + i * lda, lda, w, ldw, beta, c + i * ldc, ldc);
+                break;
+            default:
+                bf16_cols<4>(n, k, alpha, a + i * lda, lda, w, ldw, beta, c + i * ldc, ldc);
+        }
 }
 
 }  // namespace hymoe::ops::detail

@@ -1,5 +1,6 @@
 // The two evaluations of the KDA recurrence (spec/model-math.md §3) on one sequence, every head,
-// in fp32: the naive token-by-token scan (fla naive_recurrent_kda) and the chunked WY form (fla
+// in fp32: the token-by-token scan (fla naive_recurrent_kda's arithmetic, each token of a head in
+// two sweeps of its state: kda_simd.h kda_token_step) and the chunked WY form (fla
 // naive_chunk_kda). Both continue from the state given and leave the state after the last token.
 // Chunked form, per head and chunk of L tokens with state S [K, V] from the previous chunk and
 // Γ_c = Σ_{j≤c} g_j the within-chunk cumulative log-decay [L, K]:
@@ -180,34 +181,20 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
 void kda_recurrent(const KdaScanParams& p) {
     check_params(p);
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v;
-    std::vector<float> u(V);  // [V] β (v − S'ᵀk)
+    std::vector<float> work(K + V);  // kda_token_step's scratch
     for (int64_t h = 0; h < H; ++h) {
         float* S = p.S + h * K * V;  // [K, V]
-        for (int64_t t = 0; t < p.n_tok; ++t) {
-            const float* q = p.q + (t * H + h) * K;
-            const float* k = p.k + (t * H + h) * K;
-            const float* g = p.g + (t * H + h) * K;
-            const float* v = p.v + (t * H + h) * V;
-            float* o = p.o + (t * H + h) * V;
-            std::fill(u.begin(), u.end(), 0.0f);
-            for (int64_t x = 0; x < K; ++x) {  // S' = e^g ⊙ S; u = S'ᵀk
-                const float e = std::exp(g[x]);
-                for (int64_t y = 0; y < V; ++y) {
-                    S[x * V + y] *= e;
-                    u[y] += k[x] * S[x * V + y];
-                }
-            }
-            const float beta = p.beta[t * H + h];
-            for (int64_t y = 0; y < V; ++y)
-                u[y] = beta * (v[y] - u[y]);
-            std::fill(o, o + V, 0.0f);
-            for (int64_t x = 0; x < K; ++x) {  // S = S' + k uᵀ; o = Sᵀq
-                for (int64_t y = 0; y < V; ++y) {
-                    S[x * V + y] += k[x] * u[y];
-                    o[y] += q[x] * S[x * V + y];
-                }
-            }
-        }
+        for (int64_t t = 0; t < p.n_tok; ++t)
+            kda_token_step(K,
+                           V,
+                           p.q + (t * H + h) * K,
+                           p.k + (t * H + h) * K,
+                           p.v + (t * H + h) * V,
+                           p.g + (t * H + h) * K,
+                           p.beta[t * H + h],
+                           S,
+                           p.o + (t * H + h) * V,
+                           work.data());
     }
 }
 

@@ -156,6 +156,101 @@ __attribute__((target("avx512f"))) void diag_grads_avx512(int64_t n,
     }
 }
 
+// kda_token_step's columns [y0, y0 + 16·NB) of S, the last vector masked by mk: u and o stay
+// in registers between the two sweeps.
+template <int NB>
+__attribute__((target("avx512f"))) void token_cols_avx512(int64_t K,
+                                                          int64_t V,
+                                                          int64_t y0,
+                                                          __mmask16 mk,
+                                                          const float* q,
+                                                          const float* k,
+                                                          const float* e,
+                                                          const float* v,
+                                                          float beta,
+                                                          float* S,
+                                                          float* o) {
+    __m512 u[NB], acc[NB];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b)
+        u[b] = _mm512_setzero_ps();
+    for (int64_t x = 0; x < K; ++x) {  // u = S'ᵀk, S' = e^g ⊙ S
+        const __m512 ex = _mm512_set1_ps(e[x]), kx = _mm512_set1_ps(k[x]);
+        const float* row = S + x * V + y0;
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; ++b) {
+            const __m512 s = _mm512_maskz_loadu_ps(b == NB - 1 ? mk : 0xffff, row + 16 * b);
+            u[b] = _mm512_fmadd_ps(kx, _mm512_mul_ps(ex, s), u[b]);
+        }
+    }
+    const __m512 bv = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b) {  // u = β (v − S'ᵀk)
+        const __m512 vb = _mm512_maskz_loadu_ps(b == NB - 1 ? mk : 0xffff, v + y0 + 16 * b);
+        u[b] = _mm512_mul_ps(bv, _mm512_sub_ps(vb, u[b]));
+        acc[b] = _mm512_setzero_ps();
+    }
+    for (int64_t x = 0; x < K; ++x) {  // S = S' + k uᵀ; o = Sᵀq
+        const __m512 ex = _mm512_set1_ps(e[x]), kx = _mm512_set1_ps(k[x]),
+                     qx = _mm512_set1_ps(q[x]);
+        float* row = S + x * V + y0;
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; ++b) {
+            const __mmask16 m = b == NB - 1 ? mk : 0xffff;
+            const __m512 s = _mm512_fmadd_ps(
+                kx, u[b], _mm512_mul_ps(ex, _mm512_maskz_loadu_ps(m, row + 16 * b)));
+            _mm512_mask_storeu_ps(row + 16 * b, m, s);
+            acc[b] = _mm512_fmadd_ps(qx, s, acc[b]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b)
+        _mm512_mask_storeu_ps(o + y0 + 16 * b, b == NB - 1 ? mk : 0xffff, acc[b]);
+}
+
+__attribute__((target("avx512f"))) void token_step_avx512(int64_t K,
+                                                          int64_t V,
+                                                          const float* q,
+                                                          const float* k,
+                                                          const float* v,
+                                                          const float* g,
+                                                          float beta,
+                                                          float* S,
+                                                          float* o,
+                                                          float* e) {
+    exp_array_avx512(g, e, K);
+    for (int64_t y0 = 0; y0 < V; y0 += 128) {
+        const int64_t w = std::min<int64_t>(128, V - y0), nb = (w + 15) / 16,
+                      tail = w - 16 * (nb - 1);
+        const auto mk = static_cast<__mmask16>(tail == 16 ? 0xffff : (1u << tail) - 1);
+        switch (nb) {
+            case 1:
+                token_cols_avx512<1>(K, V, y0, mk, q, k, e, v, beta, S, o);
+                break;
+            case 2:
+                token_cols_avx512<2>(K, V, y0, mk, q, k, e, v, beta, S, o);
+                break;
+            case 3:
+                token_cols_avx512<3>(K, V, y0, mk, q, k, e, v, beta, S, o);
+                break;
+            case 4:
+                token_cols_avx512<4>(K, V, y0, mk, q, k, e, v, beta, S, o);
+                break;
+            case 5:
+                token_cols_avx512<5>(K, V, y0, mk, q, k, e, v, beta, S, o);
+                break;
+            case 6:
+                token_cols_avx512<6>(K, V, y0, mk, q, k, e, v, beta, S, o);
+                break;
+            case 7:
+                token_cols_avx512<7>(K, V, y0, mk, q, k, e, v, beta, S, o);
+                break;
+            default:
+                token_cols_avx512<8>(K, V, y0, mk, q, k, e, v, beta, S, o);
+        }
+    }
+}
+
 }  // namespace
 
 void kda_exp(const float* x, float* y, int64_t n) {
@@ -240,6 +335,52 @@ void kda_diag_grads(int64_t n,
             }
         }
     }
+}
+
+void kda_token_step(int64_t K,
+                    int64_t V,
+                    const float* q,
+                    const float* k,
+                    const float* v,
+                    const float* g,
+                    float beta,
+                    float* S,
+                    float* o,
+                    float* work) {
+    if (have_avx512()) {
+        token_step_avx512(K, V, q, k, v, g, beta, S, o, work);
+        return;
+    }
+    kda_token_step_portable(K, V, q, k, v, g, beta, S, o, work);
+}
+
+void kda_token_step_portable(int64_t K,
+                             int64_t V,
+                             const float* q,
+                             const float* k,
+                             const float* v,
+                             const float* g,
+                             float beta,
+                             float* S,
+                             float* o,
+                             float* work) {
+    float* e = work;      // [K] e^g
+    float* u = work + K;  // [V] β (v − S'ᵀk)
+    for (int64_t x = 0; x < K; ++x)
+        e[x] = exp_scalar(g[x]);
+    std::fill(u, u + V, 0.0f);
+    for (int64_t x = 0; x < K; ++x)
+        for (int64_t y = 0; y < V; ++y)
+            u[y] += k[x] * (e[x] * S[x * V + y]);
+    for (int64_t y = 0; y < V; ++y)
+        u[y] = beta * (v[y] - u[y]);
+    std::fill(o, o + V, 0.0f);
+    for (int64_t x = 0; x < K; ++x)
+        for (int64_t y = 0; y < V; ++y) {
+            const float s = e[x] * S[x * V + y] + k[x] * u[y];
+            S[x * V + y] = s;
+            o[y] += q[x] * s;
+        }
 }
 
 }  // namespace hymoe::ops

@@ -1,11 +1,11 @@
-// The vector kernels of the chunked KDA scan (kda_scan.cpp, kda_chunk_backward.cpp): a fast e^x
-// for the non-positive exponents the chunked form evaluates, and the pairwise-exponential scores
-// of a diagonal sub-block and their backward. Each has an AVX-512 body, chosen at run time when the
-// CPU has avx512f, and a portable scalar one with the same polynomial. kda_exp: Cody-Waite range
-// reduction x = n·ln2 + r, |r| ≤ ln2/2, and the degree-7 expansion e^r ≈ 1 + r + r²·P5(r) (Cephes
-// expf coefficients), scaled by 2^n. Max relative error against the exact e^x: 2e-7 over x ∈
-// [−87.3, 0] (normal results; tests/unit/backend/test_kda_simd.cpp measures it); below, the result
-// underflows gracefully (subnormal, then 0 from x < −104).
+// The vector kernels of the KDA scans (kda_scan.cpp, kda_chunk_backward.cpp): a fast e^x for the
+// non-positive exponents the chunked form evaluates, the pairwise-exponential scores of a diagonal
+// sub-block and their backward, and the one-token step of the recurrence. Each has an AVX-512 body,
+// chosen at run time when the CPU has avx512f, and a portable scalar one with the same polynomial.
+// kda_exp: Cody-Waite range reduction x = n·ln2 + r, |r| ≤ ln2/2, and the degree-7 expansion e^r ≈
+// 1 + r + r²·P5(r) (Cephes expf coefficients), scaled by 2^n. Max relative error against the exact
+// e^x: 2e-7 over x ∈ [−87.3, 0] (normal results; tests/unit/backend/test_kda_simd.cpp measures it);
+// below, the result underflows gracefully (subnormal, then 0 from x < −104).
 #pragma once
 
 #include <cstdint>
@@ -56,5 +56,34 @@ void kda_diag_grads(int64_t n,
                     float* dqa,   // [n, K] stride K, accumulated
                     float* dkr,   // [n, K] stride K, accumulated
                     float* dkc);  // [n, K] stride K, accumulated
+
+// One token of the recurrence (spec §3) on one head's state S [K, V], in place:
+//   S' = e^g ⊙ S,   u = β (v − S'ᵀk),   S ← S' + k uᵀ,   o = Sᵀq,
+// in two sweeps of S by blocks of up to 128 columns: the first reads S for S'ᵀk, the second
+// writes S' + k uᵀ and sums o from the values it writes. e^g by kda_exp's polynomial; the AVX-512
+// body fuses multiply-adds, so it rounds differently from a plain evaluation of the same formula
+// (the bound is in tests/unit/backend/test_kda_simd.cpp).
+void kda_token_step(int64_t K,
+                    int64_t V,
+                    const float* q,  // [K]
+                    const float* k,  // [K]
+                    const float* v,  // [V]
+                    const float* g,  // [K] log-decay, ≤ 0
+                    float beta,
+                    float* S,      // [K, V]
+                    float* o,      // [V]
+                    float* work);  // [K + V] scratch
+// kda_token_step's portable body (what runs on a CPU without avx512f), for the tests to reach on
+// any CPU: the same two sweeps, one rounding per operation.
+void kda_token_step_portable(int64_t K,
+                             int64_t V,
+                             const float* q,
+                             const float* k,
+                             const float* v,
+                             const float* g,
+                             float beta,
+                             float* S,
+                             float* o,
+                             float* work);
 
 }  // namespace hymoe::ops

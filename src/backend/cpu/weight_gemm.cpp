@@ -1,9 +1,10 @@
 // ops::gemm_w (backend/ops.h): products with weights at their storage dtype. fp32 goes to the
 // AVX-512 GEMV (gemv_avx512.cpp) for m ≤ 4 rows of a W [n, k] on an AVX-512 CPU (unless the
 // portable kernels are forced), else to ops::gemm; bf16 to the AVX-512-BF16 kernels (GEMV for m ≤
-// 4, GEMM of linear_bf16.cpp) when the CPU has avx512_bf16, and everything else to the portable
-// path here (widen a block of the weight to fp32, sgemm). Batch-invariant runs skip the GEMVs
-// (ops::gemm pads fp32 products to 8 rows, the bf16 GEMM's rows do not depend on each other).
+// 4, GEMM of linear_bf16.cpp; m ≤ 4 rows against a W [k, n] by a GEMV that widens W in
+// registers) when the CPU has avx512_bf16, and everything else to the portable path here (widen a
+// block of the weight to fp32, sgemm). Batch-invariant runs skip the GEMVs (ops::gemm pads fp32
+// products to 8 rows, the bf16 GEMM's rows do not depend on each other).
 #include <algorithm>
 #include <vector>
 
@@ -153,11 +154,15 @@ void gemm_w(bool trans_w,
                 " weight");
     if (m == 0 || n == 0)
         return;
-    if (w.dtype != DType::bf16 || !trans_w || weight_kernel() != WeightKernel::avx512_bf16)
+    const bool gemv_n = !trans_w && m <= 4 && !detail::batch_invariant_on();
+    if (w.dtype != DType::bf16 || (!trans_w && !gemv_n) ||
+        weight_kernel() != WeightKernel::avx512_bf16)
         return gemm_widened(trans_w, m, n, k, alpha, a, lda, w, ldw, beta, c, ldc);
     const double t0 = wall_seconds();
     const auto* w16 = static_cast<const uint16_t*>(w.data);
-    if (gemv)
+    if (gemv_n)
+        detail::bf16_gemv_n_avx512(m, n, k, alpha, a, lda, w16, ldw, beta, c, ldc);
+    else if (gemv)
         detail::bf16_gemv_avx512(m, n, k, alpha, a, lda, w16, ldw, beta, c, ldc);
     else
         detail::bf16_gemm_avx512(m, n, k, alpha, a, lda, w16, ldw, beta, c, ldc);

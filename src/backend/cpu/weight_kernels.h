@@ -48,6 +48,21 @@ void bf16_gemv_avx512(int64_t m,
                       float* c,
                       int64_t ldc);
 
+// The same few rows against a bf16 W [k, n] (C = A · W, the absorbed MLA decode's q̂ = q_n ·
+// W_kvb): W widened exactly in registers, A kept fp32, one fp32 FMA chain per output element over
+// k in order, so a row's result does not depend on m; one thread (these weights are small).
+void bf16_gemv_n_avx512(int64_t m,
+                        int64_t n,
+                        int64_t k,
+                        float alpha,
+                        const float* a,
+                        int64_t lda,
+                        const uint16_t* w,
+                        int64_t ldw,
+                        float beta,
+                        float* c,
+                        int64_t ldc);
+
 // Many rows (prefill): A rounded to bf16 once, W packed in panels of 64 columns, a 6 × 64
 // register tile of VDPBF16PS products with fp32 accumulators. A row's result does not depend on
 // m (nor on the other rows).

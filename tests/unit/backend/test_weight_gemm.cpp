@@ -6,7 +6,8 @@
 // on Σ|a·w|) of the unrounded one. fp32 weights: the AVX-512 GEMV (m ≤ 4, W [n, k]) against the
 // same reference and bound, every other fp32 product bit-identical to ops::gemm. The GEMVs give
 // a row the same bits alone or among up to four rows, and any OpenMP thread count gives the
-// same bits as one thread (GEMVs and the bf16 GEMM).
+// same bits as one thread (GEMVs and the bf16 GEMM); the bf16 GEMV against a W [k, n] likewise
+// gives a row the same bits alone or among up to four rows.
 #include <cmath>
 #include <cstring>
 #include <omp.h>
@@ -130,7 +131,8 @@ BOOST_AUTO_TEST_CASE(bf16_avx512_kernels_match_fp64_within_fp32_accumulation) {
     with_kernel(ops::WeightKernel::avx512_bf16, [] {
         double worst = 0;
         for (const Case& c : cases()) {
-            // both AVX-512 kernels (y = x Wᵀ) round the activations; dx = dy·W is portable
+            // both AVX-512 kernels for y = x Wᵀ round the activations; for x W (dx = dy·W and the
+            // absorbed MLA query) the m ≤ 4 GEMV widens W and keeps x fp32, m > 4 is portable
             worst = std::max(worst, check(c, DType::bf16, c.trans_w));
         }
         BOOST_TEST_MESSAGE("avx512 bf16: worst error / bound " << worst);
@@ -263,6 +265,33 @@ BOOST_AUTO_TEST_CASE(gemv_rows_do_not_depend_on_the_batch) {
                            hymoe::to_string(t) << " row " << i << " of " << m);
             }
         }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_gemv_n_rows_do_not_depend_on_the_batch) {
+    // y = a · W for a bf16 W [k, n] (not transposed): a row is the same bits alone or among 2-4
+    if (ops::weight_kernel() != ops::WeightKernel::avx512_bf16) {
+        BOOST_TEST_MESSAGE("skipped: this CPU has no avx512_bf16");
+        return;
+    }
+    const int64_t n = 83, k = 301;
+    const std::vector<float> a = normal(static_cast<size_t>(4 * k), 13),
+                             wf = normal(static_cast<size_t>(k * n), 14);
+    std::vector<uint16_t> w(wf.size());
+    for (size_t i = 0; i < w.size(); ++i)
+        w[i] = hymoe::float_to_bf16(wf[i]);
+    auto product_n = [&](int64_t m, const float* x) {
+        std::vector<float> y(static_cast<size_t>(m * n));
+        ops::gemm_w(false, m, n, k, 1.0f, x, k, {w.data(), DType::bf16}, n, 0.0f, y.data(), n);
+        return y;
+    };
+    for (int64_t m = 2; m <= 4; ++m) {
+        const std::vector<float> all = product_n(m, a.data());
+        for (int64_t i = 0; i < m; ++i) {
+            const std::vector<float> one = product_n(1, a.data() + i * k);
+            BOOST_TEST(std::memcmp(one.data(), all.data() + i * n, one.size() * 4) == 0,
+                       "row " << i << " of " << m);
+        }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(threads_give_the_one_thread_bits) {
