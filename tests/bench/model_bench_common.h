@@ -75,8 +75,9 @@ private:
     Span start_;
 };
 
-// Whether /proc/cpuinfo lists avx512f: OpenBLAS's AVX2 kernels (Haswell, Zen) then leave about
-// 1.7x of sgemm speed unused (OPENBLAS_CORETYPE in the environment overrides its detection).
+// Whether /proc/cpuinfo lists avx512f: OpenBLAS's AVX2 kernels (Haswell, Zen, or forced by
+// OPENBLAS_CORETYPE) then leave about half of the fp32 FMA rate unused, which hymoe's own AVX-512
+// GEMM (ops::gemm) takes back.
 inline bool cpu_has_avx512() {
     std::ifstream in("/proc/cpuinfo");
     std::string line;
@@ -93,7 +94,9 @@ inline int64_t env_int(const char* name, int64_t fallback) {
 
 // ---- references -------------------------------------------------------------------------------
 
-// Best GFLOP/s of sgemm 2048³ through ops::gemm, after one warm-up call.
+// Best GFLOP/s of a 2048³ fp32 product through ops::gemm, after one warm-up call, with the
+// kernels ops::set_weight_kernel(k) selects: automatic (hymoe's AVX-512 GEMM on such a CPU, the
+// products the model runs) or portable (OpenBLAS sgemm).
 class BlasPeak {
 public:
     BlasPeak() : a_(DType::f32, {n, n}), b_(DType::f32, {n, n}), c_(DType::f32, {n, n}) {
@@ -101,7 +104,8 @@ public:
         rng.fill_normal(a_.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
         rng.fill_normal(b_.ptr<float>(), static_cast<size_t>(n * n), 0.0f, 1.0f);
     }
-    double gflops() {
+    double gflops(ops::WeightKernel k) {
+        ops::set_weight_kernel(k);
         double best = 1e30;
         for (int rep = 0; rep < 5; ++rep) {
             const double t0 = wall_seconds();
@@ -121,6 +125,7 @@ public:
             if (rep > 0)
                 best = std::min(best, wall_seconds() - t0);
         }
+        ops::set_weight_kernel(ops::WeightKernel::automatic);
         return 2.0 * static_cast<double>(n * n * n) / best / 1e9;
     }
 

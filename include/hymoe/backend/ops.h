@@ -14,12 +14,16 @@
 
 namespace hymoe::ops {
 
-// ---- matrix products (BLAS) ------------------------------------------------------------------
+// ---- matrix products (hymoe's AVX-512 GEMM, BLAS) ---------------------------------------------
 
 // y [n, out] = x [n, in] · w [out, in]ᵀ   (beta = 1: y += ...); w of any weight dtype (gemm_w)
 void linear(const Tensor& x, const Tensor& w, Tensor& y, float beta = 0.0f);
 // C [m, n] = alpha · op(A) · op(B) + beta · C, row-major, op = transpose when trans_*; lda, ldb,
-// ldc are row strides. The one BLAS entry point every other product goes through.
+// ldc are row strides. The one entry point every other fp32 product goes through: on a CPU with
+// AVX-512F (unless the portable kernels are forced, set_weight_kernel) hymoe's own fp32 GEMM
+// (backend/cpu/gemm_f32.h) for m ≥ 2 rows and n ≥ 16 columns, and for every product in
+// batch-invariant runs; else OpenBLAS (sgemv for one row). docs/guide/performance.md has the
+// measurements behind the split.
 void gemm(bool trans_a,
           bool trans_b,
           int64_t m,
@@ -37,7 +41,8 @@ void gemm(bool trans_a,
 // ---- products with weights (backend/cpu/weight_gemm.cpp) ------------------------------------
 // Weights are held at their storage dtype (model/weights.h): fp32, bf16 or fp16. Every product
 // with a weight goes through gemm_w, which dispatches on it; activations and results stay fp32.
-//   f32:  exactly ops::gemm (OpenBLAS), so fp32 models are unchanged bit for bit.
+//   f32:  an AVX-512 GEMV streaming the weight for m ≤ 4 rows of a W [n, k] (decode), else
+//         exactly ops::gemm.
 //   bf16: the activations rounded to bf16 once per call, AVX-512-BF16 dot products (VDPBF16PS)
 //         with fp32 accumulation: a few rows (m ≤ 4, decode) stream the weight once, more rows
 //         (prefill) run a GEMM on packed weight panels. The portable path (CPUs without
@@ -67,10 +72,12 @@ void gemm_w(bool trans_w,
             float* c,
             int64_t ldc);
 
-// Which kernels run the 16-bit weight products: picked once from cpuid (auto), or forced (tests,
-// benchmarks); forcing avx512_bf16 on a CPU without it fails. Forcing portable also sends the
-// fp32 weight products to ops::gemm (not the AVX-512 fp32 GEMV of decode-sized products).
-enum class WeightKernel { automatic, avx512_bf16, portable };
+// Which kernels run the products: picked once from cpuid (automatic), or forced (tests,
+// benchmarks); forcing a kernel the CPU lacks fails.
+//   avx512_bf16: hymoe's AVX-512 fp32 GEMM and GEMV, and the AVX-512-BF16 bf16 weight kernels;
+//   avx512:      hymoe's AVX-512 fp32 GEMM and GEMV, 16-bit weights widened to fp32 (portable);
+//   portable:    OpenBLAS for every fp32 product, 16-bit weights widened to fp32.
+enum class WeightKernel { automatic, avx512_bf16, avx512, portable };
 void set_weight_kernel(WeightKernel k);
 WeightKernel weight_kernel();  // the one in use (automatic resolved)
 const char* to_string(WeightKernel k);
@@ -81,10 +88,12 @@ const char* to_string(WeightKernel k);
 // several threads at once would race on it (the model calls gemm from one thread).
 // Batch-invariant products (inference.batch_invariant): OpenBLAS rounds a row of sgemm differently
 // with the number of rows in the call (and one row goes to sgemv), so a sequence's logits would
-// depend on what shares its batch. When on, gemm computes a non-transposed A in calls of exactly
-// 8 rows (the tail padded with zero rows), so every row goes through the same kernel whatever its
-// neighbours: results are bit-identical across batchings. It costs prefill speed (B is packed
-// once per 8 rows). Process-global, set once before a run.
+// depend on what shares its batch. When on, gemm sends every product to hymoe's AVX-512 GEMM,
+// whose rows do not depend on each other; with the portable kernels it computes a non-transposed A
+// in calls of exactly 8 rows (the tail padded with zero rows), so every row goes through the same
+// kernel whatever its neighbours. Either way results are bit-identical across batchings (the
+// portable way costs prefill speed: B is packed once per 8 rows). Process-global, set once
+// before a run.
 void set_batch_invariant(bool on);
 
 struct GemmCounter {

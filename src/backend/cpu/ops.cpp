@@ -1,5 +1,6 @@
-// The CPU reference implementation of backend/ops.h: plain loops in fp32, BLAS (OpenBLAS sgemm /
-// sgemv) for the matrix products. Shapes are checked here, once per call.
+// The CPU reference implementation of backend/ops.h: plain loops in fp32, hymoe's AVX-512 GEMM
+// (gemm_f32.h) or BLAS (OpenBLAS sgemm / sgemv) for the matrix products. Shapes are checked here,
+// once per call.
 #include "hymoe/backend/ops.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include <cblas.h>
 
+#include "gemm_f32.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "weight_kernels.h"
@@ -37,6 +39,9 @@ void check_f32(const Tensor& t, const char* op) {
 namespace {
 bool batch_invariant = false;
 constexpr int64_t kInvariantRows = 8;
+// Below these hymoe's GEMM leaves the product to OpenBLAS: one row goes to sgemv, and under 16
+// columns a 64-column panel is mostly padding (measured: docs/guide/performance.md).
+constexpr int64_t kOwnMinRows = 2, kOwnMinCols = 16;
 }  // namespace
 
 void set_batch_invariant(bool on) {
@@ -75,7 +80,10 @@ void gemm(bool trans_a,
                 "x",
                 k,
                 " exceeds the 32-bit BLAS interface");
-    if (batch_invariant && !trans_a && m != kInvariantRows) {
+    const double t0 = wall_seconds();
+    if (detail::f32_avx512_on() && (batch_invariant || (m >= kOwnMinRows && n >= kOwnMinCols))) {
+        detail::f32_gemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    } else if (batch_invariant && !trans_a && m != kInvariantRows) {
         const int64_t full = m / kInvariantRows * kInvariantRows, tail = m - full;
         for (int64_t i = 0; i < full; i += kInvariantRows)
             gemm(false,
@@ -115,9 +123,7 @@ void gemm(bool trans_a,
                 std::copy_n(pc.data() + i * n, n, c + (full + i) * ldc);
         }
         return;
-    }
-    const double t0 = wall_seconds();
-    if (m == 1 && !trans_a) {  // one row: gemv, which OpenBLAS does not pick by itself
+    } else if (m == 1 && !trans_a) {  // one row: gemv, which OpenBLAS does not pick by itself
         // c[0, :] = alpha · op(B)ᵀ a + beta · c  (B [k, n] or Bᵀ [n, k])
         cblas_sgemv(CblasRowMajor,
                     trans_b ? CblasNoTrans : CblasTrans,

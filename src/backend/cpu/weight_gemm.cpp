@@ -1,13 +1,15 @@
-// ops::gemm_w (backend/ops.h): products with weights at their storage dtype. fp32 goes to the
-// AVX-512 GEMV (gemv_avx512.cpp) for m ≤ 4 rows of a W [n, k] on an AVX-512 CPU (unless the
-// portable kernels are forced), else to ops::gemm; bf16 to the AVX-512-BF16 kernels (GEMV for m ≤
-// 4, GEMM of linear_bf16.cpp; m ≤ 4 rows against a W [k, n] by a GEMV that widens W in
-// registers) when the CPU has avx512_bf16, and everything else to the portable path here (widen a
-// block of the weight to fp32, sgemm). Batch-invariant runs skip the GEMVs (ops::gemm pads fp32
-// products to 8 rows, the bf16 GEMM's rows do not depend on each other).
+// ops::gemm_w (backend/ops.h): products with weights at their storage dtype, and the choice of
+// kernels (set_weight_kernel). fp32 goes to the AVX-512 GEMV (gemv_avx512.cpp) for m ≤ 4 rows of
+// a W [n, k] on an AVX-512 CPU (unless the portable kernels are forced), else to ops::gemm (which
+// runs hymoe's AVX-512 GEMM or OpenBLAS); bf16 to the AVX-512-BF16 kernels (GEMV for m ≤ 4, GEMM
+// of linear_bf16.cpp; m ≤ 4 rows against a W [k, n] by a GEMV that widens W in registers) when
+// the CPU has avx512_bf16, and everything else to the portable path here (widen a block of the
+// weight to fp32, ops::gemm). Batch-invariant runs skip the GEMVs (ops::gemm keeps rows
+// independent, the bf16 GEMM's rows do not depend on each other).
 #include <algorithm>
 #include <vector>
 
+#include "gemm_f32.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
@@ -18,7 +20,6 @@ namespace hymoe::ops {
 namespace {
 
 WeightKernel chosen = WeightKernel::automatic;
-bool forced_portable = false;  // set_weight_kernel(portable): fp32 products by ops::gemm too
 
 bool float_dtype(DType t) {
     return t == DType::f32 || t == DType::bf16 || t == DType::f16;
@@ -93,9 +94,12 @@ const char* to_string(WeightKernel k) {
         case WeightKernel::automatic:
             return "automatic";
         case WeightKernel::avx512_bf16:
-            return "AVX-512-BF16 (bf16 weights: streamed GEMV, VDPBF16PS GEMM)";
+            return "AVX-512 (fp32: hymoe GEMM and GEMV; bf16 weights: streamed GEMV, VDPBF16PS "
+                   "GEMM)";
+        case WeightKernel::avx512:
+            return "AVX-512 (fp32: hymoe GEMM and GEMV; 16-bit weights widened to fp32)";
         case WeightKernel::portable:
-            return "portable (16-bit weights widened to fp32, OpenBLAS sgemm)";
+            return "portable (OpenBLAS sgemm; 16-bit weights widened to fp32)";
     }
     return "?";
 }
@@ -103,14 +107,21 @@ const char* to_string(WeightKernel k) {
 void set_weight_kernel(WeightKernel k) {
     HYMOE_CHECK(k != WeightKernel::avx512_bf16 || detail::cpu_has_avx512_bf16(),
                 "weight kernels: this CPU has no avx512_bf16");
+    HYMOE_CHECK(k != WeightKernel::avx512 || detail::cpu_has_avx512(),
+                "weight kernels: this CPU has no avx512f/bw/vl");
     chosen = k;
-    forced_portable = k == WeightKernel::portable;
 }
 
 WeightKernel weight_kernel() {
     if (chosen == WeightKernel::automatic)
-        chosen = detail::cpu_has_avx512_bf16() ? WeightKernel::avx512_bf16 : WeightKernel::portable;
+        chosen = detail::cpu_has_avx512_bf16() ? WeightKernel::avx512_bf16
+                 : detail::cpu_has_avx512()    ? WeightKernel::avx512
+                                               : WeightKernel::portable;
     return chosen;
+}
+
+bool detail::f32_avx512_on() {
+    return weight_kernel() != WeightKernel::portable;
 }
 
 void gemm_w(bool trans_w,
@@ -127,8 +138,7 @@ void gemm_w(bool trans_w,
             int64_t ldc) {
     const bool gemv = trans_w && m <= 4 && !detail::batch_invariant_on();
     if (w.dtype == DType::f32) {
-        static const bool avx512 = detail::cpu_has_avx512();
-        if (!gemv || !avx512 || forced_portable || m == 0 || n == 0)
+        if (!gemv || !detail::f32_avx512_on() || m == 0 || n == 0)
             return gemm(false,
                         trans_w,
                         m,
