@@ -14,8 +14,11 @@
 #include <vector>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
+#include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/attention.h"
+#include "hymoe/model/attention_views.h"
 
 namespace hymoe::model {
 
@@ -59,6 +62,42 @@ void fold_heads(const float* logits, const float* w, int64_t n_head, int64_t n_k
 
 }  // namespace
 
+void indexer_project(const backend::Ctx& ctx,
+                     const ModelConfig& cfg,
+                     const IndexerWeightViews& w,
+                     const Tensor& x,
+                     const Tensor& c_q,
+                     const Tensor& pos,
+                     Tensor& q,
+                     Tensor& k,
+                     Tensor& w_out) {
+    const int64_t n_tok = x.dim(0);
+    const int64_t n_head = cfg.indexer.n_head, d_head = cfg.indexer.head_dim;
+    HYMOE_CHECK(c_q.dim(0) == n_tok && pos.numel() == n_tok,
+                "indexer_project: x ",
+                shape_string(x.shape),
+                " c_q ",
+                shape_string(c_q.shape),
+                " positions ",
+                pos.numel());
+    HYMOE_CHECK(cfg.mla.qk_rope_head_dim <= d_head,
+                "indexer_project: rope dims ",
+                cfg.mla.qk_rope_head_dim,
+                " exceed the indexer head dim ",
+                d_head);
+    ops::linear(ctx, c_q, w.wq_b, q);
+    ops::linear(ctx, x, w.wk, k);
+    ops::layer_norm(ctx, k, w.k_norm_weight, w.k_norm_bias, indexer_k_norm_eps, k);
+    // rope first: dims [0, d_r) of each head, pairs (x_i, x_{i + d_r/2})
+    const ops::RopeFreqs freqs = mla_rope_freqs(cfg.mla);
+    ops::rope(ctx, q, 0, n_head, d_head, pos, freqs, false);
+    ops::rope(ctx, k, 0, 1, d_head, pos, freqs, false);
+    ops::linear(ctx, x, w.weights_proj, w_out);
+    const int64_t scale_heads = cfg.indexer.scale_heads > 0 ? cfg.indexer.scale_heads : n_head;
+    ops::scale_inplace(
+        ctx, w_out, static_cast<float>(1.0 / std::sqrt(static_cast<double>(scale_heads * d_head))));
+}
+
 IndexerInputs indexer_project(const ModelConfig& cfg,
                               const IndexerWeights& w,
                               const Tensor& x,
@@ -66,36 +105,20 @@ IndexerInputs indexer_project(const ModelConfig& cfg,
                               const std::vector<int64_t>& pos) {
     const int64_t n_tok = x.dim(0);
     const int64_t n_head = cfg.indexer.n_head, d_head = cfg.indexer.head_dim;
-    HYMOE_CHECK(c_q.dim(0) == n_tok && static_cast<int64_t>(pos.size()) == n_tok,
-                "indexer_project: x ",
-                shape_string(x.shape),
-                " c_q ",
-                shape_string(c_q.shape),
-                " positions ",
-                pos.size());
-    HYMOE_CHECK(cfg.mla.qk_rope_head_dim <= d_head,
-                "indexer_project: rope dims ",
-                cfg.mla.qk_rope_head_dim,
-                " exceed the indexer head dim ",
-                d_head);
     IndexerInputs in{Buffer(DType::f32, {n_tok, n_head * d_head}),
                      Buffer(DType::f32, {n_tok, d_head}),
                      Buffer(DType::f32, {n_tok, n_head})};
-    ops::linear(c_q, w.wq_b.view(), in.q.view());
-    ops::linear(x, w.wk.view(), in.k.view());
-    ops::layer_norm(
-        in.k.view(), w.k_norm_weight.view(), w.k_norm_bias.view(), indexer_k_norm_eps, in.k.view());
-    // rope first: dims [0, d_r) of each head, pairs (x_i, x_{i + d_r/2})
-    const ops::RopeFreqs freqs = mla_rope_freqs(cfg.mla);
-    ops::rope(in.q.ptr<float>(), n_tok, n_head, n_head * d_head, d_head, pos.data(), freqs, false);
-    ops::rope(in.k.ptr<float>(), n_tok, 1, d_head, d_head, pos.data(), freqs, false);
-    ops::linear(x, w.weights_proj.view(), in.w.view());
-    const int64_t scale_heads = cfg.indexer.scale_heads > 0 ? cfg.indexer.scale_heads : n_head;
-    const float scale =
-        static_cast<float>(1.0 / std::sqrt(static_cast<double>(scale_heads * d_head)));
-    float* wp = in.w.ptr<float>();
-    for (int64_t i = 0; i < n_tok * n_head; ++i)
-        wp[i] *= scale;
+    const Tensor pos_view{const_cast<int64_t*>(pos.data()),
+                          DType::i64,
+                          Device::cpu,
+                          {static_cast<int64_t>(pos.size())}};
+    const IndexerWeightViews views{w.wq_b.view(),
+                                   w.wk.view(),
+                                   w.k_norm_weight.view(),
+                                   w.k_norm_bias.view(),
+                                   w.weights_proj.view()};
+    indexer_project(
+        backend::cpu_ctx(), cfg, views, x, c_q, pos_view, in.q.view(), in.k.view(), in.w.view());
     return in;
 }
 

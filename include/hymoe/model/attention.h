@@ -98,8 +98,10 @@ struct AttnStats {
 
 // The MLA/DSA mixer over a packed batch: y [n_tok, d] from x [n_tok, d] (already input-normed).
 // caches[s] holds sequence s's pos0[s] earlier tokens and gains its new ones; an empty `caches`
-// means no cache at all (every pos0 must then be 0 and nothing is kept).
-void attention_forward(const ModelConfig& cfg,
+// means no cache at all (every pos0 must then be 0 and nothing is kept). The steps run as ops on
+// ctx (model/attention_views.h says which so far; the rest needs a CPU context).
+void attention_forward(const backend::Ctx& ctx,
+                       const ModelConfig& cfg,
                        const LayerSpec& spec,  // mixer mla or dsa, gated or not
                        const MlaWeights& w,
                        const Tensor& x,                        // [n_tok, d]

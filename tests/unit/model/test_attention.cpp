@@ -74,8 +74,16 @@ struct Layer {
         const int64_t d = cfg.hidden_size;
         std::vector<float> y(x.size());
         Tensor yv = view_of(y, {batch.n_tok(), d});
-        attention_forward(
-            cfg, spec, w, view_of(x, {batch.n_tok(), d}), batch, caches, yv, mode, stats);
+        attention_forward(backend::cpu_ctx(),
+                          cfg,
+                          spec,
+                          w,
+                          view_of(x, {batch.n_tok(), d}),
+                          batch,
+                          caches,
+                          yv,
+                          mode,
+                          stats);
         return y;
     }
 };

@@ -86,7 +86,8 @@ struct Layer {
     std::vector<float> forward(std::vector<float>& x, const SeqBatch& batch) const {
         std::vector<float> y(x.size());
         Tensor yv = view_of(y, {batch.n_tok(), d()});
-        attention_forward(cfg, spec, w, view_of(x, {batch.n_tok(), d()}), batch, {}, yv);
+        attention_forward(
+            backend::cpu_ctx(), cfg, spec, w, view_of(x, {batch.n_tok(), d()}), batch, {}, yv);
         return y;
     }
     std::vector<float> backward(std::vector<float>& x,

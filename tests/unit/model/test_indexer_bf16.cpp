@@ -220,7 +220,8 @@ BOOST_AUTO_TEST_CASE(dsa_over_a_bf16_pool_is_dense_when_topk_covers_every_key) {
         cache.pool = &pool, cache.pages = &table, cache.layer = layer;
         Buffer y(DType::f32, {n, d});
         Tensor yv = y.view();
-        attention_forward(cfg, sp, w, x.view(), single_sequence(n), {&cache}, yv, mode);
+        attention_forward(
+            backend::cpu_ctx(), cfg, sp, w, x.view(), single_sequence(n), {&cache}, yv, mode);
         return std::vector<float>(y.ptr<float>(), y.ptr<float>() + n * d);
     };
     const auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
