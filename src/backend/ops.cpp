@@ -318,6 +318,45 @@ void upload(const Ctx& ctx, const Tensor& src, Tensor& dst) {
         std::memcpy(dst.data, src.data, src.numel() * dtype_size(src.dtype));
 }
 
+void attention_core(const Ctx& ctx,
+                    const Tensor& q,
+                    const Tensor& k,
+                    const Tensor& v,
+                    const Tensor& mask,
+                    float tau,
+                    Tensor& o) {
+    check_on(ctx, "attention_core", {&q, &k, &v, &mask, &o});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            backend::Scratch scratch(ctx);
+            Tensor scores = scratch(DType::f32, mask.shape);
+            return cu::attention_core(*ctx.blas, q, k, v, mask, tau, scores, o);
+        }
+    attention_core(q, k, v, mask, tau, o);
+}
+
+void indexer_scores(
+    const Ctx& ctx, const Tensor& q, const Tensor& w, const Tensor& k, Tensor& scores) {
+    check_on(ctx, "indexer_scores", {&q, &w, &k, &scores});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::indexer_scores(*ctx.stream, q, w, k, scores);
+    indexer_scores(q, w, k, scores);
+}
+
+// CUDA: the kernel also lists the kept keys, into scratch here.
+void indexer_mask(
+    const Ctx& ctx, const Tensor& scores, int64_t pos_first, int64_t index_topk, Tensor& mask) {
+    check_on(ctx, "indexer_mask", {&scores, &mask});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            backend::Scratch scratch(ctx);
+            Tensor kept = scratch(DType::i64, {scores.dim(0), std::min(index_topk, scores.dim(1))});
+            return cu::indexer_mask(*ctx.stream, scores, pos_first, index_topk, kept, mask);
+        }
+    indexer_mask(scores, pos_first, index_topk, mask);
+}
+
 // ---- KDA recurrence: pointers in KdaScanParams, so only the context is checked ----------------
 
 void kda_recurrent(const Ctx& ctx, const KdaScanParams& p) {

@@ -193,10 +193,10 @@ void block_scores(const ModelConfig& cfg, const SeqWork& s, int64_t i0, Tensor& 
                                  scores.ptr<float>(),
                                  n_kb);
     else
-        indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
-                       view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
-                       view_of(s.cache->k_idx_all(), {n_kb, d_i}),
-                       scores);
+        ops::indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
+                            view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
+                            view_of(s.cache->k_idx_all(), {n_kb, d_i}),
+                            scores);
     if (s.tp != nullptr && s.tp->size() > 1)
         comm::all_reduce(scores, *s.tp);  // Σ over every rank's heads
 }
@@ -215,7 +215,7 @@ void block_mask(const ModelConfig& cfg,
     ScopedTimer timer(indexer_seconds);
     Buffer scores(DType::f32, {n_b, n_kb});
     block_scores(cfg, s, i0, scores.view());
-    indexer_mask(scores.view(), s.pos0 + i0, cfg.indexer.top_k, mask);
+    ops::indexer_mask(scores.view(), s.pos0 + i0, cfg.indexer.top_k, mask);
 }
 
 // MHA form: k_h = [k_n,h | k_r], v_h up-projected from every cached c_kv.
@@ -252,12 +252,12 @@ void attend_expanded(const ModelConfig& cfg,
                 const float* q_i = s.q + (i0 + i) * ld_q + h * m.d_qk();
                 std::copy(q_i, q_i + m.d_qk(), q_h.ptr<float>() + i * m.d_qk());
             }
-            attention_core(q_h.view(),
-                           k[h].view().rows(0, n_kb),
-                           v[h].view().rows(0, n_kb),
-                           mask.view(),
-                           tau,
-                           o_h.view());
+            ops::attention_core(q_h.view(),
+                                k[h].view().rows(0, n_kb),
+                                v[h].view().rows(0, n_kb),
+                                mask.view(),
+                                tau,
+                                o_h.view());
             for (int64_t i = 0; i < n_b; ++i) {
                 const float* o_i = o_h.ptr<float>() + i * m.d_v;
                 std::copy(o_i, o_i + m.d_v, s.o + (i0 + i) * ld_o + h * m.d_v);
@@ -325,7 +325,8 @@ void attend_absorbed(const ModelConfig& cfg,
                 std::copy(q_h + i * ld_q + m.d_n,
                           q_h + i * ld_q + m.d_qk(),
                           q_hat.ptr<float>() + i * m.d_lat() + m.r_kv);
-            attention_core(q_hat.view(), lat.view(), c_kv.view(), mask.view(), tau, o_bar.view());
+            ops::attention_core(
+                q_hat.view(), lat.view(), c_kv.view(), mask.view(), tau, o_bar.view());
             // o_h [n_b, d_v] = ō [n_b, r_kv] · W_kvb[h, d_n:]ᵀ
             ops::gemm_w(true,
                         n_b,
@@ -368,7 +369,7 @@ void attend_sparse(const ModelConfig& cfg,
             ScopedTimer timer(indexer_seconds);
             Buffer scores(DType::f32, {n_b, n_kb});
             block_scores(cfg, s, i0, scores.view());
-            indexer_select(scores.view(), s.pos0 + i0, top_k, keep.data(), n_keep.data());
+            ops::indexer_select(scores.view(), s.pos0 + i0, top_k, keep.data(), n_keep.data());
         }
         for (int64_t h = 0; h < n_head; ++h) {  // q̂_h = [q_n W_kvb[h, :d_n] | q_r]
             const float* q_h = s.q + i0 * ld_q + h * m.d_qk();
@@ -551,54 +552,6 @@ ops::RopeFreqs mla_rope_freqs(const MlaConfig& mla) {
                                 mla.yarn_beta_fast,
                                 mla.yarn_beta_slow,
                                 mscale);
-}
-
-void attention_core(
-    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float tau, Tensor& o) {
-    const int64_t n_q = q.dim(0), n_k = k.dim(0), d_qk = q.dim(1), d_v = v.dim(1);
-    HYMOE_CHECK(k.dim(1) == d_qk && v.dim(0) == n_k && mask.dim(0) == n_q && mask.dim(1) == n_k &&
-                    o.dim(0) == n_q && o.dim(1) == d_v,
-                "attention_core: q ",
-                shape_string(q.shape),
-                " k ",
-                shape_string(k.shape),
-                " v ",
-                shape_string(v.shape),
-                " mask ",
-                shape_string(mask.shape),
-                " o ",
-                shape_string(o.shape));
-    std::vector<float> p(static_cast<size_t>(n_q * n_k));
-    ops::gemm(false,
-              true,
-              n_q,
-              n_k,
-              d_qk,
-              tau,
-              q.ptr<float>(),
-              d_qk,
-              k.ptr<float>(),
-              d_qk,
-              0.0f,
-              p.data(),
-              n_k);
-    const float* mp = mask.ptr<float>();
-    for (int64_t i = 0; i < n_q * n_k; ++i)
-        p[i] += mp[i];
-    ops::softmax_rows(p.data(), n_q, n_k);
-    ops::gemm(false,
-              false,
-              n_q,
-              d_v,
-              n_k,
-              1.0f,
-              p.data(),
-              n_k,
-              v.ptr<float>(),
-              d_v,
-              0.0f,
-              o.ptr<float>(),
-              d_v);
 }
 
 MlaWeightViews attention_views(const MlaWeights& w) {

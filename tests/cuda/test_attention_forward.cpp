@@ -1,6 +1,7 @@
 // The MLA/DSA block's steps on a CUDA context against the same steps on the CPU context
 // (model/attention_views.h): the new ops of backend/ops_attention.h (RoPE over strided heads,
-// the column slice, the indexer key's LayerNorm, the host copy), then the block's projections
+// the column slice, the indexer key's LayerNorm, the host copy, the attention core, the indexer's
+// scores, and its top-k mask, which must be equal), then the block's projections
 // (detail::mla_project: query through the latent or full-rank, latent c_kv and rope key k_r with
 // their RMSNorms and RoPE) and the indexer's (indexer_project), for a prefill batch (7, 1 and 30
 // tokens from position 0) and a decode step after it (positions 7, 1, 30); fp32 within 1e-5,
@@ -9,6 +10,7 @@
 // op. Never run on a GPU yet; each case skips without one.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -140,6 +142,29 @@ BOOST_AUTO_TEST_CASE(attention_ops_on_a_cuda_ctx_match_the_cpu, *utf::preconditi
     ops::layer_norm(cpu, src.view(), w.view(), b.view(), 1e-6f, ln.view());
     ops::layer_norm(gc.ctx, gc.up(src), gc.up(w), gc.up(b), 1e-6f, ln_dev);
     close("layer_norm", ln_dev, ln.view(), gc.g.s, 1e-5);
+
+    // the attention core under a causal mask, the indexer's scores and its causal top-k mask
+    const int64_t n_q = 12, n_k = 40, d_qk = 24, d_v = 16;
+    const Buffer q = random({n_q, d_qk}, 6, DType::f32), k = random({n_k, d_qk}, 7, DType::f32);
+    const Buffer v = random({n_k, d_v}, 8, DType::f32);
+    Buffer mask(DType::f32, {n_q, n_k}), o(DType::f32, {n_q, d_v});
+    for (int64_t i = 0; i < n_q; ++i)
+        for (int64_t u = 0; u < n_k; ++u)
+            mask.ptr<float>()[i * n_k + u] = u <= n_k - n_q + i ? 0.0f : -INFINITY;
+    Tensor o_dev = gc.f32({n_q, d_v});
+    ops::attention_core(cpu, q.view(), k.view(), v.view(), mask.view(), 0.2f, o.view());
+    ops::attention_core(gc.ctx, gc.up(q), gc.up(k), gc.up(v), gc.up(mask), 0.2f, o_dev);
+    close("attention_core", o_dev, o.view(), gc.g.s, 1e-5);
+    const Buffer w_idx = random({n_q, 3}, 9, DType::f32), keys = random({n_k, 8}, 10, DType::f32);
+    Buffer scores(DType::f32, {n_q, n_k}), kept(DType::f32, {n_q, n_k});
+    Tensor scores_dev = gc.f32({n_q, n_k}), kept_dev = gc.f32({n_q, n_k});
+    ops::indexer_scores(cpu, q.view(), w_idx.view(), keys.view(), scores.view());  // 3 heads of 8
+    ops::indexer_scores(gc.ctx, gc.up(q), gc.up(w_idx), gc.up(keys), scores_dev);
+    close("indexer_scores", scores_dev, scores.view(), gc.g.s, 1e-5);
+    ops::indexer_mask(cpu, scores.view(), n_k - n_q, 16, kept.view());
+    ops::indexer_mask(gc.ctx, gc.up(scores), n_k - n_q, 16, kept_dev);
+    const Buffer got = to_host(kept_dev, gc.g.s);
+    BOOST_TEST(std::memcmp(got.view().data, kept.view().data, kept.view().bytes()) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(mla_and_indexer_projections_on_a_cuda_ctx_match_the_cpu,

@@ -5,7 +5,8 @@
 // (checkpoints, backward) refuse a CUDA context. The KDA block's elementwise ops (ops_kda.h): the
 // decay gate in both forms against its formula, the others bit-identical to their CPU forms.
 // The MLA/DSA block's ops (ops_attention.h): RoPE over strided heads bit-identical to the raw
-// CPU rope, the column slice and the host copy element by element, the LayerNorm bit-identical.
+// CPU rope, the column slice and the host copy element by element, the LayerNorm, the attention
+// core and the indexer's scores and mask bit-identical.
 // The same ops on a CUDA context against these are tests/cuda/test_ctx_ops.cpp.
 #include <cmath>
 #include <cstring>
@@ -309,6 +310,26 @@ BOOST_AUTO_TEST_CASE(attention_ops) {
     Buffer up(DType::f32, {5, 40});
     ops::upload(ctx, x.view(), up.view());
     BOOST_TEST(same_bits(up, x));
+
+    // attention_core, the indexer's scores and mask: the CPU forms bit for bit
+    const Buffer q = random({4, 16}, 23), k = random({6, 16}, 24), v = random({6, 8}, 25);
+    Buffer mask(DType::f32, {4, 6});
+    for (int64_t i = 0; i < 4; ++i)
+        for (int64_t u = 0; u < 6; ++u)
+            mask.ptr<float>()[i * 6 + u] = u <= i + 2 ? 0.0f : -INFINITY;
+    Buffer o_a(DType::f32, {4, 8}), o_b(DType::f32, {4, 8});
+    ops::attention_core(q.view(), k.view(), v.view(), mask.view(), 0.25f, o_a.view());
+    ops::attention_core(ctx, q.view(), k.view(), v.view(), mask.view(), 0.25f, o_b.view());
+    BOOST_TEST(same_bits(o_a, o_b));
+    const Buffer wq = random({4, 2}, 26), keys = random({6, 8}, 27);  // 2 heads of 8
+    Buffer s_a(DType::f32, {4, 6}), s_b(DType::f32, {4, 6});
+    ops::indexer_scores(q.view(), wq.view(), keys.view(), s_a.view());
+    ops::indexer_scores(ctx, q.view(), wq.view(), keys.view(), s_b.view());
+    BOOST_TEST(same_bits(s_a, s_b));
+    Buffer m_a(DType::f32, {4, 6}), m_b(DType::f32, {4, 6});
+    ops::indexer_mask(s_a.view(), 2, 2, m_a.view());
+    ops::indexer_mask(ctx, s_a.view(), 2, 2, m_b.view());
+    BOOST_TEST(same_bits(m_a, m_b));
 }
 
 BOOST_AUTO_TEST_CASE(scratch_tensors_live_to_the_scope_end) {
