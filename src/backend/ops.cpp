@@ -5,12 +5,14 @@
 #include "hymoe/backend/ops.h"
 
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 #include <utility>
 
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
 
@@ -212,6 +214,147 @@ void mul_inplace(const Ctx& ctx, Tensor& x, const Tensor& y) {
         if (ctx.device == Device::cuda)
             return cu::mul_inplace(*ctx.stream, x, y);
     mul_inplace(x, y);
+}
+
+// ---- the MLA/DSA block's ops (backend/ops_attention.h) ------------------------------------------
+
+void rope(const Ctx& ctx,
+          Tensor& x,
+          int64_t col0,
+          int64_t n_head,
+          int64_t head_stride,
+          const Tensor& pos,
+          const RopeFreqs& freqs,
+          bool interleaved) {
+    check_on(ctx, "rope", {&x, &pos});
+    HYMOE_CHECK(x.shape.size() == 2, "rope: x ", shape_string(x.shape), ", not [n_tok, width]");
+    const int64_t n_tok = x.dim(0), width = x.dim(1);
+    const auto rot = static_cast<int64_t>(2 * freqs.theta.size());
+    HYMOE_CHECK(x.dtype == DType::f32 && pos.dtype == DType::i64 && pos.numel() == n_tok &&
+                    n_head > 0 && col0 + (n_head - 1) * head_stride + rot <= width,
+                "rope: x ",
+                shape_string(x.shape),
+                " (",
+                to_string(x.dtype),
+                "), ",
+                pos.numel(),
+                " positions, ",
+                n_head,
+                " heads of ",
+                rot,
+                " rotated dims from column ",
+                col0,
+                " every ",
+                head_stride);
+    float* first = x.ptr<float>() + col0;
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::rope(*ctx.stream,
+                            DType::f32,
+                            first,
+                            n_tok,
+                            n_head,
+                            width,
+                            head_stride,
+                            pos.ptr<int64_t>(),
+                            freqs,
+                            interleaved);
+    rope(first, n_tok, n_head, width, head_stride, pos.ptr<int64_t>(), freqs, interleaved);
+}
+
+void copy_cols(const Ctx& ctx, const Tensor& src, int64_t col0, Tensor& dst) {
+    check_on(ctx, "copy_cols", {&src, &dst});
+    HYMOE_CHECK(src.shape.size() == 2 && !dst.shape.empty(),
+                "copy_cols: src ",
+                shape_string(src.shape),
+                " dst ",
+                shape_string(dst.shape));
+    const int64_t n = src.dim(0), width = src.dim(1), w = dst.dim(-1);
+    HYMOE_CHECK(dst.numel() == n * w && src.dtype == dst.dtype && col0 >= 0 && col0 + w <= width,
+                "copy_cols: columns [",
+                col0,
+                ", ",
+                col0 + w,
+                ") of ",
+                shape_string(src.shape),
+                " into ",
+                shape_string(dst.shape));
+    const size_t es = dtype_size(src.dtype);
+    const auto* from = static_cast<const unsigned char*>(src.data) + col0 * es;
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::copy_2d(*ctx.stream, src.dtype, from, width, dst.data, w, n, w);
+    auto* to = static_cast<unsigned char*>(dst.data);
+    for (int64_t r = 0; r < n; ++r)
+        std::memcpy(to + r * w * es, from + r * width * es, w * es);
+}
+
+void layer_norm(
+    const Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y) {
+    check_on(ctx, "layer_norm", {&x, &w, &b, &y});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::layer_norm(*ctx.stream, x, w, b, eps, y);
+    layer_norm(x, w, b, eps, y);
+}
+
+void upload(const Ctx& ctx, const Tensor& src, Tensor& dst) {
+    check_on(ctx, "upload", {&dst});
+    HYMOE_CHECK(src.device == Device::cpu && src.dtype == dst.dtype && src.numel() == dst.numel(),
+                "upload: a ",
+                to_string(src.device),
+                " ",
+                to_string(src.dtype),
+                " tensor of ",
+                shape_string(src.shape),
+                " into a ",
+                to_string(dst.dtype),
+                " one of ",
+                shape_string(dst.shape));
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::upload(src, dst, *ctx.stream);
+    if (src.numel() > 0)
+        std::memcpy(dst.data, src.data, src.numel() * dtype_size(src.dtype));
+}
+
+void attention_core(const Ctx& ctx,
+                    const Tensor& q,
+                    const Tensor& k,
+                    const Tensor& v,
+                    const Tensor& mask,
+                    float tau,
+                    Tensor& o) {
+    check_on(ctx, "attention_core", {&q, &k, &v, &mask, &o});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            backend::Scratch scratch(ctx);
+            Tensor scores = scratch(DType::f32, mask.shape);
+            return cu::attention_core(*ctx.blas, q, k, v, mask, tau, scores, o);
+        }
+    attention_core(q, k, v, mask, tau, o);
+}
+
+void indexer_scores(
+    const Ctx& ctx, const Tensor& q, const Tensor& w, const Tensor& k, Tensor& scores) {
+    check_on(ctx, "indexer_scores", {&q, &w, &k, &scores});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::indexer_scores(*ctx.stream, q, w, k, scores);
+    indexer_scores(q, w, k, scores);
+}
+
+// CUDA: the kernel also lists the kept keys, into scratch here.
+void indexer_mask(
+    const Ctx& ctx, const Tensor& scores, int64_t pos_first, int64_t index_topk, Tensor& mask) {
+    check_on(ctx, "indexer_mask", {&scores, &mask});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            backend::Scratch scratch(ctx);
+            Tensor kept = scratch(DType::i64, {scores.dim(0), std::min(index_topk, scores.dim(1))});
+            return cu::indexer_mask(*ctx.stream, scores, pos_first, index_topk, kept, mask);
+        }
+    indexer_mask(scores, pos_first, index_topk, mask);
 }
 
 // ---- KDA recurrence: pointers in KdaScanParams, so only the context is checked ----------------

@@ -15,8 +15,11 @@
 #include <vector>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
+#include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/model/attention_views.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 #include "mla_project.h"
@@ -42,8 +45,8 @@ double yarn_get_mscale(double factor, double mscale) {
 }
 
 // rows [row0, row0 + count) of a [n_tok, width] buffer appended to a cache array
-void append_rows(std::vector<float>& dst, const Buffer& src, int64_t row0, int64_t count) {
-    const int64_t width = src.view().dim(1);
+void append_rows(std::vector<float>& dst, const Tensor& src, int64_t row0, int64_t count) {
+    const int64_t width = src.dim(1);
     const float* p = src.ptr<float>() + row0 * width;
     dst.insert(dst.end(), p, p + count * width);
 }
@@ -115,9 +118,9 @@ private:
 
 // Appends the new tokens' rows [row0, row0 + count) of c_kv, k_r (and k_idx) to the cache.
 void append_tokens(AttnCache& cache,
-                   const Buffer& c_kv,
-                   const Buffer& k_r,
-                   const Buffer* k_idx,
+                   const Tensor& c_kv,
+                   const Tensor& k_r,
+                   const Tensor* k_idx,
                    int64_t row0,
                    int64_t count) {
     if (cache.pool == nullptr) {
@@ -126,8 +129,8 @@ void append_tokens(AttnCache& cache,
         if (k_idx)
             append_rows(cache.k_idx, *k_idx, row0, count);
     } else {
-        const int64_t pt = cache.pool->page_tokens(), r_kv = c_kv.view().dim(1);
-        const int64_t d_r = k_r.view().dim(1), d_i = k_idx ? k_idx->view().dim(1) : 0;
+        const int64_t pt = cache.pool->page_tokens(), r_kv = c_kv.dim(1);
+        const int64_t d_r = k_r.dim(1), d_i = k_idx ? k_idx->dim(1) : 0;
         HYMOE_CHECK(static_cast<int64_t>(cache.pages->size()) * pt >= cache.n + count,
                     "attention: the block table covers ",
                     cache.pages->size() * pt,
@@ -136,7 +139,7 @@ void append_tokens(AttnCache& cache,
         for (int64_t t = 0; t < count; ++t) {
             const int64_t u = cache.n + t;
             const int32_t page = (*cache.pages)[u / pt];
-            auto put = [&](int64_t offset, const Buffer& src, int64_t width) {  // its row t
+            auto put = [&](int64_t offset, const Tensor& src, int64_t width) {  // its row t
                 cache.pool->write_row(cache.layer,
                                       page,
                                       u % pt,
@@ -190,10 +193,10 @@ void block_scores(const ModelConfig& cfg, const SeqWork& s, int64_t i0, Tensor& 
                                  scores.ptr<float>(),
                                  n_kb);
     else
-        indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
-                       view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
-                       view_of(s.cache->k_idx_all(), {n_kb, d_i}),
-                       scores);
+        ops::indexer_scores(view_of(s.q_idx + i0 * h_i * d_i, {n_b, h_i * d_i}),
+                            view_of(s.w_idx + i0 * h_i, {n_b, h_i}),
+                            view_of(s.cache->k_idx_all(), {n_kb, d_i}),
+                            scores);
     if (s.tp != nullptr && s.tp->size() > 1)
         comm::all_reduce(scores, *s.tp);  // Σ over every rank's heads
 }
@@ -212,19 +215,19 @@ void block_mask(const ModelConfig& cfg,
     ScopedTimer timer(indexer_seconds);
     Buffer scores(DType::f32, {n_b, n_kb});
     block_scores(cfg, s, i0, scores.view());
-    indexer_mask(scores.view(), s.pos0 + i0, cfg.indexer.top_k, mask);
+    ops::indexer_mask(scores.view(), s.pos0 + i0, cfg.indexer.top_k, mask);
 }
 
 // MHA form: k_h = [k_n,h | k_r], v_h up-projected from every cached c_kv.
 void attend_expanded(const ModelConfig& cfg,
-                     const MlaWeights& w,
+                     const MlaWeightViews& w,
                      const SeqWork& s,
                      double& indexer_seconds) {
     const MlaDims m = mla_dims(cfg);
     const int64_t n_k = s.cache->n(), n_head = m.n_head;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
     Buffer kvb(DType::f32, {n_k, n_head * m.d_kvb()});
-    ops::linear(view_of(s.cache->c_kv_all(), {n_k, m.r_kv}), w.kv_b_proj.view(), kvb.view());
+    ops::linear(view_of(s.cache->c_kv_all(), {n_k, m.r_kv}), w.kv_b_proj, kvb.view());
     const float* k_r = s.cache->k_r_all();     // [n_k, d_r]
     std::vector<Buffer> k(n_head), v(n_head);  // per head [n_k, d_n+d_r], [n_k, d_v]
     for (int64_t h = 0; h < n_head; ++h) {
@@ -249,12 +252,12 @@ void attend_expanded(const ModelConfig& cfg,
                 const float* q_i = s.q + (i0 + i) * ld_q + h * m.d_qk();
                 std::copy(q_i, q_i + m.d_qk(), q_h.ptr<float>() + i * m.d_qk());
             }
-            attention_core(q_h.view(),
-                           k[h].view().rows(0, n_kb),
-                           v[h].view().rows(0, n_kb),
-                           mask.view(),
-                           tau,
-                           o_h.view());
+            ops::attention_core(q_h.view(),
+                                k[h].view().rows(0, n_kb),
+                                v[h].view().rows(0, n_kb),
+                                mask.view(),
+                                tau,
+                                o_h.view());
             for (int64_t i = 0; i < n_b; ++i) {
                 const float* o_i = o_h.ptr<float>() + i * m.d_v;
                 std::copy(o_i, o_i + m.d_v, s.o + (i0 + i) * ld_o + h * m.d_v);
@@ -267,13 +270,13 @@ void attend_expanded(const ModelConfig& cfg,
 // ō_h = softmax(q̂_h [c_kv | k_r]ᵀ τ) c_kv, o_h = W_kvb[h, d_n:] ō_h, over the keys the block's
 // mask keeps (gathered: a DSA block reads only its queries' top-k rows).
 void attend_absorbed(const ModelConfig& cfg,
-                     const MlaWeights& w,
+                     const MlaWeightViews& w,
                      const SeqWork& s,
                      double& indexer_seconds) {
     const MlaDims m = mla_dims(cfg);
     const int64_t n_head = m.n_head;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
-    const ops::WeightRef w_kvb = ops::weight_ref(w.kv_b_proj.view());  // [H, d_n + d_v, r_kv]
+    const ops::WeightRef w_kvb = ops::weight_ref(w.kv_b_proj);  // [H, d_n + d_v, r_kv]
     const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
     for (int64_t i0 = 0; i0 < s.n_q; i0 += query_block) {
         const int64_t n_b = std::min(query_block, s.n_q - i0), n_kb = s.pos0 + i0 + n_b;
@@ -322,7 +325,8 @@ void attend_absorbed(const ModelConfig& cfg,
                 std::copy(q_h + i * ld_q + m.d_n,
                           q_h + i * ld_q + m.d_qk(),
                           q_hat.ptr<float>() + i * m.d_lat() + m.r_kv);
-            attention_core(q_hat.view(), lat.view(), c_kv.view(), mask.view(), tau, o_bar.view());
+            ops::attention_core(
+                q_hat.view(), lat.view(), c_kv.view(), mask.view(), tau, o_bar.view());
             // o_h [n_b, d_v] = ō [n_b, r_kv] · W_kvb[h, d_n:]ᵀ
             ops::gemm_w(true,
                         n_b,
@@ -345,13 +349,13 @@ void attend_absorbed(const ModelConfig& cfg,
 // its n_i ≤ top-k latent rows [c_kv | k_r] are gathered and s [H, n_i] = q̂_i latᵀ·τ, softmax,
 // ō_i [H, r_kv] = p c_kv are two GEMMs: a query's cost grows with top-k, not with the context.
 void attend_sparse(const ModelConfig& cfg,
-                   const MlaWeights& w,
+                   const MlaWeightViews& w,
                    const SeqWork& s,
                    double& indexer_seconds) {
     const MlaDims m = mla_dims(cfg);
     const int64_t n_head = m.n_head, d_lat = m.d_lat(), top_k = cfg.indexer.top_k;
     const float tau = static_cast<float>(mla_softmax_scale(cfg.mla));
-    const ops::WeightRef w_kvb = ops::weight_ref(w.kv_b_proj.view());  // [H, d_n + d_v, r_kv]
+    const ops::WeightRef w_kvb = ops::weight_ref(w.kv_b_proj);  // [H, d_n + d_v, r_kv]
     const int64_t ld_q = n_head * m.d_qk(), ld_o = n_head * m.d_v;
     const int64_t rows = std::min(query_block, s.n_q);  // a block's queries, at most
     Buffer q_hat(DType::f32, {rows, n_head, d_lat});
@@ -365,7 +369,7 @@ void attend_sparse(const ModelConfig& cfg,
             ScopedTimer timer(indexer_seconds);
             Buffer scores(DType::f32, {n_b, n_kb});
             block_scores(cfg, s, i0, scores.view());
-            indexer_select(scores.view(), s.pos0 + i0, top_k, keep.data(), n_keep.data());
+            ops::indexer_select(scores.view(), s.pos0 + i0, top_k, keep.data(), n_keep.data());
         }
         for (int64_t h = 0; h < n_head; ++h) {  // q̂_h = [q_n W_kvb[h, :d_n] | q_r]
             const float* q_h = s.q + i0 * ld_q + h * m.d_qk();
@@ -550,57 +554,43 @@ ops::RopeFreqs mla_rope_freqs(const MlaConfig& mla) {
                                 mscale);
 }
 
-void attention_core(
-    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, float tau, Tensor& o) {
-    const int64_t n_q = q.dim(0), n_k = k.dim(0), d_qk = q.dim(1), d_v = v.dim(1);
-    HYMOE_CHECK(k.dim(1) == d_qk && v.dim(0) == n_k && mask.dim(0) == n_q && mask.dim(1) == n_k &&
-                    o.dim(0) == n_q && o.dim(1) == d_v,
-                "attention_core: q ",
-                shape_string(q.shape),
-                " k ",
-                shape_string(k.shape),
-                " v ",
-                shape_string(v.shape),
-                " mask ",
-                shape_string(mask.shape),
-                " o ",
-                shape_string(o.shape));
-    std::vector<float> p(static_cast<size_t>(n_q * n_k));
-    ops::gemm(false,
-              true,
-              n_q,
-              n_k,
-              d_qk,
-              tau,
-              q.ptr<float>(),
-              d_qk,
-              k.ptr<float>(),
-              d_qk,
-              0.0f,
-              p.data(),
-              n_k);
-    const float* mp = mask.ptr<float>();
-    for (int64_t i = 0; i < n_q * n_k; ++i)
-        p[i] += mp[i];
-    ops::softmax_rows(p.data(), n_q, n_k);
-    ops::gemm(false,
-              false,
-              n_q,
-              d_v,
-              n_k,
-              1.0f,
-              p.data(),
-              n_k,
-              v.ptr<float>(),
-              d_v,
-              0.0f,
-              o.ptr<float>(),
-              d_v);
+MlaWeightViews attention_views(const MlaWeights& w) {
+    const IndexerWeights& x = w.indexer;
+    return {w.q_a_proj.view(),
+            w.q_a_layernorm.view(),
+            w.q_b_proj.view(),
+            w.q_proj.view(),
+            w.kv_a_proj_with_mqa.view(),
+            w.kv_a_layernorm.view(),
+            w.kv_b_proj.view(),
+            w.o_proj.view(),
+            w.g_proj.view(),
+            {x.wq_b.view(),
+             x.wk.view(),
+             x.k_norm_weight.view(),
+             x.k_norm_bias.view(),
+             x.weights_proj.view()},
+            &w.lora};
 }
 
-void attention_forward(const ModelConfig& cfg,
+void attention_forward(const backend::Ctx& ctx,
+                       const ModelConfig& cfg,
                        const LayerSpec& spec,
                        const MlaWeights& w,
+                       const Tensor& x,
+                       const SeqBatch& batch,
+                       const std::vector<AttnCache*>& caches,
+                       Tensor& y,
+                       AttnMode mode,
+                       AttnStats* stats,
+                       const comm::Comm* tp) {
+    attention_forward(ctx, cfg, spec, attention_views(w), x, batch, caches, y, mode, stats, tp);
+}
+
+void attention_forward(const backend::Ctx& ctx,
+                       const ModelConfig& cfg,
+                       const LayerSpec& spec,
+                       const MlaWeightViews& w,
                        const Tensor& x,
                        const SeqBatch& batch,
                        const std::vector<AttnCache*>& caches,
@@ -611,27 +601,47 @@ void attention_forward(const ModelConfig& cfg,
     const double start = wall_seconds();
     double indexer_seconds = 0;
     check_call(cfg, spec, x, batch, caches, y);
+    HYMOE_CHECK(ctx.device == Device::cpu,
+                "attention_forward: the latent cache and the attention over it run on the host so "
+                "far (the projections, RoPE, gate and output are ops): a ",
+                to_string(ctx.device),
+                " context");
+    const LoraSlots none;
+    const LoraSlots& lora = w.lora ? *w.lora : none;
     const MlaDims m = mla_dims(cfg);
     const int64_t n_tok = x.dim(0), n_seq = batch.n_seq();
-    std::vector<int64_t> pos(static_cast<size_t>(n_tok));
+    backend::Scratch scratch(ctx);
+    std::vector<int64_t> pos_host(static_cast<size_t>(n_tok));
     for (int64_t s = 0; s < n_seq; ++s)
         for (int64_t t = batch.offsets[s]; t < batch.offsets[s + 1]; ++t)
-            pos[t] = batch.pos0[s] + (t - batch.offsets[s]);
+            pos_host[t] = batch.pos0[s] + (t - batch.offsets[s]);
+    Tensor pos = scratch(DType::i64, {n_tok});  // [n_tok] positions on ctx's device
+    ops::upload(ctx, Tensor{pos_host.data(), DType::i64, Device::cpu, {n_tok}}, pos);
 
-    const detail::Projected p = detail::mla_project(cfg, w, x, batch, pos);
+    detail::ProjectedViews p;
+    p.q = scratch(DType::f32, {n_tok, m.n_head * m.d_qk()});
+    p.c_kv = scratch(DType::f32, {n_tok, m.r_kv});
+    p.k_r = scratch(DType::f32, {n_tok, m.d_r});
+    if (m.r_q > 0)
+        p.c_q = scratch(DType::f32, {n_tok, m.r_q});
+    detail::mla_project(ctx, cfg, w, x, batch, pos, p);
     const bool dsa = spec.mixer == Mixer::dsa;
-    IndexerInputs idx;
+    Tensor q_idx, k_idx, w_idx;  // dsa: [n_tok, H_I·d_I], [n_tok, d_I], [n_tok, H_I]
     if (dsa) {
         ScopedTimer timer(indexer_seconds);
-        idx = indexer_project(cfg, w.indexer, x, p.c_q.view(), pos);
+        const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
+        q_idx = scratch(DType::f32, {n_tok, h_i * d_i});
+        k_idx = scratch(DType::f32, {n_tok, d_i});
+        w_idx = scratch(DType::f32, {n_tok, h_i});
+        indexer_project(ctx, cfg, w.indexer, x, p.c_q, pos, q_idx, k_idx, w_idx);
     }
 
-    std::vector<AttnCache> scratch(caches.empty() ? n_seq : 0);  // no caches: this call only
-    Buffer o(DType::f32, {n_tok, m.n_head * m.d_v});
+    std::vector<AttnCache> own(caches.empty() ? n_seq : 0);  // no caches: this call only
+    Tensor o = scratch(DType::f32, {n_tok, m.n_head * m.d_v});
     for (int64_t s = 0; s < n_seq; ++s) {
-        AttnCache& cache = caches.empty() ? scratch[s] : *caches[s];
+        AttnCache& cache = caches.empty() ? own[s] : *caches[s];
         const int64_t row0 = batch.offsets[s], n_q = batch.length(s);
-        append_tokens(cache, p.c_kv, p.k_r, dsa ? &idx.k : nullptr, row0, n_q);
+        append_tokens(cache, p.c_kv, p.k_r, dsa ? &k_idx : nullptr, row0, n_q);
         if (n_q == 0)
             continue;
         const CacheRows rows(cache, m.r_kv, m.d_r, dsa ? cfg.indexer.head_dim : 0);
@@ -643,8 +653,8 @@ void attention_forward(const ModelConfig& cfg,
         work.cache = &rows;
         work.tp = tp;
         if (dsa) {
-            work.q_idx = idx.q.ptr<float>() + row0 * cfg.indexer.n_head * cfg.indexer.head_dim;
-            work.w_idx = idx.w.ptr<float>() + row0 * cfg.indexer.n_head;
+            work.q_idx = q_idx.ptr<float>() + row0 * cfg.indexer.n_head * cfg.indexer.head_dim;
+            work.w_idx = w_idx.ptr<float>() + row0 * cfg.indexer.n_head;
         }
         const bool automatic = mode == AttnMode::automatic || (mode == AttnMode::sparse && !dsa);
         if (mode == AttnMode::absorbed || (automatic && n_q == 1))
@@ -656,16 +666,13 @@ void attention_forward(const ModelConfig& cfg,
     }
 
     if (spec.gated) {  // u = o ⊙ σ(W_g x), σ in fp32
-        Buffer g(DType::f32, {n_tok, m.n_head * m.d_v});
-        ops::linear(x, w.g_proj.view(), g.view());
-        ops::sigmoid_inplace(g.view());
-        float* op = o.ptr<float>();
-        const float* gp = g.ptr<float>();
-        for (int64_t i = 0; i < n_tok * m.n_head * m.d_v; ++i)
-            op[i] *= gp[i];
+        Tensor g = scratch(DType::f32, {n_tok, m.n_head * m.d_v});
+        ops::linear(ctx, x, w.g_proj, g);
+        ops::sigmoid_inplace(ctx, g);
+        ops::mul_inplace(ctx, o, g);
     }
-    ops::linear(o.view(), w.o_proj.view(), y);
-    lora_forward(w.lora.o, batch, o.view(), y);
+    ops::linear(ctx, o, w.o_proj, y);
+    lora_forward(lora.o, batch, o, y);
     if (stats != nullptr) {
         stats->indexer_seconds += indexer_seconds;
         stats->attention_seconds += wall_seconds() - start - indexer_seconds;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/attention.h"
@@ -92,13 +93,13 @@ void block_mask(const ModelConfig& cfg,
     }
     const int64_t h_i = cfg.indexer.n_head, d_i = cfg.indexer.head_dim;
     Buffer scores(DType::f32, {n_b, n_kb});
-    indexer_scores(view_of(rc.idx.q.ptr<float>() + (row0 + i0) * h_i * d_i, {n_b, h_i * d_i}),
-                   view_of(rc.idx.w.ptr<float>() + (row0 + i0) * h_i, {n_b, h_i}),
-                   view_of(rc.idx.k.ptr<float>() + row0 * d_i, {n_kb, d_i}),
-                   scores.view());
+    ops::indexer_scores(view_of(rc.idx.q.ptr<float>() + (row0 + i0) * h_i * d_i, {n_b, h_i * d_i}),
+                        view_of(rc.idx.w.ptr<float>() + (row0 + i0) * h_i, {n_b, h_i}),
+                        view_of(rc.idx.k.ptr<float>() + row0 * d_i, {n_kb, d_i}),
+                        scores.view());
     if (rc.tp != nullptr && rc.tp->size() > 1)
         comm::all_reduce(scores.view(), *rc.tp);  // Σ over every rank's heads
-    indexer_mask(scores.view(), i0, cfg.indexer.top_k, mask);
+    ops::indexer_mask(scores.view(), i0, cfg.indexer.top_k, mask);
 }
 
 // Calls f(h, i0, p) for every query block [i0, i0 + n_b) and head h of the sequence at rows

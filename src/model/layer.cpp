@@ -51,7 +51,8 @@ void mixer_forward(const Model& m,
         if (pass.states)
             for (SequenceState* s : *pass.states)
                 caches.push_back(&s->attn[i]);
-        attention_forward(m.local,
+        attention_forward(m.ctx,
+                          m.local,
                           spec,
                           m.layers[i].attn,
                           xn,

@@ -1,4 +1,4 @@
-// The attention core on the GPU against model::attention_core: a causal mask for queries that
+// The attention core on the GPU against ops::attention_core: a causal mask for queries that
 // continue a cached prefix (query i sees keys 0 .. pos0 + i), one row masked entirely (zeros on
 // both sides), different query/key and value widths.
 #include <cmath>
@@ -8,6 +8,7 @@
 
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_gemm.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/model/attention.h"
 
 namespace utf = boost::unit_test;
@@ -29,7 +30,7 @@ BOOST_AUTO_TEST_CASE(masked_core_matches_the_cpu, *utf::precondition(need_gpu)) 
         for (int64_t u = 0; u < n_k; ++u)
             mask.ptr<float>()[i * n_k + u] = u <= pos0 + i && i != 4 ? 0.0f : -INFINITY;
     Buffer want(DType::f32, {n_q, d_v});
-    model::attention_core(q.view(), k.view(), v.view(), mask.view(), tau, want.view());
+    ops::attention_core(q.view(), k.view(), v.view(), mask.view(), tau, want.view());
     Tensor dq = to_device(q.view(), DType::f32, g.arena, g.s);
     Tensor dk = to_device(k.view(), DType::f32, g.arena, g.s);
     Tensor dv = to_device(v.view(), DType::f32, g.arena, g.s);

@@ -1,5 +1,5 @@
 // The fused DSA kernels (hymoe/backend/cuda_fused.h) against the CPU ops. Indexer top-k:
-// model::indexer_scores then ops::top_k over each query's visible keys, (a) a prefill block of 40
+// ops::indexer_scores then ops::top_k over each query's visible keys, (a) a prefill block of 40
 // queries of one sequence at positions 2000.. (two queries a block, contiguous f32 keys), (b) six
 // decode queries of different sequences with 1 to 5000 visible keys over shuffled bf16 pages,
 // each under three plans: the device's, one split with the candidate buffer compacted many times
@@ -7,7 +7,7 @@
 // exact and scores differ from the CPU's in summation order only: the kept keys must equal the
 // CPU's, except keys whose scores lie within 1e-5 (relative) of the k-th score. Sparse MLA: the
 // absorbed attention over each query's selected keys (−1 entries, keys past `visible`, a query
-// with none) against model::attention_core on the gathered rows, for 16 heads (one 16-row block)
+// with none) against ops::attention_core on the gathered rows, for 16 heads (one 16-row block)
 // and 40 heads (two tiles of 32), f32 and bf16 pages; bf16 operands and probabilities hold it
 // to the bf16 tolerance.
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/model/attention.h"
 
 namespace utf = boost::unit_test;
@@ -139,7 +140,7 @@ BOOST_AUTO_TEST_CASE(indexer_top_k_prefill_block_of_one_sequence, *utf::precondi
     Buffer w = random({n_q, H}, 411, DType::f32, 0.1f);
     Buffer k = random({n_k, d}, 412, DType::bf16);
     Buffer scores(DType::f32, {n_q, n_k});
-    model::indexer_scores(q.view(), w.view(), k.view(), scores.view());
+    ops::indexer_scores(q.view(), w.view(), k.view(), scores.view());
     std::vector<int32_t> visible(n_q);
     for (int i = 0; i < n_q; ++i)
         visible[static_cast<size_t>(i)] = static_cast<int32_t>(pos_first + i + 1);
@@ -228,8 +229,7 @@ BOOST_AUTO_TEST_CASE(indexer_top_k_decode_over_paged_keys, *utf::precondition(ne
         for (int b = 0; b < B; ++b) {
             const int64_t n = visible[static_cast<size_t>(b)];
             Buffer s(DType::f32, {1, n});
-            model::indexer_scores(
-                q.view().rows(b, 1), w.view().rows(b, 1), keys[b].view(), s.view());
+            ops::indexer_scores(q.view().rows(b, 1), w.view().rows(b, 1), keys[b].view(), s.view());
             expect_same_top_k(s.ptr<float>(),
                               n,
                               top,
@@ -300,7 +300,7 @@ BOOST_AUTO_TEST_CASE(sparse_mla_matches_attention_core, *utf::precondition(need_
                 q_b.shape = {H, d_lat};
                 Tensor o_b = want.view().rows(b, 1);
                 o_b.shape = {H, r_kv};
-                model::attention_core(q_b, rows.view(), c_kv.view(), mask.view(), tau, o_b);
+                ops::attention_core(q_b, rows.view(), c_kv.view(), mask.view(), tau, o_b);
             }
             Tensor dq = to_device(q.view(), DType::f32, g.arena, g.s);
             Tensor dpages = to_device(pool.pages.view(), t, g.arena, g.s);

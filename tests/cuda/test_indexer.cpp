@@ -1,6 +1,6 @@
-// The DSA indexer on the GPU against model::indexer_scores (scores over every key, ReLU'd heads
+// The DSA indexer on the GPU against ops::indexer_scores (scores over every key, ReLU'd heads
 // weighted and summed), the decode step's selection (top_k_rows of the one query's scores keeps
-// what model::indexer_mask keeps), and the prefill's causal masks against model::indexer_mask on
+// what ops::indexer_mask keeps), and the prefill's causal masks against ops::indexer_mask on
 // scores with ties, on both top-k paths (short rows; long rows by radix select).
 #include <algorithm>
 #include <array>
@@ -12,6 +12,7 @@
 
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/model/attention.h"
 
 namespace utf = boost::unit_test;
@@ -28,7 +29,7 @@ BOOST_AUTO_TEST_CASE(scores_and_decode_selection_match_the_cpu, *utf::preconditi
         Buffer w = random({n_q, H}, 111, DType::f32, 0.1f);
         Buffer k = random({n_k, d}, 112, DType::f32);
         Buffer want(DType::f32, {n_q, n_k});
-        model::indexer_scores(q.view(), w.view(), k.view(), want.view());
+        ops::indexer_scores(q.view(), w.view(), k.view(), want.view());
         Tensor dq = to_device(q.view(), DType::f32, g.arena, g.s);
         Tensor dw = to_device(w.view(), DType::f32, g.arena, g.s);
         Tensor dk = to_device(k.view(), DType::f32, g.arena, g.s);
@@ -41,7 +42,7 @@ BOOST_AUTO_TEST_CASE(scores_and_decode_selection_match_the_cpu, *utf::preconditi
         if (n_q == 1) {  // decode: the last query sees every key; select on the CPU's scores
             const int64_t top = 2048;
             Buffer mask(DType::f32, {1, n_k});
-            model::indexer_mask(want.view(), n_k - 1, top, mask.view());
+            ops::indexer_mask(want.view(), n_k - 1, top, mask.view());
             Tensor dwant = to_device(want.view(), DType::f32, g.arena, g.s);
             Tensor didx = g.arena.tensor(DType::i64, {1, top});
             cu::top_k_rows(g.s, dwant, top, didx);
@@ -66,7 +67,7 @@ BOOST_AUTO_TEST_CASE(causal_prefill_masks_match_the_cpu, *utf::precondition(need
         for (int64_t i = 0; i < n_q * n_k; ++i)  // 50 levels: ties at every threshold
             scores.ptr<float>()[i] = std::floor(rng.uniform() * 50.0f);
         Buffer want(DType::f32, {n_q, n_k});
-        model::indexer_mask(scores.view(), pos_first, top, want.view());
+        ops::indexer_mask(scores.view(), pos_first, top, want.view());
         Tensor ds = to_device(scores.view(), DType::f32, g.arena, g.s);
         const int64_t k = std::min(top, n_k);
         Tensor didx = g.arena.tensor(DType::i64, {n_q, k});

@@ -263,7 +263,7 @@ def check_step(H_I, d_I, top_k, H, r_kv, d_r, parts, n_sm=132):
     of a step (parts: pos0:count per sequence) through the indexer with queries_per_block and seq
     as the model passes them, visible = position + 1, top_k = min(top_k, longest context), keys at
     column d_lat of paged rows [c_kv | k_r | k_idx]; then sparse MLA over the selection. Against
-    model::indexer_mask + attend_absorbed: each row's top min(top_k, visible) keys of its own
+    ops::indexer_mask + attend_absorbed: each row's top min(top_k, visible) keys of its own
     visible ones (near-ties aside), then softmax attention over them."""
     rng = np.random.default_rng(5)
     seqs = [tuple(int(v) for v in p.split(':')) for p in parts.split(',')]

@@ -135,7 +135,7 @@ struct IndexerPlan {
 IndexerPlan indexer_topk_plan(
     int n_q, int max_visible, int n_head, int d, int top_k, bool one_sequence, int n_sm);
 
-// The lightning indexer and its top-k fused (model::indexer_scores + ops::top_k on the causal
+// The lightning indexer and its top-k fused (ops::indexer_scores + ops::top_k on the causal
 // prefix): for query r, I(r, u) = Σ_j w[r, j] · ReLU(q[r, j] · k_u) over keys u < visible[r],
 // and idx[r] = the min(top_k, visible[r]) best keys, best first, ties to the smaller key, −1
 // after them. Scores are streamed through key tiles into a per-query candidate buffer in shared

@@ -67,7 +67,7 @@ private:
     CUevent_st* tables_copied_;  // recorded after the staging copy: the staging is free again
 };
 
-// model::attention_core on the device (src/backend/cuda/attention.cu), f32 device tensors:
+// ops::attention_core on the device (src/backend/cuda/attention.cu), f32 device tensors:
 // scratch [n_q, n_k] = mask, += τ q [n_q, d_qk] · k [n_k, d_qk]ᵀ (one GEMM with beta 1), softmax
 // over its rows (a fully masked row gives zeros), o [n_q, d_v] = scratch · v [n_k, d_v].
 void attention_core(Blas& blas,

@@ -116,13 +116,13 @@ void kv_gather(
 
 // scores [n_q, H, n_k] in place, f32: row (i, h) keeps keys u ≤ pos_first + i plus, with a mask
 // [n_q, n_k] (0 or −inf, the DSA top-k), mask[i, u] added; then the softmax of
-// model::attention_core (−inf → 0, a row with no key left → zeros).
+// ops::attention_core (−inf → 0, a row with no key left → zeros).
 void causal_softmax(
     const Stream& s, Tensor& scores, int64_t n_head, int64_t pos_first, const Tensor* mask);
 
 // The DSA indexer's decode scores, one query per sequence, keys read from the pages:
 // scores [B, max_keys] (b, u) = Σ_j w[b, j] · ReLU(q[b, j·d_I ..] · k_idx(u)) for u < n_keys[b]
-// (model::indexer_scores' order), −inf for u ≥ n_keys[b] (so that a top-k ranks the visible keys
+// (ops::indexer_scores' order), −inf for u ≥ n_keys[b] (so that a top-k ranks the visible keys
 // only and pads with larger ids). H_I·d_I ≤ 12288.
 struct IndexerDecode {
     KvPages kv;

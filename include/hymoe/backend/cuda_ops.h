@@ -69,7 +69,7 @@ void top_k_rows(const Stream& s, const Tensor& x, int64_t k, Tensor& idx);
 // The same with a causal cut: row r ranks only its first pos_first + r + 1 entries and keeps
 // k_r = min(k, pos_first + r + 1) of them; idx [rows, k] entries past k_r are −1.
 void top_k_rows_causal(const Stream& s, const Tensor& x, int64_t pos_first, int64_t k, Tensor& idx);
-// model::indexer_mask on the device: mask [n_q, n_k] f32 = 0 at each query's causal top-k keys
+// ops::indexer_mask on the device: mask [n_q, n_k] f32 = 0 at each query's causal top-k keys
 // (index_topk of keys 0 .. pos_first + i), −inf elsewhere; idx [n_q, min(index_topk, n_k)] int64
 // receives the kept keys (−1 padded), for the sparse attention to gather.
 void indexer_mask(const Stream& s,
@@ -135,7 +135,7 @@ void kda_decay_gate(const Stream& s,
 
 // ---- DSA lightning indexer (indexer.cu) -----------------------------------------------------
 
-// model::indexer_scores on the device, f32: scores [n_q, n_k] (t, s) = Σ_j w[t, j] ·
+// ops::indexer_scores on the device, f32: scores [n_q, n_k] (t, s) = Σ_j w[t, j] ·
 // ReLU(q[t, j·d_I ..] · k[s]) for q [n_q, H_I·d_I], w [n_q, H_I] (already scaled), k [n_k, d_I];
 // every key, unmasked (the causal cut is the top-k's). H_I·d_I ≤ 12288 (a query in shared memory).
 void indexer_scores(

@@ -98,8 +98,10 @@ struct AttnStats {
 
 // The MLA/DSA mixer over a packed batch: y [n_tok, d] from x [n_tok, d] (already input-normed).
 // caches[s] holds sequence s's pos0[s] earlier tokens and gains its new ones; an empty `caches`
-// means no cache at all (every pos0 must then be 0 and nothing is kept).
-void attention_forward(const ModelConfig& cfg,
+// means no cache at all (every pos0 must then be 0 and nothing is kept). The steps run as ops on
+// ctx (model/attention_views.h says which so far; the rest needs a CPU context).
+void attention_forward(const backend::Ctx& ctx,
+                       const ModelConfig& cfg,
                        const LayerSpec& spec,  // mixer mla or dsa, gated or not
                        const MlaWeights& w,
                        const Tensor& x,                        // [n_tok, d]
@@ -132,15 +134,6 @@ void attention_backward(const ModelConfig& cfg,
 // get_mscale(f, mscale_all_dim), get_mscale(f, m) = 0.1·m·ln f + 1 (1 when f ≤ 1).
 ops::RopeFreqs mla_rope_freqs(const MlaConfig& mla);
 
-// One head's softmax attention: o = softmax(q kᵀ·τ + mask) v, scores and softmax in fp32. mask
-// holds 0 (visible) or −inf (hidden); a row with no visible key gives o = 0.
-void attention_core(const Tensor& q,     // [n_q, d_qk]
-                    const Tensor& k,     // [n_k, d_qk]
-                    const Tensor& v,     // [n_k, d_v]
-                    const Tensor& mask,  // [n_q, n_k]
-                    float tau,
-                    Tensor& o);  // [n_q, d_v]
-
 // The indexer's per-token inputs for the new tokens of a call.
 struct IndexerInputs {
     Buffer q;  // [n_tok, H_I·d_I] q^I = wq_b c_q, RoPE (rotate-half) on the first d_r of each head
@@ -153,28 +146,7 @@ IndexerInputs indexer_project(const ModelConfig& cfg,
                               const Tensor& c_q,                 // [n_tok, r_q] after q_norm
                               const std::vector<int64_t>& pos);  // [n_tok] absolute positions
 
-// Index scores I(t, s) = Σ_j w_t,j · ReLU(q^I_t,j · k^I_s) of n_q queries against n_k keys (the
-// scale is already in w); no mask.
-void indexer_scores(const Tensor& q,  // [n_q, H_I·d_I]
-                    const Tensor& w,  // [n_q, H_I]
-                    const Tensor& k,  // [n_k, d_I]
-                    Tensor& scores);  // [n_q, n_k]
-
-// The DSA selection: query i (at position pos_first + i) keeps its n_keep[i] = min(index_topk,
-// visible) highest-scoring keys among keys 0..pos_first + i (ties: the smaller index, the keys of
-// ops::top_k), written in ascending key order to keep[i·index_topk ..].
-void indexer_select(const Tensor& scores,  // [n_q, n_k]
-                    int64_t pos_first,
-                    int64_t index_topk,
-                    int64_t* keep,     // [n_q, index_topk]
-                    int64_t* n_keep);  // [n_q]
-
-// The DSA mask: query i (at position pos_first + i) keeps the top_k = min(index_topk, visible)
-// highest-scoring keys among keys 0..pos_first + i (ties: the smaller index) → 0; every other key
-// → −inf.
-void indexer_mask(const Tensor& scores,  // [n_q, n_k]
-                  int64_t pos_first,
-                  int64_t index_topk,
-                  Tensor& mask);  // [n_q, n_k]
+// The attention core, the indexer's scores, selection and mask: ops::attention_core,
+// indexer_scores, indexer_select, indexer_mask (backend/ops_attention.h).
 
 }  // namespace hymoe::model

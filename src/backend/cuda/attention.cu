@@ -1,4 +1,4 @@
-// The attention core on the device (hymoe/backend/cuda_gemm.h), model::attention_core's three
+// The attention core on the device (hymoe/backend/cuda_gemm.h), ops::attention_core's three
 // steps on one stream: the masked, scaled scores by one GEMM accumulating onto a copy of the
 // mask, the row softmax kernel, and the product with the values.
 #include "hymoe/backend/cuda_gemm.h"

@@ -1,6 +1,6 @@
 // The DSA lightning indexer's scores on the device (hymoe/backend/cuda_ops.h): a block takes one
 // query and kBlock keys, holds the query's H_I·d_I values in shared memory, and each thread sums
-// w_j · ReLU(q_j · k_s) over the heads j in order, as model::indexer_scores does. A direct kernel,
+// w_j · ReLU(q_j · k_s) over the heads j in order, as ops::indexer_scores does. A direct kernel,
 // not a GEMM: the decode step scores one query against the whole context.
 #include "hymoe/backend/cuda_ops.h"
 #include "kernels.h"

@@ -4,7 +4,7 @@
 // keys, and per key tile of 64
 //   1. gathers the keys (paged) into shared memory as bf16,
 //   2. logits [qb·H_I, 64] = Q Kᵀ on tensor cores (fp32 accumulation), stored as w_j · ReLU(·),
-//   3. sums each key's column over the heads in head order (model::indexer_scores' order) and
+//   3. sums each key's column over the heads in head order (ops::indexer_scores' order) and
 //      admits the score to its query's candidate buffer when it beats the running k-th best,
 //   4. when a buffer could overflow on the next tile, sorts it and keeps the top_k: the k-th
 //      score becomes the bar. Keys come in ascending order, so a later key equal to the bar

@@ -5,7 +5,7 @@
 //   q̂_h = [W_kvb[h, :d_n]ᵀ q_n,h | q_r,h],  ō_h = softmax(τ q̂_h · [c_kv | k_r]ᵀ + mask) · c_kv,
 //   o_h = W_kvb[h, d_n:] ō_h,  y = o_proj(concat_h o_h [⊙ σ(W_g x)]),
 // with the keys of each query its visible ones (position + 1, its own included), for DSA only the
-// indexer's top-k of them (model::indexer_mask: ties to the smaller key, all of them when they
+// indexer's top-k of them (ops::indexer_mask: ties to the smaller key, all of them when they
 // are no more than top-k). DSA with the fused kernels (step.fused, bf16, sizes their plans take,
 // model/fused_step.h): every row of the step in one indexer_topk over the pages and one
 // mla_sparse over the selected rows (cuda_fused.h; bf16 operands, fp32 scores and softmax).
@@ -13,7 +13,7 @@
 // (cuda_ops.h mla_decode; DSA: the top-k of the indexer's scores over the pages), and each
 // prefill chunk by two GEMMs over its sequence's gathered latent, all heads at once; both in
 // groups (of sequences, or of a chunk's queries) whose scores stay under kScoreFloats (DSA: the
-// indexer mask of model::indexer_mask per block of queries).
+// indexer mask of ops::indexer_mask per block of queries).
 #include <algorithm>
 #include <cmath>
 

@@ -4,6 +4,9 @@
 // KDA scans on a CPU context equal the CPU scans bit for bit; the ones without a CUDA kernel
 // (checkpoints, backward) refuse a CUDA context. The KDA block's elementwise ops (ops_kda.h): the
 // decay gate in both forms against its formula, the others bit-identical to their CPU forms.
+// The MLA/DSA block's ops (ops_attention.h): RoPE over strided heads bit-identical to the raw
+// CPU rope, the column slice and the host copy element by element, the LayerNorm, the attention
+// core and the indexer's scores and mask bit-identical.
 // The same ops on a CUDA context against these are tests/cuda/test_ctx_ops.cpp.
 #include <cmath>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
@@ -270,6 +274,62 @@ BOOST_AUTO_TEST_CASE(kda_elementwise_ops) {
     BOOST_CHECK_EXCEPTION(ops::kda_decay_gate(ctx, on_gpu, a_log.view(), dt.view(), {}),
                           Error,
                           says("kda_decay_gate: a cuda tensor on a cpu context"));
+}
+
+BOOST_AUTO_TEST_CASE(attention_ops) {
+    const backend::Ctx ctx = backend::cpu_ctx();
+    const Buffer x = random({5, 40}, 20);  // 2 heads of 16 from column 4, 8 rotated dims each
+    std::vector<int64_t> pos = {0, 3, 1, 9, 2};
+    const Tensor pos_t{pos.data(), DType::i64, Device::cpu, {5}};
+    const ops::RopeFreqs freqs = ops::rope_freqs(8, 10000.0);
+    for (const bool interleaved : {true, false}) {
+        Buffer a = copy_of(x), b = copy_of(x);
+        ops::rope(a.ptr<float>() + 4, 5, 2, 40, 16, pos.data(), freqs, interleaved);
+        ops::rope(ctx, b.view(), 4, 2, 16, pos_t, freqs, interleaved);
+        BOOST_TEST(same_bits(a, b));
+        BOOST_TEST(!same_bits(a, x));
+    }
+    Buffer b = copy_of(x);
+    BOOST_CHECK_EXCEPTION(
+        ops::rope(ctx, b.view(), 30, 2, 16, pos_t, freqs, true), Error, says("rope: x [5, 40]"));
+
+    Buffer cols(DType::f32, {5, 7});
+    ops::copy_cols(ctx, x.view(), 33, cols.view());
+    for (int64_t r = 0; r < 5; ++r)
+        for (int64_t c = 0; c < 7; ++c)
+            BOOST_TEST(cols.ptr<float>()[r * 7 + c] == x.ptr<float>()[r * 40 + 33 + c]);
+    BOOST_CHECK_EXCEPTION(
+        ops::copy_cols(ctx, x.view(), 34, cols.view()), Error, says("copy_cols: columns [34, 41)"));
+
+    const Buffer w = random({40}, 21), bias = random({40}, 22);
+    Buffer ln_a(DType::f32, {5, 40}), ln_b(DType::f32, {5, 40});
+    ops::layer_norm(x.view(), w.view(), bias.view(), 1e-6f, ln_a.view());
+    ops::layer_norm(ctx, x.view(), w.view(), bias.view(), 1e-6f, ln_b.view());
+    BOOST_TEST(same_bits(ln_a, ln_b));
+
+    Buffer up(DType::f32, {5, 40});
+    ops::upload(ctx, x.view(), up.view());
+    BOOST_TEST(same_bits(up, x));
+
+    // attention_core, the indexer's scores and mask: the CPU forms bit for bit
+    const Buffer q = random({4, 16}, 23), k = random({6, 16}, 24), v = random({6, 8}, 25);
+    Buffer mask(DType::f32, {4, 6});
+    for (int64_t i = 0; i < 4; ++i)
+        for (int64_t u = 0; u < 6; ++u)
+            mask.ptr<float>()[i * 6 + u] = u <= i + 2 ? 0.0f : -INFINITY;
+    Buffer o_a(DType::f32, {4, 8}), o_b(DType::f32, {4, 8});
+    ops::attention_core(q.view(), k.view(), v.view(), mask.view(), 0.25f, o_a.view());
+    ops::attention_core(ctx, q.view(), k.view(), v.view(), mask.view(), 0.25f, o_b.view());
+    BOOST_TEST(same_bits(o_a, o_b));
+    const Buffer wq = random({4, 2}, 26), keys = random({6, 8}, 27);  // 2 heads of 8
+    Buffer s_a(DType::f32, {4, 6}), s_b(DType::f32, {4, 6});
+    ops::indexer_scores(q.view(), wq.view(), keys.view(), s_a.view());
+    ops::indexer_scores(ctx, q.view(), wq.view(), keys.view(), s_b.view());
+    BOOST_TEST(same_bits(s_a, s_b));
+    Buffer m_a(DType::f32, {4, 6}), m_b(DType::f32, {4, 6});
+    ops::indexer_mask(s_a.view(), 2, 2, m_a.view());
+    ops::indexer_mask(ctx, s_a.view(), 2, 2, m_b.view());
+    BOOST_TEST(same_bits(m_a, m_b));
 }
 
 BOOST_AUTO_TEST_CASE(scratch_tensors_live_to_the_scope_end) {

@@ -19,6 +19,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/model/attention.h"
@@ -74,8 +75,16 @@ struct Layer {
         const int64_t d = cfg.hidden_size;
         std::vector<float> y(x.size());
         Tensor yv = view_of(y, {batch.n_tok(), d});
-        attention_forward(
-            cfg, spec, w, view_of(x, {batch.n_tok(), d}), batch, caches, yv, mode, stats);
+        attention_forward(backend::cpu_ctx(),
+                          cfg,
+                          spec,
+                          w,
+                          view_of(x, {batch.n_tok(), d}),
+                          batch,
+                          caches,
+                          yv,
+                          mode,
+                          stats);
         return y;
     }
 };
@@ -252,12 +261,12 @@ BOOST_AUTO_TEST_SUITE(attention)
 BOOST_AUTO_TEST_CASE(core_by_hand) {
     std::vector<float> q{1, 0, 0, 1}, k{1, 0, 1, 1}, v{1, 2, 3, 4}, mask{0, -inf, 0, 0}, o(4);
     Tensor ov = view_of(o, {2, 2});
-    attention_core(view_of(q, {2, 2}),
-                   view_of(k, {2, 2}),
-                   view_of(v, {2, 2}),
-                   view_of(mask, {2, 2}),
-                   0.5f,
-                   ov);
+    ops::attention_core(view_of(q, {2, 2}),
+                        view_of(k, {2, 2}),
+                        view_of(v, {2, 2}),
+                        view_of(mask, {2, 2}),
+                        0.5f,
+                        ov);
     const std::vector<float> want{1.0f, 2.0f, 2.2449186624f, 3.2449186624f};
     BOOST_TEST(max_abs_diff(o, want) <= 1e-6f);
 }
@@ -349,7 +358,7 @@ BOOST_AUTO_TEST_CASE(dsa_sparse_equals_masked_dense) {
         scores.ptr<float>()[i] = std::round(4.0f * scores.ptr<float>()[i]);
     const int64_t k = 16;
     std::vector<int64_t> keep(T * k), n_keep(T), want(k);
-    indexer_select(scores.view(), T0, k, keep.data(), n_keep.data());
+    ops::indexer_select(scores.view(), T0, k, keep.data(), n_keep.data());
     int64_t differ = 0;
     for (int64_t i = 0; i < T; ++i) {
         const int64_t visible = T0 + i + 1;
@@ -562,8 +571,8 @@ BOOST_AUTO_TEST_CASE(golden) {
         IndexerInputs in = indexer_project(
             L.cfg, L.w.indexer, view_of(x, {T, L.cfg.hidden_size}), c_q.view(), pos);
         Buffer scores(DType::f32, {T, T}), mask(DType::f32, {T, T});
-        indexer_scores(in.q.view(), in.w.view(), in.k.view(), scores.view());
-        indexer_mask(scores.view(), 0, L.cfg.indexer.top_k, mask.view());
+        ops::indexer_scores(in.q.view(), in.w.view(), in.k.view(), scores.view());
+        ops::indexer_mask(scores.view(), 0, L.cfg.indexer.top_k, mask.view());
         const float score_err = max_abs_diff(copy_of(scores.view()), h5.floats("dsa/index_scores"));
         BOOST_TEST(score_err <= 1e-5f);
         const std::vector<int64_t> selected = h5.ints("dsa/selected");

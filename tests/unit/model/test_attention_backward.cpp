@@ -18,6 +18,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/io/h5.h"
@@ -86,7 +87,8 @@ struct Layer {
     std::vector<float> forward(std::vector<float>& x, const SeqBatch& batch) const {
         std::vector<float> y(x.size());
         Tensor yv = view_of(y, {batch.n_tok(), d()});
-        attention_forward(cfg, spec, w, view_of(x, {batch.n_tok(), d()}), batch, {}, yv);
+        attention_forward(
+            backend::cpu_ctx(), cfg, spec, w, view_of(x, {batch.n_tok(), d()}), batch, {}, yv);
         return y;
     }
     std::vector<float> backward(std::vector<float>& x,
@@ -128,8 +130,8 @@ struct Layer {
                           static_cast<float>(cfg.mla.norm_eps),
                           c_q.view());
             const IndexerInputs in = indexer_project(cfg, w.indexer, xs, c_q.view(), pos);
-            indexer_scores(in.q.view(), in.w.view(), in.k.view(), scores.view());
-            indexer_mask(scores.view(), 0, cfg.indexer.top_k, mask.view());
+            ops::indexer_scores(in.q.view(), in.w.view(), in.k.view(), scores.view());
+            ops::indexer_mask(scores.view(), 0, cfg.indexer.top_k, mask.view());
             for (int64_t i = 0; i < n * n; ++i)
                 kept.push_back(mask.ptr<float>()[i] == 0.0f);
         }

@@ -20,6 +20,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/attention.h"
 #include "hymoe/model/kv_cache.h"
@@ -64,7 +65,7 @@ struct Case {
     std::vector<float> fp32() {
         std::vector<float> s(static_cast<size_t>(n_q * n_k));
         Tensor sv = view(s, {n_q, n_k});
-        indexer_scores(view(q, {n_q, h * d}), view(w, {n_q, h}), view(k, {n_k, d}), sv);
+        ops::indexer_scores(view(q, {n_q, h * d}), view(w, {n_q, h}), view(k, {n_k, d}), sv);
         return s;
     }
     // bf16 scores [n_q, n_k] over the first n_used keys (the rest left at `fill`)
@@ -156,11 +157,11 @@ BOOST_AUTO_TEST_CASE(topk_equals_fp32_where_gaps_exceed_the_bound) {
     Case c(n_q, 16, 64, n_k, 3);
     const std::vector<float> x = c.fp32(), y = c.bf16(n_k);
     std::vector<int64_t> keep(static_cast<size_t>(n_q * top_k)), n_keep(n_q);
-    indexer_select(c.view(const_cast<std::vector<float>&>(y), {n_q, n_k}),
-                   pos_first,
-                   top_k,
-                   keep.data(),
-                   n_keep.data());
+    ops::indexer_select(c.view(const_cast<std::vector<float>&>(y), {n_q, n_k}),
+                        pos_first,
+                        top_k,
+                        keep.data(),
+                        n_keep.data());
     int64_t decided = 0, total = 0, wrong = 0;
     for (int64_t t = 0; t < n_q; ++t) {
         const int64_t visible = pos_first + t + 1;
@@ -220,7 +221,8 @@ BOOST_AUTO_TEST_CASE(dsa_over_a_bf16_pool_is_dense_when_topk_covers_every_key) {
         cache.pool = &pool, cache.pages = &table, cache.layer = layer;
         Buffer y(DType::f32, {n, d});
         Tensor yv = y.view();
-        attention_forward(cfg, sp, w, x.view(), single_sequence(n), {&cache}, yv, mode);
+        attention_forward(
+            backend::cpu_ctx(), cfg, sp, w, x.view(), single_sequence(n), {&cache}, yv, mode);
         return std::vector<float>(y.ptr<float>(), y.ptr<float>() + n * d);
     };
     const auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {

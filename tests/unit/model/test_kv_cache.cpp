@@ -105,8 +105,10 @@ BOOST_AUTO_TEST_CASE(paged_dsa_layer_equals_private_cache_bit_for_bit) {
         BOOST_REQUIRE(pool.reserve(table, begin + len));
         const Tensor xs = x.view().rows(begin, len);
         Tensor yp = y_paged.view().rows(begin, len), yo = y_own.view().rows(begin, len);
-        attention_forward(cfg, spec, w, xs, single_sequence(len, begin), {&paged}, yp);
-        attention_forward(cfg, spec, w, xs, single_sequence(len, begin), {&own}, yo);
+        attention_forward(
+            backend::cpu_ctx(), cfg, spec, w, xs, single_sequence(len, begin), {&paged}, yp);
+        attention_forward(
+            backend::cpu_ctx(), cfg, spec, w, xs, single_sequence(len, begin), {&own}, yo);
         begin += len;
     }
     BOOST_TEST(table.size() == 10u);  // ⌈37 / 4⌉

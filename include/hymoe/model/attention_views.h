@@ -1,0 +1,65 @@
+// The MLA/DSA block's weights as tensor views on any one device, and the forward over them
+// (model/attention.h's attention_forward takes the host Buffers and calls this one). Views keep
+// the shapes of the weight list (attention_tensors); absent weights (q_proj under a query latent,
+// g_proj without a gate, the indexer of an MLA layer) are empty views.
+// Invariant: every tensor of one call lives on ctx.device; LoRA adapters (host) run on the CPU
+// only. So far the projections, norms, RoPE, the indexer's projections, the gate and the output
+// projection are ops on the Ctx; the cache and the attention over it are host code, so a CUDA
+// Ctx is refused (docs/guide/gpu.md).
+#pragma once
+
+#include <vector>
+
+#include "hymoe/model/attention.h"
+
+namespace hymoe::model {
+
+struct IndexerWeightViews {
+    Tensor wq_b;           // [H_I·d_I, r_q]
+    Tensor wk;             // [d_I, d]
+    Tensor k_norm_weight;  // [d_I]
+    Tensor k_norm_bias;    // [d_I]
+    Tensor weights_proj;   // [H_I, d]
+};
+
+struct MlaWeightViews {
+    Tensor q_a_proj;            // [r_q, d]
+    Tensor q_a_layernorm;       // [r_q]
+    Tensor q_b_proj;            // [H·(d_n+d_r), r_q]
+    Tensor q_proj;              // [H·(d_n+d_r), d]
+    Tensor kv_a_proj_with_mqa;  // [r_kv+d_r, d]
+    Tensor kv_a_layernorm;      // [r_kv]
+    Tensor kv_b_proj;           // [H·(d_n+d_v), r_kv]
+    Tensor o_proj;              // [d, H·d_v]
+    Tensor g_proj;              // [H·d_v, d]
+    IndexerWeightViews indexer;
+    const LoraSlots* lora = nullptr;  // adapters on q, kv, o; null: none
+};
+MlaWeightViews attention_views(const MlaWeights& w);
+
+// attention_forward (model/attention.h) on views.
+void attention_forward(const backend::Ctx& ctx,
+                       const ModelConfig& cfg,
+                       const LayerSpec& spec,
+                       const MlaWeightViews& w,
+                       const Tensor& x,                        // [n_tok, d]
+                       const SeqBatch& batch,                  // n_seq sequences over the rows
+                       const std::vector<AttnCache*>& caches,  // [n_seq] or empty
+                       Tensor& y,                              // [n_tok, d]
+                       AttnMode mode = AttnMode::automatic,
+                       AttnStats* stats = nullptr,
+                       const comm::Comm* tp = nullptr);
+
+// The indexer's inputs (IndexerInputs) of the new tokens on ctx: q, k, w [n_tok, ·] written in
+// place, from x [n_tok, d], c_q [n_tok, r_q] and pos [n_tok] int64, all on ctx's device.
+void indexer_project(const backend::Ctx& ctx,
+                     const ModelConfig& cfg,
+                     const IndexerWeightViews& w,
+                     const Tensor& x,
+                     const Tensor& c_q,
+                     const Tensor& pos,
+                     Tensor& q,       // [n_tok, H_I·d_I]
+                     Tensor& k,       // [n_tok, d_I]
+                     Tensor& w_out);  // [n_tok, H_I]
+
+}  // namespace hymoe::model
