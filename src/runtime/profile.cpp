@@ -279,7 +279,7 @@ std::string profile_table(const model::ModelConfig& cfg, const JobProfile& p) {
     std::snprintf(line,
                   sizeof line,
                   "  embedding + head %.4f s; attention layers: indexer %.4f s, rest %.4f s; "
-                  "waiting for the previous stage %.4f s; peaks: sgemm %.1f GFLOP/s, "
+                  "waiting for the previous stage %.4f s; peaks: GEMM %.1f GFLOP/s, "
                   "read %.1f GB/s\n",
                   stats.head_seconds,
                   stats.attn.indexer_seconds,
