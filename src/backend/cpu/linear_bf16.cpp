@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #include <vector>
 
+#include "avx512_transpose.h"
 #include "hymoe/core/types.h"
 #include "weight_kernels.h"
 
@@ -30,16 +31,34 @@ constexpr int64_t kKc = 64;  // K block, in bf16 pairs: a 64 × 64 panel block i
 constexpr int64_t kMinParallelFlops = int64_t{1} << 22;  // smaller products stay on one thread
 
 // panel [kp, 64] of bf16 pairs: panel[p][j] = (w[j][2p], w[j][2p+1]) for the panel's `cols`
-// weight rows j (zero beyond them and beyond k).
+// weight rows j (zero beyond them and beyond k). Even k: a row is kp 32-bit pairs, moved in 16 × 16
+// blocks through registers (as bits); odd k (rare) element by element.
 void pack_panel(const uint16_t* w, int64_t ldw, int64_t cols, int64_t k, uint32_t* panel) {
     const int64_t kp = (k + 1) / 2;
-    std::fill_n(panel, kp * kNr, 0u);
-    for (int64_t j = 0; j < cols; ++j) {
-        const uint16_t* row = w + j * ldw;
-        for (int64_t p = 0; p < k / 2; ++p)
-            panel[p * kNr + j] = uint32_t{row[2 * p]} | uint32_t{row[2 * p + 1]} << 16;
-        if (k % 2 != 0)
+    if (k % 2 != 0) {
+        std::fill_n(panel, kp * kNr, 0u);
+        for (int64_t j = 0; j < cols; ++j) {
+            const uint16_t* row = w + j * ldw;
+            for (int64_t p = 0; p < k / 2; ++p)
+                panel[p * kNr + j] = uint32_t{row[2 * p]} | uint32_t{row[2 * p + 1]} << 16;
             panel[(kp - 1) * kNr + j] = row[k - 1];
+        }
+        return;
+    }
+    for (int64_t j = 0; j < kNr; j += 16) {
+        for (int64_t p = 0; p < kp; p += 16) {
+            const int64_t left = std::min<int64_t>(16, kp - p);
+            const __mmask16 mk = left == 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i)
+                r[i] = j + i < cols ? _mm512_castsi512_ps(
+                                          _mm512_maskz_loadu_epi32(mk, w + (j + i) * ldw + 2 * p))
+                                    : _mm512_setzero_ps();
+            transpose16(r);
+            for (int64_t i = 0; i < left; ++i)
+                _mm512_store_si512(panel + (p + i) * kNr + j, _mm512_castps_si512(r[i]));
+        }
     }
 }
 
