@@ -162,7 +162,7 @@ inline model::AttnStats decode_cost(const model::Model& m, int layer, int64_t co
         cache.k_r.reserve(cache.k_r.size() + static_cast<size_t>(d_r));
         cache.k_idx.reserve(cache.k_idx.size() + static_cast<size_t>(cfg.indexer.head_dim));
         model::AttnStats stats;
-        model::attention_forward(backend::cpu_ctx(),
+        model::attention_forward(hymoe::backend::cpu_ctx(),
                                  cfg,
                                  cfg.layers[static_cast<size_t>(layer)],
                                  m.layers[static_cast<size_t>(layer)].attn,
@@ -243,7 +243,7 @@ inline model::AttnStats dsa_chunk_cost(
     for (int rep = 0; rep < 2; ++rep) {
         model::AttnCache cache = filled;
         model::AttnStats stats;
-        model::attention_forward(backend::cpu_ctx(),
+        model::attention_forward(hymoe::backend::cpu_ctx(),
                                  cfg,
                                  cfg.layers[static_cast<size_t>(layer)],
                                  m.layers[static_cast<size_t>(layer)].attn,
