@@ -208,6 +208,28 @@ __attribute__((target("avx512f"))) void token_cols_avx512(int64_t K,
         _mm512_mask_storeu_ps(o + y0 + 16 * b, b == NB - 1 ? mk : 0xffff, acc[b]);
 }
 
+using TokenColsFn = void (*)(int64_t,
+                             int64_t,
+                             int64_t,
+                             __mmask16,
+                             const float*,
+                             const float*,
+                             const float*,
+                             const float*,
+                             float,
+                             float*,
+                             float*);
+// token_cols_avx512 by the number of 16-column vectors in a block (1 .. 8)
+constexpr TokenColsFn kTokenCols[9] = {nullptr,
+                                       token_cols_avx512<1>,
+                                       token_cols_avx512<2>,
+                                       token_cols_avx512<3>,
+                                       token_cols_avx512<4>,
+                                       token_cols_avx512<5>,
+                                       token_cols_avx512<6>,
+                                       token_cols_avx512<7>,
+                                       token_cols_avx512<8>};
+
 __attribute__((target("avx512f"))) void token_step_avx512(int64_t K,
                                                           int64_t V,
                                                           const float* q,
@@ -223,31 +245,7 @@ __attribute__((target("avx512f"))) void token_step_avx512(int64_t K,
         const int64_t w = std::min<int64_t>(128, V - y0), nb = (w + 15) / 16,
                       tail = w - 16 * (nb - 1);
         const auto mk = static_cast<__mmask16>(tail == 16 ? 0xffff : (1u << tail) - 1);
-        switch (nb) {
-            case 1:
-                token_cols_avx512<1>(K, V, y0, mk, q, k, e, v, beta, S, o);
-                break;
-            case 2:
-                token_cols_avx512<2>(K, V, y0, mk, q, k, e, v, beta, S, o);
-                break;
-            case 3:
-                token_cols_avx512<3>(K, V, y0, mk, q, k, e, v, beta, S, o);
-                break;
-            case 4:
-                token_cols_avx512<4>(K, V, y0, mk, q, k, e, v, beta, S, o);
-                break;
-            case 5:
-                token_cols_avx512<5>(K, V, y0, mk, q, k, e, v, beta, S, o);
-                break;
-            case 6:
-                token_cols_avx512<6>(K, V, y0, mk, q, k, e, v, beta, S, o);
-                break;
-            case 7:
-                token_cols_avx512<7>(K, V, y0, mk, q, k, e, v, beta, S, o);
-                break;
-            default:
-                token_cols_avx512<8>(K, V, y0, mk, q, k, e, v, beta, S, o);
-        }
+        kTokenCols[nb](K, V, y0, mk, q, k, e, v, beta, S, o);
     }
 }
 
