@@ -208,7 +208,7 @@ FUZZ_FLAGS    = -std=c++20 -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -Iinclud
 # the model and backend come whole: config.json's parameter count walks the model's tensor list
 FUZZ_LIBSRC  := $(wildcard src/core/*.cpp src/deck/*.cpp src/io/*.cpp src/text/*.cpp src/tensor/*.cpp \
                   src/parallel/*.cpp src/model/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp) \
-                  src/runtime/results.cpp tests/fuzz/engine_names.cpp
+                  src/runtime/results.cpp src/runtime/rerun.cpp tests/fuzz/engine_names.cpp
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.cpp,%,$(wildcard tests/fuzz/fuzz_*.cpp))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 

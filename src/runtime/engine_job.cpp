@@ -103,7 +103,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     const int top_n = static_cast<int>(std::min<int64_t>(inf.logprobs, job.model.vocab_size));
     ResultsJournal journal(
         job.deck.job.output,
-        results_deck_sha(job.deck.resolved_yaml),
+        job.deck.resolved_yaml,
         inf.prompt_logprobs,
         top_n,
         {grid.comms.world, grid.comms.self, writer ? grid.me.dp : -1, job.layout.dp},

@@ -1,26 +1,79 @@
-// Reruns of a finished infer job: "already complete", or another deck's results refused
-// (runtime/rerun.h).
+// Reruns of a finished infer job: "already complete", or another deck's results refused; and
+// the comparison of two resolved decks that tells (runtime/rerun.h).
 #include "hymoe/runtime/rerun.h"
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include <yaml-cpp/yaml.h>
 
 #include "hymoe/core/error.h"
+#include "hymoe/core/log.h"
 #include "hymoe/core/sha256.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/parallel/mpi_env.h"
 
 namespace hymoe::runtime {
 
-std::string results_deck_sha(const std::string& resolved_yaml) {
+namespace {
+
+YAML::Node without_overwrite(const std::string& resolved_yaml) {
     YAML::Node root = YAML::Load(resolved_yaml);
     if (root["job"] && root["job"].IsMap())
         root["job"].remove("overwrite");
+    return root;
+}
+
+std::string emitted(const YAML::Node& node) {
     YAML::Emitter out;
-    out << root;
-    return sha256_hex(out.c_str());
+    out << node;
+    return out.c_str();
+}
+
+// Maps key by key (a key on one side only goes to c.only_one), anything else by its YAML form.
+void compare_nodes(const YAML::Node& a,
+                   const YAML::Node& b,
+                   const std::string& path,
+                   DeckComparison& c) {
+    if (!a.IsMap() || !b.IsMap()) {
+        c.same = c.same && emitted(a) == emitted(b);
+        return;
+    }
+    std::set<std::string> keys;
+    for (const YAML::Node& side : {a, b})
+        for (const auto& kv : side)
+            keys.insert(kv.first.as<std::string>());
+    for (const std::string& key : keys) {
+        const std::string at = path.empty() ? key : path + "." + key;
+        const YAML::Node x = a[key], y = b[key];  // const: a missing key is not inserted
+        if (!x.IsDefined() || !y.IsDefined())
+            c.only_one.push_back(at);
+        else
+            compare_nodes(x, y, at, c);
+    }
+}
+
+}  // namespace
+
+std::string version_keys_note(const DeckComparison& c) {
+    std::string keys;
+    for (const std::string& k : c.only_one)
+        keys += (keys.empty() ? "" : ", ") + k;
+    return " was written under a resolved deck that differs from this one only in keys one of "
+           "the two hymoe versions lacks: " +
+           keys;
+}
+
+std::string results_deck_sha(const std::string& resolved_yaml) {
+    return sha256_hex(emitted(without_overwrite(resolved_yaml)));
+}
+
+DeckComparison compare_resolved_decks(const std::string& written, const std::string& now) {
+    DeckComparison c;
+    c.same = true;
+    compare_nodes(without_overwrite(written), without_overwrite(now), "", c);
+    return c;
 }
 
 bool infer_already_complete(const Job& job) {
@@ -31,9 +84,12 @@ bool infer_already_complete(const Job& job) {
     if (parallel::world_rank() == 0 && std::filesystem::exists(file)) {
         try {
             io::H5Reader r(file);
-            const bool same = r.exists("/meta/deck_resolved") &&
-                              results_deck_sha(r.text("/meta/deck_resolved")) ==
-                                  results_deck_sha(job.deck.resolved_yaml);
+            DeckComparison cmp;
+            if (r.exists("/meta/deck_resolved"))
+                cmp = compare_resolved_decks(r.text("/meta/deck_resolved"), job.deck.resolved_yaml);
+            const bool same = cmp.same;
+            if (same && !cmp.only_one.empty())
+                log::info(cat(file, version_keys_note(cmp)));
             // the same deck is finished only with every output it writes: a run killed while
             // writing profile.h5 has its results but reruns (and recomputes the same results)
             const bool profiled = job.deck.profile.layers || job.deck.profile.experts;

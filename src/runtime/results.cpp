@@ -14,6 +14,7 @@
 #include "hymoe/core/log.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/io/h5.h"
+#include "hymoe/runtime/rerun.h"
 #include "hymoe/text/tokenizer.h"
 #include "hymoe/text/utf8.h"
 
@@ -320,7 +321,7 @@ struct Columns {
 }  // namespace
 
 ResultsJournal::ResultsJournal(const std::string& out_dir,
-                               const std::string& deck_sha256,
+                               const std::string& resolved_deck,
                                bool prompt_logprobs,
                                int top_logprobs,
                                const JournalRanks& ranks,
@@ -328,7 +329,8 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
                                double flush_seconds)
     : dir_(out_dir),
       parts_(out_dir + "/results.parts"),
-      sha_(deck_sha256),
+      resolved_(resolved_deck),
+      sha_(results_deck_sha(resolved_deck)),
       prompt_logprobs_(prompt_logprobs),
       top_n_(top_logprobs),
       ranks_(ranks),
@@ -338,7 +340,7 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
     if (ranks_.world.rank() == 0) {  // drops .partial leftovers and another deck's journal
         if (fs::exists(parts_))
             for (const auto& [n, path] : list_segments(parts_, true))
-                if (io::H5Reader(path).text("/deck_sha256") != sha_) {
+                if (!of_this_deck(path)) {
                     log::warn(cat(parts_, " holds results of another deck: starting afresh"));
                     fs::remove_all(parts_);
                     break;
@@ -359,8 +361,31 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
     std::sort(done_.begin(), done_.end(), [](auto& a, auto& b) {
         return std::tie(a.index, a.sample) < std::tie(b.index, b.sample);
     });
-    if (!done_.empty())
-        log::info(cat("resuming: ", done_.size(), " requests already finished in ", parts_));
+    if (!done_.empty()) {
+        int64_t requests = 0;  // done_ holds a row per sample, sorted by (index, sample)
+        for (size_t i = 0; i < done_.size(); ++i)
+            requests += i == 0 || done_[i].index != done_[i - 1].index;
+        log::info(cat("resuming: ",
+                      requests,
+                      " requests (",
+                      done_.size(),
+                      " samples) already finished in ",
+                      parts_));
+    }
+}
+
+// A segment written under this deck: the same sha256, or (another hymoe version) a resolved deck
+// that differs only in keys one version lacks (runtime/rerun.h).
+bool ResultsJournal::of_this_deck(const std::string& segment) const {
+    io::H5Reader r(segment);
+    if (r.text("/deck_sha256") == sha_)
+        return true;
+    if (!r.exists("/deck_resolved"))
+        return false;
+    const DeckComparison c = compare_resolved_decks(r.text("/deck_resolved"), resolved_);
+    if (c.same && !c.only_one.empty())
+        log::info(cat(segment, version_keys_note(c)));
+    return c.same;
 }
 
 void ResultsJournal::add(Finished&& f) {
@@ -401,6 +426,7 @@ void ResultsJournal::flush() {
     io::H5Writer w(parts_ + "/" + segment_name(next_segment_), ranks_.self);
     next_segment_ += ranks_.n_writers;
     w.text("/deck_sha256", sha_);
+    w.text("/deck_resolved", resolved_);
     w.array("/index", view_of(index, DType::i64));
     w.array("/sample", view_of(sample, DType::i64));
     w.array("/line", view_of(line, DType::i64));

@@ -425,7 +425,7 @@ BOOST_AUTO_TEST_CASE(n_samples_per_request_and_their_resume) {
     BOOST_TEST(journal.size() == 8u);
     r = run("cut.jsonl", r0 + r1 + r2);
     BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
-    BOOST_TEST(contains(r.out, "resuming: 8 requests already finished"), r.out);
+    BOOST_TEST(contains(r.out, "resuming: 2 requests (8 samples) already finished"), r.out);
     BOOST_TEST(contains(r.out, "done: 3 requests as 11 samples (2 run, 1 resumed, 0 skipped)"),
                r.out);
     hymoe::io::H5Reader resumed(out + "/out/results.h5");

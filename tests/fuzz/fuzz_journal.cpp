@@ -1,7 +1,8 @@
 // Fuzz target: the results journal of a killed infer run (runtime/results.h), read back on the
 // rerun. HDF5 itself is not what is fuzzed: the input drives the *contents* of one or two
-// well-formed segment files (column lengths, offsets, ids, finish codes, the deck sha256), as a
-// torn, edited or foreign journal would hold them. The journal is opened as a resume, then
+// well-formed segment files (column lengths, offsets, ids, finish codes, the deck sha256 and
+// resolved deck: this deck's, another version's with a key added, another deck's), as a torn,
+// edited or foreign journal would hold them. The journal is opened as a resume, then
 // merged into results.h5: both must succeed or throw one hymoe::Error.
 #include <filesystem>
 #include <fuzzer/FuzzedDataProvider.h>
@@ -11,13 +12,14 @@
 #include "fuzz.h"
 #include "hymoe/deck/deck.h"
 #include "hymoe/io/h5.h"
+#include "hymoe/runtime/rerun.h"
 #include "hymoe/runtime/results.h"
 
 namespace {
 
 using namespace hymoe;
 
-constexpr const char* kSha = "0123";
+constexpr const char* kDeck = "job: {kind: infer, name: fuzz}\n";
 
 template <typename T>
 std::vector<T> column(FuzzedDataProvider& in, T lo, T hi) {
@@ -34,7 +36,21 @@ Tensor view_of(std::vector<T>& v, DType dtype) {
 
 void write_segment(FuzzedDataProvider& in, const std::string& path, const comm::Comm& self) {
     io::H5Writer w(path, self);
-    w.text("/deck_sha256", in.ConsumeBool() ? kSha : "other");
+    switch (in.ConsumeIntegralInRange(0, 3)) {
+        case 0:
+            w.text("/deck_sha256", runtime::results_deck_sha(kDeck));
+            break;
+        case 1:  // another hymoe version: a key added
+            w.text("/deck_sha256", "other");
+            w.text("/deck_resolved", "job: {kind: infer, name: fuzz, added: 1}\n");
+            break;
+        case 2:
+            w.text("/deck_sha256", "other");
+            w.text("/deck_resolved", "job: {kind: infer, name: another}\n");
+            break;
+        default:
+            w.text("/deck_sha256", "other");
+    }
     // Request indices stay below 2^16: a real journal's are below its dataset's line count.
     auto index = column<int64_t>(in, -1, 1 << 16), line = column<int64_t>(in, -1, 1 << 17);
     auto prompt_len = column<int64_t>(in, -1, 8), n_out = column<int64_t>(in, -1, 8);
@@ -91,7 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         fuzz::guarded(
             [&] { write_segment(in, cat(out, "/results.parts/seg-00000", s, ".h5"), self); });
     return fuzz::guarded([&] {
-        runtime::ResultsJournal journal(out, kSha, false, 0, {world, self, 0, 1});
+        runtime::ResultsJournal journal(out, kDeck, false, 0, {world, self, 0, 1});
         io::RunMeta meta;
         meta.deck = &deck;
         journal.finish(meta);

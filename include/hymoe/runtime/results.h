@@ -11,7 +11,8 @@
 //     name; a leftover *.partial is deleted on the next start.
 //   - A segment holds its rows (one per request and sample) sorted by (index, sample):
 //     /deck_sha256 (of the resolved deck, so a --set that changes the results also starts
-//     afresh), /index /sample /line /prompt_len
+//     afresh), /deck_resolved (the resolved deck: a newer hymoe that resolves the same deck with
+//     keys added still resumes, runtime/rerun.h), /index /sample /line /prompt_len
 //     /n_out /greedy_token /stop_token [n] i64, /finish [n] i32, /greedy_logprob [n] f32, /id
 //     /adapter /stop_string [n] strings, /text [n] strings with a tokenizer (set_tokenizer),
 //     /tokens /logprobs [Σ n_out], /prompt_logprobs [Σ (prompt_len − 1)] when asked, /top_tokens
@@ -75,9 +76,9 @@ struct JournalRanks {
 
 class ResultsJournal {
 public:
-    // Opens (resume) or starts out_dir/results.parts/ for the deck with this sha256.
+    // Opens (resume) or starts out_dir/results.parts/ for this resolved deck.
     ResultsJournal(const std::string& out_dir,
-                   const std::string& deck_sha256,
+                   const std::string& resolved_deck,
                    bool prompt_logprobs,
                    int top_logprobs,
                    const JournalRanks& ranks,
@@ -96,7 +97,9 @@ public:
 private:
     int64_t merge(const io::RunMeta& meta);  // rank 0: the segments into results.h5
 
-    std::string dir_, parts_, sha_;
+    bool of_this_deck(const std::string& segment) const;
+
+    std::string dir_, parts_, resolved_, sha_;
     bool prompt_logprobs_;
     int top_n_;
     JournalRanks ranks_;
