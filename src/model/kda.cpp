@@ -42,13 +42,11 @@ int64_t chunk_from(KdaMode mode) {
     return mode == KdaMode::chunked ? 0 : mode == KdaMode::automatic ? 2 : INT64_MAX;
 }
 
-// The table of `arrays` on ctx's device: the host arrays themselves, or their copies in scratch.
+// The table of `arrays` on ctx's device, its arrays copied into scratch.
 ops::KdaSeqTable table_on(const backend::Ctx& ctx,
                           backend::Scratch& scratch,
                           const KdaTableArrays& arrays) {
     ops::KdaSeqTable t = arrays.table();
-    if (ctx.device == Device::cpu)
-        return t;
     auto put = [&](const auto& v, DType dtype) {
         const auto n = static_cast<int64_t>(v.size());
         Tensor dev = scratch(dtype, {n});

@@ -40,8 +40,8 @@ struct KdaStateViews {
 KdaStateViews kda_views(KdaState& st);
 
 // The host arrays of a batch's sequence table over per-sequence state views (their pointers, on
-// whichever device the views are): table() points into them, so it is valid on the host for host
-// views; kda_forward uploads them for device views.
+// whichever device the views are): table() points into them (host memory); kda_forward copies
+// them to its Ctx's device.
 struct KdaTableArrays {
     std::vector<int64_t> offsets;  // [n_seq + 1] the batch's
     std::vector<int32_t> row_seq;  // [n_tok]
