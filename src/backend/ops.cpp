@@ -10,10 +10,14 @@
 #include <utility>
 
 #include "hymoe/backend/cuda_gemm.h"
+#include "hymoe/backend/cuda_kda_batch.h"
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/kda_batch.h"
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_kda.h"
+#include "hymoe/backend/ops_lora.h"
+#include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/core/error.h"
 
 namespace hymoe {
@@ -50,16 +54,25 @@ void check_on(const backend::Ctx& ctx, const char* op, std::initializer_list<con
 
 namespace backend {
 
+// On CUDA, from the thread's stand-in for the arena when one is installed (a captured step's
+// fixed-address workspace, backend/scratch_stand_in.h), else from the arena.
 Scratch::~Scratch() {
-    if constexpr (kCudaBuild)
+    if constexpr (kCudaBuild) {
+        ScratchStandIn* w = ScratchStandIn::active(ctx_.arena);
         for (auto p = device_.rbegin(); p != device_.rend(); ++p)
-            ctx_.arena->free(*p);
+            if (w != nullptr)
+                w->release(*p);
+            else
+                ctx_.arena->free(*p);
+    }
 }
 
 Tensor Scratch::operator()(DType dtype, Shape shape) {
     if constexpr (kCudaBuild)
         if (ctx_.device == Device::cuda) {
-            Tensor t = ctx_.arena->tensor(dtype, std::move(shape));
+            ScratchStandIn* w = ScratchStandIn::active(ctx_.arena);
+            Tensor t = w ? w->tensor(dtype, std::move(shape))
+                         : ctx_.arena->tensor(dtype, std::move(shape));
             device_.push_back(t.data);
             return t;
         }
@@ -390,6 +403,81 @@ void kda_chunked(const Ctx& ctx, const KdaScanParams& p, int chunk) {
         if (ctx.device == Device::cuda)
             return cu::kda_recurrent(*ctx.stream, p);
     kda_chunked(p, chunk);
+}
+
+// ---- KDA over a packed batch (backend/kda_batch.h): the table's pointers are ctx's -----------
+
+void kda_conv_silu(const Ctx& ctx,
+                   const KdaSeqTable& t,
+                   const Tensor& u,
+                   const Tensor& w,
+                   int plane,
+                   Tensor& out) {
+    check_on(ctx, "kda_conv_silu", {&u, &w, &out});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_conv_silu(*ctx.stream, t, u, w, plane, out);
+    kda_conv_silu(t, u, w, plane, out);
+}
+
+void kda_scan_batch(const Ctx& ctx, const KdaSeqTable& t, const KdaBatchScan& p) {
+    check_on(ctx, "kda_scan_batch", {});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_scan_batch(*ctx.stream, t, p);
+    kda_scan_batch(t, p);
+}
+
+// ---- LoRA on row lists (backend/ops_lora.h) -----------------------------------------------------
+
+void lora_rows_add(const Ctx& ctx,
+                   const Tensor& rows,
+                   const Tensor& A,
+                   const Tensor& B,
+                   float scale,
+                   const Tensor& x,
+                   Tensor& y) {
+    check_on(ctx, "lora_rows_add", {&rows, &A, &B, &x, &y});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t m = rows.numel(), r = A.dim(0), out = B.dim(0);
+            HYMOE_CHECK(x.dtype == DType::f32 && y.dtype == DType::f32 && y.dim(1) == out &&
+                            B.dim(1) == r && x.dim(1) == A.dim(1),
+                        "lora_rows_add: x ",
+                        shape_string(x.shape),
+                        ", y ",
+                        shape_string(y.shape),
+                        ", A ",
+                        shape_string(A.shape),
+                        ", B ",
+                        shape_string(B.shape));
+            if (m == 0)
+                return;
+            backend::Scratch scratch(ctx);
+            Tensor xg = scratch(DType::f32, {m, x.dim(1)});  // [m, in] the rows of x
+            Tensor t = scratch(DType::f32, {m, r});          // [m, r] = x Aᵀ
+            Tensor yg = scratch(DType::f32, {m, out});       // [m, out] the rows of y
+            cu::gather_rows(*ctx.stream, x, rows, xg);
+            ctx.blas->linear(xg, A, t);
+            cu::gather_rows(*ctx.stream, y, rows, yg);
+            ctx.blas->gemm(DType::f32,  // yg += scale · t Bᵀ
+                           DType::f32,
+                           false,
+                           true,
+                           m,
+                           out,
+                           r,
+                           scale,
+                           t.data,
+                           r,
+                           B.data,
+                           r,
+                           1.0f,
+                           yg.data,
+                           out);
+            return cu::scatter_rows(*ctx.stream, yg, rows, y);
+        }
+    lora_rows_add(rows, A, B, scale, x, y);
 }
 
 void kda_chunked_checkpoints(const Ctx& ctx, const KdaScanParams& p, float* ckpt, int chunk) {

@@ -135,7 +135,7 @@ DecodeMetaLayout decode_meta_layout(int64_t rows, int64_t max_pages, int64_t n_k
     L.row_seq = take(rows, 4);
     L.one_keys = take(rows, 4);
     L.block_table = take(rows * max_pages, 4);
-    L.kda_states = take(2 * n_kda * rows, 8);
+    L.kda_states = take(4 * n_kda * rows, 8);
     L.kda_slots = take(n_kda * rows, 4);
     return L;
 }
@@ -203,9 +203,11 @@ void pack_decode_meta(const DecodeMetaLayout& L,
         const int32_t slot = real ? row->kda_slot : pad.kda_slot;
         for (int64_t j = 0; j < kda.n_kda; ++j) {
             states[j * B + r] = state + static_cast<uint64_t>(j * kda.s_floats) * sizeof(float);
-            states[(kda.n_kda + j) * B + r] =
-                state + static_cast<uint64_t>(kda.n_kda * kda.s_floats + j * kda.tail_floats) *
-                            sizeof(float);
+            for (int64_t p = 0; p < 3; ++p)  // the layer's q, k, v tails
+                states[((p + 1) * kda.n_kda + j) * B + r] =
+                    state + static_cast<uint64_t>(kda.n_kda * kda.s_floats + j * kda.tail_floats +
+                                                  p * (kda.tail_floats / 3)) *
+                                sizeof(float);
             slots[j * B + r] = slot + static_cast<int32_t>(j);
         }
     }

@@ -1,15 +1,20 @@
 // The KDA block (spec/model-math.md §3): weights, per-sequence state, and the forward over a packed
 // batch. Projections run over all tokens at once; the conv (with its tails) and the recurrence run
-// per sequence, each continuing that sequence's KdaState. Every step is an op on the caller's Ctx
-// (hymoe/backend/ops.h, ops_kda.h), so the forward on views (model/kda_views.h) runs on the CPU or,
-// with device tensors, on a CUDA Ctx; only the LoRA adapters run on the host.
+// over the batch's sequence table (backend/kda_batch.h), each sequence continuing its KdaState.
+// Every step is an op on the caller's Ctx (hymoe/backend/ops.h, ops_kda.h, kda_batch.h), so the
+// forward on views (model/kda_views.h) runs on the CPU or, with device tensors and a device table,
+// on a CUDA Ctx; adapters come as host slots (CPU) or factor views (model/lora_views.h).
 #include "hymoe/model/kda.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <utility>
 
+#include "hymoe/backend/kda_batch.h"
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/kda_views.h"
@@ -30,61 +35,35 @@ Tensor reshaped(const Tensor& t, Shape shape) {
     return Tensor{t.data, t.dtype, t.device, std::move(shape)};
 }
 
-// out [n_tok, D] = SiLU(causal_conv(u)) per sequence, each conv continuing its tail [W−1, D].
-void conv_silu(const backend::Ctx& ctx,
-               const Tensor& u,  // [n_tok, D]
-               const Tensor& w,  // [D, 1, W]
-               const SeqBatch& batch,
-               const std::vector<KdaStateViews>& states,
-               Tensor KdaStateViews::*tail,  // the tail of q, k or v in each state
-               const KdaDims& dims,
-               Tensor& out) {  // [n_tok, D]
-    const Tensor w2 = reshaped(w, {dims.D, dims.W});
-    for (int64_t s = 0; s < batch.n_seq(); ++s) {
-        if (batch.length(s) == 0)
-            continue;
-        Tensor us = u.rows(batch.offsets[s], batch.length(s));
-        Tensor ys = out.rows(batch.offsets[s], batch.length(s));
-        Tensor ts = states[s].*tail;
-        ops::causal_conv(ctx, us, w2, ts, ys);
-    }
-    ops::silu_inplace(ctx, out);
+// The shortest sequence the recurrence runs chunked (KdaMode::automatic: any with more than one
+// token in the call).
+int64_t chunk_from(KdaMode mode) {
+    static_assert(kPrefillAlign % 64 == 0, "model.h: kPrefillAlign, kda_chunked's chunk");
+    return mode == KdaMode::chunked ? 0 : mode == KdaMode::automatic ? 2 : INT64_MAX;
 }
 
-// The recurrence of every sequence; o [n_tok, H, V].
-void scan(const backend::Ctx& ctx,
-          const KdaDims& dims,
-          const SeqBatch& batch,
-          const std::vector<KdaStateViews>& states,
-          const float* q,     // [n_tok, H, K]
-          const float* k,     // [n_tok, H, K]
-          const float* v,     // [n_tok, H, V]
-          const float* g,     // [n_tok, H, K]
-          const float* beta,  // [n_tok, H]
-          float* o,           // [n_tok, H, V]
-          KdaMode mode) {
-    for (int64_t s = 0; s < batch.n_seq(); ++s) {
-        const int64_t r = batch.offsets[s];
-        KdaScanParams p;
-        p.n_tok = batch.length(s);
-        p.n_head = static_cast<int>(dims.H);
-        p.d_k = static_cast<int>(dims.K);
-        p.d_v = static_cast<int>(dims.K);
-        p.q = q + r * dims.D;
-        p.k = k + r * dims.D;
-        p.v = v + r * dims.D;
-        p.g = g + r * dims.D;
-        p.beta = beta + r * dims.H;
-        p.S = states[s].S.ptr<float>();
-        p.o = o + r * dims.D;
-        const bool chunked =
-            mode == KdaMode::chunked || (mode == KdaMode::automatic && p.n_tok > 1);
-        static_assert(kPrefillAlign % 64 == 0, "model.h: kPrefillAlign, kda_chunked's chunk");
-        if (chunked)
-            ops::kda_chunked(ctx, p);
-        else
-            ops::kda_recurrent(ctx, p);
-    }
+// The table of `arrays` on ctx's device, its arrays copied into scratch.
+ops::KdaSeqTable table_on(const backend::Ctx& ctx,
+                          backend::Scratch& scratch,
+                          const KdaTableArrays& arrays) {
+    ops::KdaSeqTable t = arrays.table();
+    auto put = [&](const auto& v, DType dtype) {
+        const auto n = static_cast<int64_t>(v.size());
+        Tensor dev = scratch(dtype, {n});
+        ops::upload(
+            ctx,
+            Tensor{const_cast<void*>(static_cast<const void*>(v.data())), dtype, Device::cpu, {n}},
+            dev);
+        return dev.data;
+    };
+    static_assert(sizeof(float*) == sizeof(int64_t));  // the pointers travel as i64
+    t.offsets = static_cast<const int64_t*>(put(arrays.offsets, DType::i64));
+    t.row_seq = static_cast<const int32_t*>(put(arrays.row_seq, DType::i32));
+    auto* const* ptrs = static_cast<float* const*>(put(arrays.ptrs, DType::i64));
+    t.state = ptrs;
+    for (int p = 0; p < 3; ++p)
+        t.tail[p] = ptrs + (p + 1) * t.n_seq;
+    return t;
 }
 
 }  // namespace
@@ -138,7 +117,8 @@ KdaWeightViews kda_views(const KdaWeights& w) {
             w.g_b_proj.view(),
             w.o_norm.view(),
             w.o_proj.view(),
-            &w.lora};
+            &w.lora,
+            {}};
 }
 
 KdaStateViews kda_views(KdaState& st) {
@@ -163,6 +143,46 @@ void kda_forward(const backend::Ctx& ctx,
     kda_forward(ctx, cfg, kda_views(w), x, batch, views, y, mode);
 }
 
+KdaTableArrays kda_table_arrays(const SeqBatch& batch, const std::vector<KdaStateViews>& states) {
+    const int64_t n_seq = batch.n_seq();
+    HYMOE_CHECK(static_cast<int64_t>(states.size()) == n_seq &&
+                    static_cast<int64_t>(batch.offsets.size()) == n_seq + 1,
+                "kda_forward: ",
+                states.size(),
+                " states for a batch of ",
+                n_seq,
+                " sequences");
+    KdaTableArrays a;
+    a.offsets = batch.offsets;
+    a.n_tok = batch.n_tok();
+    a.row_seq.resize(static_cast<size_t>(a.n_tok));
+    a.ptrs.resize(static_cast<size_t>(4 * n_seq));
+    for (int64_t s = 0; s < n_seq; ++s) {
+        a.max_len = std::max(a.max_len, batch.length(s));
+        for (int64_t r = batch.offsets[s]; r < batch.offsets[s + 1]; ++r)
+            a.row_seq[static_cast<size_t>(r)] = static_cast<int32_t>(s);
+        const KdaStateViews& st = states[static_cast<size_t>(s)];
+        a.ptrs[s] = st.S.ptr<float>();
+        a.ptrs[n_seq + s] = st.q_tail.ptr<float>();
+        a.ptrs[2 * n_seq + s] = st.k_tail.ptr<float>();
+        a.ptrs[3 * n_seq + s] = st.v_tail.ptr<float>();
+    }
+    return a;
+}
+
+ops::KdaSeqTable KdaTableArrays::table() const {
+    ops::KdaSeqTable t;
+    t.n_tok = n_tok;
+    t.n_seq = static_cast<int64_t>(offsets.size()) - 1;
+    t.max_len = max_len;
+    t.offsets = offsets.data();
+    t.row_seq = row_seq.data();
+    t.state = ptrs.data();
+    for (int p = 0; p < 3; ++p)
+        t.tail[p] = ptrs.data() + (p + 1) * t.n_seq;
+    return t;
+}
+
 void kda_forward(const backend::Ctx& ctx,
                  const ModelConfig& cfg,
                  const KdaWeightViews& w,
@@ -172,9 +192,30 @@ void kda_forward(const backend::Ctx& ctx,
                  Tensor& y,
                  KdaMode mode) {
     const KdaDims n(cfg);
+    for (const KdaStateViews& st : states)
+        HYMOE_CHECK(st.S.shape == (Shape{n.H, n.K, n.K}) && st.S.dtype == DType::f32 &&
+                        st.q_tail.numel() == (n.W - 1) * n.D &&
+                        st.k_tail.numel() == st.q_tail.numel() &&
+                        st.v_tail.numel() == st.q_tail.numel(),
+                    "kda_forward: a state not made by make_kda_state for this config");
+    backend::Scratch scratch(ctx);
+    const KdaTableArrays arrays = kda_table_arrays(batch, states);
+    kda_forward(ctx, cfg, w, x, KdaBatchViews{&batch, table_on(ctx, scratch, arrays)}, y, mode);
+}
+
+void kda_forward(const backend::Ctx& ctx,
+                 const ModelConfig& cfg,
+                 const KdaWeightViews& w,
+                 const Tensor& x,
+                 const KdaBatchViews& b,
+                 Tensor& y,
+                 KdaMode mode) {
+    const KdaDims n(cfg);
     const int64_t n_tok = x.numel() / n.d;
+    const SeqBatch& batch = *b.batch;
+    const ops::KdaSeqTable& table = b.table;
     HYMOE_CHECK(x.shape == (Shape{n_tok, n.d}) && y.shape == x.shape && batch.n_tok() == n_tok &&
-                    static_cast<int64_t>(states.size()) == batch.n_seq(),
+                    table.n_tok == n_tok && table.n_seq == batch.n_seq(),
                 "kda_forward: x ",
                 shape_string(x.shape),
                 " y ",
@@ -183,18 +224,17 @@ void kda_forward(const backend::Ctx& ctx,
                 batch.n_tok(),
                 " tokens in ",
                 batch.n_seq(),
-                " sequences, ",
-                states.size(),
-                " states");
+                " sequences, a table of ",
+                table.n_tok,
+                " rows in ",
+                table.n_seq);
     const LoraSlots none;
     const LoraSlots& lora = w.lora ? *w.lora : none;
-    HYMOE_CHECK(ctx.device == Device::cpu || !(lora.q || lora.k || lora.v || lora.o),
-                "kda_forward: LoRA adapters run on the host so far: a ",
-                to_string(ctx.device),
-                " context");
-    for (const KdaStateViews& st : states)
-        HYMOE_CHECK(st.S.shape == (Shape{n.H, n.K, n.K}) && st.S.dtype == DType::f32,
-                    "kda_forward: a state not made by make_kda_state for this config");
+    const MixerLoraViews& lv = w.lora_views;
+    // y += the adapters' share of x on one projection
+    auto adapt = [&](LoraSlot* host, const LoraSlotView& views, const Tensor& in, Tensor& out) {
+        lora_forward(ctx, host, views, batch, b.lora_rows, in, out);
+    };
     backend::Scratch scratch(ctx);
 
     // q, k, v: projection → conv → SiLU → l2 per head (q also × K^{-1/2})
@@ -203,14 +243,14 @@ void kda_forward(const backend::Ctx& ctx,
     Tensor k = scratch(DType::f32, {n_tok, n.D});
     Tensor v = scratch(DType::f32, {n_tok, n.D});
     ops::linear(ctx, x, w.q_proj, proj);
-    lora_forward(lora.q, batch, x, proj);
-    conv_silu(ctx, proj, w.q_conv1d, batch, states, &KdaStateViews::q_tail, n, q);
+    adapt(lora.q, lv.q, x, proj);
+    ops::kda_conv_silu(ctx, table, proj, w.q_conv1d, 0, q);
     ops::linear(ctx, x, w.k_proj, proj);
-    lora_forward(lora.k, batch, x, proj);
-    conv_silu(ctx, proj, w.k_conv1d, batch, states, &KdaStateViews::k_tail, n, k);
+    adapt(lora.k, lv.k, x, proj);
+    ops::kda_conv_silu(ctx, table, proj, w.k_conv1d, 1, k);
     ops::linear(ctx, x, w.v_proj, proj);
-    lora_forward(lora.v, batch, x, proj);
-    conv_silu(ctx, proj, w.v_conv1d, batch, states, &KdaStateViews::v_tail, n, v);
+    adapt(lora.v, lv.v, x, proj);
+    ops::kda_conv_silu(ctx, table, proj, w.v_conv1d, 2, v);
     Tensor q_heads = reshaped(q, {n_tok * n.H, n.K}), k_heads = reshaped(k, {n_tok * n.H, n.K});
     ops::l2_norm_rows(ctx, q_heads);
     ops::l2_norm_rows(ctx, k_heads);
@@ -232,17 +272,18 @@ void kda_forward(const backend::Ctx& ctx,
     ops::sigmoid_inplace(ctx, beta);
 
     Tensor o = scratch(DType::f32, {n_tok, n.D});  // [n_tok, H, V]
-    scan(ctx,
-         n,
-         batch,
-         states,
-         q.ptr<float>(),
-         k.ptr<float>(),
-         v.ptr<float>(),
-         g.ptr<float>(),
-         beta.ptr<float>(),
-         o.ptr<float>(),
-         mode);
+    ops::KdaBatchScan p;
+    p.n_head = static_cast<int>(n.H);
+    p.d_k = p.d_v = static_cast<int>(n.K);
+    p.q = q.ptr<float>();
+    p.k = k.ptr<float>();
+    p.v = v.ptr<float>();
+    p.g = g.ptr<float>();
+    p.beta = beta.ptr<float>();
+    p.o = o.ptr<float>();
+    p.chunk_from = chunk_from(mode);
+    p.bf16_products = w.q_proj.dtype == DType::bf16;
+    ops::kda_scan_batch(ctx, table, p);
 
     // y = o_proj(RMSNorm(o_h; o_norm) ⊙ σ(g_b g_a x))
     Tensor gate = scratch(DType::f32, {n_tok, n.D});
@@ -253,7 +294,7 @@ void kda_forward(const backend::Ctx& ctx,
     ops::rms_norm(ctx, heads, w.o_norm, static_cast<float>(cfg.rms_norm_eps), heads);
     ops::mul_inplace(ctx, o, gate);
     ops::linear(ctx, o, w.o_proj, y);
-    lora_forward(lora.o, batch, o, y);
+    adapt(lora.o, lv.o, o, y);
 }
 
 }  // namespace hymoe::model

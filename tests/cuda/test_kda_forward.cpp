@@ -1,12 +1,13 @@
 // model::kda_forward on a CUDA context against the same forward on the CPU context: a packed
 // prefill of three sequences (7, 1 and 30 tokens, fresh states), then a decode step of each that
 // continues the carried states and conv tails; outputs and states within 1e-5 in fp32, in both
-// forms of the decay gate, and within 1e-2 with bf16 matrices (as a bf16 model stores them). And
-// the same steps against the GPU model's own KDA block (device_kda.cpp's kda_block, until it is
-// folded into kda_forward) on the same weights, fp32.
+// forms of the decay gate, and within 1e-2 with bf16 matrices (as a bf16 model stores them). Then
+// the same steps over the sequence table the GPU model builds (pool slots, tail planes, LoRA
+// factor views), which lets the backend pick its fused kernels.
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -16,12 +17,12 @@
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/kda_views.h"
+#include "hymoe/model/lora.h"
 #include "hymoe/model/weights.h"
 
 namespace utf = boost::unit_test;
 using namespace hymoe;
 using namespace hymoe::cuda_test;
-using hymoe::model::KdaMode;
 
 namespace {
 
@@ -31,11 +32,11 @@ namespace {
 struct Layer {
     model::ModelConfig cfg;
     model::KdaWeights w;
-    Layer(std::optional<double> lower_bound, DType storage) {
+    Layer(std::optional<double> lower_bound, DType storage, int n_head = 4, int head_dim = 16) {
         cfg.hidden_size = 64;
         cfg.rms_norm_eps = 1e-5;
-        cfg.kda.n_head = 4;
-        cfg.kda.head_dim = 16;
+        cfg.kda.n_head = n_head;
+        cfg.kda.head_dim = head_dim;
         cfg.kda.conv_kernel = 4;
         cfg.kda.gate_lower_bound = lower_bound;
         model::TensorList list = model::with_storage(model::kda_tensors(cfg, w), storage);
@@ -87,21 +88,8 @@ model::KdaWeightViews upload(GpuCtx& gc, const model::KdaWeights& w) {
             gc.weight(w.g_b_proj),
             gc.weight(w.o_norm),
             gc.weight(w.o_proj),
-            nullptr};
-}
-
-// The rows of several host buffers stacked, [Σ rows, cols].
-Buffer stacked(const std::vector<const Buffer*>& parts) {
-    const int64_t cols = parts.front()->view().numel() / parts.front()->view().dim(0);
-    int64_t rows = 0;
-    for (const Buffer* b : parts)
-        rows += b->view().numel() / cols;
-    Buffer out(DType::f32, {rows, cols});
-    float* p = out.ptr<float>();
-    for (const Buffer* b : parts)
-        for (int64_t i = 0; i < b->view().numel(); ++i)
-            *p++ = b->ptr<float>()[i];
-    return out;
+            nullptr,
+            {}};
 }
 
 // The prefill batch (7, 1, 30 tokens) and the decode step after it (one token each).
@@ -162,69 +150,91 @@ BOOST_AUTO_TEST_CASE(kda_forward_on_a_cuda_ctx_matches_the_cpu, *utf::preconditi
     }
 }
 
-// The GPU model's KDA block (device_blocks.h kda_block: stacked weights, one launch over the
-// batch) against kda_forward on a CUDA context, both fp32, over the same two steps.
-BOOST_AUTO_TEST_CASE(kda_forward_matches_the_gpu_models_kda_block, *utf::precondition(need_gpu)) {
-    const Layer layer(std::nullopt, DType::f32);
-    const model::ModelConfig& cfg = layer.cfg;
-    const model::KdaWeights& w = layer.w;
-    const int64_t d = cfg.hidden_size, H = cfg.kda.n_head, K = cfg.kda.head_dim, D = H * K;
-    const int64_t W = cfg.kda.conv_kernel;
-    GpuCtx gc;
-    const model::KdaWeightViews dw = upload(gc, w);
-    model::gpu::Gpu g(size_t{256} << 20, 16);
-    auto up = [&](const Buffer& b) { return to_device(b.view(), DType::f32, g.arena, g.stream); };
-    model::gpu::KdaW kw;
-    kw.qkv = up(stacked({&w.q_proj, &w.k_proj, &w.v_proj}));
-    kw.conv = up(stacked({&w.q_conv1d, &w.k_conv1d, &w.v_conv1d}));
-    kw.low = up(stacked({&w.f_a_proj, &w.g_a_proj, &w.b_proj}));
-    kw.f_b = up(w.f_b_proj);
-    kw.g_b = up(w.g_b_proj);
-    kw.dt_bias = up(w.dt_bias);
-    kw.a_log = to_device(
-        Tensor{w.a_log.view().data, DType::f32, Device::cpu, {H}}, DType::f32, g.arena, g.stream);
-    kw.o_norm = up(w.o_norm);
-    kw.o_proj = up(w.o_proj);
+// The table as the GPU model builds it (device_step.cpp kda_batch over a StepBatch): each state
+// a slot of one pool, each sequence's tails the planes q, k, v of one block, so that the CUDA
+// backend runs its fused kernels (the decode step; with bf16 matrices and K = V = 32 the chunked
+// prefill); LoRA adapters on q and o as factor views on row lists against the host adapters. The
+// same two steps as above against the CPU, fp32 1e-5 and bf16 1e-2.
+BOOST_AUTO_TEST_CASE(kda_forward_on_the_gpu_models_table_matches_the_cpu,
+                     *utf::precondition(need_gpu)) {
+    for (const DType storage : {DType::f32, DType::bf16}) {
+        BOOST_TEST_CONTEXT(to_string(storage) << " matrices") {
+            Layer layer(std::nullopt, storage, 2, 32);
+            const model::ModelConfig& cfg = layer.cfg;
+            const int64_t d = cfg.hidden_size, H = cfg.kda.n_head, K = cfg.kda.head_dim;
+            const int64_t D = H * K, W = cfg.kda.conv_kernel, n_seq = 3;
+            GpuCtx gc;
+            model::KdaWeightViews dw = upload(gc, layer.w);
 
-    // Per sequence: the block's S [H, K, K] and tail [W−1, 3D]; kda_forward's views.
-    std::vector<float*> ptrs;  // [2, 1, n_seq]: the S, then the tails
-    std::vector<Tensor> block_S;
-    std::vector<model::KdaStateViews> dev;
-    for (int s = 0; s < 3; ++s) {
-        block_S.push_back(up(Buffer(DType::f32, {H, K, K})));
-        ptrs.push_back(block_S.back().ptr<float>());
-        const model::KdaState st = model::make_kda_state(cfg);
-        dev.push_back({gc.up(st.S), gc.up(st.q_tail), gc.up(st.k_tail), gc.up(st.v_tail)});
-    }
-    for (int s = 0; s < 3; ++s)
-        ptrs.push_back(up(Buffer(DType::f32, {W - 1, 3 * D})).ptr<float>());
-    Tensor state_ptrs = g.arena.tensor(DType::i64, {static_cast<int64_t>(ptrs.size())});
-    cu::copy_to_device(state_ptrs.data, ptrs.data(), ptrs.size() * sizeof(float*), g.stream);
+            // one adapter (id 0, rank 4) on q and on o: host slots and their device factors
+            model::LoraSlot slot_q, slot_o;
+            uint32_t lstream = 90;
+            for (auto [slot, out, in] : {std::tuple{&slot_q, D, d}, std::tuple{&slot_o, d, D}}) {
+                model::LoraPair& pr = slot->adapters.emplace_back(
+                    model::make_lora_pair(out, in, 4, 0.5f, 11, lstream++, false));
+                Philox(5, lstream++, 0).fill_normal(pr.B.ptr<float>(), out * 4, 0.0f, 0.3f);
+            }
+            layer.w.lora.q = &slot_q;
+            layer.w.lora.o = &slot_o;
+            dw.lora_views.q = {{gc.up(slot_q.adapters[0].A), gc.up(slot_q.adapters[0].B), 0.5f}};
+            dw.lora_views.o = {{gc.up(slot_o.adapters[0].A), gc.up(slot_o.adapters[0].B), 0.5f}};
 
-    uint32_t stream = 70;
-    for (const model::SeqBatch* b : {&kPrefill, &kDecode}) {
-        const int64_t n = b->n_tok();
-        std::vector<int32_t> row_seq;
-        for (int s = 0; s < 3; ++s)
-            row_seq.insert(row_seq.end(), static_cast<size_t>(b->length(s)), s);
-        model::gpu::StepBatch step;
-        step.batch = b;
-        step.n_tok = n;
-        step.n_seq = 3;
-        step.offsets = to_device_i64(b->offsets, g.arena, g.stream);
-        step.row_seq = to_device_i32(row_seq, g.arena, g.stream);
-        step.n_kda = 1;
-        step.kda_states = state_ptrs;
-        Buffer x = random({n, d}, stream++, DType::f32);
-        Tensor x_block = up(x), y_block = g.arena.tensor(DType::f32, {n, d});
-        Tensor y_fwd = gc.g.arena.tensor(DType::f32, {n, d});
-        model::gpu::kda_block(g, cfg, kw, x_block, step, 0, DType::f32, y_block);
-        model::kda_forward(gc.ctx, cfg, dw, gc.up(x), *b, dev, y_fwd, KdaMode::automatic);
-        const Buffer want = to_host(y_block, g.stream);
-        expect_close(n > 3 ? "prefill y" : "decode y", y_fwd, want, gc.g.s);
+            // the states: a pool of S slots [n_seq, H, K, K] and tail blocks [n_seq, 3, W−1, D]
+            const int64_t plane = (W - 1) * D;
+            Tensor pool = gc.up(Buffer(DType::f32, {n_seq, H, K, K}));
+            Tensor tails = gc.up(Buffer(DType::f32, {n_seq, 3, W - 1, D}));
+            std::vector<float*> ptrs(static_cast<size_t>(4 * n_seq));  // [4, 1, n_seq]
+            for (int64_t s = 0; s < n_seq; ++s) {
+                ptrs[s] = pool.ptr<float>() + s * H * K * K;
+                for (int64_t p = 0; p < 3; ++p)
+                    ptrs[(p + 1) * n_seq + s] = tails.ptr<float>() + (s * 3 + p) * plane;
+            }
+            Tensor dptrs = gc.g.arena.tensor(DType::i64, {4 * n_seq});
+            cu::copy_to_device(dptrs.data, ptrs.data(), ptrs.size() * sizeof(float*), gc.g.s);
+            const Tensor slots = to_device_i32({0, 1, 2}, gc.g.arena, gc.g.s);
+
+            std::vector<model::KdaState> host;
+            std::vector<model::KdaState*> hptrs;
+            for (int64_t s = 0; s < n_seq; ++s)
+                host.push_back(model::make_kda_state(cfg));
+            for (model::KdaState& st : host)
+                hptrs.push_back(&st);
+            uint32_t stream = 80;
+            for (const model::SeqBatch* b : {&kPrefill, &kDecode}) {
+                const int64_t n = b->n_tok();
+                std::vector<int32_t> row_seq;
+                std::vector<int64_t> all_rows;
+                for (int32_t s = 0; s < n_seq; ++s)
+                    row_seq.insert(row_seq.end(), static_cast<size_t>(b->length(s)), s);
+                for (int64_t r = 0; r < n; ++r)
+                    all_rows.push_back(r);
+                model::gpu::StepBatch step;
+                step.batch = b;
+                step.n_tok = n;
+                step.n_seq = n_seq;
+                step.offsets = to_device_i64(b->offsets, gc.g.arena, gc.g.s);
+                step.row_seq = to_device_i32(row_seq, gc.g.arena, gc.g.s);
+                step.n_kda = 1;
+                step.kda_states = dptrs;
+                step.kda_pool = pool.ptr<float>();
+                step.kda_slots = slots;
+                step.fused = true;
+                step.lora.n_adapters = 1;
+                step.lora.rows = {{0, to_device_i64(all_rows, gc.g.arena, gc.g.s)}};
+                Buffer x = random({n, d}, stream++, DType::f32), y(DType::f32, {n, d});
+                Tensor dy = gc.g.arena.tensor(DType::f32, {n, d});
+                model::kda_forward(backend::cpu_ctx(), cfg, layer.w, x.view(), *b, hptrs, y.view());
+                model::kda_forward(gc.ctx, cfg, dw, gc.up(x), model::gpu::kda_batch(step, 0), dy);
+                close(n > 3 ? "prefill y" : "decode y", dy, y, gc.g.s, tolerance(storage));
+            }
+            for (int64_t s = 0; s < n_seq; ++s) {
+                const Tensor S{ptrs[s], DType::f32, Device::cuda, {H, K, K}};
+                close("state S", S, host[s].S, gc.g.s, tolerance(storage));
+                const Tensor v_tail{ptrs[3 * n_seq + s], DType::f32, Device::cuda, {W - 1, D}};
+                close("v tail", v_tail, host[s].v_tail, gc.g.s, tolerance(storage));
+            }
+        }
     }
-    for (int s = 0; s < 3; ++s)
-        expect_close("state S", dev[s].S, to_host(block_S[s], g.stream), gc.g.s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

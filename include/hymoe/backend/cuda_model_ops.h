@@ -1,10 +1,9 @@
 // The device kernels the GPU model (hymoe/model/cuda_model.h) needs beyond the op kernels of
-// hymoe/backend/cuda_ops.h: dtype casts and row moves, the KDA conv and recurrence over a packed
-// batch with one device state per sequence, the paged MLA/DSA cache's append and gather, the causal
-// softmax of the absorbed attention over all heads at once, the DSA indexer's decode scores read
-// from the pages and ReLU². A packed batch is the host's
-// model::SeqBatch: sequence s owns rows [offsets[s], offsets[s+1]). Every pointer is a device
-// pointer, every call asynchronous on `s`, all arithmetic fp32 in the CPU blocks' order.
+// hymoe/backend/cuda_ops.h: dtype casts and row moves, the paged MLA/DSA cache's append and
+// gather, the causal softmax of the absorbed attention over all heads at once, the DSA indexer's
+// decode scores read from the pages and ReLU². A packed batch is the host's model::SeqBatch:
+// sequence s owns rows [offsets[s], offsets[s+1]). Every pointer is a device pointer, every call
+// asynchronous on `s`, all arithmetic fp32 in the CPU blocks' order.
 // CUDA builds only (src/backend/cuda/model_ops.cu); no CUDA header here.
 #pragma once
 
@@ -47,39 +46,6 @@ void scatter_rows(const Stream& s, const Tensor& src, const Tensor& idx, Tensor&
 void relu2_inplace(const Stream& s, Tensor& x);
 // dst [n] int32 = src [n] int64 (top-k key lists for mla_decode, −1 kept).
 void narrow_indices(const Stream& s, const Tensor& src, Tensor& dst);
-
-// ---- KDA over a packed batch -------------------------------------------------------------------
-
-// One KDA layer's view of the batch. Sequence s's state for this layer: S [H, K, K] fp32 at
-// state[s] and the conv tail [W−1, 3D] (the last W−1 q|k|v projections, D = H·K) at tail[s].
-struct KdaBatch {
-    int64_t n_tok = 0;
-    int64_t n_seq = 0;
-    int n_head = 0;                    // H
-    int head_dim = 0;                  // K (= V)
-    int conv_width = 0;                // W
-    const int64_t* offsets = nullptr;  // [n_seq + 1]
-    const int32_t* row_seq = nullptr;  // [n_tok] the sequence of each row
-    float* const* state = nullptr;     // [n_seq] this layer's S of each sequence
-    float* const* tail = nullptr;      // [n_seq] this layer's conv tail of each sequence
-};
-
-// out [3, n_tok, D] (planes q, k, v) = SiLU(causal depthwise conv of u [n_tok, 3D] with w [3D, W]),
-// each sequence continuing from its tail (ops::causal_conv then ops::silu_inplace).
-void kda_conv_silu(const Stream& s, const KdaBatch& b, const float* u, const float* w, float* out);
-// Each sequence's tail ← the last W−1 rows of [tail; its rows of u]. After kda_conv_silu (which
-// reads the old tails) on the same stream.
-void kda_conv_tails(const Stream& s, const KdaBatch& b, const float* u);
-// The recurrence of every sequence (ops::kda_recurrent's arithmetic), its state S in and out:
-// q, k, v, g [n_tok, H, K], beta [n_tok, H] → o [n_tok, H, K].
-void kda_scan(const Stream& s,
-              const KdaBatch& b,
-              const float* q,
-              const float* k,
-              const float* v,
-              const float* g,
-              const float* beta,
-              float* o);
 
 // ---- the paged MLA/DSA cache -------------------------------------------------------------------
 

@@ -3,9 +3,9 @@
 // fp32; the residual stream, norms, KDA state, attention scores and softmax, MoE combine and
 // logits in fp32. The forward runs the CPU blocks' math (model/kda.h, attention.h, ffn.h) on the
 // ops of hymoe/backend/cuda_ops.h and cuda_model_ops.h:
-//   - KDA: the q|k|v projection in one GEMM, the causal conv and the recurrence over the whole
-//     packed batch in one launch each, every sequence's state [H, K, V] and conv tail on the
-//     device;
+//   - KDA: model::kda_forward itself on a CUDA context (model/kda_views.h), the causal conv and
+//     the recurrence over the whole packed batch in one launch each (backend/kda_batch.h), every
+//     sequence's state [H, K, V] and conv tails on the device;
 //   - MLA/DSA: the absorbed (MQA) form over the cached latent [c_kv | k_r] in the device pages;
 //     DSA with fused kernels and bf16 matrices at widths they take (model/fused_step.h): every
 //     row of the step in one fused indexer top-k and one sparse MLA launch over the pages;

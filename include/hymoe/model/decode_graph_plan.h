@@ -99,14 +99,15 @@ struct DecodeMetaLayout {
     size_t row_seq = 0;      // i32 [B] = 0 .. B−1
     size_t one_keys = 0;     // i32 [B] keys after the step
     size_t block_table = 0;  // i32 [B, max_pages]
-    size_t kda_states = 0;   // i64 [2, n_kda, B] S pointers, then conv-tail pointers
+    size_t kda_states = 0;   // i64 [4, n_kda, B] S pointers, then q, k, v conv-tail pointers
     size_t kda_slots = 0;    // i32 [n_kda, B] S slots
     size_t bytes = 0;
 };
 DecodeMetaLayout decode_meta_layout(int64_t rows, int64_t max_pages, int64_t n_kda);
 
 // A sequence's KDA block on the device (src/model/cuda/cuda_model_impl.h DeviceSequence): its n_kda
-// layers' S of s_floats floats each, then their conv tails of tail_floats each.
+// layers' S of s_floats floats each, then their conv tails of tail_floats each (three planes q, k,
+// v of tail_floats / 3).
 struct KdaBlockShape {
     int64_t n_kda = 0, s_floats = 0, tail_floats = 0;
 };

@@ -1,9 +1,6 @@
 // The GPU model's own kernels (hymoe/backend/cuda_model_ops.h). Element-wise and row moves are
-// grid-stride loops; the KDA conv is one thread per (row, channel) and its tail update one thread
-// per (sequence, channel); the KDA recurrence is one thread per (sequence, head, value column),
-// which owns that column of its sequence's state for all the sequence's rows, with
-// ops::kda_recurrent's arithmetic (as src/backend/cuda/kda.cu for one sequence); the softmax
-// and the indexer's decode scores are one block per row, as softmax.cu and indexer.cu.
+// grid-stride loops; the softmax and the indexer's decode scores are one block per row, as
+// softmax.cu and indexer.cu.
 #include <cmath>
 
 #include "hymoe/backend/cuda_model_ops.h"
@@ -12,10 +9,6 @@
 namespace hymoe::backend::cuda {
 
 namespace {
-
-__device__ inline float sigmoid_f(float x) {
-    return 1.0f / (1.0f + expf(-x));
-}
 
 template <class S, class D>
 __global__ void cast_kernel(const S* src, D* dst, int64_t n) {
@@ -54,72 +47,6 @@ __global__ void narrow_kernel(const int64_t* src, int32_t* dst, int64_t n) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         dst[i] = static_cast<int32_t>(src[i]);
-    }
-}
-
-// Row j of sequence s's extended input [tail; u_s], channel c of C = 3D.
-__device__ inline float conv_input(
-    const KdaBatch& b, const float* tail, const float* u, int64_t s, int64_t j, int64_t c) {
-    const int64_t C = 3 * static_cast<int64_t>(b.n_head) * b.head_dim, W = b.conv_width;
-    return j < W - 1 ? tail[j * C + c] : u[(b.offsets[s] + j - (W - 1)) * C + c];
-}
-
-__global__ void kda_conv_kernel(const KdaBatch b, const float* u, const float* w, float* out) {
-    const int64_t D = static_cast<int64_t>(b.n_head) * b.head_dim, C = 3 * D, W = b.conv_width;
-    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < b.n_tok * C;
-         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t t = j / C, c = j % C, s = b.row_seq[t], tt = t - b.offsets[s];
-        const float* tail = b.tail[s];
-        float acc = 0.0f;
-        for (int64_t i = 0; i < W; ++i)
-            acc += w[c * W + i] * conv_input(b, tail, u, s, tt + i, c);
-        out[(c / D) * b.n_tok * D + t * D + c % D] = acc * sigmoid_f(acc);
-    }
-}
-
-__global__ void kda_tail_kernel(const KdaBatch b, const float* u) {
-    const int64_t C = 3 * static_cast<int64_t>(b.n_head) * b.head_dim, W = b.conv_width;
-    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < b.n_seq * C;
-         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t s = j / C, c = j % C, T = b.offsets[s + 1] - b.offsets[s];
-        float* tail = b.tail[s];
-        for (int64_t r = 0; r < W - 1 && T > 0; ++r)  // ascending: reads row T + r ≥ r first
-            tail[r * C + c] = conv_input(b, tail, u, s, T + r, c);
-    }
-}
-
-__global__ void kda_scan_kernel(const KdaBatch b,
-                                const float* q,
-                                const float* k,
-                                const float* v,
-                                const float* g,
-                                const float* beta,
-                                float* o) {
-    const int64_t H = b.n_head, K = b.head_dim;
-    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-         j < b.n_seq * H * K;
-         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t s = j / (H * K), h = (j / K) % H, y = j % K;
-        float* S = b.state[s] + h * K * K + y;  // column y of S_h: S[x * K]
-        for (int64_t t = b.offsets[s]; t < b.offsets[s + 1]; ++t) {
-            const float* qt = q + (t * H + h) * K;
-            const float* kt = k + (t * H + h) * K;
-            const float* gt = g + (t * H + h) * K;
-            float p = 0.0f;
-            for (int64_t x = 0; x < K; ++x) {  // S' = e^g ⊙ S; p = S'ᵀk
-                const float sx = S[x * K] * expf(gt[x]);
-                S[x * K] = sx;
-                p += kt[x] * sx;
-            }
-            const float d = beta[t * H + h] * (v[(t * H + h) * K + y] - p);
-            float acc = 0.0f;
-            for (int64_t x = 0; x < K; ++x) {  // S = S' + k dᵀ; o = Sᵀq
-                const float sx = S[x * K] + kt[x] * d;
-                S[x * K] = sx;
-                acc += qt[x] * sx;
-            }
-            o[(t * H + h) * K + y] = acc;
-        }
     }
 }
 
@@ -346,44 +273,6 @@ void narrow_indices(const Stream& s, const Tensor& src, Tensor& dst) {
     narrow_kernel<<<grid_for(n, kBlock), kBlock, 0, s.get()>>>(
         src.ptr<int64_t>(), dst.ptr<int32_t>(), n);
     check_launch("narrow_indices");
-}
-
-void kda_conv_silu(const Stream& s, const KdaBatch& b, const float* u, const float* w, float* out) {
-    const int64_t n = b.n_tok * 3 * b.n_head * b.head_dim;
-    HYMOE_CHECK(b.conv_width >= 1 && b.n_head > 0 && b.head_dim > 0,
-                "kda_conv_silu: W ",
-                b.conv_width,
-                " H ",
-                b.n_head,
-                " K ",
-                b.head_dim);
-    if (n == 0)
-        return;
-    kda_conv_kernel<<<grid_for(n, kBlock), kBlock, 0, s.get()>>>(b, u, w, out);
-    check_launch("kda_conv_silu");
-}
-
-void kda_conv_tails(const Stream& s, const KdaBatch& b, const float* u) {
-    const int64_t n = b.n_seq * 3 * b.n_head * b.head_dim;
-    if (n == 0 || b.conv_width <= 1)
-        return;
-    kda_tail_kernel<<<grid_for(n, kBlock), kBlock, 0, s.get()>>>(b, u);
-    check_launch("kda_conv_tails");
-}
-
-void kda_scan(const Stream& s,
-              const KdaBatch& b,
-              const float* q,
-              const float* k,
-              const float* v,
-              const float* g,
-              const float* beta,
-              float* o) {
-    const int64_t n = b.n_seq * b.n_head * b.head_dim;
-    if (n == 0 || b.n_tok == 0)
-        return;
-    kda_scan_kernel<<<grid_for(n, kBlock), kBlock, 0, s.get()>>>(b, q, k, v, g, beta, o);
-    check_launch("kda_scan");
 }
 
 void kv_append(const Stream& s,

@@ -20,9 +20,10 @@
 namespace hymoe::model {
 
 // A sequence's KDA states on the device: S [n_kda_layers, H, K, K] fp32, then the conv tails
-// [n_kda_layers, W−1, 3D] (device_blocks.h KdaW), made and zeroed by the first forward that sees
-// the sequence. S starts at a multiple of H·K·K floats from the arena's base, so that each layer's
-// S is a slot of one pool there (the fused kernels' addressing, cuda_fused.h KdaBatchParams).
+// [n_kda_layers, 3, W−1, D] (planes q, k, v: model::KdaStateViews' tails), made and zeroed by the
+// first forward that sees the sequence. S starts at a multiple of H·K·K floats from the arena's
+// base, so that each layer's S is a slot of one pool there (the fused kernels' addressing,
+// cuda_fused.h KdaBatchParams).
 struct DeviceSequence {
     backend::cuda::DeviceArena* arena = nullptr;
     void* block = nullptr;   // the allocation; null until the first forward
@@ -171,7 +172,7 @@ private:
     int n_kda_ = 0;
     int first_attention_ = -1;  // the first MLA/DSA layer, −1 when none
     int64_t s_floats_ = 0;      // one KDA layer's S of one sequence: H·K·K
-    int64_t tail_floats_ = 0;   // one KDA layer's conv tail of one sequence: (W−1)·3D
+    int64_t tail_floats_ = 0;   // one KDA layer's conv tails of one sequence: 3·(W−1)·D
     bool kda_slots_ = false;    // the arena's S slots fit int32 (the fused kernels' slot ids)
     size_t weight_bytes_ = 0;
     int n_adapters_ = 0;  // LoRA adapters held (set_lora_adapters)

@@ -15,10 +15,12 @@
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_model_ops.h"
+#include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/backend/stack_alloc.h"
 #include "hymoe/model/attention.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/ffn.h"
+#include "hymoe/model/kda_views.h"
 #include "hymoe/model/model.h"
 #include "hymoe/model/moe_parallel.h"
 
@@ -38,27 +40,27 @@ struct Gpu {
 
 // Scratch memory at fixed device addresses for the steps the decode graphs capture
 // (device_decode_graphs.h): while a WorkspaceScope is alive on this thread, every Scratch of
-// `arena` takes its tensors from the workspace's stack instead of the arena and gives them back
-// last-in first-out, so that a step queued twice gets the same addresses; a release out of order
-// aborts with its message (a destructor cannot throw).
-struct Workspace {
+// `arena`, and every backend::Scratch of a Ctx on it (backend/scratch_stand_in.h), takes its
+// tensors from the workspace's stack instead of the arena and gives them back last-in first-out,
+// so that a step queued twice gets the same addresses; a release out of order aborts with its
+// message (a destructor cannot throw).
+struct Workspace final : backend::ScratchStandIn {
     cu::DeviceArena* arena = nullptr;  // the arena it stands in for
     char* base = nullptr;              // its device bytes [base, base + stack.capacity())
     cu::StackAllocator stack{0};
-    Tensor tensor(DType dtype, Shape shape);
-    void release(void* p) noexcept;
+    Tensor tensor(DType dtype, Shape shape) override;
+    void release(void* p) noexcept override;
 };
 class WorkspaceScope {
 public:
-    explicit WorkspaceScope(Workspace& w);
-    ~WorkspaceScope();
-    WorkspaceScope(const WorkspaceScope&) = delete;
-    WorkspaceScope& operator=(const WorkspaceScope&) = delete;
-    // The workspace standing in for `arena` on this thread now, or null.
-    static Workspace* active(const cu::DeviceArena& arena);
+    explicit WorkspaceScope(Workspace& w) : scope_(w, *w.arena) {}
+    // The stand-in for `arena` on this thread now, or null.
+    static backend::ScratchStandIn* active(const cu::DeviceArena& arena) {
+        return backend::ScratchStandIn::active(&arena);
+    }
 
 private:
-    Workspace* previous_;
+    backend::StandInScope scope_;
 };
 
 // Tensors for one block call, freed together (in reverse) when it goes out of scope. The frees do
@@ -86,7 +88,7 @@ public:
 
 private:
     cu::DeviceArena& arena_;
-    Workspace* workspace_;
+    backend::ScratchStandIn* workspace_;
     std::vector<void*> held_;
 };
 
@@ -111,19 +113,9 @@ Tensor upload_values(Gpu& g, Scratch& s, const std::vector<T>& v, DType dtype) {
 // ---- device weights (device_weights.cpp) --------------------------------------------------------
 
 // Shapes as the CPU structs (model/kda.h, attention.h, ffn.h); "cd" = compute dtype, others f32.
-struct KdaW {
-    Tensor qkv;      // [3D, d] cd   q_proj; k_proj; v_proj
-    Tensor conv;     // [3D, W]      q_conv1d; k_conv1d; v_conv1d
-    Tensor low;      // [2K + H, d] cd   f_a_proj; g_a_proj; b_proj
-    Tensor f_b;      // [D, K] cd
-    Tensor g_b;      // [D, K] cd
-    Tensor dt_bias;  // [D]
-    Tensor a_log;    // [H]
-    Tensor o_norm;   // [K]
-    Tensor o_proj;   // [d, D] cd
-    // adapters on q, k, v, o (set_lora_adapters)
-    MixerLoraW lora;
-};
+// KDA: model::kda_forward's views (model/kda_views.h) at the weight list's shapes, the adapters
+// as lora_views (host lora null).
+using KdaW = KdaWeightViews;
 struct IndexerW {
     Tensor wq_b;          // [H_I·d_I, r_q] cd
     Tensor wk;            // [d_I, d] cd
@@ -192,7 +184,8 @@ struct StepBatch {
     Tensor positions;   // i64 [n_tok] absolute position of each row
     Tensor visible;     // i32 [n_tok] keys each row sees: its position + 1 (its own included)
     int64_t n_kda = 0;  // the model's KDA layers
-    Tensor kda_states;  // float* [2, n_kda_layers, n_seq] each sequence's layer S, then its tail
+    Tensor kda_states;  // float* [4, n_kda_layers, n_seq] each sequence's layer S, then its
+                        //   q, k and v conv tails
     // The same S as slots of a pool for the fused kernels (cuda_fused.h KdaBatchParams): layer
     // state j of sequence q is kda_pool + kda_slots[j, q]·H·K·K; null pool: no slots (the
     // arena is too large for int32 slots).
@@ -231,18 +224,10 @@ struct StepBatch {
 // ---- the blocks
 // ----------------------------------------------------------------------------------
 
-// model::kda_forward: states are step.kda_states row `kda_index` (the layer's rank among the
-// model's KDA layers). With step.fused, a decode step (one row per sequence) runs the fused decode
-// kernel (fp32 throughout) and, with cd bf16, any other step the fused chunked prefill (bf16
-// tensor-core products); else the generic recurrence.
-void kda_block(Gpu& g,
-               const ModelConfig& cfg,
-               const KdaW& w,
-               const Tensor& x,
-               const StepBatch& step,
-               int kda_index,
-               DType cd,
-               Tensor& y);
+// Layer j's view of the step for model::kda_forward (j: the layer's rank among the model's KDA
+// layers): the step's offsets and rows, its rows of kda_states and, with step.fused and a pool,
+// of kda_slots (so the CUDA backend may run its fused kernels), and the step's adapter rows.
+KdaBatchViews kda_batch(const StepBatch& step, int j);
 
 // model::attention_forward (mla or dsa, gated or not) in the absorbed form over the pages of
 // `layer`; indexer_seconds gets the DSA indexer's time when `timed` (a stream synchronisation

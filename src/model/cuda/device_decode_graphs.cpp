@@ -12,12 +12,6 @@
 
 namespace hymoe::model::gpu {
 
-namespace {
-
-thread_local Workspace* active_workspace = nullptr;
-
-}  // namespace
-
 // ---- workspace ----------------------------------------------------------------------------------
 
 Tensor Workspace::tensor(DType dtype, Shape shape) {
@@ -36,19 +30,6 @@ void Workspace::release(void* p) noexcept {
         std::fprintf(stderr, "hymoe: decode graph workspace: %s\n", e.what());
         std::abort();
     }
-}
-
-WorkspaceScope::WorkspaceScope(Workspace& w) : previous_(active_workspace) {
-    active_workspace = &w;
-}
-
-WorkspaceScope::~WorkspaceScope() {
-    active_workspace = previous_;
-}
-
-Workspace* WorkspaceScope::active(const cu::DeviceArena& arena) {
-    return active_workspace != nullptr && active_workspace->arena == &arena ? active_workspace
-                                                                            : nullptr;
 }
 
 // ---- the runner ---------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
     const cu::Stream& st = g_->stream;
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     const DType cd = o_.dtype;
+    const backend::Ctx ctx{Device::cuda, &st, &g_->arena, &g_->blas};
     Scratch s(g_->arena);
     Tensor xn = s(DType::f32, {n, d}), y = s(DType::f32, {n, d});  // [n, d] normed input, block out
     for (size_t i = 0; i < cfg_.layers.size(); ++i) {
@@ -39,7 +40,7 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
         const double t0 = now();
         cu::rms_norm(st, h, w.attn_norm, eps, xn);
         if (spec.mixer == Mixer::kda) {
-            kda_block(*g_, cfg_, w.kda, xn, step, kda_index_[i], cd, y);
+            kda_forward(ctx, cfg_, w.kda, xn, kda_batch(step, kda_index_[i]), y);
         } else {
             if (step.host_kv != nullptr)
                 step.host_kv->await_layer(static_cast<int>(i));

@@ -50,21 +50,21 @@ int adapters_of(const MixerLoraW& m) {
 int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerW& w) {
     const LoraSlots& kda = host.kda.lora;
     const LoraSlots& attn = host.attn.lora;
-    w.kda.lora = {upload_slot(g, kda.q),
-                  upload_slot(g, kda.k),
-                  upload_slot(g, kda.v),
-                  upload_slot(g, kda.kv),
-                  upload_slot(g, kda.o)};
+    w.kda.lora_views = {upload_slot(g, kda.q),
+                        upload_slot(g, kda.k),
+                        upload_slot(g, kda.v),
+                        upload_slot(g, kda.kv),
+                        upload_slot(g, kda.o)};
     w.mla.lora = {upload_slot(g, attn.q),
                   upload_slot(g, attn.k),
                   upload_slot(g, attn.v),
                   upload_slot(g, attn.kv),
                   upload_slot(g, attn.o)};
-    HYMOE_CHECK(w.kda.lora.kv.empty() && w.mla.lora.k.empty() && w.mla.lora.v.empty(),
+    HYMOE_CHECK(w.kda.lora_views.kv.empty() && w.mla.lora.k.empty() && w.mla.lora.v.empty(),
                 "GPU model: a LoRA slot on a projection its block does not have");
     w.dense.lora = upload_mlp(g, host.dense.lora);
     w.moe.shared.lora = upload_mlp(g, host.moe.shared.lora);
-    int n = std::max({adapters_of(w.kda.lora),
+    int n = std::max({adapters_of(w.kda.lora_views),
                       adapters_of(w.mla.lora),
                       adapters_of(w.dense.lora),
                       adapters_of(w.moe.shared.lora)});

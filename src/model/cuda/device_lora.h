@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hymoe/model/lora_rows.h"
+#include "hymoe/model/lora_views.h"
 #include "hymoe/tensor/tensor.h"
 
 namespace hymoe::model {
@@ -25,27 +26,18 @@ struct Gpu;
 class Scratch;
 struct LayerW;
 
-// One adapter on one projection W [out, in]; A empty: the adapter leaves it alone.
-struct LoraW {
-    Tensor A;  // [r, in] f32
-    Tensor B;  // [out, r] f32
-    float scale = 1.0f;
-};
-using LoraSlotW = std::vector<LoraW>;  // by adapter id (model/lora.h LoraSlot); empty: none
+// The adapters as factor views on the device (model/lora_views.h): one adapter on one projection
+// (A empty: it leaves it alone), a projection's adapters by id, a mixer's by projection.
+using LoraW = LoraFactorsView;
+using LoraSlotW = LoraSlotView;
+using MixerLoraW = MixerLoraViews;
 
-// Where a block's adapters attach, as model/lora.h LoraSlots.
-struct MixerLoraW {
-    LoraSlotW q, k, v, kv, o;
-};
 struct MlpLoraW {
     LoraSlotW gate, up, down;
 };
 
-// One adapter's rows in a step, or in an expert-grouped buffer.
-struct AdapterRowsW {
-    int adapter = 0;
-    Tensor rows;  // i64 [m] on the device
-};
+// One adapter's rows in a step, or in an expert-grouped buffer (i64 [m] on the device).
+using AdapterRowsW = LoraRowsView;
 
 // The step's adapters (StepBatch::lora); no rows: the step uses none.
 struct LoraStep {

@@ -99,7 +99,7 @@ StepBatch CudaModel::make_step(Scratch& s,
         const auto slot_bytes = static_cast<size_t>(s_floats_) * sizeof(float);
         char* const base = g_->arena.base();
         const auto cells = static_cast<size_t>(n_kda_ * step.n_seq);
-        std::vector<float*> ptrs(2 * cells);  // [2, n_kda, n_seq] S, then tails
+        std::vector<float*> ptrs(4 * cells);  // [4, n_kda, n_seq] S, then q, k, v tails
         std::vector<int32_t> slots(cells);    // [n_kda, n_seq]
         for (int64_t q = 0; q < step.n_seq; ++q) {
             DeviceSequence& ds = *states[q]->device;
@@ -109,7 +109,9 @@ StepBatch CudaModel::make_step(Scratch& s,
             for (int64_t j = 0; j < n_kda_; ++j) {
                 const auto c = static_cast<size_t>(j * step.n_seq + q);
                 ptrs[c] = ds.state + j * s_floats_;
-                ptrs[cells + c] = ds.state + n_kda_ * s_floats_ + j * tail_floats_;
+                for (int64_t p = 0; p < 3; ++p)  // the layer's tails: planes q, k, v
+                    ptrs[(p + 1) * cells + c] =
+                        ds.state + n_kda_ * s_floats_ + j * tail_floats_ + p * tail_floats_ / 3;
                 slots[c] = static_cast<int32_t>(slot0 + j);
             }
         }
@@ -184,6 +186,28 @@ StepBatch CudaModel::make_step(Scratch& s,
     step.one_table = upload_values(*g_, s, one_table, DType::i32);
     step.one_keys = upload_values(*g_, s, one_keys, DType::i32);
     return step;
+}
+
+KdaBatchViews kda_batch(const StepBatch& step, int j) {
+    KdaBatchViews b;
+    b.batch = step.batch;
+    b.lora_rows = &step.lora.rows;
+    ops::KdaSeqTable& t = b.table;
+    t.n_tok = step.n_tok;
+    t.n_seq = step.n_seq;
+    for (int64_t q = 0; q < step.n_seq; ++q)
+        t.max_len = std::max(t.max_len, step.batch->length(q));
+    t.offsets = step.offsets.ptr<int64_t>();
+    t.row_seq = step.row_seq.ptr<int32_t>();
+    float* const* ptrs = step.kda_states.ptr<float*>();  // [4, n_kda, n_seq]
+    t.state = ptrs + j * step.n_seq;
+    for (int64_t p = 0; p < 3; ++p)
+        t.tail[p] = ptrs + ((p + 1) * step.n_kda + j) * step.n_seq;
+    if (step.fused && step.kda_pool != nullptr) {
+        t.pool = step.kda_pool;
+        t.slot = step.kda_slots.ptr<int32_t>() + j * step.n_seq;
+    }
+    return b;
 }
 
 }  // namespace hymoe::model::gpu

@@ -1,9 +1,8 @@
 // Uploading a layer's weights to the GPU model (device_blocks.h), at the shapes the weight list
 // (model/tensor_list.h) gave the host buffers: matrices in the compute dtype
 // (widened from the host's storage dtype, then rounded to bf16, to nearest even, when cd is bf16),
-// vectors, conv taps and the router in fp32. Matrices one GEMM reads together are stacked on the
-// way: KDA's q|k|v projections, its low-rank inputs f_a|g_a|b, and the routed experts' [E, out, in]
-// blocks.
+// vectors, conv taps and the router in fp32. The routed experts' matrices are stacked on the way
+// into [E, out, in] blocks (one grouped GEMM reads them).
 #include <cstring>
 #include <vector>
 
@@ -48,32 +47,21 @@ Tensor upload_floats(Gpu& g, const std::vector<float>& host, Shape shape, DType 
         g, host.data(), static_cast<int64_t>(host.size()), std::move(shape), dtype);
 }
 
-// The parts' rows stacked, [Σ rows, cols], each part viewed as [its first dim, the rest] (conv
-// taps [D, 1, W] as [D, W]) at the shapes of the weight list.
-Tensor upload_stacked(Gpu& g, const std::vector<const Buffer*>& parts, DType dtype) {
-    int64_t rows = 0;
-    const int64_t cols = parts.front()->view().numel() / parts.front()->view().dim(0);
-    for (const Buffer* b : parts) {
-        HYMOE_CHECK(b->view().data != nullptr && b->view().numel() == b->view().dim(0) * cols,
-                    "GPU model: a weight of ",
-                    shape_string(b->view().shape),
-                    " stacked on rows of ",
-                    cols,
-                    " (are the weights loaded?)");
-        rows += b->view().dim(0);
-    }
-    return upload_floats(g, stacked(parts), {rows, cols}, dtype);
-}
-
 KdaW upload_kda(Gpu& g, const KdaWeights& w, DType cd) {
     KdaW out;
-    out.qkv = upload_stacked(g, {&w.q_proj, &w.k_proj, &w.v_proj}, cd);                 // [3D, d]
-    out.conv = upload_stacked(g, {&w.q_conv1d, &w.k_conv1d, &w.v_conv1d}, DType::f32);  // [3D, W]
-    out.low = upload_stacked(g, {&w.f_a_proj, &w.g_a_proj, &w.b_proj}, cd);  // [2K + H, d]
-    out.f_b = upload_weight(g, w.f_b_proj, cd);
-    out.g_b = upload_weight(g, w.g_b_proj, cd);
+    out.q_proj = upload_weight(g, w.q_proj, cd);
+    out.k_proj = upload_weight(g, w.k_proj, cd);
+    out.v_proj = upload_weight(g, w.v_proj, cd);
+    out.q_conv1d = upload_weight(g, w.q_conv1d, DType::f32);
+    out.k_conv1d = upload_weight(g, w.k_conv1d, DType::f32);
+    out.v_conv1d = upload_weight(g, w.v_conv1d, DType::f32);
+    out.f_a_proj = upload_weight(g, w.f_a_proj, cd);
+    out.f_b_proj = upload_weight(g, w.f_b_proj, cd);
     out.dt_bias = upload_weight(g, w.dt_bias, DType::f32);
-    out.a_log = upload_weight(g, w.a_log, {w.a_log.view().numel()}, DType::f32);  // [1, 1, H, 1]
+    out.a_log = upload_weight(g, w.a_log, DType::f32);
+    out.b_proj = upload_weight(g, w.b_proj, cd);
+    out.g_a_proj = upload_weight(g, w.g_a_proj, cd);
+    out.g_b_proj = upload_weight(g, w.g_b_proj, cd);
     out.o_norm = upload_weight(g, w.o_norm, DType::f32);
     out.o_proj = upload_weight(g, w.o_proj, cd);
     return out;

@@ -192,7 +192,7 @@ BOOST_AUTO_TEST_CASE(layout_arrays_are_aligned_and_disjoint) {
                                        {L.row_seq, 5 * 4},
                                        {L.one_keys, 5 * 4},
                                        {L.block_table, 15 * 4},
-                                       {L.kda_states, 20 * 8},
+                                       {L.kda_states, 40 * 8},
                                        {L.kda_slots, 10 * 4}};
     for (size_t i = 0; i < arrays.size(); ++i) {
         BOOST_TEST(arrays[i].at % 16 == 0u);
@@ -205,7 +205,7 @@ BOOST_AUTO_TEST_CASE(layout_arrays_are_aligned_and_disjoint) {
 }
 
 BOOST_AUTO_TEST_CASE(packing_three_rows_into_a_bucket_of_four) {
-    const KdaBlockShape kda{2, 100, 30};  // two KDA layers: S of 100 floats, tails of 30
+    const KdaBlockShape kda{2, 100, 30};  // two KDA layers: S of 100 floats, tails of 3 × 10
     const int page_tokens = 4;
     const DecodeMetaLayout L = decode_meta_layout(4, 3, kda.n_kda);
     const std::vector<int32_t> p0 = {7}, p1 = {2, 9, 4, 11}, p2 = {5, 6};
@@ -244,8 +244,9 @@ BOOST_AUTO_TEST_CASE(packing_three_rows_into_a_bucket_of_four) {
     for (int64_t j = 0; j < 2; ++j)
         for (int64_t r = 0; r < 4; ++r) {
             BOOST_TEST(i64(L.kda_states, j * 4 + r) == state[r] + j * 100 * 4);  // layer j's S
-            BOOST_TEST(i64(L.kda_states, (2 + j) * 4 + r) ==
-                       state[r] + (2 * 100 + j * 30) * 4);  // its conv tail
+            for (int64_t p = 0; p < 3; ++p)  // its q, k, v conv tails, 10 floats each
+                BOOST_TEST(i64(L.kda_states, ((1 + p) * 2 + j) * 4 + r) ==
+                           state[r] + (2 * 100 + j * 30 + p * 10) * 4);
             BOOST_TEST(i32(L.kda_slots, j * 4 + r) == slot[r] + j);
         }
 
