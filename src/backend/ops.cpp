@@ -15,6 +15,7 @@
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_kda.h"
 #include "hymoe/backend/ops_mla.h"
+#include "hymoe/backend/scratch_source.h"
 #include "hymoe/core/error.h"
 
 namespace hymoe {
@@ -51,16 +52,24 @@ void check_on(const backend::Ctx& ctx, const char* op, std::initializer_list<con
 
 namespace backend {
 
+// CUDA: from the arena's stand-in on this thread when one is registered (scratch_source.h).
 Scratch::~Scratch() {
-    if constexpr (kCudaBuild)
+    if constexpr (kCudaBuild) {
+        ScratchSource* source = device_.empty() ? nullptr : scratch_source(ctx_.arena);
         for (auto p = device_.rbegin(); p != device_.rend(); ++p)
-            ctx_.arena->free(*p);
+            if (source != nullptr)
+                source->give(*p);
+            else
+                ctx_.arena->free(*p);
+    }
 }
 
 Tensor Scratch::operator()(DType dtype, Shape shape) {
     if constexpr (kCudaBuild)
         if (ctx_.device == Device::cuda) {
-            Tensor t = ctx_.arena->tensor(dtype, std::move(shape));
+            ScratchSource* source = scratch_source(ctx_.arena);
+            Tensor t = source != nullptr ? source->take(dtype, std::move(shape))
+                                         : ctx_.arena->tensor(dtype, std::move(shape));
             device_.push_back(t.data);
             return t;
         }

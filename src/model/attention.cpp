@@ -86,7 +86,8 @@ void check_call(const ModelConfig& cfg,
                 const Tensor& x,
                 const SeqBatch& batch,
                 const std::vector<AttnCache*>& caches,
-                const Tensor& y) {
+                const Tensor& y,
+                bool device_rows) {
     const MlaDims m = mla_dims(cfg);
     HYMOE_CHECK(spec.mixer == Mixer::mla || spec.mixer == Mixer::dsa,
                 "attention_forward on a ",
@@ -102,6 +103,8 @@ void check_call(const ModelConfig& cfg,
         batch.n_tok(),
         " tokens of width ",
         m.d);
+    HYMOE_CHECK(!device_rows || caches.empty(),
+                "attention_forward: the device rows and host caches together");
     HYMOE_CHECK(caches.empty() || static_cast<int64_t>(caches.size()) == batch.n_seq(),
                 "attention_forward: ",
                 caches.size(),
@@ -111,7 +114,7 @@ void check_call(const ModelConfig& cfg,
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
         HYMOE_CHECK(caches.empty() || caches[s] != nullptr, "attention_forward: no cache for ", s);
         const int64_t held = caches.empty() ? 0 : caches[s]->n;
-        HYMOE_CHECK(batch.pos0[s] == held,
+        HYMOE_CHECK(device_rows || batch.pos0[s] == held,
                     "attention_forward: sequence ",
                     s,
                     " starts at ",
@@ -199,7 +202,8 @@ MlaWeightViews attention_views(const MlaWeights& w) {
              x.k_norm_weight.view(),
              x.k_norm_bias.view(),
              x.weights_proj.view()},
-            &w.lora};
+            &w.lora,
+            nullptr};
 }
 
 void attention_forward(const backend::Ctx& ctx,
@@ -213,7 +217,8 @@ void attention_forward(const backend::Ctx& ctx,
                        AttnMode mode,
                        AttnStats* stats,
                        const comm::Comm* tp) {
-    attention_forward(ctx, cfg, spec, attention_views(w), x, batch, caches, y, mode, stats, tp);
+    attention_forward(
+        ctx, cfg, spec, attention_views(w), x, batch, caches, y, mode, stats, tp, nullptr);
 }
 
 void attention_forward(const backend::Ctx& ctx,
@@ -226,15 +231,15 @@ void attention_forward(const backend::Ctx& ctx,
                        Tensor& y,
                        AttnMode mode,
                        AttnStats* stats,
-                       const comm::Comm* tp) {
+                       const comm::Comm* tp,
+                       const DeviceAttnRows* dev) {
     const double start = wall_seconds();
     double indexer_seconds = 0;
-    check_call(cfg, spec, x, batch, caches, y);
-    HYMOE_CHECK(ctx.device == Device::cpu,
-                "attention_forward: the latent cache and the attention over it run on the host so "
-                "far (the projections, RoPE, gate and output are ops): a ",
+    check_call(cfg, spec, x, batch, caches, y, dev != nullptr);
+    HYMOE_CHECK(ctx.device == Device::cpu || dev != nullptr,
+                "attention_forward: a ",
                 to_string(ctx.device),
-                " context");
+                " context without the call's rows on the device (DeviceAttnRows)");
     const LoraSlots none;
     const LoraSlots& lora = w.lora ? *w.lora : none;
     const MlaDims m = mla_dims(cfg);
@@ -244,8 +249,9 @@ void attention_forward(const backend::Ctx& ctx,
     for (int64_t s = 0; s < n_seq; ++s)
         for (int64_t t = batch.offsets[s]; t < batch.offsets[s + 1]; ++t)
             pos_host[t] = batch.pos0[s] + (t - batch.offsets[s]);
-    Tensor pos = scratch(DType::i64, {n_tok});  // [n_tok] positions on ctx's device
-    ops::upload(ctx, Tensor{pos_host.data(), DType::i64, Device::cpu, {n_tok}}, pos);
+    Tensor pos = dev ? dev->pos : scratch(DType::i64, {n_tok});  // [n_tok] on ctx's device
+    if (!dev)
+        ops::upload(ctx, Tensor{pos_host.data(), DType::i64, Device::cpu, {n_tok}}, pos);
 
     detail::ProjectedViews p;
     p.q = scratch(DType::f32, {n_tok, m.n_head * m.d_qk()});
@@ -273,7 +279,7 @@ void attention_forward(const backend::Ctx& ctx,
     std::vector<std::vector<void*>> page_ptrs(static_cast<size_t>(n_seq));
     const std::vector<int32_t> row0s(static_cast<size_t>(n_tok), 0);  // block-table row 0
     const int64_t d_i = dsa ? cfg.indexer.head_dim : 0;
-    for (int64_t s = 0; s < n_seq; ++s) {
+    for (int64_t s = 0; s < n_seq && !dev; ++s) {
         AttnCache& cache = caches.empty() ? own[s] : *caches[s];
         const int64_t row0 = batch.offsets[s], n_q = batch.length(s);
         if (n_q == 0)
@@ -289,6 +295,9 @@ void attention_forward(const backend::Ctx& ctx,
             dsa ? k_idx.rows(row0, n_q) : Tensor{});
         cache.n += n_q;
     }
+    if (dev)
+        ops::latent_append(
+            ctx, dev->pages, dev->row_seq, pos, p.c_kv, p.k_r, dsa ? k_idx : Tensor{});
     Tensor o = scratch(DType::f32, {n_tok, m.n_head * m.d_v});
     ops::MlaAttendParams a;
     a.n_head = m.n_head;
@@ -311,10 +320,12 @@ void attention_forward(const backend::Ctx& ctx,
     a.n_seq = n_seq;
     a.offsets = batch.offsets.data();
     a.pos0 = batch.pos0.data();
-    a.caches = views.data();
+    a.caches = dev ? &dev->pages : views.data();
+    a.rows = dev ? &dev->rows : nullptr;
     if (tp != nullptr && tp->size() > 1)
         a.reduce = {reduce_over_tp, tp};
-    a.indexer_seconds = &indexer_seconds;
+    // a device measures the indexer only when asked (a synchronisation each side)
+    a.indexer_seconds = dev == nullptr || stats != nullptr ? &indexer_seconds : nullptr;
     ops::mla_attend(ctx, a);
 
     if (spec.gated) {  // u = o ⊙ σ(W_g x), σ in fp32
@@ -325,6 +336,8 @@ void attention_forward(const backend::Ctx& ctx,
     }
     ops::linear(ctx, o, w.o_proj, y);
     lora_forward(lora.o, batch, o, y);
+    if (w.lora_hook)
+        w.lora_hook->apply(LoraSite::o, o, y);
     if (stats != nullptr) {
         stats->indexer_seconds += indexer_seconds;
         stats->attention_seconds += wall_seconds() - start - indexer_seconds;

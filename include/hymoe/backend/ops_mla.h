@@ -28,6 +28,9 @@ using backend::LatentCache;
 
 // Queries a block of the CPU form's scores (model.h's prefill chunks are a multiple of it).
 constexpr int64_t kMlaQueryBlock = 256;
+// The most attention scores one group of the CUDA form holds (decode groups of sequences, prefill
+// blocks of queries), 256 MiB; the GPU model's decode-graph workspace keeps room for it.
+constexpr int64_t kMlaScoreFloats = int64_t{64} << 20;
 
 // Row t of c_kv [n, r_kv], k_r [n, d_r] and k_idx [n, d_I] (empty: none) → token pos[t] of
 // block-table row row_seq[t] (i32 [n], pos i64 [n], all on ctx's device; the pages must cover it).

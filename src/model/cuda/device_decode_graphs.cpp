@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <utility>
 
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/scratch_source.h"
 #include "hymoe/core/error.h"
 
 namespace hymoe::model::gpu {
@@ -15,6 +17,21 @@ namespace hymoe::model::gpu {
 namespace {
 
 thread_local Workspace* active_workspace = nullptr;
+
+// The active workspace as the backend's scratch source (backend::Scratch of the model's ops).
+class WorkspaceSource final : public backend::ScratchSource {
+public:
+    Tensor take(DType dtype, Shape shape) override {
+        return active_workspace->tensor(dtype, std::move(shape));
+    }
+    void give(void* p) noexcept override { active_workspace->release(p); }
+};
+thread_local WorkspaceSource workspace_source;
+
+// The backend's source follows the active workspace.
+void follow(Workspace* w) {
+    backend::set_scratch_source(w ? w->arena : nullptr, w ? &workspace_source : nullptr);
+}
 
 }  // namespace
 
@@ -40,10 +57,12 @@ void Workspace::release(void* p) noexcept {
 
 WorkspaceScope::WorkspaceScope(Workspace& w) : previous_(active_workspace) {
     active_workspace = &w;
+    follow(&w);
 }
 
 WorkspaceScope::~WorkspaceScope() {
     active_workspace = previous_;
+    follow(previous_);
 }
 
 Workspace* WorkspaceScope::active(const cu::DeviceArena& arena) {
