@@ -21,6 +21,7 @@ bool backward_args_ok(
 
 // Scratch for one chunk of one head, sized for chunks of up to C tokens (row strides K, V, C).
 struct ChunkScratch {
+    std::vector<float> eg;   // [C, K] e^g
     std::vector<float> gam;  // [C, K] Γ
     std::vector<float> e;    // [K] e^{Γ_L}
     std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
@@ -36,7 +37,8 @@ struct ChunkScratch {
     std::vector<float> w;    // [C, K] W
     std::vector<float> u;    // [C, V] U, then V'
     ChunkScratch(int64_t C, int64_t K, int64_t V)
-        : gam(C * K),
+        : eg(C * K),
+          gam(C * K),
           e(K),
           qg(C * K),
           kg(C * K),
@@ -68,13 +70,14 @@ struct ChunkView {
 // are).
 ChunkView chunk_view(const KdaScanParams& p, int64_t h, int64_t t0, int64_t C);
 
-// s.gam = Γ, s.qg = Q ⊙ e^Γ, s.kg = K ⊙ e^Γ, s.kl = K ⊙ e^{Γ_L − Γ}.
+// s.eg = e^g, s.gam = Γ, s.qg = Q ⊙ e^Γ, s.kg = K ⊙ e^Γ, s.e = e^{Γ_L}, s.kl = K ⊙ e^{Γ_L − Γ},
+// every factor e^{Γ_c − Γ_j} the running product of the e^g between (kda_simd.h).
 void chunk_decays(const ChunkView& c, ChunkScratch& s);
 // s.aqk = Aqk (lower with the diagonal) and s.m = A_kk (strictly lower), zero above, by
-// sub-chunks I of `sub` rows starting at r: the diagonal block with pairwise exponentials
+// sub-chunks I of `sub` rows starting at r: the diagonal block with pairwise factors
 // (kda_diag_scores), the block row left of it as two GEMMs of factors taken about the reference
-// Γ_r, (Q_I ⊙ e^{Γ_I − Γ_r})(K_{<r} ⊙ e^{Γ_r − Γ_{<r}})ᵀ and the same with K_I, whose exponents
-// are all ≤ 0 (Γ falls down the rows). Needs chunk_decays.
+// Γ_r, (Q_I ⊙ e^{Γ_I − Γ_r})(K_{<r} ⊙ e^{Γ_r − Γ_{<r}})ᵀ and the same with K_I, all ≤ 1 (Γ
+// falls down the rows), running products of s.eg. Needs chunk_decays.
 void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s);
 // s.m ← M = Diag(β) A_kk.
 void chunk_beta_rows(const ChunkView& c, int64_t C, ChunkScratch& s);

@@ -8,13 +8,17 @@
 //   W = T (K ⊙ e^Γ),  U = T V,  V' = U − W S,
 //   O = (Q ⊙ e^Γ) S + [Aqk]_{j≤c} V',   Aqk[c,j] = Σ_κ q_cκ k_jκ e^{Γ_cκ − Γ_jκ},
 //   S ← e^{Γ_L} ⊙ S + (K ⊙ e^{Γ_L − Γ})ᵀ V'.
-// Since g ≤ 0, every exponent evaluated here (Γ_c − Γ_j with j ≤ c, Γ_c, Γ_L − Γ_c) is ≤ 0: the
-// masked upper triangle, whose exponents are positive and overflow under strong decay, is never
-// computed (its entries are set to zero). The work is GEMMs (ops::gemm) per chunk and head but for
-// the 16 × 16 diagonal blocks: M and Aqk by sub-chunks of 16 rows, the diagonal block with exact
-// pairwise exponentials (kda_simd.h), the block row left of it as a product of factors taken about
-// the sub-chunk's first row r (e^{Γ_c − Γ_r}, e^{Γ_r − Γ_j}: both exponents ≤ 0 as well); the
-// inverse by blocked forward substitution; W, U, V', O and the state update as products.
+// Since g ≤ 0, every decay factor used here (e^{Γ_c − Γ_j} with j ≤ c, e^{Γ_c}, e^{Γ_L − Γ_c}) is
+// ≤ 1: the masked upper triangle, whose factors are above 1 and overflow under strong decay, is
+// never computed (its entries are set to zero). Each factor is the running product of the tokens'
+// own e^g between the two rows (kda_simd.h), as the recurrence applies them to its state, not the
+// exponential of a difference of cumulative sums, whose rounding grows with |Γ| (at g down to −300
+// that rounding put 6e-5 between the two forms; the products, 6e-8). The work is GEMMs (ops::gemm)
+// per chunk and head but for the 16 × 16 diagonal blocks: M and Aqk by sub-chunks of 16 rows, the
+// diagonal block with pairwise factors (kda_simd.h), the block row left of it as a product of
+// factors taken about the sub-chunk's first row r (e^{Γ_c − Γ_r}, e^{Γ_r − Γ_j}: both ≤ 1 as
+// well); the inverse by blocked forward substitution; W, U, V', O and the state update as
+// products.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -47,16 +51,13 @@ void check_params(const KdaScanParams& p) {
 // The pieces of one chunk of one head (their contracts are in kda_chunk.h).
 namespace kda_chunk {
 
-// Γ, Q ⊙ e^Γ, K ⊙ e^Γ, K ⊙ e^{Γ_L − Γ}.
+// e^g, Γ, Q ⊙ e^Γ, K ⊙ e^Γ, e^{Γ_L}, K ⊙ e^{Γ_L − Γ}: the decays as running products of e^g.
 void chunk_decays(const ChunkView& c, ChunkScratch& s) {
     const int64_t L = c.L, K = c.K;
-    for (int64_t i = 0; i < L; ++i)
-        for (int64_t x = 0; x < K; ++x)
-            s.gam[i * K + x] = (i ? s.gam[(i - 1) * K + x] : 0.0f) + c.g[i * c.ldk + x];
-    const float* gam = s.gam.data();
-    kda_decay_rows(c.q, c.ldk, gam, nullptr, 1.0f, L, K, s.qg.data());
-    kda_decay_rows(c.k, c.ldk, gam, nullptr, 1.0f, L, K, s.kg.data());
-    kda_decay_rows(c.k, c.ldk, gam, gam + (L - 1) * K, -1.0f, L, K, s.kl.data());
+    kda_gates(c.g, c.ldk, L, K, s.eg.data(), s.gam.data());
+    kda_decay_forward(
+        c.q, c.k, c.ldk, s.eg.data(), true, L, K, s.qg.data(), s.kg.data(), s.e.data());
+    kda_decay_backward(c.k, c.ldk, s.eg.data(), false, L, K, s.kl.data());
 }
 
 void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
@@ -67,21 +68,28 @@ void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
     }
     for (int64_t r = 0; r < L; r += sub) {
         const int64_t n = std::min(sub, L - r);
-        const float* gr = &s.gam[r * K];
         kda_diag_scores(n,
                         K,
                         c.q + r * c.ldk,
                         c.k + r * c.ldk,
                         c.ldk,
-                        gr,
+                        &s.eg[r * K],
                         &s.aqk[r * C + r],
                         &s.m[r * C + r],
                         C);
         if (r == 0)
             continue;
-        kda_decay_rows(c.q + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.qs.data());
-        kda_decay_rows(c.k + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.ks.data());
-        kda_decay_rows(c.k, c.ldk, s.gam.data(), gr, -1.0f, r, K, s.kt.data());
+        kda_decay_forward(c.q + r * c.ldk,
+                          c.k + r * c.ldk,
+                          c.ldk,
+                          &s.eg[r * K],
+                          false,
+                          n,
+                          K,
+                          s.qs.data(),
+                          s.ks.data(),
+                          nullptr);
+        kda_decay_backward(c.k, c.ldk, s.eg.data(), true, r, K, s.kt.data());
         ops::gemm(
             false, true, n, r, K, 1.0f, s.qs.data(), K, s.kt.data(), K, 0.0f, &s.aqk[r * C], C);
         ops::gemm(false, true, n, r, K, 1.0f, s.ks.data(), K, s.kt.data(), K, 0.0f, &s.m[r * C], C);
@@ -169,7 +177,6 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
     chunk_wy(c, C, s);
     ops::gemm(false, false, L, V, K, 1.0f, s.qg.data(), K, c.S, V, 0.0f, c.o, c.ldv);
     ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
-    kda_exp(&s.gam[(L - 1) * K], s.e.data(), K);  // e^{Γ_L}
     for (int64_t x = 0; x < K; ++x)
         for (int64_t y = 0; y < V; ++y)
             c.S[x * V + y] *= s.e[x];
@@ -203,8 +210,8 @@ void kda_chunked(const KdaScanParams& p, int chunk) {
     HYMOE_CHECK(chunk > 0, "kda_chunked: chunk ", chunk);
     const int64_t H = p.n_head, C = chunk;
     ChunkScratch scratch(C, p.d_k, p.d_v);
-    for (int64_t h = 0; h < H; ++h)
-        for (int64_t t0 = 0; t0 < p.n_tok; t0 += C)
+    for (int64_t t0 = 0; t0 < p.n_tok; t0 += C)  // a chunk's rows of every head lie together
+        for (int64_t h = 0; h < H; ++h)
             chunk_step(chunk_view(p, h, t0, C), C, scratch);
 }
 

@@ -1,9 +1,10 @@
 // Unit tests of the chunked KDA scan's vector kernels (src/backend/cpu/kda_simd.h, private to the
 // CPU backend): kda_exp's relative error against the double-precision exponential over the
 // non-positive normal range (the bound the header states), its underflow to 0, and
-// kda_diag_scores and its backward kda_diag_grads against double-precision evaluations of the
-// same pairwise-exponential sums, with K a multiple of 16 and not; kda_token_step, run over a
-// sequence as kda_recurrent runs it, against the recurrence in double precision.
+// kda_diag_scores (factors as running products of e^g) and its backward kda_diag_grads (pairwise
+// exponentials) against double-precision evaluations of the same sums, with K a multiple of 16 and
+// not; kda_token_step, run over a sequence as kda_recurrent runs it, against the recurrence in
+// double precision.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -141,22 +142,24 @@ BOOST_AUTO_TEST_CASE(diag_scores_match_double) {
     Philox rng(11, 0, 0);
     for (int64_t K : {32, 20}) {
         const int64_t n = 16, ld = K + 3, ldo = 19;
-        std::vector<float> q(n * ld), k(n * ld), g(n * K), gam(n * K);
+        std::vector<float> q(n * ld), k(n * ld), g(n * K), eg(n * K);
         rng.fill_normal(q.data(), q.size(), 0.0f, 1.0f);
         rng.fill_normal(k.data(), k.size(), 0.0f, 1.0f);
         rng.fill_uniform(g.data(), g.size(), 0.0f, 3.0f);
-        for (int64_t i = 0; i < n; ++i)  // γ: cumulative sums of −g, falling down the rows
-            for (int64_t x = 0; x < K; ++x)
-                gam[i * K + x] = (i ? gam[(i - 1) * K + x] : 0.0f) - g[i * K + x];
+        for (float& x : g)  // log-decays in (−3, 0]: the factors down a block fall to e^{−45}
+            x = -x;
+        kda_exp(g.data(), eg.data(), n * K);
         std::vector<float> aqk(n * ldo, NAN), akk(n * ldo, NAN);
-        kda_diag_scores(n, K, q.data(), k.data(), ld, gam.data(), aqk.data(), akk.data(), ldo);
+        kda_diag_scores(n, K, q.data(), k.data(), ld, eg.data(), aqk.data(), akk.data(), ldo);
         double worst = 0;
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j <= i; ++j) {
                 double wq = 0, wk = 0;
-                const auto d = [](float f) { return static_cast<double>(f); };
                 for (int64_t x = 0; x < K; ++x) {
-                    const double e = std::exp(d(gam[i * K + x]) - d(gam[j * K + x]));
+                    double s = 0;  // γ_i − γ_j = Σ_{l=j+1..i} g_l
+                    for (int64_t l = j + 1; l <= i; ++l)
+                        s += d(g[l * K + x]);
+                    const double e = std::exp(s);
                     wq += d(q[i * ld + x]) * d(k[j * ld + x]) * e;
                     wk += d(k[i * ld + x]) * d(k[j * ld + x]) * e;
                 }
