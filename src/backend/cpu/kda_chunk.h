@@ -27,12 +27,13 @@ struct ChunkScratch {
     std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
     std::vector<float> kg;   // [C, K] K ⊙ e^Γ
     std::vector<float> kl;   // [C, K] K ⊙ e^{Γ_L − Γ}
-    std::vector<float> qs;   // [sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}
-    std::vector<float> ks;   // [sub, K] its K ⊙ e^{Γ − Γ_r}
+    std::vector<float> qks;  // [2 sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}, then its K ⊙ e^{Γ − Γ_r}
+    std::vector<float> blk;  // [2 sub, C] their products with the rows before it
     std::vector<float> kt;   // [C, K] the rows before it, K ⊙ e^{Γ_r − Γ}
     std::vector<float> m;    // [C, C] M, strictly lower
     std::vector<float> aqk;  // [C, C] Aqk, lower with the diagonal
     std::vector<float> t;    // [C, C] T, lower with the diagonal
+    std::vector<float> b;    // [C] β of the chunk's rows
     std::vector<float> x;    // [sub, C] M[I, <I] · N[<I, <I]
     std::vector<float> w;    // [C, K] W
     std::vector<float> u;    // [C, V] U, then V'
@@ -43,12 +44,13 @@ struct ChunkScratch {
           qg(C * K),
           kg(C * K),
           kl(C * K),
-          qs(sub * K),
-          ks(sub * K),
+          qks(2 * sub * K),
+          blk(2 * sub * C),
           kt(C * K),
           m(C * C),
           aqk(C * C),
           t(C * C),
+          b(C),
           x(sub * C),
           w(C * K),
           u(C * V) {}

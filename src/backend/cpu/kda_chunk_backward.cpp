@@ -151,7 +151,7 @@ void products(const ChunkView& c,
 
 // The row and column forms of dAqk and dA_kk (b.dqa, b.dkr, b.dkc) by sub-chunks, as in the
 // file comment, but for the diagonal of dAqk (b.dqd, b.dkd): its terms have no decay and their
-// dΓ parts cancel exactly, so they stay out of dΓ (no rounding left where dg is 0). s.qs, s.ks,
+// dΓ parts cancel exactly, so they stay out of dΓ (no rounding left where dg is 0). s.qks,
 // s.kt are the forward's buffers for the same factors.
 void score_grads(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b) {
     const int64_t L = c.L, K = c.K;
@@ -197,12 +197,12 @@ void score_grads(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b)
         for (int64_t i = 0; i < n * K; ++i)
             b.dkr[r * K + i] += b.acc[i];
         // the columns before r from rows I: (D_{I,<r}ᵀ (A_I ⊙ e^{Γ_I − Γ_r})) ⊙ e^{Γ_r − Γ_{<r}}
-        kda_decay_rows(c.q + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.qs.data());
-        kda_decay_rows(c.k + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.ks.data());
+        float* qs = s.qks.data();  // [n, K], then ks [n, K]
+        kda_decay_rows(c.q + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, qs);
+        kda_decay_rows(c.k + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, qs + n * K);
+        ops::gemm(true, false, r, K, n, 1.0f, &b.daqk[r * C], C, qs, K, 0.0f, b.acc.data(), K);
         ops::gemm(
-            true, false, r, K, n, 1.0f, &b.daqk[r * C], C, s.qs.data(), K, 0.0f, b.acc.data(), K);
-        ops::gemm(
-            true, false, r, K, n, 1.0f, &b.dm[r * C], C, s.ks.data(), K, 1.0f, b.acc.data(), K);
+            true, false, r, K, n, 1.0f, &b.dm[r * C], C, qs + n * K, K, 1.0f, b.acc.data(), K);
         kda_decay_rows(b.acc.data(), K, gam, gr, -1.0f, r, K, b.acc.data());
         for (int64_t i = 0; i < r * K; ++i)
             b.dkc[i] += b.acc[i];

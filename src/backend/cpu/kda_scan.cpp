@@ -79,6 +79,7 @@ void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
                         C);
         if (r == 0)
             continue;
+        float* qs = s.qks.data();  // [n, K], then ks [n, K]: one product with the rows before r
         kda_decay_forward(c.q + r * c.ldk,
                           c.k + r * c.ldk,
                           c.ldk,
@@ -86,24 +87,22 @@ void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
                           false,
                           n,
                           K,
-                          s.qs.data(),
-                          s.ks.data(),
+                          qs,
+                          qs + n * K,
                           nullptr);
         kda_decay_backward(c.k, c.ldk, s.eg.data(), true, r, K, s.kt.data());
-        ops::gemm(
-            false, true, n, r, K, 1.0f, s.qs.data(), K, s.kt.data(), K, 0.0f, &s.aqk[r * C], C);
-        ops::gemm(false, true, n, r, K, 1.0f, s.ks.data(), K, s.kt.data(), K, 0.0f, &s.m[r * C], C);
+        ops::gemm(false, true, 2 * n, r, K, 1.0f, qs, K, s.kt.data(), K, 0.0f, s.blk.data(), C);
+        for (int64_t i = 0; i < n; ++i) {
+            std::copy_n(&s.blk[i * C], r, &s.aqk[(r + i) * C]);
+            std::copy_n(&s.blk[(n + i) * C], r, &s.m[(r + i) * C]);
+        }
     }
     for (int64_t i = 0; i < L; ++i)
         s.m[i * C + i] = 0.0f;
 }
 
 void chunk_beta_rows(const ChunkView& c, int64_t C, ChunkScratch& s) {
-    for (int64_t i = 0; i < c.L; ++i) {
-        const float b = c.beta[i * c.H];
-        for (int64_t j = 0; j < i; ++j)
-            s.m[i * C + j] *= b;
-    }
+    kda_scale(s.m.data(), C, c.beta, c.H, nullptr, c.L, c.L);  // zero on and above the diagonal
 }
 
 void chunk_inverse(const ChunkView& c, int64_t C, ChunkScratch& s) {
@@ -130,10 +129,9 @@ void chunk_inverse(const ChunkView& c, int64_t C, ChunkScratch& s) {
 }
 
 void chunk_beta_columns(const ChunkView& c, int64_t C, ChunkScratch& s) {
-    const int64_t L = c.L;
-    for (int64_t i = 0; i < L; ++i)
-        for (int64_t j = 0; j <= i; ++j)
-            s.t[i * C + j] *= c.beta[j * c.H];
+    for (int64_t j = 0; j < c.L; ++j)
+        s.b[j] = c.beta[j * c.H];
+    kda_scale(s.t.data(), C, nullptr, 0, s.b.data(), c.L, c.L);  // zero above the diagonal
 }
 
 void chunk_wy(const ChunkView& c, int64_t C, ChunkScratch& s) {
@@ -177,9 +175,7 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
     chunk_wy(c, C, s);
     ops::gemm(false, false, L, V, K, 1.0f, s.qg.data(), K, c.S, V, 0.0f, c.o, c.ldv);
     ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
-    for (int64_t x = 0; x < K; ++x)
-        for (int64_t y = 0; y < V; ++y)
-            c.S[x * V + y] *= s.e[x];
+    kda_scale(c.S, V, s.e.data(), 1, nullptr, K, V);  // e^{Γ_L} ⊙ S
     ops::gemm(true, false, K, V, L, 1.0f, s.kl.data(), K, s.u.data(), V, 1.0f, c.S, V);
 }
 

@@ -78,6 +78,16 @@ void kda_diag_scores(int64_t n,
                      float* akk,       // [n, n] stride ldo
                      int64_t ldo);
 
+// a[i, j] *= row_s[i·ss] · col_s[j] for `rows` rows of `cols`, either scale null meaning 1 (the
+// AVX-512 body multiplies by the row scale first, then by the column scale).
+void kda_scale(float* a,  // [rows, cols] stride lda
+               int64_t lda,
+               const float* row_s,  // [rows] stride ss, or null
+               int64_t ss,
+               const float* col_s,  // [cols], or null
+               int64_t rows,
+               int64_t cols);
+
 // The backward of kda_diag_scores' pairs below the diagonal (kda_chunk_backward.cpp): for every
 // i and j < i of a diagonal sub-block of n ≤ 16 tokens, with e = e^{γ_i − γ_j} (every exponent
 // ≤ 0), a = daqk[i, j], m = dakk[i, j]:

@@ -225,6 +225,25 @@ __attribute__((target("avx512f"))) void diag_scores_avx512(int64_t n,
     }
 }
 
+__attribute__((target("avx512f"))) void scale_avx512(float* a,
+                                                     int64_t lda,
+                                                     const float* row_s,
+                                                     int64_t ss,
+                                                     const float* col_s,
+                                                     int64_t rows,
+                                                     int64_t cols) {
+    for (int64_t i = 0; i < rows; ++i) {
+        const __m512 r = _mm512_set1_ps(row_s != nullptr ? row_s[i * ss] : 1.0f);
+        for (int64_t j = 0; j < cols; j += 16) {
+            const __mmask16 m = lanes(cols - j);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i * lda + j), r);
+            if (col_s != nullptr)
+                v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, col_s + j));
+            _mm512_mask_storeu_ps(a + i * lda + j, m, v);
+        }
+    }
+}
+
 }  // namespace
 
 void kda_gates(const float* g, int64_t ldg, int64_t rows, int64_t K, float* eg, float* gam) {
@@ -316,6 +335,23 @@ void kda_diag_scores(int64_t n,
             akk[i * ldo + j] = acc_k;
         }
     }
+}
+
+void kda_scale(float* a,
+               int64_t lda,
+               const float* row_s,
+               int64_t ss,
+               const float* col_s,
+               int64_t rows,
+               int64_t cols) {
+    if (have_avx512()) {
+        scale_avx512(a, lda, row_s, ss, col_s, rows, cols);
+        return;
+    }
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+            a[i * lda + j] = a[i * lda + j] * (row_s != nullptr ? row_s[i * ss] : 1.0f) *
+                             (col_s != nullptr ? col_s[j] : 1.0f);
 }
 
 }  // namespace hymoe::ops
