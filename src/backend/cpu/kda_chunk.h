@@ -26,7 +26,7 @@ struct ChunkScratch {
     std::vector<float> e;    // [K] e^{Γ_L}
     std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
     std::vector<float> kg;   // [C, K] K ⊙ e^Γ
-    std::vector<float> kl;   // [C, K] K ⊙ e^{Γ_L − Γ}
+    std::vector<float> kl;   // K ⊙ e^{Γ_L − Γ}: [C, K] in the backward, [K, C] in the forward
     std::vector<float> qks;  // [2 sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}, then its K ⊙ e^{Γ − Γ_r}
     std::vector<float> blk;  // [2 sub, C] their products with the rows before it
     std::vector<float> kt;   // [C, K] the rows before it, K ⊙ e^{Γ_r − Γ}
@@ -72,8 +72,8 @@ struct ChunkView {
 // are).
 ChunkView chunk_view(const KdaScanParams& p, int64_t h, int64_t t0, int64_t C);
 
-// s.eg = e^g, s.gam = Γ, s.qg = Q ⊙ e^Γ, s.kg = K ⊙ e^Γ, s.e = e^{Γ_L}, s.kl = K ⊙ e^{Γ_L − Γ},
-// every factor e^{Γ_c − Γ_j} the running product of the e^g between (kda_simd.h).
+// s.eg = e^g, s.gam = Γ, s.qg = Q ⊙ e^Γ, s.kg = K ⊙ e^Γ, s.e = e^{Γ_L}, every factor e^{Γ_c −
+// Γ_j} the running product of the e^g between (kda_simd.h).
 void chunk_decays(const ChunkView& c, ChunkScratch& s);
 // s.aqk = Aqk (lower with the diagonal) and s.m = A_kk (strictly lower), zero above, by
 // sub-chunks I of `sub` rows starting at r: the diagonal block with pairwise factors

@@ -75,11 +75,12 @@ struct BackScratch {
           dgl(K) {}
 };
 
-// The forward's intra-chunk matrices from the checkpoint b.S: s.gam, qg, kg, kl, aqk, m (M),
-// t (T), w, u (V') as kda_chunked computes them, and b.akk (A_kk), b.n (N).
+// The forward's intra-chunk matrices from the checkpoint b.S: s.gam, qg, kg, kl ([L, K]), aqk, m
+// (M), t (T), w, u (V') as kda_chunked computes them, and b.akk (A_kk), b.n (N).
 void recompute(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b) {
     const int64_t L = c.L;
     chunk_decays(c, s);
+    kda_decay_backward(c.k, c.ldk, s.eg.data(), false, L, c.K, s.kl.data());  // K ⊙ e^{Γ_L − Γ}
     chunk_scores(c, C, s);
     for (int64_t i = 0; i < L; ++i)
         std::copy(&s.m[i * C], &s.m[i * C + L], &b.akk[i * C]);

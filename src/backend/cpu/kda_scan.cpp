@@ -51,13 +51,12 @@ void check_params(const KdaScanParams& p) {
 // The pieces of one chunk of one head (their contracts are in kda_chunk.h).
 namespace kda_chunk {
 
-// e^g, Γ, Q ⊙ e^Γ, K ⊙ e^Γ, e^{Γ_L}, K ⊙ e^{Γ_L − Γ}: the decays as running products of e^g.
+// e^g, Γ, Q ⊙ e^Γ, K ⊙ e^Γ, e^{Γ_L}: the decays as running products of e^g.
 void chunk_decays(const ChunkView& c, ChunkScratch& s) {
     const int64_t L = c.L, K = c.K;
     kda_gates(c.g, c.ldk, L, K, s.eg.data(), s.gam.data());
     kda_decay_forward(
         c.q, c.k, c.ldk, s.eg.data(), true, L, K, s.qg.data(), s.kg.data(), s.e.data());
-    kda_decay_backward(c.k, c.ldk, s.eg.data(), false, L, K, s.kl.data());
 }
 
 void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
@@ -175,8 +174,9 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
     chunk_wy(c, C, s);
     ops::gemm(false, false, L, V, K, 1.0f, s.qg.data(), K, c.S, V, 0.0f, c.o, c.ldv);
     ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
-    kda_scale(c.S, V, s.e.data(), 1, nullptr, K, V);  // e^{Γ_L} ⊙ S
-    ops::gemm(true, false, K, V, L, 1.0f, s.kl.data(), K, s.u.data(), V, 1.0f, c.S, V);
+    kda_scale(c.S, V, s.e.data(), 1, nullptr, K, V);                      // e^{Γ_L} ⊙ S
+    kda_decay_backward_t(c.k, c.ldk, s.eg.data(), L, K, s.kl.data(), C);  // (K ⊙ e^{Γ_L − Γ})ᵀ
+    ops::gemm(false, false, K, V, L, 1.0f, s.kl.data(), C, s.u.data(), V, 1.0f, c.S, V);
 }
 
 }  // namespace

@@ -64,6 +64,16 @@ void kda_decay_backward(const float* a,  // [rows, K] stride lda
                         int64_t K,
                         float* out);  // [rows, K] stride K
 
+// kda_decay_backward without tail, written transposed: out_t[x, i] = a[i, x] · Π_{l=i+1..rows−1}
+// eg[l, x].
+void kda_decay_backward_t(const float* a,  // [rows, K] stride lda
+                          int64_t lda,
+                          const float* eg,  // [rows, K] stride K
+                          int64_t rows,
+                          int64_t K,
+                          float* out_t,  // [K, rows] stride ldo
+                          int64_t ldo);
+
 // One diagonal sub-block of n ≤ 16 tokens: for every i and j ≤ i, with f_ij = Π_{l=j+1..i} eg_l
 // (= e^{γ_i − γ_j}),
 //   aqk[i, j] = Σ_κ q_iκ k_jκ f_ijκ,   akk[i, j] = Σ_κ k_iκ k_jκ f_ijκ;

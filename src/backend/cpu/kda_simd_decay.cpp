@@ -15,6 +15,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "avx512_transpose.h"
 #include "kda_simd_exp.h"
 
 namespace hymoe::ops {
@@ -120,6 +121,36 @@ __attribute__((target("avx512f"))) void backward_cols(const float* a,
                 out + i * K + x, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i * lda + x), p[v]));
             p[v] = _mm512_mul_ps(p[v], _mm512_maskz_loadu_ps(m, eg + i * K + x));
         }
+    }
+}
+
+// kda_decay_backward_t's columns [x0, x0 + 16) (mask mk): rows by blocks of 16 from the last,
+// each block's 16 row vectors turned by one register transpose into 16 rows of out_t.
+__attribute__((target("avx512f"))) void backward_t_cols(const float* a,
+                                                        int64_t lda,
+                                                        const float* eg,
+                                                        int64_t rows,
+                                                        int64_t K,
+                                                        int64_t x0,
+                                                        __mmask16 mk,
+                                                        float* out_t,
+                                                        int64_t ldo) {
+    __m512 p = _mm512_set1_ps(1.0f), r[16];
+    for (int64_t hi = rows; hi > 0; hi -= 16) {
+        const int64_t lo = std::max<int64_t>(0, hi - 16);
+        for (int64_t l = 15; l >= 0; --l) {
+            const int64_t i = lo + l;
+            if (i >= hi) {
+                r[l] = _mm512_setzero_ps();
+                continue;
+            }
+            r[l] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, a + i * lda + x0), p);
+            p = _mm512_mul_ps(p, _mm512_maskz_loadu_ps(mk, eg + i * K + x0));
+        }
+        detail::transpose16(r);
+        const __mmask16 mr = lanes(hi - lo);
+        for (int64_t x = 0; x < std::min<int64_t>(16, K - x0); ++x)
+            _mm512_mask_storeu_ps(out_t + (x0 + x) * ldo + lo, mr, r[x]);
     }
 }
 
@@ -302,6 +333,27 @@ void kda_decay_backward(
         float p = tail ? eg[rows * K + x] : 1.0f;
         for (int64_t i = rows - 1; i >= 0; --i) {
             out[i * K + x] = a[i * lda + x] * p;
+            p *= eg[i * K + x];
+        }
+    }
+}
+
+void kda_decay_backward_t(const float* a,
+                          int64_t lda,
+                          const float* eg,
+                          int64_t rows,
+                          int64_t K,
+                          float* out_t,
+                          int64_t ldo) {
+    if (have_avx512()) {
+        for (int64_t x0 = 0; x0 < K; x0 += 16)
+            backward_t_cols(a, lda, eg, rows, K, x0, lanes(K - x0), out_t, ldo);
+        return;
+    }
+    for (int64_t x = 0; x < K; ++x) {
+        float p = 1.0f;
+        for (int64_t i = rows - 1; i >= 0; --i) {
+            out_t[x * ldo + i] = a[i * lda + x] * p;
             p *= eg[i * K + x];
         }
     }
