@@ -185,9 +185,12 @@ void kda_recurrent(const KdaScanParams& p) {
     check_params(p);
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v;
     std::vector<float> work(K + V);  // kda_token_step's scratch
-    for (int64_t h = 0; h < H; ++h) {
-        float* S = p.S + h * K * V;  // [K, V]
-        for (int64_t t = 0; t < p.n_tok; ++t)
+    // tokens outer: a token's rows of every head lie together, read once in order (heads outer
+    // read each row H times in pieces: 0.8x at 2048 tokens, H 8, K = V = 128), and the H states
+    // stay in L2 (512 KiB there)
+    for (int64_t t = 0; t < p.n_tok; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+            float* S = p.S + h * K * V;  // [K, V]
             kda_token_step(K,
                            V,
                            p.q + (t * H + h) * K,
@@ -198,6 +201,7 @@ void kda_recurrent(const KdaScanParams& p) {
                            S,
                            p.o + (t * H + h) * V,
                            work.data());
+        }
     }
 }
 
