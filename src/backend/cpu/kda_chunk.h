@@ -24,8 +24,9 @@ struct ChunkScratch {
     std::vector<float> eg;   // [C, K] e^g
     std::vector<float> gam;  // [C, K] Γ
     std::vector<float> e;    // [K] e^{Γ_L}
-    std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
-    std::vector<float> kg;   // [C, K] K ⊙ e^Γ
+    std::vector<float> qkg;  // [2C, K]: Q ⊙ e^Γ in rows [0, L), K ⊙ e^Γ in rows [L, 2L)
+    float* qg = nullptr;     // [L, K] Q ⊙ e^Γ, in qkg (set by chunk_decays)
+    float* kg = nullptr;     // [L, K] K ⊙ e^Γ, in qkg right after qg
     std::vector<float> kl;   // K ⊙ e^{Γ_L − Γ}: [C, K] in the backward, [K, C] in the forward
     std::vector<float> qks;  // [2 sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}, then its K ⊙ e^{Γ − Γ_r}
     std::vector<float> blk;  // [2 sub, C] their products with the rows before it
@@ -35,14 +36,14 @@ struct ChunkScratch {
     std::vector<float> t;    // [C, C] T, lower with the diagonal
     std::vector<float> b;    // [C] β of the chunk's rows
     std::vector<float> x;    // [sub, C] M[I, <I] · N[<I, <I]
-    std::vector<float> w;    // [C, K] W
-    std::vector<float> u;    // [C, V] U, then V'
+    std::vector<float> xs;   // [2C, V] Q_g S then K_g S (rows as in qkg), then V − K_g S
+    std::vector<float> w;    // [C, K] W (the backward's)
+    std::vector<float> u;    // [C, V] V'
     ChunkScratch(int64_t C, int64_t K, int64_t V)
         : eg(C * K),
           gam(C * K),
           e(K),
-          qg(C * K),
-          kg(C * K),
+          qkg(2 * C * K),
           kl(C * K),
           qks(2 * sub * K),
           blk(2 * sub * C),
@@ -52,8 +53,11 @@ struct ChunkScratch {
           t(C * C),
           b(C),
           x(sub * C),
+          xs(2 * C * V),
           w(C * K),
           u(C * V) {}
+    ChunkScratch(const ChunkScratch&) = delete;  // qg, kg point into qkg
+    ChunkScratch& operator=(const ChunkScratch&) = delete;
 };
 
 // One head's rows of one chunk: row c of q, k, g at c·ldk, of v, o at c·ldv, β at c·H.
@@ -89,7 +93,9 @@ void chunk_beta_rows(const ChunkView& c, int64_t C, ChunkScratch& s);
 void chunk_inverse(const ChunkView& c, int64_t C, ChunkScratch& s);
 // s.t ← T = N Diag(β).
 void chunk_beta_columns(const ChunkView& c, int64_t C, ChunkScratch& s);
-// s.w = W, s.u = V' (from the state c.S before the chunk). Needs T in s.t.
-void chunk_wy(const ChunkView& c, int64_t C, ChunkScratch& s);
+// s.u = V' = T (V − K_g S), from the state c.S before the chunk (= U − W S with U = T V, W =
+// T K_g, without forming W), by one product of S with the rows of K_g, and of Q_g before them when
+// with_q (s.xs rows [0, L) = Q_g S, for O). Needs T in s.t.
+void chunk_vprime(const ChunkView& c, int64_t C, ChunkScratch& s, bool with_q);
 
 }  // namespace hymoe::ops::kda_chunk

@@ -76,7 +76,7 @@ struct BackScratch {
 };
 
 // The forward's intra-chunk matrices from the checkpoint b.S: s.gam, qg, kg, kl ([L, K]), aqk, m
-// (M), t (T), w, u (V') as kda_chunked computes them, and b.akk (A_kk), b.n (N).
+// (M), t (T), u (V') as kda_chunked computes them, w (W = T K_g), and b.akk (A_kk), b.n (N).
 void recompute(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b) {
     const int64_t L = c.L;
     chunk_decays(c, s);
@@ -89,7 +89,8 @@ void recompute(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b) {
     for (int64_t i = 0; i < L; ++i)
         std::copy(&s.t[i * C], &s.t[i * C + L], &b.n[i * C]);
     chunk_beta_columns(c, C, s);
-    chunk_wy(c, C, s);
+    chunk_vprime(c, C, s, false);
+    ops::gemm(false, false, L, c.K, L, 1.0f, s.t.data(), C, s.kg, c.K, 0.0f, s.w.data(), c.K);
 }
 
 // dV', ∂L/∂S before the chunk (b.dS), dW, dT → dN, dM → dA_kk, dAqk, dQ_g, dK_g, dK_L, dv and dβ,
@@ -115,13 +116,13 @@ void products(const ChunkView& c,
         }
         b.dgl[x] = acc;
     }
-    ops::gemm(true, false, K, V, L, 1.0f, s.qg.data(), K, dO, ldv, 1.0f, b.dS.data(), V);
+    ops::gemm(true, false, K, V, L, 1.0f, s.qg, K, dO, ldv, 1.0f, b.dS.data(), V);
     ops::gemm(true, false, K, V, L, -1.0f, s.w.data(), K, b.dvp.data(), V, 1.0f, b.dS.data(), V);
     ops::gemm(false, true, L, K, V, 1.0f, dO, ldv, S, V, 0.0f, b.dqg.data(), K);
     ops::gemm(false, true, L, K, V, 1.0f, s.u.data(), V, dS1, V, 0.0f, b.dkl.data(), K);
     ops::gemm(false, true, L, K, V, -1.0f, b.dvp.data(), V, S, V, 0.0f, b.dw.data(), K);
     ops::gemm(false, true, L, L, V, 1.0f, b.dvp.data(), V, c.v, ldv, 0.0f, b.dt.data(), C);
-    ops::gemm(false, true, L, L, K, 1.0f, b.dw.data(), K, s.kg.data(), K, 1.0f, b.dt.data(), C);
+    ops::gemm(false, true, L, L, K, 1.0f, b.dw.data(), K, s.kg, K, 1.0f, b.dt.data(), C);
     ops::gemm(true, false, L, V, L, 1.0f, s.t.data(), C, b.dvp.data(), V, 0.0f, dv, ldv);
     ops::gemm(true, false, L, K, L, 1.0f, s.t.data(), C, b.dw.data(), K, 0.0f, b.dkg.data(), K);
     for (int64_t j = 0; j < L; ++j)

@@ -5,7 +5,7 @@
 // Chunked form, per head and chunk of L tokens with state S [K, V] from the previous chunk and
 // Γ_c = Σ_{j≤c} g_j the within-chunk cumulative log-decay [L, K]:
 //   M[c,i] = β_c Σ_κ k_cκ k_iκ e^{Γ_cκ − Γ_iκ} (i < c),   T = (I + M)^{-1} Diag(β),
-//   W = T (K ⊙ e^Γ),  U = T V,  V' = U − W S,
+//   W = T (K ⊙ e^Γ),  U = T V,  V' = U − W S = T (V − (K ⊙ e^Γ) S),
 //   O = (Q ⊙ e^Γ) S + [Aqk]_{j≤c} V',   Aqk[c,j] = Σ_κ q_cκ k_jκ e^{Γ_cκ − Γ_jκ},
 //   S ← e^{Γ_L} ⊙ S + (K ⊙ e^{Γ_L − Γ})ᵀ V'.
 // Since g ≤ 0, every decay factor used here (e^{Γ_c − Γ_j} with j ≤ c, e^{Γ_c}, e^{Γ_L − Γ_c}) is
@@ -55,8 +55,9 @@ namespace kda_chunk {
 void chunk_decays(const ChunkView& c, ChunkScratch& s) {
     const int64_t L = c.L, K = c.K;
     kda_gates(c.g, c.ldk, L, K, s.eg.data(), s.gam.data());
-    kda_decay_forward(
-        c.q, c.k, c.ldk, s.eg.data(), true, L, K, s.qg.data(), s.kg.data(), s.e.data());
+    s.qg = s.qkg.data();
+    s.kg = s.qg + L * K;
+    kda_decay_forward(c.q, c.k, c.ldk, s.eg.data(), true, L, K, s.qg, s.kg, s.e.data());
 }
 
 void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
@@ -133,11 +134,24 @@ void chunk_beta_columns(const ChunkView& c, int64_t C, ChunkScratch& s) {
     kda_scale(s.t.data(), C, nullptr, 0, s.b.data(), c.L, c.L);  // zero above the diagonal
 }
 
-void chunk_wy(const ChunkView& c, int64_t C, ChunkScratch& s) {
+void chunk_vprime(const ChunkView& c, int64_t C, ChunkScratch& s, bool with_q) {
     const int64_t L = c.L, K = c.K, V = c.V;
-    ops::gemm(false, false, L, K, L, 1.0f, s.t.data(), C, s.kg.data(), K, 0.0f, s.w.data(), K);
-    ops::gemm(false, false, L, V, L, 1.0f, s.t.data(), C, c.v, c.ldv, 0.0f, s.u.data(), V);
-    ops::gemm(false, false, L, V, K, -1.0f, s.w.data(), K, c.S, V, 1.0f, s.u.data(), V);  // V'
+    float* ks = s.xs.data() + (with_q ? L * V : 0);  // [L, V] K_g S, then V − K_g S
+    ops::gemm(false,
+              false,
+              with_q ? 2 * L : L,
+              V,
+              K,
+              1.0f,
+              with_q ? s.qg : s.kg,
+              K,
+              c.S,
+              V,
+              0.0f,
+              s.xs.data(),
+              V);
+    kda_sub_from(c.v, c.ldv, ks, V, L, V);
+    ops::gemm(false, false, L, V, L, 1.0f, s.t.data(), C, ks, V, 0.0f, s.u.data(), V);
 }
 
 ChunkView chunk_view(const KdaScanParams& p, int64_t h, int64_t t0, int64_t C) {
@@ -171,8 +185,9 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
     chunk_beta_rows(c, C, s);
     chunk_inverse(c, C, s);
     chunk_beta_columns(c, C, s);
-    chunk_wy(c, C, s);
-    ops::gemm(false, false, L, V, K, 1.0f, s.qg.data(), K, c.S, V, 0.0f, c.o, c.ldv);
+    chunk_vprime(c, C, s, true);
+    for (int64_t i = 0; i < L; ++i)  // O = Q_g S + Aqk V'
+        std::copy_n(&s.xs[i * V], V, c.o + i * c.ldv);
     ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
     kda_scale(c.S, V, s.e.data(), 1, nullptr, K, V);                      // e^{Γ_L} ⊙ S
     kda_decay_backward_t(c.k, c.ldk, s.eg.data(), L, K, s.kl.data(), C);  // (K ⊙ e^{Γ_L − Γ})ᵀ

@@ -98,6 +98,14 @@ void kda_scale(float* a,  // [rows, cols] stride lda
                int64_t rows,
                int64_t cols);
 
+// x ← a − x for `rows` rows of `cols`.
+void kda_sub_from(const float* a,  // [rows, cols] stride lda
+                  int64_t lda,
+                  float* x,  // [rows, cols] stride ldx
+                  int64_t ldx,
+                  int64_t rows,
+                  int64_t cols);
+
 // The backward of kda_diag_scores' pairs below the diagonal (kda_chunk_backward.cpp): for every
 // i and j < i of a diagonal sub-block of n ≤ 16 tokens, with e = e^{γ_i − γ_j} (every exponent
 // ≤ 0), a = daqk[i, j], m = dakk[i, j]:

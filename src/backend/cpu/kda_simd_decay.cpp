@@ -275,6 +275,18 @@ __attribute__((target("avx512f"))) void scale_avx512(float* a,
     }
 }
 
+__attribute__((target("avx512f"))) void sub_from_avx512(
+    const float* a, int64_t lda, float* x, int64_t ldx, int64_t rows, int64_t cols) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; j += 16) {
+            const __mmask16 m = lanes(cols - j);
+            _mm512_mask_storeu_ps(x + i * ldx + j,
+                                  m,
+                                  _mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + i * lda + j),
+                                                _mm512_maskz_loadu_ps(m, x + i * ldx + j)));
+        }
+}
+
 }  // namespace
 
 void kda_gates(const float* g, int64_t ldg, int64_t rows, int64_t K, float* eg, float* gam) {
@@ -404,6 +416,16 @@ void kda_scale(float* a,
         for (int64_t j = 0; j < cols; ++j)
             a[i * lda + j] = a[i * lda + j] * (row_s != nullptr ? row_s[i * ss] : 1.0f) *
                              (col_s != nullptr ? col_s[j] : 1.0f);
+}
+
+void kda_sub_from(const float* a, int64_t lda, float* x, int64_t ldx, int64_t rows, int64_t cols) {
+    if (have_avx512()) {
+        sub_from_avx512(a, lda, x, ldx, rows, cols);
+        return;
+    }
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+            x[i * ldx + j] = a[i * lda + j] - x[i * ldx + j];
 }
 
 }  // namespace hymoe::ops
