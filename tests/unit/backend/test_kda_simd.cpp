@@ -175,6 +175,63 @@ BOOST_AUTO_TEST_CASE(diag_scores_match_double) {
     }
 }
 
+// The chunked forward's decay products on 37 rows (two full blocks of 16 and a partial one for
+// the transposed form) of K = 20 (a partial vector) and 48, rows read ld apart, against the same
+// running products in double: every output ≤ 1e-6 of it relatively (≤ 37 roundings of 2^-24
+// and kda_exp's 2e-7), and Γ the running sum of g.
+BOOST_AUTO_TEST_CASE(decay_products_match_double) {
+    Philox rng(13, 0, 0);
+    for (int64_t K : {20, 48}) {
+        const int64_t n = 37, ld = K + 5, ldo = n + 3;
+        std::vector<float> a(n * ld), b(n * ld), g(n * ld), eg(n * K), gam(n * K);
+        rng.fill_normal(a.data(), a.size(), 0.0f, 1.0f);
+        rng.fill_normal(b.data(), b.size(), 0.0f, 1.0f);
+        rng.fill_uniform(g.data(), g.size(), 0.0f, 1.0f);
+        for (float& x : g)
+            x = -x;
+        kda_gates(g.data(), ld, n, K, eg.data(), gam.data());
+        std::vector<float> fa(n * K), fb(n * K), fl(n * K), fa1(n * K), bk(n * K), bt(K * ldo);
+        std::vector<float> bk1((n - 1) * K), last(K);
+        kda_decay_forward(
+            a.data(), b.data(), ld, eg.data(), true, n, K, fa.data(), fb.data(), last.data());
+        kda_decay_forward(
+            a.data(), nullptr, ld, eg.data(), false, n, K, fa1.data(), nullptr, nullptr);
+        kda_decay_backward(a.data(), ld, eg.data(), false, n, K, bk.data());
+        kda_decay_backward(a.data(), ld, eg.data(), true, n - 1, K, bk1.data());
+        kda_decay_backward_t(a.data(), ld, eg.data(), n, K, bt.data(), ldo);
+        double worst = 0, worst_gam = 0;
+        const auto rel = [&](float got, double want) {
+            worst = std::max(worst, std::abs(d(got) - want) / std::max(std::abs(want), 1e-30));
+        };
+        for (int64_t x = 0; x < K; ++x) {
+            double sum = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                sum += d(g[i * ld + x]);
+                worst_gam = std::max(worst_gam, std::abs(d(gam[i * K + x]) - sum));
+                double from0 = 0, to_end = 0;  // Σ g over rows [0, i] and (i, n)
+                for (int64_t l = 0; l <= i; ++l)
+                    from0 += d(g[l * ld + x]);
+                const double from1 = from0 - d(g[x]);  // rows (0, i]
+                for (int64_t l = i + 1; l < n; ++l)
+                    to_end += d(g[l * ld + x]);
+                const double ai = d(a[i * ld + x]);
+                rel(fa[i * K + x], ai * std::exp(from0));
+                rel(fb[i * K + x], d(b[i * ld + x]) * std::exp(from0));
+                rel(fa1[i * K + x], ai * std::exp(from1));
+                rel(bk[i * K + x], ai * std::exp(to_end));
+                rel(bt[x * ldo + i], ai * std::exp(to_end));
+                if (i < n - 1)
+                    rel(bk1[i * K + x], ai * std::exp(to_end));  // tail: the product up to row n−1
+                if (i == n - 1)
+                    rel(last[x], std::exp(from0));
+            }
+        }
+        BOOST_TEST(worst <= 1e-6);
+        BOOST_TEST(worst_gam <= 1e-5);
+        BOOST_TEST_MESSAGE("kda decay products K " << K << ": max relative error " << worst);
+    }
+}
+
 // kda_diag_grads on a block of 13 rows (not a full 16) with accumulators that start non-zero,
 // against a double evaluation of the same sums; the diagonal of daqk/dakk is not read.
 BOOST_AUTO_TEST_CASE(diag_grads_match_double) {
