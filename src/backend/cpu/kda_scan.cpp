@@ -46,6 +46,22 @@ void check_params(const KdaScanParams& p) {
                 "kda scan: missing input or output array");
 }
 
+// c [L, n] = a b + beta c for a [L, L] lower triangular (zero above the diagonal): the first
+// half of the rows against the first half of b's rows only, the rest against all of b.
+void lower_gemm(int64_t L,
+                int64_t n,
+                const float* a,  // [L, L] stride lda
+                int64_t lda,
+                const float* b,  // [L, n] stride ldb
+                int64_t ldb,
+                float beta,
+                float* c,  // [L, n] stride ldc
+                int64_t ldc) {
+    const int64_t h = L / 2;
+    ops::gemm(false, false, h, n, h, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    ops::gemm(false, false, L - h, n, L, 1.0f, a + h * lda, lda, b, ldb, beta, c + h * ldc, ldc);
+}
+
 }  // namespace
 
 // The pieces of one chunk of one head (their contracts are in kda_chunk.h).
@@ -151,7 +167,7 @@ void chunk_vprime(const ChunkView& c, int64_t C, ChunkScratch& s, bool with_q) {
               s.xs.data(),
               V);
     kda_sub_from(c.v, c.ldv, ks, V, L, V);
-    ops::gemm(false, false, L, V, L, 1.0f, s.t.data(), C, ks, V, 0.0f, s.u.data(), V);
+    lower_gemm(L, V, s.t.data(), C, ks, V, 0.0f, s.u.data(), V);
 }
 
 ChunkView chunk_view(const KdaScanParams& p, int64_t h, int64_t t0, int64_t C) {
@@ -188,7 +204,7 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
     chunk_vprime(c, C, s, true);
     for (int64_t i = 0; i < L; ++i)  // O = Q_g S + Aqk V'
         std::copy_n(&s.xs[i * V], V, c.o + i * c.ldv);
-    ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
+    lower_gemm(L, V, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
     kda_scale(c.S, V, s.e.data(), 1, nullptr, K, V);                      // e^{Γ_L} ⊙ S
     kda_decay_backward_t(c.k, c.ldk, s.eg.data(), L, K, s.kl.data(), C);  // (K ⊙ e^{Γ_L − Γ})ᵀ
     ops::gemm(false, false, K, V, L, 1.0f, s.kl.data(), C, s.u.data(), V, 1.0f, c.S, V);
