@@ -29,7 +29,7 @@ MlaWeightViews views_of(const MlaW& w, const std::vector<AdapterRowsW>& lora_row
             {x.wq_b, x.wk, x.k_norm_w, x.k_norm_b, x.weights_proj},
             nullptr,
             w.lora,
-            lora_rows.empty() ? nullptr : &lora_rows};
+            &lora_rows};
 }
 
 // The most keys a row of the step sees: the longest sequence's length after the step.
