@@ -347,7 +347,8 @@ void forward_over_device_pages(const char* preset, model::Mixer mixer, bool lora
             dev.rows.one_table = one_table_dev.ptr<int32_t>();
             dev.rows.one_keys = one_keys_dev.ptr<int32_t>();
             dev.rows.one_max_keys = *std::max_element(one_keys.begin(), one_keys.end());
-            const std::vector<model::LoraRowsView> rows = upload_rows(gc, *b);
+            const std::vector<model::LoraRowsView> rows =
+                lora ? upload_rows(gc, *b) : std::vector<model::LoraRowsView>{};
             dw.lora_rows = lora ? &rows : nullptr;
             const Tensor xd = gc.up(x);
             Tensor y = gc.f32({n, m.d});
