@@ -1,0 +1,169 @@
+// The fused fp32 AVX-512 kernel of the DSA indexer's scores (backend/cpu/indexer_kernels.h),
+// spec/model-math.md §5: I(t, s) = Σ_j w_t,j · ReLU(q^I_t,j · k^I_s), the scale already in w.
+// Keys [n_k, d] are packed a chunk at a time into tiles of 16 keys ([d][16], one key per lane, in
+// an L2-sized buffer: every key is read from memory once per call, however many queries); then
+// per query a register tile of 8 heads × 3 key tiles (24 fp32 accumulators) runs over d, the
+// head's query element broadcast, and the ReLU and head weight fold into one score vector per
+// key tile. Order of reduction, the one of ops::gemm's AVX-512 GEMM followed by the separate
+// ReLU/weight pass (so the bits of the GEMM path, for d ≤ 256): per head j and key s the dot
+// product q_j · k_s is one fused multiply-add chain over the dims in order from 0, starting at 0;
+// the score starts at +0 and adds round(w_j · ReLU(dot_j)) over the heads in order (a multiply
+// then an add, not fused). No key's score depends on its lane, tile, chunk, or the other queries
+// (equal keys score equal: the top-k's ties stay ties). Compiled with -mavx512f -mavx512bw
+// -mavx512vl; callers check detail::f32_avx512_on() first. g++ 12's AVX-512 headers start
+// vectors as `__Y = __Y`, which -Wuninitialized reports at every inlined use: silenced here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <algorithm>
+#include <immintrin.h>
+#include <vector>
+
+#include "avx512_transpose.h"
+#include "indexer_kernels.h"
+
+namespace hymoe::ops::detail {
+
+namespace {
+
+constexpr int64_t kTile = 16;        // keys per tile: one vector lane each
+constexpr int64_t kTileBlock = 3;    // key tiles of one register tile
+constexpr int64_t kChunkKeys = 384;  // keys packed per chunk: 96 KiB at d 64, in L2
+
+struct alignas(64) Line {
+    float v[16];
+};
+
+__mmask16 first_lanes(int64_t n) {  // lanes [0, n) of 16
+    return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// dst [⌈n/16⌉][d][16] = the keys k [n, d] (row stride d) by tiles, lane l of tile t key 16t + l
+// (zero past n): 16 × 16 blocks loaded by rows and transposed in registers.
+void pack_keys(const float* k, int64_t d, int64_t n, float* dst) {
+    for (int64_t t = 0; t * kTile < n; ++t) {
+        const int64_t rows = std::min(kTile, n - t * kTile);
+        const float* src = k + t * kTile * d;
+        float* out = dst + t * d * kTile;
+        for (int64_t e0 = 0; e0 < d; e0 += 16) {
+            const int64_t cols = std::min<int64_t>(16, d - e0);
+            const __mmask16 mc = first_lanes(cols);
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i)
+                r[i] = i < rows ? _mm512_maskz_loadu_ps(mc, src + i * d + e0) : _mm512_setzero_ps();
+            transpose16(r);
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; ++c)
+                if (c < cols)
+                    _mm512_store_ps(out + (e0 + c) * kTile, r[c]);
+        }
+    }
+}
+
+// score[t] += Σ_{h<HB} round(w[h] · ReLU(q_h · keys of tile t)) in head order, for the TB tiles
+// at tiles (tile stride d·16) and the heads q [HB, d].
+template <int HB, int TB>
+void head_group(const float* q, const float* w, int64_t d, const float* tiles, __m512* score) {
+    __m512 acc[HB][TB];
+#pragma GCC unroll 8
+    for (int h = 0; h < HB; ++h)
+#pragma GCC unroll 3
+        for (int t = 0; t < TB; ++t)
+            acc[h][t] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < d; ++e) {
+        __m512 kv[TB];
+#pragma GCC unroll 3
+        for (int t = 0; t < TB; ++t)
+            kv[t] = _mm512_load_ps(tiles + (t * d + e) * kTile);
+#pragma GCC unroll 8
+        for (int h = 0; h < HB; ++h) {
+            const __m512 qb = _mm512_set1_ps(q[h * d + e]);
+#pragma GCC unroll 3
+            for (int t = 0; t < TB; ++t)
+                acc[h][t] = _mm512_fmadd_ps(qb, kv[t], acc[h][t]);
+        }
+    }
+    const __m512 zero = _mm512_setzero_ps();
+    // the product by an explicit-rounding multiply, which g++ does not contract with the add into
+    // a fused multiply-add (it does _mm512_mul_ps, a plain vector `*`); max(0, x) keeps a NaN as
+    // std::max(x, 0) does
+    constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+#pragma GCC unroll 8
+    for (int h = 0; h < HB; ++h) {
+        const __m512 wh = _mm512_set1_ps(w[h]);
+#pragma GCC unroll 3
+        for (int t = 0; t < TB; ++t)
+            score[t] = _mm512_add_ps(
+                score[t], _mm512_mul_round_ps(wh, _mm512_max_ps(zero, acc[h][t]), nearest));
+    }
+}
+
+// out [n] = the scores of one query (q [n_head, d], w [n_head]) over the n ≤ 16·TB keys of the TB
+// tiles at tiles.
+template <int TB>
+void key_tiles(const float* q,
+               const float* w,
+               int64_t n_head,
+               int64_t d,
+               const float* tiles,
+               float* out,
+               int64_t n) {
+    __m512 score[TB];
+#pragma GCC unroll 3
+    for (int t = 0; t < TB; ++t)
+        score[t] = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n_head; j += 8)
+        head_group<8, TB>(q + j * d, w + j, d, tiles, score);
+    if (n_head - j >= 4) {
+        head_group<4, TB>(q + j * d, w + j, d, tiles, score);
+        j += 4;
+    }
+    if (n_head - j >= 2) {
+        head_group<2, TB>(q + j * d, w + j, d, tiles, score);
+        j += 2;
+    }
+    if (n_head - j == 1)
+        head_group<1, TB>(q + j * d, w + j, d, tiles, score);
+#pragma GCC unroll 3
+    for (int t = 0; t < TB; ++t)
+        _mm512_mask_storeu_ps(out + kTile * t, first_lanes(n - kTile * t), score[t]);
+}
+
+}  // namespace
+
+void indexer_scores_f32_avx512(const float* q,
+                               const float* w,
+                               int64_t n_q,
+                               int64_t n_head,
+                               int64_t d,
+                               const float* k,
+                               int64_t n_k,
+                               float* scores,
+                               int64_t ld_s) {
+    thread_local std::vector<Line> buf;  // [chunk tiles][d][16], kept across calls
+    const auto lines = static_cast<size_t>(kChunkKeys / kTile * d);
+    if (buf.size() < lines)
+        buf.resize(lines);
+    float* tiles = buf.data()->v;
+    for (int64_t s0 = 0; s0 < n_k; s0 += kChunkKeys) {
+        const int64_t n_c = std::min(kChunkKeys, n_k - s0);
+        pack_keys(k + s0 * d, d, n_c, tiles);
+        for (int64_t i = 0; i < n_q; ++i) {
+            const float* qi = q + i * n_head * d;
+            const float* wi = w + i * n_head;
+            float* si = scores + i * ld_s + s0;
+            int64_t c = 0;  // first key of the register tile (its tile at c·d floats)
+            for (; c + kTileBlock * kTile <= n_c; c += kTileBlock * kTile)
+                key_tiles<3>(qi, wi, n_head, d, tiles + c * d, si + c, kTileBlock * kTile);
+            if (n_c - c > 2 * kTile)
+                key_tiles<3>(qi, wi, n_head, d, tiles + c * d, si + c, n_c - c);
+            else if (n_c - c > kTile)
+                key_tiles<2>(qi, wi, n_head, d, tiles + c * d, si + c, n_c - c);
+            else if (n_c > c)
+                key_tiles<1>(qi, wi, n_head, d, tiles + c * d, si + c, n_c - c);
+        }
+    }
+}
+
+}  // namespace hymoe::ops::detail
