@@ -5,11 +5,12 @@
 // then from +0 the heads in order, each a rounded product w·ReLU then a rounded add), bit for bit
 // on the fused path, within the fp32 error bound of the exact scores on both:
 //   |fp32 − exact| ≤ A·[γ_d + γ_{H+1}(1 + γ_d)],  A = Σ_j |w_j| Σ_i |q_j,i k_i|,
-// (γ_n = n·2⁻²⁴/(1 − n·2⁻²⁴), test_indexer_bf16.cpp derives it). Shapes off every block of the
-// kernel: key counts off the 16-key tile, the 3-tile register block and the 384-key chunk; head
-// counts off the 8-head group; d 7 … 128; one query and many. Equal keys score equal wherever they
-// sit, so the top-k over the fused scores keeps ops::top_k's keys (ties to the smaller index), and
-// the causal query blocks of a prefill select the reference's keys.
+// (γ_n = n·2⁻²⁴/(1 − n·2⁻²⁴), test_indexer_bf16.cpp derives it). Shapes off every block of both
+// forms of the kernel (rows: 1–2 queries; tiles: more): key counts off the 16-key tile, the 3-tile
+// register block and the 384-key chunk; head counts off the 8-head and 16-lane groups; d 7 … 128.
+// Equal keys score equal wherever they sit, so the top-k over the fused scores keeps ops::top_k's
+// keys (ties to the smaller index), and the causal query blocks of a prefill select the reference's
+// keys.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -120,6 +121,35 @@ std::vector<ops::WeightKernel> kernels() {
     return all;
 }
 
+// The case below for n_q queries.
+void equal_keys_case(int64_t n_q) {
+    const int64_t n_k = 803, d = 64, h = 16, top_k = 40, rows = 7;
+    Case c(n_q, h, d, n_k, 11);
+    for (int64_t s = rows; s < n_k; ++s)
+        std::copy_n(c.k.data() + (3 * s % rows) * d, d, c.k.data() + s * d);
+    const std::vector<float> x = c.scores();
+    int64_t unequal = 0;
+    for (int64_t t = 0; t < n_q; ++t)
+        for (int64_t s = rows; s < n_k; ++s)
+            unequal += x[t * n_k + s] != x[t * n_k + 3 * s % rows];
+    BOOST_TEST(unequal == 0);
+    std::vector<int64_t> keep(static_cast<size_t>(n_q * top_k)), n_keep(n_q);
+    ops::indexer_select(view(const_cast<std::vector<float>&>(x), {n_q, n_k}),
+                        n_k - n_q,
+                        top_k,
+                        keep.data(),
+                        n_keep.data());
+    for (int64_t t = 0; t < n_q; ++t) {
+        const int64_t visible = n_k - n_q + t + 1;
+        std::vector<int64_t> want(static_cast<size_t>(top_k));
+        ops::top_k(x.data() + t * n_k, visible, top_k, want.data());
+        BOOST_TEST(x[t * n_k + want.front()] == x[t * n_k + want.back()]);  // a tie cut
+        std::sort(want.begin(), want.end());
+        BOOST_TEST(n_keep[t] == top_k);
+        BOOST_TEST(std::equal(want.begin(), want.end(), keep.begin() + t * top_k));
+    }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(indexer_f32)
@@ -127,6 +157,7 @@ BOOST_AUTO_TEST_SUITE(indexer_f32)
 // Every shape: fused scores = the plain loop bit for bit; both paths within the fp32 bound of the
 // exact scores.
 BOOST_AUTO_TEST_CASE(scores_equal_the_plain_loop_and_lie_within_the_fp32_bound) {
+    // (n_q, H, d, n_k); one or two queries run the fused kernel's rows form, more its tiles form
     const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> shapes{{1, 16, 64, 1},
                                                                              {1, 16, 64, 15},
                                                                              {1, 16, 64, 5000},
@@ -140,7 +171,12 @@ BOOST_AUTO_TEST_CASE(scores_equal_the_plain_loop_and_lie_within_the_fp32_bound) 
                                                                              {6, 1, 128, 800},
                                                                              {9, 64, 128, 97},
                                                                              {11, 13, 33, 384},
-                                                                             {1, 16, 64, 767}};
+                                                                             {1, 16, 64, 767},
+                                                                             {1, 3, 7, 385},
+                                                                             {2, 64, 128, 97},
+                                                                             {1, 1, 32, 50},
+                                                                             {2, 17, 33, 300},
+                                                                             {1, 16, 16, 8}};
     for (ops::WeightKernel kernel : kernels())
         with_kernel(kernel, [&] {
             const bool fused = ops::weight_kernel() != ops::WeightKernel::portable;
@@ -176,71 +212,50 @@ BOOST_AUTO_TEST_CASE(scores_equal_the_plain_loop_and_lie_within_the_fp32_bound) 
 // OpenBLAS GEMM of the portable path does not promise it), and a top-40 cuts within the ~115
 // copies of the best row: the kept keys are ops::top_k's (ties to the smaller index).
 BOOST_AUTO_TEST_CASE(equal_keys_score_equal_and_the_topk_keeps_the_smaller_index) {
-    const int64_t n_k = 803, d = 64, h = 16, n_q = 3, top_k = 40, rows = 7;
-    Case c(n_q, h, d, n_k, 11);
-    for (int64_t s = rows; s < n_k; ++s)
-        std::copy_n(c.k.data() + (3 * s % rows) * d, d, c.k.data() + s * d);
     if (kernels().size() == 1)  // no AVX-512F: no fused path
         return;
-    const std::vector<float> x = c.scores();
-    int64_t unequal = 0;
-    for (int64_t t = 0; t < n_q; ++t)
-        for (int64_t s = rows; s < n_k; ++s)
-            unequal += x[t * n_k + s] != x[t * n_k + 3 * s % rows];
-    BOOST_TEST(unequal == 0);
-    std::vector<int64_t> keep(static_cast<size_t>(n_q * top_k)), n_keep(n_q);
-    ops::indexer_select(view(const_cast<std::vector<float>&>(x), {n_q, n_k}),
-                        n_k - n_q,
-                        top_k,
-                        keep.data(),
-                        n_keep.data());
-    for (int64_t t = 0; t < n_q; ++t) {
-        const int64_t visible = n_k - n_q + t + 1;
-        std::vector<int64_t> want(static_cast<size_t>(top_k));
-        ops::top_k(x.data() + t * n_k, visible, top_k, want.data());
-        BOOST_TEST(x[t * n_k + want.front()] == x[t * n_k + want.back()]);  // a tie cut
-        std::sort(want.begin(), want.end());
-        BOOST_TEST(n_keep[t] == top_k);
-        BOOST_TEST(std::equal(want.begin(), want.end(), keep.begin() + t * top_k));
-    }
+    for (int64_t n_q : {1, 3})  // the rows form, the tiles form
+        equal_keys_case(n_q);
 }
 
-// A prefill as model/attention.cpp runs it: query blocks of 48 after 100 cached tokens, each over
-// its visible keys only, then the causal top-k mask: the kept keys are the plain loop's.
+// New tokens as model/attention.cpp runs them after 100 cached ones: a prefill by query blocks of
+// 48 (the tiles form) and decode steps of one query (the rows form), each block over its visible
+// keys only, then the causal top-k mask: the kept keys are the plain loop's.
 BOOST_AUTO_TEST_CASE(causal_query_blocks_select_the_plain_loops_keys) {
     const int64_t pos0 = 100, n_new = 130, n_k = pos0 + n_new, h = 16, d = 64, top_k = 24;
-    const int64_t block = 48;
     Case c(n_new, h, d, n_k, 5);
     for (ops::WeightKernel kernel : kernels())
-        with_kernel(kernel, [&] {
-            int64_t wrong = 0;
-            for (int64_t i0 = 0; i0 < n_new; i0 += block) {
-                const int64_t n_b = std::min(block, n_new - i0), n_kb = pos0 + i0 + n_b;
-                std::vector<float> s(static_cast<size_t>(n_b * n_kb)), m(s.size());
-                Tensor sv = view(s, {n_b, n_kb}), mv = view(m, {n_b, n_kb});
-                ops::indexer_scores(view(c.q, {n_b, h * d}, i0 * h * d),
-                                    view(c.w, {n_b, h}, i0 * h),
-                                    view(c.k, {n_kb, d}),
-                                    sv);
-                ops::indexer_mask(sv, pos0 + i0, top_k, mv);
-                for (int64_t b = 0; b < n_b; ++b) {
-                    const int64_t visible = pos0 + i0 + b + 1;
-                    std::vector<float> ref(static_cast<size_t>(visible));
-                    for (int64_t u = 0; u < visible; ++u)
-                        ref[u] = c.reference(i0 + b, u);
-                    std::vector<int64_t> want(static_cast<size_t>(top_k));
-                    ops::top_k(ref.data(), visible, top_k, want.data());
-                    std::vector<char> kept(static_cast<size_t>(n_kb), 0);
-                    for (int64_t u : want)
-                        kept[u] = 1;
-                    for (int64_t u = 0; u < n_kb; ++u)
-                        wrong += (m[b * n_kb + u] == 0.0f) != (kept[u] == 1);
+        for (int64_t block : {48, 1})
+            with_kernel(kernel, [&] {
+                int64_t wrong = 0;
+                for (int64_t i0 = 0; i0 < n_new; i0 += block) {
+                    const int64_t n_b = std::min(block, n_new - i0), n_kb = pos0 + i0 + n_b;
+                    std::vector<float> s(static_cast<size_t>(n_b * n_kb)), m(s.size());
+                    Tensor sv = view(s, {n_b, n_kb}), mv = view(m, {n_b, n_kb});
+                    ops::indexer_scores(view(c.q, {n_b, h * d}, i0 * h * d),
+                                        view(c.w, {n_b, h}, i0 * h),
+                                        view(c.k, {n_kb, d}),
+                                        sv);
+                    ops::indexer_mask(sv, pos0 + i0, top_k, mv);
+                    for (int64_t b = 0; b < n_b; ++b) {
+                        const int64_t visible = pos0 + i0 + b + 1;
+                        std::vector<float> ref(static_cast<size_t>(visible));
+                        for (int64_t u = 0; u < visible; ++u)
+                            ref[u] = c.reference(i0 + b, u);
+                        std::vector<int64_t> want(static_cast<size_t>(top_k));
+                        ops::top_k(ref.data(), visible, top_k, want.data());
+                        std::vector<char> kept(static_cast<size_t>(n_kb), 0);
+                        for (int64_t u : want)
+                            kept[u] = 1;
+                        for (int64_t u = 0; u < n_kb; ++u)
+                            wrong += (m[b * n_kb + u] == 0.0f) != (kept[u] == 1);
+                    }
                 }
-            }
-            BOOST_TEST_MESSAGE(ops::to_string(ops::weight_kernel())
-                               << ": " << wrong << " mask entries off the plain loop's top-k");
-            BOOST_TEST(wrong == 0);
-        });
+                BOOST_TEST_MESSAGE(ops::to_string(ops::weight_kernel())
+                                   << ", blocks of " << block << ": " << wrong
+                                   << " mask entries off the plain loop's top-k");
+                BOOST_TEST(wrong == 0);
+            });
 }
 
 BOOST_AUTO_TEST_SUITE_END()
