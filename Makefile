@@ -127,7 +127,8 @@ $(BENCHES): $(OUT)/%: $(OUT)/tests/bench/%.o $(OUT)/libhymoe.a
 AVX512_OBJ := $(OUT)/src/backend/cpu/linear_bf16.o $(OUT)/src/backend/cpu/gemv_avx512.o \
               $(OUT)/src/backend/cpu/gemm_avx512.o
 $(AVX512_OBJ): CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -fopenmp
-$(OUT)/src/backend/cpu/indexer_bf16.o $(OUT)/src/backend/cpu/indexer_f32.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+$(OUT)/src/backend/cpu/indexer_bf16.o $(OUT)/src/backend/cpu/indexer_f32.o \
+    $(OUT)/src/backend/cpu/indexer_topk.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 
 $(OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
@@ -214,7 +215,7 @@ FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 
 $(FUZZ_OUT)/src/backend/cpu/linear_bf16.o $(FUZZ_OUT)/src/backend/cpu/gemv_avx512.o \
     $(FUZZ_OUT)/src/backend/cpu/gemm_avx512.o $(FUZZ_OUT)/src/backend/cpu/indexer_bf16.o \
-    $(FUZZ_OUT)/src/backend/cpu/indexer_f32.o: FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+    $(FUZZ_OUT)/src/backend/cpu/indexer_f32.o $(FUZZ_OUT)/src/backend/cpu/indexer_topk.o: FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 $(FUZZ_OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@

@@ -2,7 +2,8 @@
 // ops::indexer_scores_bf16 (backend/cpu/indexer_ops.cpp dispatches; indexer_bf16.cpp, compiled
 // with -mavx512bf16, called only after the run-time cpuid check of ops::weight_kernel()) and the
 // fp32 one behind ops::indexer_scores (indexer_scores.cpp dispatches; indexer_f32.cpp, called
-// only when detail::f32_avx512_on()).
+// only when detail::f32_avx512_on()); and the top-k of a row of scores behind ops::indexer_select
+// (indexer_select.cpp; indexer_topk.cpp, also when detail::f32_avx512_on()).
 #pragma once
 
 #include <cstdint>
@@ -37,5 +38,9 @@ void indexer_scores_f32_avx512(const float* q,
                                int64_t n_k,
                                float* scores,
                                int64_t ld_s);
+
+// out [k] = the indices, ascending, of the k largest of x [0, n) (k ≤ n) in the strict order of
+// ops::top_k (higher score first, ties to the smaller index; −0 = +0); u [n] scratch.
+void indexer_top_avx512(const float* x, int64_t n, int64_t k, int64_t* out, uint32_t* u);
 
 }  // namespace hymoe::ops::detail

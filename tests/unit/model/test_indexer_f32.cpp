@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -256,6 +257,55 @@ BOOST_AUTO_TEST_CASE(causal_query_blocks_select_the_plain_loops_keys) {
                                    << " mask entries off the plain loop's top-k");
                 BOOST_TEST(wrong == 0);
             });
+}
+
+// ops::indexer_select on both paths (the AVX-512 bisection, the portable histogram) = ops::top_k
+// over each query's visible keys: scores rounded to few values (ties everywhere, the cut inside
+// a run of equal scores), zeros of both signs, negatives, infinities; rows from 1 to 70000 keys,
+// k from 1 to every visible key.
+BOOST_AUTO_TEST_CASE(selection_keeps_top_k_of_the_visible_keys) {
+    const std::vector<std::tuple<int64_t, int64_t, int64_t, float>> cases{
+        // (n_q, n_k, top-k, rounding step: 0 = none)
+        {1, 1, 4, 0.0f},
+        {5, 17, 3, 0.5f},
+        {40, 300, 16, 0.25f},
+        {40, 300, 300, 0.0f},
+        {3, 1000, 256, 1.0f},
+        {2, 70000, 256, 0.0f},
+        {2, 70000, 2048, 0.125f},
+        {9, 33, 1, 2.0f}};
+    for (ops::WeightKernel kernel : kernels())
+        with_kernel(kernel, [&] {
+            int64_t wrong = 0;
+            for (auto [n_q, n_k, top_k, step] : cases) {
+                std::vector<float> x(static_cast<size_t>(n_q * n_k));
+                Philox rng(static_cast<uint64_t>(n_k + top_k), 0, 0);
+                rng.fill_normal(x.data(), x.size(), 0.0f, 3.0f);
+                for (size_t i = 0; i < x.size(); ++i) {
+                    if (step > 0.0f)
+                        x[i] = std::round(x[i] / step) * step;  // ±0 among them
+                    if (i % 97 == 5)
+                        x[i] = -0.0f;
+                    if (i % 389 == 7)
+                        x[i] = i % 2 ? std::numeric_limits<float>::infinity()
+                                     : -std::numeric_limits<float>::infinity();
+                }
+                std::vector<int64_t> keep(static_cast<size_t>(n_q * top_k)), n_keep(n_q);
+                ops::indexer_select(
+                    view(x, {n_q, n_k}), n_k - n_q, top_k, keep.data(), n_keep.data());
+                for (int64_t t = 0; t < n_q; ++t) {
+                    const int64_t visible = n_k - n_q + t + 1, k = std::min(top_k, visible);
+                    std::vector<int64_t> want(static_cast<size_t>(k));
+                    ops::top_k(x.data() + t * n_k, visible, k, want.data());
+                    std::sort(want.begin(), want.end());
+                    wrong += n_keep[t] != k ||
+                             !std::equal(want.begin(), want.end(), keep.begin() + t * top_k);
+                }
+            }
+            BOOST_TEST_MESSAGE(ops::to_string(ops::weight_kernel())
+                               << ": " << wrong << " rows off ops::top_k");
+            BOOST_TEST(wrong == 0);
+        });
 }
 
 BOOST_AUTO_TEST_SUITE_END()
