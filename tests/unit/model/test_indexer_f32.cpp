@@ -7,14 +7,16 @@
 //   |fp32 − exact| ≤ A·[γ_d + γ_{H+1}(1 + γ_d)],  A = Σ_j |w_j| Σ_i |q_j,i k_i|,
 // (γ_n = n·2⁻²⁴/(1 − n·2⁻²⁴), test_indexer_bf16.cpp derives it). Shapes off every block of both
 // forms of the kernel (rows: 1–2 queries; tiles: more): key counts off the 16-key tile, the 3-tile
-// register block and the 384-key chunk; head counts off the 8-head and 16-lane groups; d 7 … 128.
-// Equal keys score equal wherever they sit, so the top-k over the fused scores keeps ops::top_k's
-// keys (ties to the smaller index), and the causal query blocks of a prefill select the reference's
-// keys.
+// register block and the 384-key chunk; head counts off the 8-head and 16-lane groups; d 7 … 128;
+// 2 OpenMP threads give 1 thread's bits. Equal keys score equal wherever they sit, so the top-k
+// over the fused scores keeps ops::top_k's keys (ties to the smaller index); the causal query
+// blocks of a prefill and decode steps select the plain loop's keys; ops::indexer_select on both
+// paths keeps ops::top_k's keys.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <omp.h>
 #include <tuple>
 #include <vector>
 
@@ -206,6 +208,24 @@ BOOST_AUTO_TEST_CASE(scores_equal_the_plain_loop_and_lie_within_the_fp32_bound) 
             if (fused)
                 BOOST_TEST(differ == 0);
         });
+}
+
+// OpenMP threads split query blocks (tiles form) or key chunks (rows form): 2 threads give the
+// bits of 1, on calls large enough to be split.
+BOOST_AUTO_TEST_CASE(two_threads_give_the_bits_of_one) {
+    const int saved = omp_get_max_threads();
+    for (auto [n_q, h, d, n_k] : {std::tuple{1, 16, 64, 9000},
+                                  std::tuple{2, 16, 64, 5000},
+                                  std::tuple{256, 16, 64, 300},
+                                  std::tuple{40, 9, 128, 1000}}) {
+        Case c(n_q, h, d, n_k, 17);
+        omp_set_num_threads(1);
+        const std::vector<float> one = c.scores();
+        omp_set_num_threads(2);
+        const std::vector<float> two = c.scores();
+        BOOST_TEST((one == two));
+    }
+    omp_set_num_threads(saved);
 }
 
 // Keys of 7 distinct rows, key s a copy of row 3s mod 7 (each row in every lane, tile, register
