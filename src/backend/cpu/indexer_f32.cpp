@@ -189,7 +189,6 @@ void tiles_block(const float* q,
 
 // scores [n_q, n_k] by tiles: the queries by blocks that stay in L2 (256 KiB of q) while every
 // chunk of keys passes, the blocks split over the OpenMP threads (each packs keys for itself).
-// Measured (2 threads, 256 queries × 2048 keys): 8 blocks at 1.9× one thread's rate.
 void scores_by_tiles(const float* q,
                      const float* w,
                      int64_t n_q,
