@@ -20,8 +20,10 @@ namespace hymoe::ops::detail {
 
 namespace {
 
-// __exp2f_data of glibc (e_exp2f_data.c): 2^(i/32) as the bits of a double less i << 47, then
-// N/ln2, the scaled cubic's coefficients and the rounding shift 1.5 · 2^52.
+// The data libm's expf uses (glibc's __exp2f_data, from Arm's optimized-routines, MIT or
+// Apache-2.0): 2^(i/32) as the bits of a double less i << 47, then N/ln2, the scaled cubic's
+// coefficients and the rounding shift 1.5 · 2^52. They must be libm's own for the results to be
+// libm's (libm_matches checks it at start-up).
 alignas(64) constexpr uint64_t table[32] = {
     0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
     0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
