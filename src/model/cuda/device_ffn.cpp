@@ -1,65 +1,32 @@
-// The FFN blocks on the GPU (device_blocks.h): the SwiGLU/relu2 MLP (dense layers and shared
-// experts) and the MoE layer in model/moe.cpp's phases. Routing: the router logits [n_tok, E] are
-// one fp32 GEMM on the device, copied to the host, and routed there by the CPU's own code
+// The MoE layer on the GPU (device_blocks.h) in model/moe.cpp's phases; its MLPs (the shared
+// experts) are model::dense_ffn_forward on the device's Ctx. Routing: the router logits [n_tok, E]
+// are one fp32 GEMM on the device, copied to the host, and routed there by the CPU's own code
 // (router.h: scores, groups, top-k, weights, capacity), so the expert choice is the CPU's given
-// the logits. The host plans the dispatch exactly as moe.cpp (each expert's kept tokens
-// contiguous, in token order) and uploads the row map and weights; then permute, the experts as
-// grouped GEMMs (one launch per matrix for all experts), the activation and the slot-ordered
-// combine into fp32 run on the device. Fused (bf16 SwiGLU experts, dropless): the same phases in
-// the fused kernels (cuda_fused.h), routing included, with no host round trip. LoRA adapters
-// (device_lora.h): on the MLPs' projections per adapter's rows; a layer with routed-expert
-// adapters routes on the host in a step that uses any, so that each expert's rows per adapter
-// are known there.
+// the logits. The expert groups are the CPU's plan (backend/moe_groups.h: each expert's kept
+// tokens contiguous, in token order), uploaded as a row map; then the gather, the experts as
+// grouped products (one launch per matrix for all experts), the activation and the slot-ordered
+// combine into fp32 run as Ctx ops (backend/ops_moe.h). Fused (bf16 SwiGLU experts, dropless):
+// the same phases in the fused kernels (cuda_fused.h), routing included, with no host round trip.
+// LoRA adapters (model/lora_views.h): on the projections per adapter's rows; a layer with
+// routed-expert adapters routes on the host in a step that uses any, so that each expert's rows
+// per adapter are known there.
 #include <utility>
 #include <vector>
 
+#include "../moe_experts.h"
+#include "../route_rule.h"
 #include "../router.h"
 #include "device_blocks.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/moe_groups.h"
+#include "hymoe/backend/moe_route.h"
+#include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_moe.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/decode_graph_plan.h"
 
 namespace hymoe::model::gpu {
-
-namespace {
-
-// act(gate, up) into gate (swiglu) or up (relu2); returns the activated tensor.
-Tensor activate(Gpu& g, ExpertAct act, Tensor& gate, Tensor& up) {
-    if (act == ExpertAct::swiglu) {
-        cu::swiglu(g.stream, gate, up, gate);
-        return gate;
-    }
-    cu::relu2_inplace(g.stream, up);
-    return up;
-}
-
-}  // namespace
-
-void mlp_block(Gpu& g,
-               const MlpW& w,
-               ExpertAct act,
-               const Tensor& x,
-               Tensor& y,
-               float beta,
-               const std::vector<AdapterRowsW>* lora_rows) {
-    const int64_t n = x.dim(0), inter = w.up.dim(0);
-    const std::vector<AdapterRowsW> none;
-    const std::vector<AdapterRowsW>& rows = lora_rows ? *lora_rows : none;
-    Scratch s(g.arena);
-    Tensor up = s(x.dtype, {n, inter});  // [n, I]
-    Tensor gate;                         // [n, I] (swiglu)
-    g.blas.linear(x, w.up, up);
-    lora_apply(g, w.lora.up, rows, x, up);
-    if (act == ExpertAct::swiglu) {
-        gate = s(x.dtype, {n, inter});
-        g.blas.linear(x, w.gate, gate);
-        lora_apply(g, w.lora.gate, rows, x, gate);
-    }
-    const Tensor h = activate(g, act, gate, up);  // [n, I]
-    g.blas.linear(h, w.down, y, beta);
-    lora_apply(g, w.lora.down, rows, h, y);
-}
 
 void route_on_device(Gpu& g,
                      const ModelConfig& cfg,
@@ -67,27 +34,9 @@ void route_on_device(Gpu& g,
                      const Tensor& logits,
                      Tensor& idx,
                      Tensor& weight) {
-    const MoeConfig& m = cfg.moe;
-    const int64_t n = logits.dim(0), k = m.top_k, n_exp = m.n_routed_experts;
-    const detail::WeightRule rule = detail::weight_rule(cfg);
-    cu::MoeRouteParams rp;
-    rp.n_tok = static_cast<int>(n);
-    rp.n_exp = static_cast<int>(n_exp);
-    rp.top_k = static_cast<int>(k);
-    rp.n_group = m.n_group;
-    rp.topk_group = m.topk_group;
-    rp.softmax = m.scoring == Scoring::softmax;
-    rp.renormalize = rule.renormalize;
-    rp.renorm_eps = rule.eps;
-    rp.scale = rule.rho;
-    rp.weights_from_biased = m.weights_from_biased_scores;
-    if (cfg.model_type == "kimi_linear")  // the masked groups' scores (router.cpp mask_groups)
-        rp.group_fill = 0.0f;
-    rp.logits = logits.ptr<float>();
-    rp.bias = m.correction_bias ? w.bias.ptr<float>() : nullptr;
-    rp.idx = idx.ptr<int32_t>();
-    rp.weight = weight.ptr<float>();
-    cu::moe_route(g.stream, rp);
+    const Tensor bias = cfg.moe.correction_bias ? w.bias : Tensor{};
+    Tensor scores = logits;  // the CUDA form leaves it alone
+    ops::moe_route(ctx_of(g), detail::route_rule(cfg), scores, bias, idx, weight);
 }
 
 namespace {
@@ -138,8 +87,21 @@ std::vector<int64_t> routed_fused(Gpu& g,
     return load;
 }
 
+// The held experts' matrices [E, rows, cols] as one slice each, for ops::grouped_linear.
+std::vector<Tensor> expert_slices(const Tensor& stacked) {
+    const int64_t rows = stacked.dim(1), cols = stacked.dim(2);
+    std::vector<Tensor> out;
+    for (int64_t e = 0; e < stacked.dim(0); ++e)
+        out.push_back(
+            Tensor{at(stacked, e * rows * cols), stacked.dtype, Device::cuda, {rows, cols}});
+    return out;
+}
+
 // The routed experts with the routing on the host (router.h, given the device's logits [n, E]):
-// z [n, w] in cd into acc [n, w] f32. Returns the expert load.
+// z [n, w] in cd into acc [n, w] f32. The expert groups are backend/moe_groups.h's plan (each
+// expert's kept tokens contiguous, in token order), the gather, the grouped products and the
+// slot-ordered combine the Ctx ops of backend/ops_moe.h, each expert's adapters
+// model::lora_forward on its rows per adapter. Returns the expert load.
 std::vector<int64_t> routed_host(Gpu& g,
                                  const ModelConfig& cfg,
                                  const MoeW& w,
@@ -150,58 +112,55 @@ std::vector<int64_t> routed_host(Gpu& g,
     const MoeConfig& m = cfg.moe;
     const int64_t n = z.dim(0), k = m.top_k, n_exp = m.n_routed_experts, width = z.dim(1);
     const DType cd = z.dtype;
+    const backend::Ctx ctx = ctx_of(g);
     Scratch s(g.arena);
     Buffer scores(DType::f32, {n, n_exp});
     cu::download(logits, scores.view(), g.stream);
     g.stream.synchronize();
     detail::router_activate(cfg, scores.view());
     Routing r = detail::route_scores(cfg, w.host, scores.view());
-
-    // dispatch plan (moe.cpp): expert e owns rows [offset[e], offset[e+1]), its tokens ascending
-    std::vector<int64_t> offset(static_cast<size_t>(n_exp) + 1, 0);
-    for (int64_t e = 0; e < n_exp; ++e)
-        offset[e + 1] = offset[e] + r.tokens_per_expert[e];
-    std::vector<int64_t> cursor(offset.begin(), offset.end() - 1);
-    std::vector<int64_t> row(static_cast<size_t>(n * k), -1);  // [n, k] grouped row, −1 dropped
-    for (size_t a = 0; a < row.size(); ++a)
-        if (r.kept[a])
-            row[a] = cursor[static_cast<size_t>(r.idx[a])]++;
-    const int64_t n_rows = offset.back();
-    const Tensor row_dev = upload_values(g, s, row, DType::i64);
+    const std::vector<int32_t> kept = detail::kept_experts(r);  // [n, k] −1: dropped
+    const backend::MoeGroups groups = backend::moe_group_rows(kept.data(), n, k, n_exp);
+    const std::vector<int64_t> counts = groups.rows_per_expert();
+    const Tensor row_dev = upload_values(g, s, groups.row, DType::i64);
     const Tensor weight_dev = upload_values(g, s, r.weight, DType::f32);
     // the experts' adapters: each expert's grouped rows per adapter (lora_rows.h)
     const std::vector<std::vector<AdapterRowsW>> lora_rows =
         lora ? upload_lora_rows(
                    g,
                    s,
-                   expert_adapter_rows(row, k, lora->row_adapter, offset, lora->n_adapters),
+                   expert_adapter_rows(
+                       groups.row, k, lora->row_adapter, groups.offset, lora->n_adapters),
                    n_exp)
              : std::vector<std::vector<AdapterRowsW>>();
-    // f(expert's adapters, its rows per adapter) for each expert with adapted rows
-    auto each_adapted = [&](auto&& f) {
+    const SeqBatch none = single_sequence(0);  // no host adapters on the device
+    // y += expert e's adapters (slot `which` of its MlpLoraW) on its rows of x, each adapted expert
+    auto adapters = [&](LoraSlotW MlpLoraW::*which, const Tensor& x, Tensor& y) {
         for (size_t e = 0; e < lora_rows.size(); ++e)
             if (!lora_rows[e].empty())
-                f(w.expert_lora[e], lora_rows[e]);
+                lora_forward(ctx, nullptr, w.expert_lora[e].*which, none, &lora_rows[e], x, y);
     };
 
     // experts on the kept rows, then the weighted sum in slot order (fp32)
+    const int64_t n_rows = groups.n_rows(), inter = w.up.dim(1);
     Tensor in = s(cd, {n_rows, width});  // [n_rows, w] rows grouped by expert
-    cu::moe_permute(g.stream, z, row_dev, k, in);
-    const int64_t inter = w.up.dim(1);
-    Tensor up = s(cd, {n_rows, inter}), gate;  // [n_rows, I]
-    g.blas.grouped_linear(in, w.up, r.tokens_per_expert, up);
-    each_adapted([&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.up, rows, in, up); });
+    ops::moe_gather(ctx, z, row_dev, k, in);
+    Tensor up = s(cd, {n_rows, inter});  // [n_rows, I]
+    ops::grouped_linear(ctx, in, expert_slices(w.up), counts, up);
+    adapters(&MlpLoraW::up, in, up);
+    Tensor h = up;  // [n_rows, I] the activation
     if (m.expert_act == ExpertAct::swiglu) {
-        gate = s(cd, {n_rows, inter});
-        g.blas.grouped_linear(in, w.gate, r.tokens_per_expert, gate);
-        each_adapted(
-            [&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.gate, rows, in, gate); });
+        h = s(cd, {n_rows, inter});
+        ops::grouped_linear(ctx, in, expert_slices(w.gate), counts, h);
+        adapters(&MlpLoraW::gate, in, h);
+        ops::swiglu(ctx, h, up, h);
+    } else {
+        ops::relu2_inplace(ctx, up);
     }
-    Tensor out = s(cd, {n_rows, width});                   // [n_rows, w]
-    const Tensor h = activate(g, m.expert_act, gate, up);  // [n_rows, I]
-    g.blas.grouped_linear(h, w.down, r.tokens_per_expert, out);
-    each_adapted([&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.down, rows, h, out); });
-    cu::moe_unpermute(g.stream, out, row_dev, weight_dev, k, acc);
+    Tensor out = s(cd, {n_rows, width});  // [n_rows, w]
+    ops::grouped_linear(ctx, h, expert_slices(w.down), counts, out);
+    adapters(&MlpLoraW::down, h, out);
+    ops::moe_combine(ctx, out, row_dev, weight_dev, k, acc);
     return std::move(r.tokens_per_expert);
 }
 
@@ -225,7 +184,7 @@ void moe_block(Gpu& g,
     Scratch s(g.arena);
 
     Tensor logits = s(DType::f32, {n, n_exp});  // [n, E] fp32 router logits
-    g.blas.linear(x, w.router, logits);
+    ops::router_logits(ctx_of(g), x, w.router, logits);
     const Tensor xc = in_dtype(g, s, x, cd);
     Tensor z = xc;  // [n, w] the experts' input
     if (latent) {
@@ -243,8 +202,17 @@ void moe_block(Gpu& g,
                   : routed_host(g, cfg, w, logits, z, acc, expert_lora ? lora : nullptr);
     if (latent)
         g.blas.linear(in_dtype(g, s, y_lat, cd), w.fc2, y);
-    if (m.n_shared_experts > 0)
-        mlp_block(g, w.shared, m.expert_act, xc, y, 1.0f, has_rows ? &lora->rows : nullptr);
+    if (m.n_shared_experts > 0) {                             // y += Shared(x)
+        Tensor shared = s(DType::f32, {n, cfg.hidden_size});  // [n, d]
+        dense_ffn_forward(ctx_of(g),
+                          w.shared,
+                          m.expert_act,
+                          xc,
+                          shared,
+                          nullptr,
+                          has_rows ? &lora->rows : nullptr);
+        cu::add_inplace(g.stream, y, shared);
+    }
 
     MoeCommStats one;  // the one-rank MoE: only its expert load
     one.calls = 1;

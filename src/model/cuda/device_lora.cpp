@@ -62,12 +62,12 @@ int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerW& w) {
                   upload_slot(g, attn.o)};
     HYMOE_CHECK(w.kda.lora_views.kv.empty() && w.mla.lora.k.empty() && w.mla.lora.v.empty(),
                 "GPU model: a LoRA slot on a projection its block does not have");
-    w.dense.lora = upload_mlp(g, host.dense.lora);
-    w.moe.shared.lora = upload_mlp(g, host.moe.shared.lora);
+    w.dense.lora_views = upload_mlp(g, host.dense.lora);
+    w.moe.shared.lora_views = upload_mlp(g, host.moe.shared.lora);
     int n = std::max({adapters_of(w.kda.lora_views),
                       adapters_of(w.mla.lora),
-                      adapters_of(w.dense.lora),
-                      adapters_of(w.moe.shared.lora)});
+                      adapters_of(w.dense.lora_views),
+                      adapters_of(w.moe.shared.lora_views)});
     w.moe.expert_lora.clear();
     bool any_expert = false;
     for (const DenseFfnWeights& e : host.moe.experts) {

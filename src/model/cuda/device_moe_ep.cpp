@@ -225,8 +225,11 @@ void MoeEp::forward(Gpu& g,
     if (n > 0) {
         if (latent)
             g.blas.linear(in_dtype(g, s, y_lat, cd), w.fc2, y);
-        if (m.n_shared_experts > 0)
-            mlp_block(g, w.shared, m.expert_act, xc, y, 1.0f);  // y += Shared(x)
+        if (m.n_shared_experts > 0) {                             // y += Shared(x)
+            Tensor shared = s(DType::f32, {n, cfg.hidden_size});  // [n, d]
+            dense_ffn_forward(ctx_of(g), w.shared, m.expert_act, xc, shared);
+            cu::add_inplace(st, y, shared);
+        }
     }
 
     MoeCommStats one;  // the load of this rank's experts

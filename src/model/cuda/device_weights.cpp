@@ -97,9 +97,9 @@ MlaW upload_mla(
 MlpW upload_mlp(Gpu& g, const DenseFfnWeights& w, ExpertAct act, DType cd) {
     MlpW out;
     if (act == ExpertAct::swiglu)
-        out.gate = upload_weight(g, w.gate_proj, cd);
-    out.up = upload_weight(g, w.up_proj, cd);
-    out.down = upload_weight(g, w.down_proj, cd);
+        out.gate_proj = upload_weight(g, w.gate_proj, cd);
+    out.up_proj = upload_weight(g, w.up_proj, cd);
+    out.down_proj = upload_weight(g, w.down_proj, cd);
     return out;
 }
 
