@@ -7,13 +7,17 @@
 // factor views on two of its rows. The router's logits (GEMV per token on the CPU, one GEMM on
 // CUDA) within 1e-5, and its selection on the same logits: equal experts, weights within 1e-5,
 // for sigmoid with a bias and a group limit, softmax, and kimi_linear's 0.0 fill with biased
-// weights.
+// weights. The GPU model's routed expert stage (moe_grouped.h experts_grouped over slices of the
+// stacked experts, adapters as factor views on one expert's rows of adapter 1) against the CPU's
+// experts_forward with the same adapters as host slots, SwiGLU and ReLU², fp32 and bf16.
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
+#include "../../src/model/moe_experts.h"
+#include "../../src/model/moe_grouped.h"
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/moe_groups.h"
@@ -21,7 +25,9 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_moe.h"
 #include "hymoe/core/error.h"
+#include "hymoe/core/rng.h"
 #include "hymoe/model/ffn_views.h"
+#include "hymoe/model/weights.h"
 
 namespace utf = boost::unit_test;
 using namespace hymoe;
@@ -191,6 +197,85 @@ BOOST_AUTO_TEST_CASE(router_logits_and_selection, *utf::precondition(need_gpu)) 
         BOOST_TEST(std::memcmp(got.data(), idx.view().data, idx.view().bytes()) == 0);
         expect_close("moe_route weights", d_weight, weight, gc.g.s);
     }
+}
+
+BOOST_AUTO_TEST_CASE(routed_experts_grouped_vs_cpu, *utf::precondition(need_gpu)) {
+    GpuCtx gc;
+    const int64_t n = 13, k = 2, E = 4, d = 64, inter = 128;
+    for (model::ExpertAct act : {model::ExpertAct::swiglu, model::ExpertAct::relu2})
+        for (DType t : {DType::f32, DType::bf16}) {
+            model::ModelConfig cfg;
+            cfg.hidden_size = d;
+            cfg.moe.n_routed_experts = E;
+            cfg.moe.top_k = k;
+            cfg.moe.moe_intermediate = inter;
+            cfg.moe.expert_act = act;
+            model::MoeWeights w;
+            model::TensorList list =
+                model::ffn_tensors(cfg, {model::Mixer::kda, false, model::Ffn::moe}, nullptr, &w);
+            Philox rng(8, 0, 0);
+            model::init_random(list, rng);
+            for (model::DenseFfnWeights& e : w.experts)  // the values the device holds
+                for (Buffer* b : {&e.gate_proj, &e.up_proj, &e.down_proj})
+                    round_to(*b, t);
+            // stacked device copies [E, ·, ·] and their slices
+            model::detail::ExpertViews dev;
+            auto stack = [&](Buffer model::DenseFfnWeights::*m, std::vector<Tensor>& slices) {
+                if ((w.experts[0].*m).view().data == nullptr)
+                    return;
+                const Shape one = (w.experts[0].*m).view().shape;
+                Buffer all(DType::f32, {E, one[0], one[1]});
+                for (int64_t e = 0; e < E; ++e)
+                    std::memcpy(all.ptr<float>() + e * one[0] * one[1],
+                                (w.experts[e].*m).view().data,
+                                (w.experts[e].*m).view().bytes());
+                const Tensor d_all = gc.up(all, t);
+                for (int64_t e = 0; e < E; ++e)
+                    slices.push_back(slice(d_all, e));
+            };
+            stack(&model::DenseFfnWeights::gate_proj, dev.gate);
+            stack(&model::DenseFfnWeights::up_proj, dev.up);
+            stack(&model::DenseFfnWeights::down_proj, dev.down);
+            // adapter 1 on expert 2's up: a host slot for the CPU, factor views for the GPU
+            model::LoraSlot up2;
+            up2.adapters.push_back(model::LoraPair{});
+            up2.adapters.push_back(model::make_lora_pair(inter, d, 4, 0.5f, 30, 1, false));
+            Philox b_rng(31, 0, 0);
+            b_rng.fill_normal(up2.adapters[1].B.ptr<float>(),
+                              static_cast<size_t>(up2.adapters[1].B.view().numel()),
+                              0.0f,
+                              0.5f);
+            w.experts[2].lora.up = &up2;
+            dev.lora_views.resize(E);
+            dev.lora_views[2].up = {model::LoraFactorsView{},
+                                    model::LoraFactorsView{gc.up(up2.adapters[1].A, DType::f32),
+                                                           gc.up(up2.adapters[1].B, DType::f32),
+                                                           0.5f}};
+
+            std::vector<int32_t> expert(static_cast<size_t>(n * k));
+            std::vector<float> weight(expert.size());
+            std::vector<int> adapter(static_cast<size_t>(n));
+            for (size_t a = 0; a < expert.size(); ++a) {
+                expert[a] = static_cast<int32_t>((a * 3 + a / 5) % E);
+                weight[a] = 0.5f + 0.25f * static_cast<float>(a % 3);
+            }
+            expert[5] = -1;  // a dropped slot
+            weight[5] = 0.0f;
+            for (int64_t r = 0; r < n; ++r)
+                adapter[static_cast<size_t>(r)] = static_cast<int>(r % 2);
+            const model::detail::RowSlots slots{expert.data(), weight.data(), n, k, adapter.data()};
+            const Buffer x = random({n, d}, 80, t);
+            Buffer want(DType::f32, {n, d});
+            std::vector<int64_t> load(E, 0), dev_load(E, 0);
+            model::detail::experts_forward(
+                w, act, slots, x.view(), want.view(), [] {}, load);
+            Tensor d_y = gc.g.arena.tensor(DType::f32, {n, d});
+            model::detail::experts_grouped(
+                gc.ctx, dev, act, slots, gc.up(x, t), d_y, [] {}, dev_load);
+            BOOST_TEST_INFO(static_cast<int>(act));
+            expect_close("experts_grouped", d_y, want, gc.g.s);
+            BOOST_TEST(dev_load == load, boost::test_tools::per_element());
+        }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

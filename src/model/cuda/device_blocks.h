@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "../moe_grouped.h"
 #include "device_lora.h"
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_gemm.h"
@@ -155,7 +156,8 @@ struct MoeW {
     MlpW shared;      // n_shared_experts > 0
     MoeWeights host;  // the correction bias and the placement alone, for the host routing
                       //   (router.h) and the ep dispatch (device_moe_ep.h)
-    std::vector<MlpLoraW> expert_lora;  // [E] the routed experts' adapters; empty: none
+    detail::ExpertViews experts;  // gate, up, down as their slices [E] (held experts), and the
+                                  //   routed experts' adapters as lora_views (empty: none)
 };
 struct LayerW {
     Tensor attn_norm;  // [d]

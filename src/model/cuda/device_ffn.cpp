@@ -1,15 +1,13 @@
 // The MoE layer on the GPU (device_blocks.h) in model/moe.cpp's phases; its MLPs (the shared
-// experts) are model::dense_ffn_forward on the device's Ctx. Routing: the router logits [n_tok, E]
-// are one fp32 GEMM on the device, copied to the host, and routed there by the CPU's own code
-// (router.h: scores, groups, top-k, weights, capacity), so the expert choice is the CPU's given
-// the logits. The expert groups are the CPU's plan (backend/moe_groups.h: each expert's kept
-// tokens contiguous, in token order), uploaded as a row map; then the gather, the experts as
-// grouped products (one launch per matrix for all experts), the activation and the slot-ordered
-// combine into fp32 run as Ctx ops (backend/ops_moe.h). Fused (bf16 SwiGLU experts, dropless):
-// the same phases in the fused kernels (cuda_fused.h), routing included, with no host round trip.
-// LoRA adapters (model/lora_views.h): on the projections per adapter's rows; a layer with
-// routed-expert adapters routes on the host in a step that uses any, so that each expert's rows
-// per adapter are known there.
+// experts) are model::dense_ffn_forward on the device's Ctx. Router logits [n_tok, E] by
+// ops::router_logits (one fp32 GEMM on the device). Generic: the logits copied to the host and
+// routed there by the CPU's own code (router.h: scores, groups, top-k, weights, capacity), so the
+// expert choice is the CPU's given the logits; then the CPU's grouped expert stage
+// (moe_grouped.h: host plan, gather, grouped products, combine as Ctx ops) on the device. Fused
+// (bf16 SwiGLU experts, dropless): routing by ops::moe_route on the device, then the dispatch
+// plan, grouped experts and combine in the fused kernels (cuda_fused.h), with no host round trip.
+// LoRA adapters (model/lora_views.h): a layer with routed-expert adapters routes on the host in a
+// step that uses any, so that each expert's rows per adapter are known there.
 #include <utility>
 #include <vector>
 
@@ -19,10 +17,7 @@
 #include "device_blocks.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_ops.h"
-#include "hymoe/backend/moe_groups.h"
 #include "hymoe/backend/moe_route.h"
-#include "hymoe/backend/ops.h"
-#include "hymoe/backend/ops_moe.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/decode_graph_plan.h"
 
@@ -87,21 +82,10 @@ std::vector<int64_t> routed_fused(Gpu& g,
     return load;
 }
 
-// The held experts' matrices [E, rows, cols] as one slice each, for ops::grouped_linear.
-std::vector<Tensor> expert_slices(const Tensor& stacked) {
-    const int64_t rows = stacked.dim(1), cols = stacked.dim(2);
-    std::vector<Tensor> out;
-    for (int64_t e = 0; e < stacked.dim(0); ++e)
-        out.push_back(
-            Tensor{at(stacked, e * rows * cols), stacked.dtype, Device::cuda, {rows, cols}});
-    return out;
-}
-
 // The routed experts with the routing on the host (router.h, given the device's logits [n, E]):
-// z [n, w] in cd into acc [n, w] f32. The expert groups are backend/moe_groups.h's plan (each
-// expert's kept tokens contiguous, in token order), the gather, the grouped products and the
-// slot-ordered combine the Ctx ops of backend/ops_moe.h, each expert's adapters
-// model::lora_forward on its rows per adapter. Returns the expert load.
+// z [n, w] in cd into acc [n, w] f32 by detail::experts_grouped on the device's Ctx (the expert
+// groups planned on the host, the gather, grouped products and combine as Ctx ops, each expert's
+// adapters on its rows per adapter). Returns the expert load.
 std::vector<int64_t> routed_host(Gpu& g,
                                  const ModelConfig& cfg,
                                  const MoeW& w,
@@ -110,58 +94,19 @@ std::vector<int64_t> routed_host(Gpu& g,
                                  Tensor& acc,
                                  const LoraStep* lora) {
     const MoeConfig& m = cfg.moe;
-    const int64_t n = z.dim(0), k = m.top_k, n_exp = m.n_routed_experts, width = z.dim(1);
-    const DType cd = z.dtype;
-    const backend::Ctx ctx = ctx_of(g);
-    Scratch s(g.arena);
+    const int64_t n = z.dim(0), n_exp = m.n_routed_experts;
     Buffer scores(DType::f32, {n, n_exp});
     cu::download(logits, scores.view(), g.stream);
     g.stream.synchronize();
     detail::router_activate(cfg, scores.view());
-    Routing r = detail::route_scores(cfg, w.host, scores.view());
+    const Routing r = detail::route_scores(cfg, w.host, scores.view());
     const std::vector<int32_t> kept = detail::kept_experts(r);  // [n, k] −1: dropped
-    const backend::MoeGroups groups = backend::moe_group_rows(kept.data(), n, k, n_exp);
-    const std::vector<int64_t> counts = groups.rows_per_expert();
-    const Tensor row_dev = upload_values(g, s, groups.row, DType::i64);
-    const Tensor weight_dev = upload_values(g, s, r.weight, DType::f32);
-    // the experts' adapters: each expert's grouped rows per adapter (lora_rows.h)
-    const std::vector<std::vector<AdapterRowsW>> lora_rows =
-        lora ? upload_lora_rows(
-                   g,
-                   s,
-                   expert_adapter_rows(
-                       groups.row, k, lora->row_adapter, groups.offset, lora->n_adapters),
-                   n_exp)
-             : std::vector<std::vector<AdapterRowsW>>();
-    const SeqBatch none = single_sequence(0);  // no host adapters on the device
-    // y += expert e's adapters (slot `which` of its MlpLoraW) on its rows of x, each adapted expert
-    auto adapters = [&](LoraSlotW MlpLoraW::*which, const Tensor& x, Tensor& y) {
-        for (size_t e = 0; e < lora_rows.size(); ++e)
-            if (!lora_rows[e].empty())
-                lora_forward(ctx, nullptr, w.expert_lora[e].*which, none, &lora_rows[e], x, y);
-    };
-
-    // experts on the kept rows, then the weighted sum in slot order (fp32)
-    const int64_t n_rows = groups.n_rows(), inter = w.up.dim(1);
-    Tensor in = s(cd, {n_rows, width});  // [n_rows, w] rows grouped by expert
-    ops::moe_gather(ctx, z, row_dev, k, in);
-    Tensor up = s(cd, {n_rows, inter});  // [n_rows, I]
-    ops::grouped_linear(ctx, in, expert_slices(w.up), counts, up);
-    adapters(&MlpLoraW::up, in, up);
-    Tensor h = up;  // [n_rows, I] the activation
-    if (m.expert_act == ExpertAct::swiglu) {
-        h = s(cd, {n_rows, inter});
-        ops::grouped_linear(ctx, in, expert_slices(w.gate), counts, h);
-        adapters(&MlpLoraW::gate, in, h);
-        ops::swiglu(ctx, h, up, h);
-    } else {
-        ops::relu2_inplace(ctx, up);
-    }
-    Tensor out = s(cd, {n_rows, width});  // [n_rows, w]
-    ops::grouped_linear(ctx, h, expert_slices(w.down), counts, out);
-    adapters(&MlpLoraW::down, h, out);
-    ops::moe_combine(ctx, out, row_dev, weight_dev, k, acc);
-    return std::move(r.tokens_per_expert);
+    const detail::RowSlots slots{
+        kept.data(), r.weight.data(), n, m.top_k, lora ? lora->row_adapter.data() : nullptr};
+    std::vector<int64_t> load(static_cast<size_t>(n_exp), 0);
+    detail::experts_grouped(
+        ctx_of(g), w.experts, m.expert_act, slots, z, acc, [] {}, load);
+    return load;
 }
 
 }  // namespace
@@ -195,7 +140,7 @@ void moe_block(Gpu& g,
     Tensor& acc = latent ? (y_lat = s(DType::f32, {n, width})) : y;
     const cu::MoePlan plan = cu::moe_plan(n, m.top_k, n_exp, width, w.up.dim(1));
     const bool has_rows = lora != nullptr && !lora->rows.empty();
-    const bool expert_lora = has_rows && !w.expert_lora.empty();  // routes on the host
+    const bool expert_lora = has_rows && !w.experts.lora_views.empty();  // routes on the host
     const bool use_fused = !expert_lora && moe_runs_fused(cfg, spec, cd, fused, n);
     std::vector<int64_t> load =
         use_fused ? routed_fused(g, cfg, w, plan, logits, z, count_load, acc)

@@ -68,15 +68,15 @@ int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerW& w) {
                       adapters_of(w.mla.lora),
                       adapters_of(w.dense.lora_views),
                       adapters_of(w.moe.shared.lora_views)});
-    w.moe.expert_lora.clear();
+    w.moe.experts.lora_views.clear();
     bool any_expert = false;
     for (const DenseFfnWeights& e : host.moe.experts) {
-        w.moe.expert_lora.push_back(upload_mlp(g, e.lora));
-        n = std::max(n, adapters_of(w.moe.expert_lora.back()));
-        any_expert = any_expert || adapters_of(w.moe.expert_lora.back()) > 0;
+        w.moe.experts.lora_views.push_back(upload_mlp(g, e.lora));
+        n = std::max(n, adapters_of(w.moe.experts.lora_views.back()));
+        any_expert = any_expert || adapters_of(w.moe.experts.lora_views.back()) > 0;
     }
     if (!any_expert)
-        w.moe.expert_lora.clear();
+        w.moe.experts.lora_views.clear();
     return n;
 }
 

@@ -1,11 +1,13 @@
-// The routed experts in the grouped form the GPU model runs (backend/moe_groups.h plan, then the
-// Ctx ops of backend/ops_moe.h: gather, one grouped product per matrix, the activation over every
-// grouped row, the slot-ordered combine) on a CPU context equal the CPU's own expert stage
-// (model/moe_experts.h experts_forward, one dense_ffn_forward per expert) bit for bit, for SwiGLU
-// and relu2 experts with a dropped slot: so one expert stage written with the grouped ops keeps
-// every CPU result. The router's logits and selection as Ctx ops (backend/moe_route.h) under the
-// config's rule (route_rule.h) equal route() bit for bit, and leave route()'s scores behind:
-// sigmoid with a bias and a group limit, softmax, kimi_linear's 0.0 group fill and biased weights.
+// The routed experts in the grouped form the GPU model runs (moe_grouped.h experts_grouped: the
+// backend/moe_groups.h plan, then the Ctx ops of backend/ops_moe.h: gather, one grouped product
+// per matrix, the activation over every grouped row, the slot-ordered combine) on a CPU context
+// equal the CPU's own expert stage (moe_experts.h experts_forward, one dense_ffn_forward per
+// expert) bit for bit, with the same expert load, for SwiGLU and relu2 experts with a dropped slot
+// and a row without any, and with host adapters chosen per row (two ids, dropout) on two experts:
+// so one expert stage written with the grouped ops keeps every CPU result.
+// The router's logits and selection as Ctx ops (backend/moe_route.h) under the config's rule
+// (route_rule.h) equal route() bit for bit, and leave route()'s scores behind: sigmoid with a bias
+// and a group limit, softmax, kimi_linear's 0.0 group fill and biased weights.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -13,14 +15,14 @@
 #include <boost/test/unit_test.hpp>
 
 #include "../../../src/model/moe_experts.h"
+#include "../../../src/model/moe_grouped.h"
 #include "../../../src/model/route_rule.h"
 #include "../../../src/model/router.h"
-#include "hymoe/backend/moe_groups.h"
 #include "hymoe/backend/moe_route.h"
 #include "hymoe/backend/ops.h"
-#include "hymoe/backend/ops_moe.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/ffn.h"
+#include "hymoe/model/lora.h"
 #include "hymoe/model/weights.h"
 
 using namespace hymoe;
@@ -44,45 +46,6 @@ Buffer normal(Shape shape, uint64_t seed) {
     Philox rng(seed, 1, 0);
     rng.fill_normal(b.ptr<float>(), static_cast<size_t>(b.view().numel()), 0.0f, 0.5f);
     return b;
-}
-
-// The grouped form on a CPU context: out [n, w] = Σ slots weight · Expert(in row).
-void grouped_experts(const MoeWeights& w,
-                     ExpertAct act,
-                     const std::vector<int32_t>& expert,
-                     const std::vector<float>& weight,
-                     int64_t k,
-                     const Tensor& in,
-                     Tensor& out) {
-    const backend::Ctx ctx = backend::cpu_ctx();
-    const int64_t n = in.dim(0), width = in.dim(1), E = static_cast<int64_t>(w.experts.size());
-    const backend::MoeGroups g = backend::moe_group_rows(expert.data(), n, k, E);
-    const std::vector<int64_t> counts = g.rows_per_expert();
-    Buffer row(DType::i64, {n * k});
-    std::memcpy(row.view().data, g.row.data(), g.row.size() * sizeof(int64_t));
-    Buffer wt(DType::f32, {n * k});
-    std::memcpy(wt.view().data, weight.data(), weight.size() * sizeof(float));
-    std::vector<Tensor> up_w, gate_w, down_w;
-    for (const DenseFfnWeights& e : w.experts) {
-        up_w.push_back(e.up_proj.view());
-        gate_w.push_back(e.gate_proj.view());
-        down_w.push_back(e.down_proj.view());
-    }
-    const int64_t inter = w.experts[0].up_proj.view().dim(0);
-    Buffer in_g(DType::f32, {g.n_rows(), width}), up(DType::f32, {g.n_rows(), inter});
-    Buffer gate(DType::f32, {g.n_rows(), inter}), out_g(DType::f32, {g.n_rows(), width});
-    ops::moe_gather(ctx, in, row.view(), k, in_g.view());
-    ops::grouped_linear(ctx, in_g.view(), up_w, counts, up.view());
-    Tensor h = up.view();
-    if (act == ExpertAct::swiglu) {
-        ops::grouped_linear(ctx, in_g.view(), gate_w, counts, gate.view());
-        ops::swiglu(ctx, gate.view(), up.view(), gate.view());
-        h = gate.view();
-    } else {
-        ops::relu2_inplace(ctx, up.view());
-    }
-    ops::grouped_linear(ctx, h, down_w, counts, out_g.view());
-    ops::moe_combine(ctx, out_g.view(), row.view(), wt.view(), k, out);
 }
 
 }  // namespace
@@ -113,10 +76,63 @@ BOOST_AUTO_TEST_CASE(grouped_ops_equal_experts_forward_bitwise) {
         const detail::RowSlots slots{expert.data(), weight.data(), n, k};
         detail::experts_forward(
             w, act, slots, x.view(), want.view(), [] {}, load);
-        grouped_experts(w, act, expert, weight, k, x.view(), got.view());
+        std::vector<int64_t> grouped_load(5, 0);
+        detail::experts_grouped(
+            backend::cpu_ctx(),
+            detail::expert_views(w),
+            act,
+            slots,
+            x.view(),
+            got.view(),
+            [] {},
+            grouped_load);
+        BOOST_TEST(grouped_load == load, boost::test_tools::per_element());
+        BOOST_TEST(load[0] + load[1] + load[2] + load[3] + load[4] == n * k - 4);
+
+        // host adapters per row (ids 0 and 1, dropout drawn per row of each expert's call) on
+        // expert 1's up and expert 3's down
+        auto adapter = [&](int64_t out_w, int64_t in_w, uint64_t seed) {
+            LoraPair p = make_lora_pair(out_w, in_w, 4, 0.5f, seed, 1, false);
+            Philox b_rng(seed, 2, 0);
+            b_rng.fill_normal(
+                p.B.ptr<float>(), static_cast<size_t>(p.B.view().numel()), 0.0f, 0.5f);
+            return p;
+        };
+        const int64_t inter = cfg.moe.moe_intermediate;
+        LoraSlot up1, down3;
+        up1.adapters.push_back(adapter(inter, d, 21));
+        up1.adapters.push_back(adapter(inter, d, 22));
+        down3.adapters.push_back(LoraPair{});  // adapter 0 leaves it alone
+        down3.adapters.push_back(adapter(d, inter, 23));
+        up1.dropout = down3.dropout = 0.25f;
+        up1.dropout_seed = down3.dropout_seed = 9;
+        w.experts[1].lora.up = &up1;
+        w.experts[3].lora.down = &down3;
+        std::vector<int> row_adapter(static_cast<size_t>(n));
+        for (int64_t t = 0; t < n; ++t)
+            row_adapter[static_cast<size_t>(t)] = static_cast<int>(t % 3 == 1);
+        const detail::RowSlots adapted{expert.data(), weight.data(), n, k, row_adapter.data()};
+        detail::experts_forward(
+            w, act, adapted, x.view(), want.view(), [] {}, load);
+        detail::experts_grouped(
+            backend::cpu_ctx(),
+            detail::expert_views(w),
+            act,
+            adapted,
+            x.view(),
+            got.view(),
+            [] {},
+            grouped_load);
+        BOOST_TEST(std::memcmp(want.view().data, got.view().data, want.view().bytes()) == 0);
+        Buffer plain(DType::f32, {n, d});  // the adapters change the result
+        detail::experts_forward(
+            w, act, slots, x.view(), plain.view(), [] {}, load);
+        w.experts[1].lora.up = w.experts[3].lora.down = nullptr;
+        detail::experts_forward(
+            w, act, slots, x.view(), plain.view(), [] {}, load);
+        BOOST_TEST(std::memcmp(plain.view().data, got.view().data, got.view().bytes()) != 0);
         BOOST_TEST_INFO(static_cast<int>(act));
         BOOST_TEST(std::memcmp(want.view().data, got.view().data, want.view().bytes()) == 0);
-        BOOST_TEST(load[0] + load[1] + load[2] + load[3] + load[4] == n * k - 4);
     }
 }
 
