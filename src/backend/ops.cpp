@@ -20,6 +20,7 @@
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_kda.h"
 #include "hymoe/backend/ops_lora.h"
+#include "hymoe/backend/ops_mla.h"
 #include "hymoe/backend/ops_moe.h"
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/core/error.h"
@@ -372,6 +373,30 @@ void indexer_mask(
             return cu::indexer_mask(*ctx.stream, scores, pos_first, index_topk, kept, mask);
         }
     indexer_mask(scores, pos_first, index_topk, mask);
+}
+
+// ---- MLA over the latent cache: views and params, so only the tensors given are checked -------
+
+void latent_append(const Ctx& ctx,
+                   const LatentCache& cache,
+                   const Tensor& row_seq,
+                   const Tensor& pos,
+                   const Tensor& c_kv,
+                   const Tensor& k_r,
+                   const Tensor& k_idx) {
+    check_on(ctx, "latent_append", {&row_seq, &pos, &c_kv, &k_r, &k_idx});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::latent_append(ctx, cache, row_seq, pos, c_kv, k_r, k_idx);
+    latent_append(cache, row_seq.ptr<int32_t>(), pos.ptr<int64_t>(), c_kv, k_r, k_idx);
+}
+
+void mla_attend(const Ctx& ctx, const MlaAttendParams& p) {
+    check_on(ctx, "mla_attend", {&p.q, &p.kv_b, &p.q_idx, &p.w_idx, &p.o});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::mla_attend(ctx, p);
+    mla_attend(p);
 }
 
 // ---- KDA recurrence: pointers in KdaScanParams, so only the context is checked ----------------

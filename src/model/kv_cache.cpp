@@ -142,6 +142,45 @@ unsigned char* KvPool::at(int layer, int32_t page, int64_t slot, bool write) {
            slot * row_width(layer) * static_cast<int64_t>(dtype_size(layout_.dtype));
 }
 
+backend::LatentCache KvPool::latent_view(int layer,
+                                         const std::vector<int32_t>& table,
+                                         int64_t write_from,
+                                         int64_t write_end,
+                                         int64_t r_kv,
+                                         int64_t d_r,
+                                         std::vector<void*>& ptrs) {
+    const int64_t width = row_width(layer);
+    HYMOE_CHECK(width > 0 && r_kv + d_r <= width && !table.empty(),
+                "KvPool: a view of layer ",
+                layer,
+                " (rows of ",
+                width,
+                ") as ",
+                r_kv,
+                " + ",
+                d_r,
+                " columns over ",
+                table.size(),
+                " pages");
+    ptrs.assign(static_cast<size_t>(*std::max_element(table.begin(), table.end())) + 1, nullptr);
+    for (size_t k = 0; k < table.size(); ++k) {
+        const auto first = static_cast<int64_t>(k) * page_tokens();  // the page's first token
+        const bool write = first + page_tokens() > write_from && first < write_end;
+        ptrs[static_cast<size_t>(table[k])] = at(layer, table[k], 0, write);
+    }
+    backend::LatentCache v;
+    v.dtype = layout_.dtype;
+    v.r_kv = r_kv;
+    v.d_r = d_r;
+    v.d_i = width - r_kv - d_r;
+    v.page_tokens = page_tokens();
+    v.row_stride = width;
+    v.page_ptr = ptrs.data();
+    v.block_table = table.data();
+    v.max_pages = static_cast<int>(table.size());
+    return v;
+}
+
 void KvPool::read_row(
     int layer, int32_t page, int64_t slot, int64_t offset, int64_t n, float* out) {
     const unsigned char* row = at(layer, page, slot, false);

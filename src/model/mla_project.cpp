@@ -38,14 +38,20 @@ void mla_project(const backend::Ctx& ctx,
         ops::rms_norm(ctx, out.c_q, w.q_a_layernorm, eps, out.c_q);
         ops::linear(ctx, out.c_q, w.q_b_proj, out.q);
         lora_forward(lora.q, batch, out.c_q, out.q);
+        if (w.lora_hook)
+            w.lora_hook->apply(LoraSite::q, out.c_q, out.q);
     } else {
         ops::linear(ctx, x, w.q_proj, out.q);
         lora_forward(lora.q, batch, x, out.q);
+        if (w.lora_hook)
+            w.lora_hook->apply(LoraSite::q, x, out.q);
     }
     backend::Scratch scratch(ctx);
     Tensor kv = scratch(DType::f32, {n_tok, m.d_lat()});  // [n_tok, r_kv + d_r]
     ops::linear(ctx, x, w.kv_a_proj_with_mqa, kv);
     lora_forward(lora.kv, batch, x, kv);
+    if (w.lora_hook)
+        w.lora_hook->apply(LoraSite::kv, x, kv);
     ops::copy_cols(ctx, kv, 0, out.c_kv);
     ops::copy_cols(ctx, kv, m.r_kv, out.k_r);
     if (out.a_kv.data != nullptr)

@@ -11,8 +11,9 @@
 //            the read bandwidth, counting per step the active params less the embedding table (a
 //            lower bound: 4 tokens touch the union of their experts, whose uniform-routing
 //            expectation is printed beside it)
-//   KDA      kda_chunked (chunk 64) vs kda_recurrent on one 2048-token sequence, H 8, K = V 128;
-//            its backward, kda_scan_backward (GEMMs per chunk) vs kda_scan_backward_tokens
+//   KDA      kda_chunked (chunks of 64 and of 32) vs kda_recurrent on one 2048-token sequence, H 8,
+//            K = V 128, best of 3 samples each; its backward, kda_scan_backward (GEMMs per chunk)
+//            vs kda_scan_backward_tokens
 //   DSA      attention_forward of the first DSA layer on one 2048-token sequence: the indexer's
 //            share of its time (AttnStats); a 256-token prefill chunk after 1k and 8k cached
 //            tokens, the time ratio against the context ratio; each again over a bf16 KV pool,
@@ -413,7 +414,7 @@ int main(int argc, char** argv) {
         if (pass > 0)
             continue;
         first_cpu_wall = (pf.user + pf.sys) / pf.wall;
-        const auto [chunked, recurrent, back_chunked, back_tokens] =
+        const auto [chunked, chunked32, recurrent, back_chunked, back_tokens] =
             kda_scans(scan_len, cfg.kda.n_head, cfg.kda.head_dim, cfg.kda.head_dim);
         const auto scan_tok = static_cast<double>(scan_len);
         row("KDA chunked (64), 2048 tok",
@@ -423,6 +424,13 @@ int main(int argc, char** argv) {
                 recurrent.wall / chunked.wall,
                 100 * chunked.gemm_seconds / chunked.wall,
                 chunked.gemm_gflops()));
+        row("KDA chunked (32), 2048 tok",
+            scan_tok / chunked32.wall,
+            "tok/s",
+            fmt("%.2f x recurrent; GEMM %.0f%% of wall at %.1f GFLOP/s",
+                recurrent.wall / chunked32.wall,
+                100 * chunked32.gemm_seconds / chunked32.wall,
+                chunked32.gemm_gflops()));
         row("KDA recurrent, 2048 tok", scan_tok / recurrent.wall, "tok/s", "");
         row("KDA backward chunked, 2048 tok",
             scan_tok / back_chunked.wall,

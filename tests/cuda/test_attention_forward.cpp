@@ -5,9 +5,11 @@
 // (detail::mla_project: query through the latent or full-rank, latent c_kv and rope key k_r with
 // their RMSNorms and RoPE) and the indexer's (indexer_project), for a prefill batch (7, 1 and 30
 // tokens from position 0) and a decode step after it (positions 7, 1, 30); fp32 within 1e-5,
-// bf16 matrices within 1e-2. The attention over the cache is host code so far, so
-// attention_forward itself (and device_attention.cpp's block) is compared once the cache is an
-// op. Never run on a GPU yet; each case skips without one.
+// bf16 matrices within 1e-2; then attention_forward itself over device pages (the GPU model's
+// path: DeviceAttnRows, the decode rows through mla_decode, the chunks through the gathered
+// latent) against the CPU's over its own caches, the same prefill and decode, MLA and DSA, fp32
+// within 1e-5. Never run on a GPU yet; each case skips without one.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -87,6 +89,7 @@ model::MlaWeightViews upload(GpuCtx& gc, const model::MlaWeights& w) {
              gc.weight(x.k_norm_weight),
              gc.weight(x.k_norm_bias),
              gc.weight(x.weights_proj)},
+            nullptr,
             nullptr};
 }
 
@@ -213,6 +216,101 @@ BOOST_AUTO_TEST_CASE(mla_and_indexer_projections_on_a_cuda_ctx_match_the_cpu,
                 close("indexer q", q, in.q.view(), gc.g.s, tol);
                 close("indexer k", k, in.k.view(), gc.g.s, tol);
                 close("indexer w", w, in.w.view(), gc.g.s, tol);
+            }
+        }
+    }
+}
+
+// attention_forward on a CUDA context over paged device rows (page_tokens 4, each sequence's pages
+// interleaved with the others') against the CPU over private caches: prefill (7, 1, 30 tokens:
+// sequence 1 a single row, so both the decode and the chunk paths run), then a decode step.
+BOOST_AUTO_TEST_CASE(attention_forward_over_device_pages_matches_the_cpu,
+                     *utf::precondition(need_gpu)) {
+    for (const model::Mixer mixer : {model::Mixer::mla, model::Mixer::dsa}) {
+        BOOST_TEST_CONTEXT(model::to_string(mixer)) {
+            const Layer layer("tiny", mixer, DType::f32);
+            const model::ModelConfig& cfg = layer.cfg;
+            const model::detail::MlaDims m = model::detail::mla_dims(cfg);
+            const int64_t d_i = mixer == model::Mixer::dsa ? cfg.indexer.head_dim : 0;
+            const int64_t width = m.d_lat() + d_i, pt = 4, max_pages = 8, n_seq = 3;
+            GpuCtx gc;
+            const model::MlaWeightViews dw = upload(gc, layer.w);
+            Tensor pages = gc.f32({n_seq * max_pages, pt, width});
+            std::vector<int32_t> table(static_cast<size_t>(n_seq * max_pages));
+            for (int64_t s = 0; s < n_seq; ++s)
+                for (int64_t k = 0; k < max_pages; ++k)
+                    table[static_cast<size_t>(s * max_pages + k)] =
+                        static_cast<int32_t>(k * n_seq + s);
+            const Tensor table_dev = to_device_i32(table, gc.g.arena, gc.g.s);
+            std::vector<model::AttnCache> host(static_cast<size_t>(n_seq));
+            std::vector<model::AttnCache*> caches{&host[0], &host[1], &host[2]};
+            uint32_t stream = 90;
+            for (const model::SeqBatch* b : {&kPrefill, &kDecode}) {
+                const int64_t n = b->n_tok();
+                Buffer x = random({n, m.d}, stream++, DType::f32);
+                Buffer want(DType::f32, {n, m.d});
+                model::attention_forward(backend::cpu_ctx(),
+                                         cfg,
+                                         layer.spec,
+                                         layer.w,
+                                         x.view(),
+                                         *b,
+                                         caches,
+                                         want.view());
+                std::vector<int32_t> row_seq, visible, one_keys;
+                std::vector<int32_t> one_table;
+                std::vector<int64_t> one_rows;
+                for (int64_t s = 0; s < n_seq; ++s) {
+                    for (int64_t t = 0; t < b->length(s); ++t) {
+                        row_seq.push_back(static_cast<int32_t>(s));
+                        visible.push_back(static_cast<int32_t>(b->pos0[s] + t + 1));
+                    }
+                    if (b->length(s) == 1) {
+                        one_rows.push_back(b->offsets[s]);
+                        one_keys.push_back(static_cast<int32_t>(b->pos0[s] + 1));
+                        one_table.insert(one_table.end(),
+                                         table.begin() + s * max_pages,
+                                         table.begin() + (s + 1) * max_pages);
+                    }
+                }
+                model::DeviceAttnRows dev;
+                dev.pages.r_kv = m.r_kv;
+                dev.pages.d_r = m.d_r;
+                dev.pages.d_i = d_i;
+                dev.pages.page_tokens = static_cast<int>(pt);
+                dev.pages.row_stride = width;
+                dev.pages.base = pages.data;
+                dev.pages.page_stride = pt * width;
+                dev.pages.block_table = table_dev.ptr<int32_t>();
+                dev.pages.max_pages = static_cast<int>(max_pages);
+                dev.pos = to_device_i64(positions(*b), gc.g.arena, gc.g.s);
+                dev.row_seq = to_device_i32(row_seq, gc.g.arena, gc.g.s);
+                const Tensor visible_dev = to_device_i32(visible, gc.g.arena, gc.g.s);
+                const Tensor one_rows_dev = to_device_i64(one_rows, gc.g.arena, gc.g.s);
+                const Tensor one_table_dev = to_device_i32(one_table, gc.g.arena, gc.g.s);
+                const Tensor one_keys_dev = to_device_i32(one_keys, gc.g.arena, gc.g.s);
+                dev.rows.row_seq = dev.row_seq.ptr<int32_t>();
+                dev.rows.visible = visible_dev.ptr<int32_t>();
+                dev.rows.n_one = static_cast<int64_t>(one_rows.size());
+                dev.rows.one_rows = one_rows_dev.ptr<int64_t>();
+                dev.rows.one_table = one_table_dev.ptr<int32_t>();
+                dev.rows.one_keys = one_keys_dev.ptr<int32_t>();
+                dev.rows.one_max_keys = *std::max_element(one_keys.begin(), one_keys.end());
+                const Tensor xd = gc.up(x);
+                Tensor y = gc.f32({n, m.d});
+                model::attention_forward(gc.ctx,
+                                         cfg,
+                                         layer.spec,
+                                         dw,
+                                         xd,
+                                         *b,
+                                         {},
+                                         y,
+                                         model::AttnMode::automatic,
+                                         nullptr,
+                                         nullptr,
+                                         &dev);
+                close(b == &kPrefill ? "prefill y" : "decode y", y, want.view(), gc.g.s, 1e-5);
             }
         }
     }

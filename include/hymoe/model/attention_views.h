@@ -2,14 +2,17 @@
 // (model/attention.h's attention_forward takes the host Buffers and calls this one). Views keep
 // the shapes of the weight list (attention_tensors); absent weights (q_proj under a query latent,
 // g_proj without a gate, the indexer of an MLA layer) are empty views.
-// Invariant: every tensor of one call lives on ctx.device; LoRA adapters (host) run on the CPU
-// only. So far the projections, norms, RoPE, the indexer's projections, the gate and the output
-// projection are ops on the Ctx; the cache and the attention over it are host code, so a CUDA
-// Ctx is refused (docs/guide/gpu.md).
+// Invariant: every tensor of one call lives on ctx.device; host LoRA adapters (lora) run on the
+// CPU only, a device model's own adapters through lora_hook. Every step is an op on the Ctx: the
+// projections, norms, RoPE, the indexer's projections, the cache append and the attention over
+// it (backend/ops_mla.h), the gate and the output projection. A CUDA Ctx takes its pages and its
+// rows' metadata on the device from a DeviceAttnRows (the GPU model's step).
 #pragma once
 
 #include <vector>
 
+#include "hymoe/backend/latent_cache.h"
+#include "hymoe/backend/ops_mla.h"
 #include "hymoe/model/attention.h"
 
 namespace hymoe::model {
@@ -20,6 +23,16 @@ struct IndexerWeightViews {
     Tensor k_norm_weight;  // [d_I]
     Tensor k_norm_bias;    // [d_I]
     Tensor weights_proj;   // [H_I, d]
+};
+
+// Adapters a device model applies itself (its device copies): out [n, ·] += the adapter of
+// `site` on in [n, ·] (kv: onto [c_kv | k_r] before the split), the rows of each sequence by its
+// adapter.
+enum class LoraSite { q, kv, o };
+class LoraHook {
+public:
+    virtual ~LoraHook() = default;
+    virtual void apply(LoraSite site, const Tensor& in, Tensor& out) const = 0;
 };
 
 struct MlaWeightViews {
@@ -33,11 +46,21 @@ struct MlaWeightViews {
     Tensor o_proj;              // [d, H·d_v]
     Tensor g_proj;              // [H·d_v, d]
     IndexerWeightViews indexer;
-    const LoraSlots* lora = nullptr;  // adapters on q, kv, o; null: none
+    const LoraSlots* lora = nullptr;      // host adapters on q, kv, o; null: none
+    const LoraHook* lora_hook = nullptr;  // device adapters; null: none
 };
 MlaWeightViews attention_views(const MlaWeights& w);
 
-// attention_forward (model/attention.h) on views.
+// A call's rows on the device (the GPU model's step), for attention_forward on a CUDA Ctx: the
+// positions are not uploaded and the caches not touched (the caller counts their tokens).
+struct DeviceAttnRows {
+    backend::LatentCache pages;  // the layer's device pages, block-table row s = sequence s
+    Tensor pos;                  // i64 [n_tok] each row's position
+    Tensor row_seq;              // i32 [n_tok] each row's sequence
+    ops::MlaDeviceRows rows;     // the decode rows and the fused DSA plans
+};
+
+// attention_forward (model/attention.h) on views; dev: a CUDA Ctx's rows (caches then empty).
 void attention_forward(const backend::Ctx& ctx,
                        const ModelConfig& cfg,
                        const LayerSpec& spec,
@@ -48,7 +71,8 @@ void attention_forward(const backend::Ctx& ctx,
                        Tensor& y,                              // [n_tok, d]
                        AttnMode mode = AttnMode::automatic,
                        AttnStats* stats = nullptr,
-                       const comm::Comm* tp = nullptr);
+                       const comm::Comm* tp = nullptr,
+                       const DeviceAttnRows* dev = nullptr);
 
 // The indexer's inputs (IndexerInputs) of the new tokens on ctx: q, k, w [n_tok, ·] written in
 // place, from x [n_tok, d], c_q [n_tok, r_q] and pos [n_tok] int64, all on ctx's device.

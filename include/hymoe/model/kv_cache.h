@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "hymoe/backend/latent_cache.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/shard.h"
 
@@ -104,6 +105,20 @@ public:
     void read_row(int layer, int32_t page, int64_t slot, int64_t offset, int64_t n, float* out);
     void write_row(
         int layer, int32_t page, int64_t slot, int64_t offset, int64_t n, const float* in);
+
+    // Layer `layer`'s rows of the sequence whose block table is `table`, as a host view
+    // (backend/latent_cache.h; block-table row 0 = table) of columns [c_kv r_kv | k_r d_r | k_idx
+    // d_i] (r_kv + d_r + d_i = row_width): the pages that hold tokens of [write_from, write_end)
+    // fetched for writing, the others for reading. ptrs keeps the page pointers (by page id) the
+    // view reads, table the ids: both must outlive it. Valid until the store's next
+    // enter_layer/end_step.
+    backend::LatentCache latent_view(int layer,
+                                     const std::vector<int32_t>& table,
+                                     int64_t write_from,
+                                     int64_t write_end,
+                                     int64_t r_kv,
+                                     int64_t d_r,
+                                     std::vector<void*>& ptrs);
 
     // The forward's hooks (see above), passed to the store.
     void begin_step(const std::vector<int32_t>& pages) { store_->begin_step(pages); }

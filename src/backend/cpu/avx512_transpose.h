@@ -1,6 +1,7 @@
 // A 16 × 16 transpose of 32-bit lanes in AVX-512 registers, shared by the kernels that pack
-// weight panels (gemm_avx512.cpp: fp32 B [n, k]; linear_bf16.cpp: bf16 pairs, moved as bits).
-// Include only from files compiled with -mavx512f.
+// weight panels (gemm_avx512.cpp: fp32 B [n, k]; linear_bf16.cpp: bf16 pairs, moved as bits) and
+// the KDA scan's transposed decay rows (kda_simd_decay.cpp). Call only from code compiled with
+// -mavx512f or from functions with target("avx512f").
 #pragma once
 
 #include <immintrin.h>
@@ -8,7 +9,7 @@
 namespace hymoe::ops::detail {
 
 // r [16][16] = its transpose (r[i] lane l ← r[l] lane i): unpack pairs, then 4 × 4 blocks.
-inline void transpose16(__m512 r[16]) {
+inline __attribute__((target("avx512f"))) void transpose16(__m512 r[16]) {
     __m512 t[16];
 #pragma GCC unroll 8
     for (int i = 0; i < 16; i += 2) {

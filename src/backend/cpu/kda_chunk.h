@@ -21,35 +21,43 @@ bool backward_args_ok(
 
 // Scratch for one chunk of one head, sized for chunks of up to C tokens (row strides K, V, C).
 struct ChunkScratch {
+    std::vector<float> eg;   // [C, K] e^g
     std::vector<float> gam;  // [C, K] Γ
     std::vector<float> e;    // [K] e^{Γ_L}
-    std::vector<float> qg;   // [C, K] Q ⊙ e^Γ
-    std::vector<float> kg;   // [C, K] K ⊙ e^Γ
-    std::vector<float> kl;   // [C, K] K ⊙ e^{Γ_L − Γ}
-    std::vector<float> qs;   // [sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}
-    std::vector<float> ks;   // [sub, K] its K ⊙ e^{Γ − Γ_r}
+    std::vector<float> qkg;  // [2C, K]: Q ⊙ e^Γ in rows [0, L), K ⊙ e^Γ in rows [L, 2L)
+    float* qg = nullptr;     // [L, K] Q ⊙ e^Γ, in qkg (set by chunk_decays)
+    float* kg = nullptr;     // [L, K] K ⊙ e^Γ, in qkg right after qg
+    std::vector<float> kl;   // K ⊙ e^{Γ_L − Γ}: [C, K] in the backward, [K, C] in the forward
+    std::vector<float> qks;  // [2 sub, K] a sub-chunk's Q ⊙ e^{Γ − Γ_r}, then its K ⊙ e^{Γ − Γ_r}
+    std::vector<float> blk;  // [2 sub, C] their products with the rows before it
     std::vector<float> kt;   // [C, K] the rows before it, K ⊙ e^{Γ_r − Γ}
     std::vector<float> m;    // [C, C] M, strictly lower
     std::vector<float> aqk;  // [C, C] Aqk, lower with the diagonal
     std::vector<float> t;    // [C, C] T, lower with the diagonal
+    std::vector<float> b;    // [C] β of the chunk's rows
     std::vector<float> x;    // [sub, C] M[I, <I] · N[<I, <I]
-    std::vector<float> w;    // [C, K] W
-    std::vector<float> u;    // [C, V] U, then V'
+    std::vector<float> xs;   // [2C, V] Q_g S then K_g S (rows as in qkg), then V − K_g S
+    std::vector<float> w;    // [C, K] W (the backward's)
+    std::vector<float> u;    // [C, V] V'
     ChunkScratch(int64_t C, int64_t K, int64_t V)
-        : gam(C * K),
+        : eg(C * K),
+          gam(C * K),
           e(K),
-          qg(C * K),
-          kg(C * K),
+          qkg(2 * C * K),
           kl(C * K),
-          qs(sub * K),
-          ks(sub * K),
+          qks(2 * sub * K),
+          blk(2 * sub * C),
           kt(C * K),
           m(C * C),
           aqk(C * C),
           t(C * C),
+          b(C),
           x(sub * C),
+          xs(2 * C * V),
           w(C * K),
           u(C * V) {}
+    ChunkScratch(const ChunkScratch&) = delete;  // qg, kg point into qkg
+    ChunkScratch& operator=(const ChunkScratch&) = delete;
 };
 
 // One head's rows of one chunk: row c of q, k, g at c·ldk, of v, o at c·ldv, β at c·H.
@@ -68,13 +76,14 @@ struct ChunkView {
 // are).
 ChunkView chunk_view(const KdaScanParams& p, int64_t h, int64_t t0, int64_t C);
 
-// s.gam = Γ, s.qg = Q ⊙ e^Γ, s.kg = K ⊙ e^Γ, s.kl = K ⊙ e^{Γ_L − Γ}.
+// s.eg = e^g, s.gam = Γ, s.qg = Q ⊙ e^Γ, s.kg = K ⊙ e^Γ, s.e = e^{Γ_L}, every factor e^{Γ_c −
+// Γ_j} the running product of the e^g between (kda_simd.h).
 void chunk_decays(const ChunkView& c, ChunkScratch& s);
 // s.aqk = Aqk (lower with the diagonal) and s.m = A_kk (strictly lower), zero above, by
-// sub-chunks I of `sub` rows starting at r: the diagonal block with pairwise exponentials
+// sub-chunks I of `sub` rows starting at r: the diagonal block with pairwise factors
 // (kda_diag_scores), the block row left of it as two GEMMs of factors taken about the reference
-// Γ_r, (Q_I ⊙ e^{Γ_I − Γ_r})(K_{<r} ⊙ e^{Γ_r − Γ_{<r}})ᵀ and the same with K_I, whose exponents
-// are all ≤ 0 (Γ falls down the rows). Needs chunk_decays.
+// Γ_r, (Q_I ⊙ e^{Γ_I − Γ_r})(K_{<r} ⊙ e^{Γ_r − Γ_{<r}})ᵀ and the same with K_I, all ≤ 1 (Γ
+// falls down the rows), running products of s.eg. Needs chunk_decays.
 void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s);
 // s.m ← M = Diag(β) A_kk.
 void chunk_beta_rows(const ChunkView& c, int64_t C, ChunkScratch& s);
@@ -84,7 +93,9 @@ void chunk_beta_rows(const ChunkView& c, int64_t C, ChunkScratch& s);
 void chunk_inverse(const ChunkView& c, int64_t C, ChunkScratch& s);
 // s.t ← T = N Diag(β).
 void chunk_beta_columns(const ChunkView& c, int64_t C, ChunkScratch& s);
-// s.w = W, s.u = V' (from the state c.S before the chunk). Needs T in s.t.
-void chunk_wy(const ChunkView& c, int64_t C, ChunkScratch& s);
+// s.u = V' = T (V − K_g S), from the state c.S before the chunk (= U − W S with U = T V, W =
+// T K_g, without forming W), by one product of S with the rows of K_g, and of Q_g before them when
+// with_q (s.xs rows [0, L) = Q_g S, for O). Needs T in s.t.
+void chunk_vprime(const ChunkView& c, int64_t C, ChunkScratch& s, bool with_q);
 
 }  // namespace hymoe::ops::kda_chunk

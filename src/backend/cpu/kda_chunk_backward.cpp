@@ -75,11 +75,12 @@ struct BackScratch {
           dgl(K) {}
 };
 
-// The forward's intra-chunk matrices from the checkpoint b.S: s.gam, qg, kg, kl, aqk, m (M),
-// t (T), w, u (V') as kda_chunked computes them, and b.akk (A_kk), b.n (N).
+// The forward's intra-chunk matrices from the checkpoint b.S: s.gam, qg, kg, kl ([L, K]), aqk, m
+// (M), t (T), u (V') as kda_chunked computes them, w (W = T K_g), and b.akk (A_kk), b.n (N).
 void recompute(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b) {
     const int64_t L = c.L;
     chunk_decays(c, s);
+    kda_decay_backward(c.k, c.ldk, s.eg.data(), false, L, c.K, s.kl.data());  // K ⊙ e^{Γ_L − Γ}
     chunk_scores(c, C, s);
     for (int64_t i = 0; i < L; ++i)
         std::copy(&s.m[i * C], &s.m[i * C + L], &b.akk[i * C]);
@@ -88,7 +89,8 @@ void recompute(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b) {
     for (int64_t i = 0; i < L; ++i)
         std::copy(&s.t[i * C], &s.t[i * C + L], &b.n[i * C]);
     chunk_beta_columns(c, C, s);
-    chunk_wy(c, C, s);
+    chunk_vprime(c, C, s, false);
+    ops::gemm(false, false, L, c.K, L, 1.0f, s.t.data(), C, s.kg, c.K, 0.0f, s.w.data(), c.K);
 }
 
 // dV', ∂L/∂S before the chunk (b.dS), dW, dT → dN, dM → dA_kk, dAqk, dQ_g, dK_g, dK_L, dv and dβ,
@@ -114,13 +116,13 @@ void products(const ChunkView& c,
         }
         b.dgl[x] = acc;
     }
-    ops::gemm(true, false, K, V, L, 1.0f, s.qg.data(), K, dO, ldv, 1.0f, b.dS.data(), V);
+    ops::gemm(true, false, K, V, L, 1.0f, s.qg, K, dO, ldv, 1.0f, b.dS.data(), V);
     ops::gemm(true, false, K, V, L, -1.0f, s.w.data(), K, b.dvp.data(), V, 1.0f, b.dS.data(), V);
     ops::gemm(false, true, L, K, V, 1.0f, dO, ldv, S, V, 0.0f, b.dqg.data(), K);
     ops::gemm(false, true, L, K, V, 1.0f, s.u.data(), V, dS1, V, 0.0f, b.dkl.data(), K);
     ops::gemm(false, true, L, K, V, -1.0f, b.dvp.data(), V, S, V, 0.0f, b.dw.data(), K);
     ops::gemm(false, true, L, L, V, 1.0f, b.dvp.data(), V, c.v, ldv, 0.0f, b.dt.data(), C);
-    ops::gemm(false, true, L, L, K, 1.0f, b.dw.data(), K, s.kg.data(), K, 1.0f, b.dt.data(), C);
+    ops::gemm(false, true, L, L, K, 1.0f, b.dw.data(), K, s.kg, K, 1.0f, b.dt.data(), C);
     ops::gemm(true, false, L, V, L, 1.0f, s.t.data(), C, b.dvp.data(), V, 0.0f, dv, ldv);
     ops::gemm(true, false, L, K, L, 1.0f, s.t.data(), C, b.dw.data(), K, 0.0f, b.dkg.data(), K);
     for (int64_t j = 0; j < L; ++j)
@@ -151,7 +153,7 @@ void products(const ChunkView& c,
 
 // The row and column forms of dAqk and dA_kk (b.dqa, b.dkr, b.dkc) by sub-chunks, as in the
 // file comment, but for the diagonal of dAqk (b.dqd, b.dkd): its terms have no decay and their
-// dΓ parts cancel exactly, so they stay out of dΓ (no rounding left where dg is 0). s.qs, s.ks,
+// dΓ parts cancel exactly, so they stay out of dΓ (no rounding left where dg is 0). s.qks,
 // s.kt are the forward's buffers for the same factors.
 void score_grads(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b) {
     const int64_t L = c.L, K = c.K;
@@ -197,12 +199,12 @@ void score_grads(const ChunkView& c, int64_t C, ChunkScratch& s, BackScratch& b)
         for (int64_t i = 0; i < n * K; ++i)
             b.dkr[r * K + i] += b.acc[i];
         // the columns before r from rows I: (D_{I,<r}ᵀ (A_I ⊙ e^{Γ_I − Γ_r})) ⊙ e^{Γ_r − Γ_{<r}}
-        kda_decay_rows(c.q + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.qs.data());
-        kda_decay_rows(c.k + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.ks.data());
+        float* qs = s.qks.data();  // [n, K], then ks [n, K]
+        kda_decay_rows(c.q + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, qs);
+        kda_decay_rows(c.k + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, qs + n * K);
+        ops::gemm(true, false, r, K, n, 1.0f, &b.daqk[r * C], C, qs, K, 0.0f, b.acc.data(), K);
         ops::gemm(
-            true, false, r, K, n, 1.0f, &b.daqk[r * C], C, s.qs.data(), K, 0.0f, b.acc.data(), K);
-        ops::gemm(
-            true, false, r, K, n, 1.0f, &b.dm[r * C], C, s.ks.data(), K, 1.0f, b.acc.data(), K);
+            true, false, r, K, n, 1.0f, &b.dm[r * C], C, qs + n * K, K, 1.0f, b.acc.data(), K);
         kda_decay_rows(b.acc.data(), K, gam, gr, -1.0f, r, K, b.acc.data());
         for (int64_t i = 0; i < r * K; ++i)
             b.dkc[i] += b.acc[i];

@@ -5,16 +5,20 @@
 // Chunked form, per head and chunk of L tokens with state S [K, V] from the previous chunk and
 // Γ_c = Σ_{j≤c} g_j the within-chunk cumulative log-decay [L, K]:
 //   M[c,i] = β_c Σ_κ k_cκ k_iκ e^{Γ_cκ − Γ_iκ} (i < c),   T = (I + M)^{-1} Diag(β),
-//   W = T (K ⊙ e^Γ),  U = T V,  V' = U − W S,
+//   W = T (K ⊙ e^Γ),  U = T V,  V' = U − W S = T (V − (K ⊙ e^Γ) S),
 //   O = (Q ⊙ e^Γ) S + [Aqk]_{j≤c} V',   Aqk[c,j] = Σ_κ q_cκ k_jκ e^{Γ_cκ − Γ_jκ},
 //   S ← e^{Γ_L} ⊙ S + (K ⊙ e^{Γ_L − Γ})ᵀ V'.
-// Since g ≤ 0, every exponent evaluated here (Γ_c − Γ_j with j ≤ c, Γ_c, Γ_L − Γ_c) is ≤ 0: the
-// masked upper triangle, whose exponents are positive and overflow under strong decay, is never
-// computed (its entries are set to zero). The work is GEMMs (ops::gemm) per chunk and head but for
-// the 16 × 16 diagonal blocks: M and Aqk by sub-chunks of 16 rows, the diagonal block with exact
-// pairwise exponentials (kda_simd.h), the block row left of it as a product of factors taken about
-// the sub-chunk's first row r (e^{Γ_c − Γ_r}, e^{Γ_r − Γ_j}: both exponents ≤ 0 as well); the
-// inverse by blocked forward substitution; W, U, V', O and the state update as products.
+// Since g ≤ 0, every decay factor used here (e^{Γ_c − Γ_j} with j ≤ c, e^{Γ_c}, e^{Γ_L − Γ_c}) is
+// ≤ 1: the masked upper triangle, whose factors are above 1 and overflow under strong decay, is
+// never computed (its entries are set to zero). Each factor is the running product of the tokens'
+// own e^g between the two rows (kda_simd.h), as the recurrence applies them to its state, not the
+// exponential of a difference of cumulative sums, whose rounding grows with |Γ| (at g down to −300
+// that rounding put 6e-5 between the two forms; the products, 6e-8). The work is GEMMs (ops::gemm)
+// per chunk and head but for the 16 × 16 diagonal blocks: M and Aqk by sub-chunks of 16 rows, the
+// diagonal block with pairwise factors (kda_simd.h), the block row left of it as a product of
+// factors taken about the sub-chunk's first row r (e^{Γ_c − Γ_r}, e^{Γ_r − Γ_j}: both ≤ 1 as
+// well); the inverse by blocked forward substitution; W, U, V', O and the state update as
+// products.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -42,21 +46,34 @@ void check_params(const KdaScanParams& p) {
                 "kda scan: missing input or output array");
 }
 
+// c [L, n] = a b + beta c for a [L, L] lower triangular (zero above the diagonal): the first
+// half of the rows against the first half of b's rows only, the rest against all of b.
+void lower_gemm(int64_t L,
+                int64_t n,
+                const float* a,  // [L, L] stride lda
+                int64_t lda,
+                const float* b,  // [L, n] stride ldb
+                int64_t ldb,
+                float beta,
+                float* c,  // [L, n] stride ldc
+                int64_t ldc) {
+    const int64_t h = L / 2;
+    ops::gemm(false, false, h, n, h, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    ops::gemm(false, false, L - h, n, L, 1.0f, a + h * lda, lda, b, ldb, beta, c + h * ldc, ldc);
+}
+
 }  // namespace
 
 // The pieces of one chunk of one head (their contracts are in kda_chunk.h).
 namespace kda_chunk {
 
-// Γ, Q ⊙ e^Γ, K ⊙ e^Γ, K ⊙ e^{Γ_L − Γ}.
+// e^g, Γ, Q ⊙ e^Γ, K ⊙ e^Γ, e^{Γ_L}: the decays as running products of e^g.
 void chunk_decays(const ChunkView& c, ChunkScratch& s) {
     const int64_t L = c.L, K = c.K;
-    for (int64_t i = 0; i < L; ++i)
-        for (int64_t x = 0; x < K; ++x)
-            s.gam[i * K + x] = (i ? s.gam[(i - 1) * K + x] : 0.0f) + c.g[i * c.ldk + x];
-    const float* gam = s.gam.data();
-    kda_decay_rows(c.q, c.ldk, gam, nullptr, 1.0f, L, K, s.qg.data());
-    kda_decay_rows(c.k, c.ldk, gam, nullptr, 1.0f, L, K, s.kg.data());
-    kda_decay_rows(c.k, c.ldk, gam, gam + (L - 1) * K, -1.0f, L, K, s.kl.data());
+    kda_gates(c.g, c.ldk, L, K, s.eg.data(), s.gam.data());
+    s.qg = s.qkg.data();
+    s.kg = s.qg + L * K;
+    kda_decay_forward(c.q, c.k, c.ldk, s.eg.data(), true, L, K, s.qg, s.kg, s.e.data());
 }
 
 void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
@@ -67,35 +84,41 @@ void chunk_scores(const ChunkView& c, int64_t C, ChunkScratch& s) {
     }
     for (int64_t r = 0; r < L; r += sub) {
         const int64_t n = std::min(sub, L - r);
-        const float* gr = &s.gam[r * K];
         kda_diag_scores(n,
                         K,
                         c.q + r * c.ldk,
                         c.k + r * c.ldk,
                         c.ldk,
-                        gr,
+                        &s.eg[r * K],
                         &s.aqk[r * C + r],
                         &s.m[r * C + r],
                         C);
         if (r == 0)
             continue;
-        kda_decay_rows(c.q + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.qs.data());
-        kda_decay_rows(c.k + r * c.ldk, c.ldk, gr, gr, 1.0f, n, K, s.ks.data());
-        kda_decay_rows(c.k, c.ldk, s.gam.data(), gr, -1.0f, r, K, s.kt.data());
-        ops::gemm(
-            false, true, n, r, K, 1.0f, s.qs.data(), K, s.kt.data(), K, 0.0f, &s.aqk[r * C], C);
-        ops::gemm(false, true, n, r, K, 1.0f, s.ks.data(), K, s.kt.data(), K, 0.0f, &s.m[r * C], C);
+        float* qs = s.qks.data();  // [n, K], then ks [n, K]: one product with the rows before r
+        kda_decay_forward(c.q + r * c.ldk,
+                          c.k + r * c.ldk,
+                          c.ldk,
+                          &s.eg[r * K],
+                          false,
+                          n,
+                          K,
+                          qs,
+                          qs + n * K,
+                          nullptr);
+        kda_decay_backward(c.k, c.ldk, s.eg.data(), true, r, K, s.kt.data());
+        ops::gemm(false, true, 2 * n, r, K, 1.0f, qs, K, s.kt.data(), K, 0.0f, s.blk.data(), C);
+        for (int64_t i = 0; i < n; ++i) {
+            std::copy_n(&s.blk[i * C], r, &s.aqk[(r + i) * C]);
+            std::copy_n(&s.blk[(n + i) * C], r, &s.m[(r + i) * C]);
+        }
     }
     for (int64_t i = 0; i < L; ++i)
         s.m[i * C + i] = 0.0f;
 }
 
 void chunk_beta_rows(const ChunkView& c, int64_t C, ChunkScratch& s) {
-    for (int64_t i = 0; i < c.L; ++i) {
-        const float b = c.beta[i * c.H];
-        for (int64_t j = 0; j < i; ++j)
-            s.m[i * C + j] *= b;
-    }
+    kda_scale(s.m.data(), C, c.beta, c.H, nullptr, c.L, c.L);  // zero on and above the diagonal
 }
 
 void chunk_inverse(const ChunkView& c, int64_t C, ChunkScratch& s) {
@@ -122,17 +145,29 @@ void chunk_inverse(const ChunkView& c, int64_t C, ChunkScratch& s) {
 }
 
 void chunk_beta_columns(const ChunkView& c, int64_t C, ChunkScratch& s) {
-    const int64_t L = c.L;
-    for (int64_t i = 0; i < L; ++i)
-        for (int64_t j = 0; j <= i; ++j)
-            s.t[i * C + j] *= c.beta[j * c.H];
+    for (int64_t j = 0; j < c.L; ++j)
+        s.b[j] = c.beta[j * c.H];
+    kda_scale(s.t.data(), C, nullptr, 0, s.b.data(), c.L, c.L);  // zero above the diagonal
 }
 
-void chunk_wy(const ChunkView& c, int64_t C, ChunkScratch& s) {
+void chunk_vprime(const ChunkView& c, int64_t C, ChunkScratch& s, bool with_q) {
     const int64_t L = c.L, K = c.K, V = c.V;
-    ops::gemm(false, false, L, K, L, 1.0f, s.t.data(), C, s.kg.data(), K, 0.0f, s.w.data(), K);
-    ops::gemm(false, false, L, V, L, 1.0f, s.t.data(), C, c.v, c.ldv, 0.0f, s.u.data(), V);
-    ops::gemm(false, false, L, V, K, -1.0f, s.w.data(), K, c.S, V, 1.0f, s.u.data(), V);  // V'
+    float* ks = s.xs.data() + (with_q ? L * V : 0);  // [L, V] K_g S, then V − K_g S
+    ops::gemm(false,
+              false,
+              with_q ? 2 * L : L,
+              V,
+              K,
+              1.0f,
+              with_q ? s.qg : s.kg,
+              K,
+              c.S,
+              V,
+              0.0f,
+              s.xs.data(),
+              V);
+    kda_sub_from(c.v, c.ldv, ks, V, L, V);
+    lower_gemm(L, V, s.t.data(), C, ks, V, 0.0f, s.u.data(), V);
 }
 
 ChunkView chunk_view(const KdaScanParams& p, int64_t h, int64_t t0, int64_t C) {
@@ -166,14 +201,13 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
     chunk_beta_rows(c, C, s);
     chunk_inverse(c, C, s);
     chunk_beta_columns(c, C, s);
-    chunk_wy(c, C, s);
-    ops::gemm(false, false, L, V, K, 1.0f, s.qg.data(), K, c.S, V, 0.0f, c.o, c.ldv);
-    ops::gemm(false, false, L, V, L, 1.0f, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
-    kda_exp(&s.gam[(L - 1) * K], s.e.data(), K);  // e^{Γ_L}
-    for (int64_t x = 0; x < K; ++x)
-        for (int64_t y = 0; y < V; ++y)
-            c.S[x * V + y] *= s.e[x];
-    ops::gemm(true, false, K, V, L, 1.0f, s.kl.data(), K, s.u.data(), V, 1.0f, c.S, V);
+    chunk_vprime(c, C, s, true);
+    for (int64_t i = 0; i < L; ++i)  // O = Q_g S + Aqk V'
+        std::copy_n(&s.xs[i * V], V, c.o + i * c.ldv);
+    lower_gemm(L, V, s.aqk.data(), C, s.u.data(), V, 1.0f, c.o, c.ldv);
+    kda_scale(c.S, V, s.e.data(), 1, nullptr, K, V);                      // e^{Γ_L} ⊙ S
+    kda_decay_backward_t(c.k, c.ldk, s.eg.data(), L, K, s.kl.data(), C);  // (K ⊙ e^{Γ_L − Γ})ᵀ
+    ops::gemm(false, false, K, V, L, 1.0f, s.kl.data(), C, s.u.data(), V, 1.0f, c.S, V);
 }
 
 }  // namespace
@@ -182,9 +216,12 @@ void kda_recurrent(const KdaScanParams& p) {
     check_params(p);
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v;
     std::vector<float> work(K + V);  // kda_token_step's scratch
-    for (int64_t h = 0; h < H; ++h) {
-        float* S = p.S + h * K * V;  // [K, V]
-        for (int64_t t = 0; t < p.n_tok; ++t)
+    // tokens outer: a token's rows of every head lie together, read once in order (heads outer
+    // read each row H times in pieces: 0.8x at 2048 tokens, H 8, K = V = 128), and the H states
+    // stay in L2 (512 KiB there)
+    for (int64_t t = 0; t < p.n_tok; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+            float* S = p.S + h * K * V;  // [K, V]
             kda_token_step(K,
                            V,
                            p.q + (t * H + h) * K,
@@ -195,6 +232,7 @@ void kda_recurrent(const KdaScanParams& p) {
                            S,
                            p.o + (t * H + h) * V,
                            work.data());
+        }
     }
 }
 
@@ -203,8 +241,8 @@ void kda_chunked(const KdaScanParams& p, int chunk) {
     HYMOE_CHECK(chunk > 0, "kda_chunked: chunk ", chunk);
     const int64_t H = p.n_head, C = chunk;
     ChunkScratch scratch(C, p.d_k, p.d_v);
-    for (int64_t h = 0; h < H; ++h)
-        for (int64_t t0 = 0; t0 < p.n_tok; t0 += C)
+    for (int64_t t0 = 0; t0 < p.n_tok; t0 += C)  // a chunk's rows of every head lie together
+        for (int64_t h = 0; h < H; ++h)
             chunk_step(chunk_view(p, h, t0, C), C, scratch);
 }
 

@@ -13,49 +13,13 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "kda_simd_exp.h"
+
 namespace hymoe::ops {
 
 namespace {
 
-constexpr float exp_lo = -104.0f;  // e^{−104} is below the smallest subnormal: 0 from here
-constexpr float log2e = 1.44269504088896341f;
-constexpr float ln2_hi = 0.693359375f;  // ln 2 = ln2_hi + ln2_lo, ln2_hi exact in 9 bits
-constexpr float ln2_lo = -2.12194440e-4f;
-constexpr float p0 = 1.9875691500e-4f;  // Cephes expf: e^r ≈ 1 + r + r²·P(r)
-constexpr float p1 = 1.3981999507e-3f;
-constexpr float p2 = 8.3334519073e-3f;
-constexpr float p3 = 4.1665795894e-2f;
-constexpr float p4 = 1.6666665459e-1f;
-constexpr float p5 = 5.0000001201e-1f;
-
-bool have_avx512() {
-    static const bool yes = __builtin_cpu_supports("avx512f");
-    return yes;
-}
-
-float exp_scalar(float x) {
-    x = std::max(x, exp_lo);
-    const float n = std::floor(x * log2e + 0.5f);
-    const float r = (x - n * ln2_hi) - n * ln2_lo;
-    const float p = ((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5;
-    return std::ldexp(p * r * r + r + 1.0f, static_cast<int>(n));
-}
-
-__attribute__((target("avx512f"))) __m512 exp_avx512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(exp_lo));
-    const __m512 n =
-        _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(log2e)), _MM_FROUND_TO_NEAREST_INT);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ln2_hi), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ln2_lo), r);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(p0), r, _mm512_set1_ps(p1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(p5));
-    const __m512 y =
-        _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(y, n);  // y · 2^n, subnormal or 0 on underflow
-}
+using namespace kda_simd;
 
 __attribute__((target("avx512f"))) void exp_array_avx512(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
@@ -82,34 +46,6 @@ __attribute__((target("avx512f"))) void decay_rows_avx512(const float* a,
             const __m512 e = exp_avx512(_mm512_mul_ps(sg, d));
             _mm512_mask_storeu_ps(
                 out + i * K + x, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i * lda + x), e));
-        }
-    }
-}
-
-__attribute__((target("avx512f"))) void diag_scores_avx512(int64_t n,
-                                                           int64_t K,
-                                                           const float* q,
-                                                           const float* k,
-                                                           int64_t ld,
-                                                           const float* gam,
-                                                           float* aqk,
-                                                           float* akk,
-                                                           int64_t ldo) {
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j <= i; ++j) {
-            __m512 acc_q = _mm512_setzero_ps(), acc_k = _mm512_setzero_ps();
-            for (int64_t x = 0; x < K; x += 16) {
-                const __mmask16 m =
-                    K - x >= 16 ? 0xffff : static_cast<__mmask16>((1u << (K - x)) - 1);
-                const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, gam + i * K + x),
-                                               _mm512_maskz_loadu_ps(m, gam + j * K + x));
-                const __m512 kje =
-                    _mm512_mul_ps(_mm512_maskz_loadu_ps(m, k + j * ld + x), exp_avx512(d));
-                acc_q = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i * ld + x), kje, acc_q);
-                acc_k = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, k + i * ld + x), kje, acc_k);
-            }
-            aqk[i * ldo + j] = _mm512_reduce_add_ps(acc_q);
-            akk[i * ldo + j] = _mm512_reduce_add_ps(acc_k);
         }
     }
 }
@@ -276,33 +212,6 @@ void kda_decay_rows(const float* a,
         for (int64_t x = 0; x < K; ++x)
             out[i * K + x] =
                 a[i * lda + x] * exp_scalar(sign * (gam[i * K + x] - (ref ? ref[x] : 0.0f)));
-}
-
-void kda_diag_scores(int64_t n,
-                     int64_t K,
-                     const float* q,
-                     const float* k,
-                     int64_t ld,
-                     const float* gam,
-                     float* aqk,
-                     float* akk,
-                     int64_t ldo) {
-    if (have_avx512()) {
-        diag_scores_avx512(n, K, q, k, ld, gam, aqk, akk, ldo);
-        return;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j <= i; ++j) {
-            float acc_q = 0.0f, acc_k = 0.0f;
-            for (int64_t x = 0; x < K; ++x) {
-                const float kje = k[j * ld + x] * exp_scalar(gam[i * K + x] - gam[j * K + x]);
-                acc_q += q[i * ld + x] * kje;
-                acc_k += k[i * ld + x] * kje;
-            }
-            aqk[i * ldo + j] = acc_q;
-            akk[i * ldo + j] = acc_k;
-        }
-    }
 }
 
 void kda_diag_grads(int64_t n,

@@ -16,6 +16,7 @@
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_model_ops.h"
+#include "hymoe/backend/ops_mla.h"
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/backend/stack_alloc.h"
 #include "hymoe/model/attention.h"
@@ -98,9 +99,9 @@ private:
     std::vector<void*> held_;
 };
 
-// The most attention scores one group of a block holds (device_attention.cpp: decode groups of
-// sequences, prefill blocks of queries), 256 MiB; the decode graphs' workspace keeps room for it.
-constexpr int64_t kScoreFloats = int64_t{64} << 20;
+// The most attention scores one group of the attention holds (backend/ops_mla.h), 256 MiB; the
+// decode graphs' workspace keeps room for it.
+constexpr int64_t kScoreFloats = ops::kMlaScoreFloats;
 
 // `elements` elements into t's storage (sub-blocks of a row-major tensor for strided GEMMs).
 inline void* at(const Tensor& t, int64_t elements) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <utility>
 
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/error.h"

@@ -1,9 +1,10 @@
 // Unit tests of the chunked KDA scan's vector kernels (src/backend/cpu/kda_simd.h, private to the
 // CPU backend): kda_exp's relative error against the double-precision exponential over the
 // non-positive normal range (the bound the header states), its underflow to 0, and
-// kda_diag_scores and its backward kda_diag_grads against double-precision evaluations of the
-// same pairwise-exponential sums, with K a multiple of 16 and not; kda_token_step, run over a
-// sequence as kda_recurrent runs it, against the recurrence in double precision.
+// kda_diag_scores (factors as running products of e^g) and its backward kda_diag_grads (pairwise
+// exponentials) against double-precision evaluations of the same sums, with K a multiple of 16 and
+// not; kda_token_step, run over a sequence as kda_recurrent runs it, against the recurrence in
+// double precision.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -141,22 +142,24 @@ BOOST_AUTO_TEST_CASE(diag_scores_match_double) {
     Philox rng(11, 0, 0);
     for (int64_t K : {32, 20}) {
         const int64_t n = 16, ld = K + 3, ldo = 19;
-        std::vector<float> q(n * ld), k(n * ld), g(n * K), gam(n * K);
+        std::vector<float> q(n * ld), k(n * ld), g(n * K), eg(n * K);
         rng.fill_normal(q.data(), q.size(), 0.0f, 1.0f);
         rng.fill_normal(k.data(), k.size(), 0.0f, 1.0f);
         rng.fill_uniform(g.data(), g.size(), 0.0f, 3.0f);
-        for (int64_t i = 0; i < n; ++i)  // γ: cumulative sums of −g, falling down the rows
-            for (int64_t x = 0; x < K; ++x)
-                gam[i * K + x] = (i ? gam[(i - 1) * K + x] : 0.0f) - g[i * K + x];
+        for (float& x : g)  // log-decays in (−3, 0]: the factors down a block fall to e^{−45}
+            x = -x;
+        kda_exp(g.data(), eg.data(), n * K);
         std::vector<float> aqk(n * ldo, NAN), akk(n * ldo, NAN);
-        kda_diag_scores(n, K, q.data(), k.data(), ld, gam.data(), aqk.data(), akk.data(), ldo);
+        kda_diag_scores(n, K, q.data(), k.data(), ld, eg.data(), aqk.data(), akk.data(), ldo);
         double worst = 0;
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j <= i; ++j) {
                 double wq = 0, wk = 0;
-                const auto d = [](float f) { return static_cast<double>(f); };
                 for (int64_t x = 0; x < K; ++x) {
-                    const double e = std::exp(d(gam[i * K + x]) - d(gam[j * K + x]));
+                    double s = 0;  // γ_i − γ_j = Σ_{l=j+1..i} g_l
+                    for (int64_t l = j + 1; l <= i; ++l)
+                        s += d(g[l * K + x]);
+                    const double e = std::exp(s);
                     wq += d(q[i * ld + x]) * d(k[j * ld + x]) * e;
                     wk += d(k[i * ld + x]) * d(k[j * ld + x]) * e;
                 }
@@ -169,6 +172,63 @@ BOOST_AUTO_TEST_CASE(diag_scores_match_double) {
         }
         BOOST_TEST(worst <= 1e-5);
         BOOST_TEST_MESSAGE("kda_diag_scores K " << K << ": max abs error " << worst);
+    }
+}
+
+// The chunked forward's decay products on 37 rows (two full blocks of 16 and a partial one for
+// the transposed form) of K = 20 (a partial vector) and 48, rows read ld apart, against the same
+// running products in double: every output ≤ 1e-6 of it relatively (≤ 37 roundings of 2^-24
+// and kda_exp's 2e-7), and Γ the running sum of g.
+BOOST_AUTO_TEST_CASE(decay_products_match_double) {
+    Philox rng(13, 0, 0);
+    for (int64_t K : {20, 48}) {
+        const int64_t n = 37, ld = K + 5, ldo = n + 3;
+        std::vector<float> a(n * ld), b(n * ld), g(n * ld), eg(n * K), gam(n * K);
+        rng.fill_normal(a.data(), a.size(), 0.0f, 1.0f);
+        rng.fill_normal(b.data(), b.size(), 0.0f, 1.0f);
+        rng.fill_uniform(g.data(), g.size(), 0.0f, 1.0f);
+        for (float& x : g)
+            x = -x;
+        kda_gates(g.data(), ld, n, K, eg.data(), gam.data());
+        std::vector<float> fa(n * K), fb(n * K), fl(n * K), fa1(n * K), bk(n * K), bt(K * ldo);
+        std::vector<float> bk1((n - 1) * K), last(K);
+        kda_decay_forward(
+            a.data(), b.data(), ld, eg.data(), true, n, K, fa.data(), fb.data(), last.data());
+        kda_decay_forward(
+            a.data(), nullptr, ld, eg.data(), false, n, K, fa1.data(), nullptr, nullptr);
+        kda_decay_backward(a.data(), ld, eg.data(), false, n, K, bk.data());
+        kda_decay_backward(a.data(), ld, eg.data(), true, n - 1, K, bk1.data());
+        kda_decay_backward_t(a.data(), ld, eg.data(), n, K, bt.data(), ldo);
+        double worst = 0, worst_gam = 0;
+        const auto rel = [&](float got, double want) {
+            worst = std::max(worst, std::abs(d(got) - want) / std::max(std::abs(want), 1e-30));
+        };
+        for (int64_t x = 0; x < K; ++x) {
+            double sum = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                sum += d(g[i * ld + x]);
+                worst_gam = std::max(worst_gam, std::abs(d(gam[i * K + x]) - sum));
+                double from0 = 0, to_end = 0;  // Σ g over rows [0, i] and (i, n)
+                for (int64_t l = 0; l <= i; ++l)
+                    from0 += d(g[l * ld + x]);
+                const double from1 = from0 - d(g[x]);  // rows (0, i]
+                for (int64_t l = i + 1; l < n; ++l)
+                    to_end += d(g[l * ld + x]);
+                const double ai = d(a[i * ld + x]);
+                rel(fa[i * K + x], ai * std::exp(from0));
+                rel(fb[i * K + x], d(b[i * ld + x]) * std::exp(from0));
+                rel(fa1[i * K + x], ai * std::exp(from1));
+                rel(bk[i * K + x], ai * std::exp(to_end));
+                rel(bt[x * ldo + i], ai * std::exp(to_end));
+                if (i < n - 1)
+                    rel(bk1[i * K + x], ai * std::exp(to_end));  // tail: the product up to row n−1
+                if (i == n - 1)
+                    rel(last[x], std::exp(from0));
+            }
+        }
+        BOOST_TEST(worst <= 1e-6);
+        BOOST_TEST(worst_gam <= 1e-5);
+        BOOST_TEST_MESSAGE("kda decay products K " << K << ": max relative error " << worst);
     }
 }
 

@@ -3,7 +3,8 @@
 // through a pool of small pages gives bit for bit the outputs of the same layer caching in its
 // private arrays (paging only moves where rows live); bf16 and f16 pools store rows rounded to
 // nearest even at half the page bytes; and the tiny-deepseek model over a bf16 pool stays within
-// the bf16 rounding bound of its fp32-pool logits, with the same greedy tokens nearly always.
+// the bf16 rounding bound of its fp32-pool logits, with the same greedy tokens nearly always; a
+// pool's latent view (backend/latent_cache.h) addresses the rows read_row and write_row do.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "hymoe/backend/latent_cache.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/attention.h"
 #include "hymoe/model/kv_cache.h"
@@ -194,6 +196,53 @@ BOOST_AUTO_TEST_CASE(bf16_cache_logits_stay_within_the_rounding_bound) {
     init_model_random(sparse, 5);
     const Drift s = drift(sparse);
     BOOST_TEST(s.same * 10 >= s.rows * 9);
+}
+
+BOOST_AUTO_TEST_CASE(latent_view_addresses_the_pool_rows) {
+    const ModelConfig cfg = preset_config("tiny-deepseek");  // rows [c_kv 32 | k_r 8 | k_idx 16]
+    using backend::LatentCol;
+    for (DType dtype : {DType::f32, DType::bf16}) {
+        KvPool pool(cfg, whole_model(cfg), 4, 8, {}, dtype);
+        std::vector<int32_t> other, table;  // pages not in token order: another table first
+        BOOST_REQUIRE(pool.reserve(other, 5));
+        BOOST_REQUIRE(pool.reserve(table, 11));
+        pool.release(other);
+        BOOST_REQUIRE(pool.reserve(other, 4));  // reuses a freed page
+        std::vector<void*> ptrs;
+        const backend::LatentCache v = pool.latent_view(1, table, 0, 11, 32, 8, ptrs);
+        BOOST_TEST(v.d_i == 16);
+        BOOST_TEST(v.max_pages == 3);
+        std::vector<float> in(56), out(56), got(16);
+        for (int64_t u = 0; u < 11; ++u) {
+            for (size_t i = 0; i < in.size(); ++i)
+                in[i] = 0.37f * static_cast<float>(u) - 0.011f * static_cast<float>(i);
+            backend::latent_write(v, 0, u, LatentCol::c_kv, in.data());
+            backend::latent_write(v, 0, u, LatentCol::k_r, in.data() + 32);
+            backend::latent_write(v, 0, u, LatentCol::k_idx, in.data() + 40);
+            pool.read_row(1, table[u / 4], u % 4, 0, 56, out.data());
+            for (size_t i = 0; i < in.size(); ++i) {
+                const float want =
+                    dtype == DType::f32 ? in[i] : bf16_to_float(float_to_bf16(in[i]));
+                BOOST_TEST(out[i] == want);
+            }
+            backend::latent_read(v, 0, u, LatentCol::k_idx, got.data());
+            BOOST_TEST(std::equal(got.begin(), got.end(), out.begin() + 40));
+        }
+        pool.release(table);
+        pool.release(other);
+    }
+    std::vector<float> c_kv(2 * 3), k_r(2 * 2), k_idx;  // planar: two tokens, no indexer key
+    backend::LatentCache planar;
+    planar.r_kv = 3;
+    planar.d_r = 2;
+    planar.planes[0] = c_kv.data();
+    planar.planes[1] = k_r.data();
+    planar.planes[2] = k_idx.data();
+    const float row[5] = {1, 2, 3, 4, 5};
+    backend::latent_write(planar, 0, 1, LatentCol::c_kv, row);
+    backend::latent_write(planar, 0, 1, LatentCol::k_r, row + 3);
+    BOOST_TEST(c_kv == (std::vector<float>{0, 0, 0, 1, 2, 3}), boost::test_tools::per_element());
+    BOOST_TEST(k_r == (std::vector<float>{0, 0, 4, 5}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
