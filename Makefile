@@ -125,9 +125,9 @@ $(BENCHES): $(OUT)/%: $(OUT)/tests/bench/%.o $(OUT)/libhymoe.a
 # check); the GEMVs and GEMMs with OpenMP (threads split output rows or column panels; libgomp is
 # OpenBLAS's own, linked by -fopenmp)
 AVX512_OBJ := $(OUT)/src/backend/cpu/linear_bf16.o $(OUT)/src/backend/cpu/gemv_avx512.o \
-              $(OUT)/src/backend/cpu/gemm_avx512.o
+              $(OUT)/src/backend/cpu/gemm_avx512.o $(OUT)/src/backend/cpu/indexer_f32.o
 $(AVX512_OBJ): CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -fopenmp
-$(OUT)/src/backend/cpu/indexer_bf16.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+$(OUT)/src/backend/cpu/indexer_bf16.o $(OUT)/src/backend/cpu/indexer_topk.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 
 $(OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
@@ -213,7 +213,8 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.cpp,%,$(wildcard tests/fuzz/fuzz_*.
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_OUT)/fuzz_%)
 
 $(FUZZ_OUT)/src/backend/cpu/linear_bf16.o $(FUZZ_OUT)/src/backend/cpu/gemv_avx512.o \
-    $(FUZZ_OUT)/src/backend/cpu/gemm_avx512.o $(FUZZ_OUT)/src/backend/cpu/indexer_bf16.o: FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+    $(FUZZ_OUT)/src/backend/cpu/gemm_avx512.o $(FUZZ_OUT)/src/backend/cpu/indexer_bf16.o \
+    $(FUZZ_OUT)/src/backend/cpu/indexer_f32.o $(FUZZ_OUT)/src/backend/cpu/indexer_topk.o: FUZZ_FLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 $(FUZZ_OUT)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@

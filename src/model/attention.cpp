@@ -203,6 +203,7 @@ MlaWeightViews attention_views(const MlaWeights& w) {
              x.k_norm_bias.view(),
              x.weights_proj.view()},
             &w.lora,
+            {},
             nullptr};
 }
 
@@ -240,6 +241,8 @@ void attention_forward(const backend::Ctx& ctx,
                 "attention_forward: a ",
                 to_string(ctx.device),
                 " context without the call's rows on the device (DeviceAttnRows)");
+    HYMOE_CHECK(w.lora_views.k.empty() && w.lora_views.v.empty(),
+                "attention_forward: LoRA factors on k or v, projections an MLA/DSA block lacks");
     const LoraSlots none;
     const LoraSlots& lora = w.lora ? *w.lora : none;
     const MlaDims m = mla_dims(cfg);
@@ -335,9 +338,7 @@ void attention_forward(const backend::Ctx& ctx,
         ops::mul_inplace(ctx, o, g);
     }
     ops::linear(ctx, o, w.o_proj, y);
-    lora_forward(lora.o, batch, o, y);
-    if (w.lora_hook)
-        w.lora_hook->apply(LoraSite::o, o, y);
+    lora_forward(ctx, lora.o, w.lora_views.o, batch, w.lora_rows, o, y);
     if (stats != nullptr) {
         stats->indexer_seconds += indexer_seconds;
         stats->attention_seconds += wall_seconds() - start - indexer_seconds;

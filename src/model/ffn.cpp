@@ -164,14 +164,23 @@ void dense_ffn_forward(const backend::Ctx& ctx,
                 "dense_ffn_forward: LoRA adapters on a ",
                 to_string(ctx.device),
                 " context (the CPU applies them)");
+    // [n, I] temporaries, each written in full by its product before it is read: not zero-filled
+    // on the CPU (a pass over them would cost ~1% of a prefill).
     backend::Scratch scratch(ctx);
-    Tensor up = scratch(x.dtype, {n, inter});  // [n, I]
+    Buffer host_up, host_gate;
+    auto temp = [&](Buffer& host) {
+        if (ctx.device != Device::cpu)
+            return scratch(x.dtype, {n, inter});
+        host = Buffer(x.dtype, {n, inter}, uninit);
+        return host.view();
+    };
+    Tensor up = temp(host_up);  // [n, I]
     const SeqBatch rows = row_batch ? *row_batch : single_sequence(n);
     ops::linear(ctx, x, w.up_proj.view(), up);
     lora_forward(w.lora.up, rows, x, up);
     switch (act) {
         case ExpertAct::swiglu: {
-            Tensor gate = scratch(x.dtype, {n, inter});  // [n, I], then SiLU(gate) ⊙ up in place
+            Tensor gate = temp(host_gate);  // [n, I], then SiLU(gate) ⊙ up in place
             ops::linear(ctx, x, w.gate_proj.view(), gate);
             lora_forward(w.lora.gate, rows, x, gate);
             ops::swiglu(ctx, gate, up, gate);

@@ -5,6 +5,7 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/model/lora.h"
+#include "hymoe/model/lora_views.h"
 
 namespace hymoe::model::detail {
 
@@ -37,21 +38,15 @@ void mla_project(const backend::Ctx& ctx,
             ops::copy_cols(ctx, out.c_q, 0, out.a_q);
         ops::rms_norm(ctx, out.c_q, w.q_a_layernorm, eps, out.c_q);
         ops::linear(ctx, out.c_q, w.q_b_proj, out.q);
-        lora_forward(lora.q, batch, out.c_q, out.q);
-        if (w.lora_hook)
-            w.lora_hook->apply(LoraSite::q, out.c_q, out.q);
+        lora_forward(ctx, lora.q, w.lora_views.q, batch, w.lora_rows, out.c_q, out.q);
     } else {
         ops::linear(ctx, x, w.q_proj, out.q);
-        lora_forward(lora.q, batch, x, out.q);
-        if (w.lora_hook)
-            w.lora_hook->apply(LoraSite::q, x, out.q);
+        lora_forward(ctx, lora.q, w.lora_views.q, batch, w.lora_rows, x, out.q);
     }
     backend::Scratch scratch(ctx);
     Tensor kv = scratch(DType::f32, {n_tok, m.d_lat()});  // [n_tok, r_kv + d_r]
     ops::linear(ctx, x, w.kv_a_proj_with_mqa, kv);
-    lora_forward(lora.kv, batch, x, kv);
-    if (w.lora_hook)
-        w.lora_hook->apply(LoraSite::kv, x, kv);
+    lora_forward(ctx, lora.kv, w.lora_views.kv, batch, w.lora_rows, x, kv);  // onto [c_kv | k_r]
     ops::copy_cols(ctx, kv, 0, out.c_kv);
     ops::copy_cols(ctx, kv, m.r_kv, out.k_r);
     if (out.a_kv.data != nullptr)

@@ -4,10 +4,12 @@
 #include "moe_experts.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "ffn_backward.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
+#include "hymoe/core/f32x4.h"
 
 namespace hymoe::model::detail {
 
@@ -76,21 +78,44 @@ void for_each_expert(const Groups& g,
     }
 }
 
-// out [n, w] row t = Σ over its computed slots in slot order of scale_i · grouped row.
+// out [n, w] row t = Σ over its computed slots in slot order of scale_i · grouped row: per
+// element ((0 + s_0·o_0) + s_1·o_1) + …, each product rounded before its sum (the arithmetic of
+// the plain loop), 16 columns at a time held in registers across the slots.
 void sum_slots(
     const Groups& g, const RowSlots& s, const Tensor& grouped, bool weighted, Tensor& out) {
-    const int64_t width = out.dim(1);
+    const int64_t width = out.dim(1), wide = width / 16 * 16;
+    std::vector<const float*> from(static_cast<size_t>(s.k));  // [k] the computed slots' rows
+    std::vector<float> scale(static_cast<size_t>(s.k));        // [k] their weights
     for (int64_t t = 0; t < s.n; ++t) {
-        float* y = out.ptr<float>() + t * width;
-        std::fill(y, y + width, 0.0f);
+        size_t m = 0;
         for (int64_t i = 0; i < s.k; ++i) {
             const int64_t row = g.row[static_cast<size_t>(t * s.k + i)];
             if (row < 0)
                 continue;
-            const float wt = weighted ? s.weight[t * s.k + i] : 1.0f;
-            const float* o = grouped.ptr<float>() + row * width;
-            for (int64_t j = 0; j < width; ++j)
-                y[j] += wt * o[j];
+            from[m] = grouped.ptr<float>() + row * width;
+            scale[m++] = weighted ? s.weight[t * s.k + i] : 1.0f;
+        }
+        float* y = out.ptr<float>() + t * width;
+        for (int64_t j = 0; j < wide; j += 16) {
+            f32x4 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+            for (size_t i = 0; i < m; ++i) {
+                const float* o = from[i] + j;
+                const float wt = scale[i];
+                a0 += wt * load4(o);
+                a1 += wt * load4(o + 4);
+                a2 += wt * load4(o + 8);
+                a3 += wt * load4(o + 12);
+            }
+            store4(y + j, a0);
+            store4(y + j + 4, a1);
+            store4(y + j + 8, a2);
+            store4(y + j + 12, a3);
+        }
+        for (int64_t j = wide; j < width; ++j) {
+            float acc = 0.0f;
+            for (size_t i = 0; i < m; ++i)
+                acc += scale[i] * from[i][j];
+            y[j] = acc;
         }
     }
 }
@@ -113,19 +138,31 @@ void experts_forward(const MoeWeights& w,
                      const std::function<void()>& poll,
                      std::vector<int64_t>& tokens_per_expert) {
     const Groups g = group_by_expert(w, slots);
-    const int64_t width = in.dim(1);
-    Buffer in_g(DType::f32, {g.offset.back(), width});   // [n_assign, w] rows grouped by expert
-    Buffer out_g(DType::f32, {g.offset.back(), width});  // [n_assign, w] expert outputs
-    gather(g, slots, in, in_g.view(), false);
-    std::vector<int> adapter_g;  // [n_assign] the adapter of each grouped row
+    const int64_t width = in.dim(1), n_assign = g.offset.back();
+    std::vector<int64_t> token(static_cast<size_t>(n_assign));  // [n_assign] each grouped row's
+    for (int64_t a = 0; a < slots.n * slots.k; ++a)             //   row of `in`
+        if (g.row[static_cast<size_t>(a)] >= 0)
+            token[static_cast<size_t>(g.row[static_cast<size_t>(a)])] = a / slots.k;
+    int64_t most = 0;  // the largest group
+    for (size_t e = 0; e + 1 < g.offset.size(); ++e)
+        most = std::max(most, g.offset[e + 1] - g.offset[e]);
+    // One expert's input rows at a time (in cache for its GEMMs), the outputs of all of them.
+    Buffer in_e(DType::f32, {most, width}, uninit);       // [most, w]
+    Buffer out_g(DType::f32, {n_assign, width}, uninit);  // [n_assign, w] rows grouped by expert
+    std::vector<int> adapter_g;                           // [n_assign] each grouped row's adapter
     if (slots.adapter) {
-        adapter_g.resize(static_cast<size_t>(g.offset.back()));
+        adapter_g.resize(static_cast<size_t>(n_assign));
         for (int64_t a = 0; a < slots.n * slots.k; ++a)
             if (g.row[static_cast<size_t>(a)] >= 0)
                 adapter_g[static_cast<size_t>(g.row[static_cast<size_t>(a)])] =
                     slots.adapter[a / slots.k];
     }
+    const auto row_bytes = static_cast<size_t>(width) * sizeof(float);
     for_each_expert(g, poll, tokens_per_expert, [&](size_t e, int64_t begin, int64_t rows) {
+        for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(in_e.ptr<float>() + r * width,
+                        in.ptr<float>() + token[static_cast<size_t>(begin + r)] * width,
+                        row_bytes);
         Tensor out_rows = out_g.view().rows(begin, rows);
         SeqBatch row_batch;
         if (slots.adapter)
@@ -134,7 +171,7 @@ void experts_forward(const MoeWeights& w,
         dense_ffn_forward(backend::cpu_ctx(),
                           w.experts[e],
                           act,
-                          in_g.view().rows(begin, rows),
+                          in_e.view().rows(0, rows),
                           out_rows,
                           slots.adapter ? &row_batch : nullptr);
     });

@@ -61,14 +61,17 @@ void Buffer::Free::operator()(void* p) const {
     std::free(p);
 }
 
-Buffer::Buffer(DType dtype, Shape shape) {
+Buffer::Buffer(DType dtype, Shape shape) : Buffer(dtype, std::move(shape), uninit) {
+    std::memset(view_.data, 0, mem_.get_deleter().bytes);
+}
+
+Buffer::Buffer(DType dtype, Shape shape, Uninit) {
     view_.dtype = dtype;
     view_.shape = std::move(shape);
     size_t n = view_.bytes();
     size_t padded = (n + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, padded ? padded : 64);
     HYMOE_CHECK(p != nullptr, "out of host memory allocating ", n, " bytes");
-    std::memset(p, 0, padded);
     mem_ = std::unique_ptr<void, Free>(p, Free{padded});
     count(static_cast<int64_t>(padded));
     view_.data = p;

@@ -6,7 +6,9 @@
 // Figures, on the `mid` preset with random weights (seed 1234):
 //   prefill  one packed batch of 4 × 512 new tokens, Logits::last: tokens/s, the GEMM rate
 //            (ops::gemm_counter flops / seconds) as a fraction of both GEMM peaks, GEMM share of
-//            wall
+//            wall. Timed on the second such batch (the steady state of a run); the process's
+//            first one, which also faults in the activations' fresh heap pages (the kernel zeroes
+//            each on first touch, a one-off of a few tenths of a second), is printed beside it
 //   decode   32 greedy steps of those 4 sequences: tokens/s, and weight bytes/s as a fraction of
 //            the read bandwidth, counting per step the active params less the embedding table (a
 //            lower bound: 4 tokens touch the union of their experts, whose uniform-routing
@@ -347,6 +349,7 @@ int main(int argc, char** argv) {
         double blas_peak = blas.gflops(ops::WeightKernel::portable);
         double bw = read_gbps(bw_buf.ptr<uint8_t>(), bw_bytes, threads) * 1e9;  // B/s
         model::ForwardStats phases;
+        const Span cold = pass == 0 ? prefill(m, n_seq, len, states, phases) : Span{};
         const Span pf = prefill(m, n_seq, len, states, phases);
         peak = std::max(peak, blas.gflops(ops::WeightKernel::automatic));
         blas_peak = std::max(blas_peak, blas.gflops(ops::WeightKernel::portable));
@@ -367,6 +370,14 @@ int main(int argc, char** argv) {
             n_seq_d * static_cast<double>(len) / pf.wall,
             "tok/s",
             fmt("%.2f s wall; ", pf.wall) + os_note(pf));
+        if (pass == 0)
+            row("  first prefill (fresh heap)",
+                n_seq_d * static_cast<double>(len) / cold.wall,
+                "tok/s",
+                fmt("%.2f s wall, GEMM %.1f%% of wall; ",
+                    cold.wall,
+                    100 * cold.gemm_seconds / cold.wall) +
+                    os_note(cold));
         row("  model GEMM rate",
             pf.gemm_gflops(),
             "GFLOP/s",

@@ -8,7 +8,9 @@
 // bf16 matrices within 1e-2; then attention_forward itself over device pages (the GPU model's
 // path: DeviceAttnRows, the decode rows through mla_decode, the chunks through the gathered
 // latent) against the CPU's over its own caches, the same prefill and decode, MLA and DSA, fp32
-// within 1e-5. Never run on a GPU yet; each case skips without one.
+// within 1e-5; and the same with LoRA adapters on q, kv (onto [c_kv | k_r]) and o, the sequences
+// on adapters 2, none and 0: device factor views on device row lists (the GPU model's form)
+// against the host slots on the CPU. Never run on a GPU yet; each case skips without one.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +26,8 @@
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/attention_views.h"
+#include "hymoe/model/lora.h"
+#include "hymoe/model/lora_rows.h"
 #include "hymoe/model/weights.h"
 
 namespace utf = boost::unit_test;
@@ -34,11 +38,13 @@ namespace {
 
 // One attention layer of a tiny preset, projections N(0, fan_in^{-1/2}) (as
 // tests/unit/model/test_attention.cpp), the matrices held at `storage`.
+// With adapters: 0 and 2 on q, kv and o (adapter 1 leaves them alone), B random.
 struct Layer {
     model::ModelConfig cfg;
     model::LayerSpec spec;
     model::MlaWeights w;
-    Layer(const std::string& preset, model::Mixer mixer, DType storage)
+    model::LoraSlot q, kv, o;
+    Layer(const std::string& preset, model::Mixer mixer, DType storage, bool adapters = false)
         : cfg(model::preset_config(preset)), spec{mixer, true, model::Ffn::moe} {
         model::TensorList list =
             model::with_storage(model::attention_tensors(cfg, spec, w), storage);
@@ -46,6 +52,26 @@ struct Layer {
             t.std = 1.0f / std::sqrt(static_cast<float>(t.shape.back()));
         Philox rng(7, 0, 0);
         model::init_random(list, rng);
+        if (!adapters)
+            return;
+        adapt(q, cfg.mla.q_lora_rank > 0 ? w.q_b_proj.view() : w.q_proj.view(), 10);
+        adapt(kv, w.kv_a_proj_with_mqa.view(), 20);  // B [r_kv + d_r, 4]
+        adapt(o, w.o_proj.view(), 30);
+        w.lora.q = &q;
+        w.lora.kv = &kv;
+        w.lora.o = &o;
+    }
+    static void adapt(model::LoraSlot& slot, const Tensor& proj, uint32_t stream) {
+        const int64_t out = proj.dim(0), in = proj.dim(1);
+        for (uint32_t a = 0; a < 3; ++a) {
+            model::LoraPair& p = slot.adapters.emplace_back();
+            if (a == 1)
+                continue;
+            p = model::make_lora_pair(
+                out, in, 4, 0.5f + static_cast<float>(a), 5, stream + a, false);
+            Philox(9, stream + a, 0)
+                .fill_normal(p.B.ptr<float>(), static_cast<size_t>(out * 4), 0.0f, 0.3f);
+        }
     }
 };
 
@@ -90,7 +116,28 @@ model::MlaWeightViews upload(GpuCtx& gc, const model::MlaWeights& w) {
              gc.weight(x.k_norm_bias),
              gc.weight(x.weights_proj)},
             nullptr,
+            {},
             nullptr};
+}
+
+// A host slot's adapters as device factor views (adapter 1's stays empty).
+model::LoraSlotView upload_slot(GpuCtx& gc, const model::LoraSlot& slot) {
+    model::LoraSlotView v;
+    for (const model::LoraPair& p : slot.adapters)
+        v.push_back({gc.weight(p.A), gc.weight(p.B), p.scale});
+    return v;
+}
+
+// A batch's rows of each of 3 adapters as device index lists.
+std::vector<model::LoraRowsView> upload_rows(GpuCtx& gc, const model::SeqBatch& b) {
+    const model::LoraRows lr = model::adapter_rows(b, 3);
+    std::vector<model::LoraRowsView> rows;
+    for (const model::LoraSegment& seg : lr.segments) {
+        const std::vector<int64_t> r(lr.rows.begin() + seg.begin,
+                                     lr.rows.begin() + seg.begin + seg.count);
+        rows.push_back({seg.adapter, to_device_i64(r, gc.g.arena, gc.g.s)});
+    }
+    return rows;
 }
 
 // The positions of a batch's rows (as attention_forward computes them).
@@ -105,6 +152,9 @@ std::vector<int64_t> positions(const model::SeqBatch& b) {
 // The prefill batch (7, 1, 30 tokens) and the decode step after it (one token each).
 const model::SeqBatch kPrefill{{0, 7, 8, 38}, {0, 0, 0}, {}};
 const model::SeqBatch kDecode{{0, 1, 2, 3}, {7, 1, 30}, {}};
+// The same with the sequences on adapters 2, none and 0.
+const model::SeqBatch kPrefillLora{{0, 7, 8, 38}, {0, 0, 0}, {2, -1, 0}};
+const model::SeqBatch kDecodeLora{{0, 1, 2, 3}, {7, 1, 30}, {2, -1, 0}};
 
 void close(
     const char* what, const Tensor& dev, const Tensor& want, const cu::Stream& s, double tol) {
@@ -221,99 +271,118 @@ BOOST_AUTO_TEST_CASE(mla_and_indexer_projections_on_a_cuda_ctx_match_the_cpu,
     }
 }
 
+namespace {
+
 // attention_forward on a CUDA context over paged device rows (page_tokens 4, each sequence's pages
 // interleaved with the others') against the CPU over private caches: prefill (7, 1, 30 tokens:
 // sequence 1 a single row, so both the decode and the chunk paths run), then a decode step.
-BOOST_AUTO_TEST_CASE(attention_forward_over_device_pages_matches_the_cpu,
-                     *utf::precondition(need_gpu)) {
-    for (const model::Mixer mixer : {model::Mixer::mla, model::Mixer::dsa}) {
-        BOOST_TEST_CONTEXT(model::to_string(mixer)) {
-            const Layer layer("tiny", mixer, DType::f32);
-            const model::ModelConfig& cfg = layer.cfg;
-            const model::detail::MlaDims m = model::detail::mla_dims(cfg);
-            const int64_t d_i = mixer == model::Mixer::dsa ? cfg.indexer.head_dim : 0;
-            const int64_t width = m.d_lat() + d_i, pt = 4, max_pages = 8, n_seq = 3;
-            GpuCtx gc;
-            const model::MlaWeightViews dw = upload(gc, layer.w);
-            Tensor pages = gc.f32({n_seq * max_pages, pt, width});
-            std::vector<int32_t> table(static_cast<size_t>(n_seq * max_pages));
-            for (int64_t s = 0; s < n_seq; ++s)
-                for (int64_t k = 0; k < max_pages; ++k)
-                    table[static_cast<size_t>(s * max_pages + k)] =
-                        static_cast<int32_t>(k * n_seq + s);
-            const Tensor table_dev = to_device_i32(table, gc.g.arena, gc.g.s);
-            std::vector<model::AttnCache> host(static_cast<size_t>(n_seq));
-            std::vector<model::AttnCache*> caches{&host[0], &host[1], &host[2]};
-            uint32_t stream = 90;
-            for (const model::SeqBatch* b : {&kPrefill, &kDecode}) {
-                const int64_t n = b->n_tok();
-                Buffer x = random({n, m.d}, stream++, DType::f32);
-                Buffer want(DType::f32, {n, m.d});
-                model::attention_forward(backend::cpu_ctx(),
-                                         cfg,
-                                         layer.spec,
-                                         layer.w,
-                                         x.view(),
-                                         *b,
-                                         caches,
-                                         want.view());
-                std::vector<int32_t> row_seq, visible, one_keys;
-                std::vector<int32_t> one_table;
-                std::vector<int64_t> one_rows;
-                for (int64_t s = 0; s < n_seq; ++s) {
-                    for (int64_t t = 0; t < b->length(s); ++t) {
-                        row_seq.push_back(static_cast<int32_t>(s));
-                        visible.push_back(static_cast<int32_t>(b->pos0[s] + t + 1));
-                    }
-                    if (b->length(s) == 1) {
-                        one_rows.push_back(b->offsets[s]);
-                        one_keys.push_back(static_cast<int32_t>(b->pos0[s] + 1));
-                        one_table.insert(one_table.end(),
-                                         table.begin() + s * max_pages,
-                                         table.begin() + (s + 1) * max_pages);
-                    }
+// lora: the layer's adapters as device factor views on the batch's device rows against its host
+// slots on the CPU.
+void forward_over_device_pages(const char* preset, model::Mixer mixer, bool lora) {
+    BOOST_TEST_CONTEXT(preset << ", " << model::to_string(mixer) << (lora ? ", LoRA" : "")) {
+        const Layer layer(preset, mixer, DType::f32, lora);
+        const model::ModelConfig& cfg = layer.cfg;
+        const model::detail::MlaDims m = model::detail::mla_dims(cfg);
+        const int64_t d_i = mixer == model::Mixer::dsa ? cfg.indexer.head_dim : 0;
+        const int64_t width = m.d_lat() + d_i, pt = 4, max_pages = 8, n_seq = 3;
+        GpuCtx gc;
+        model::MlaWeightViews dw = upload(gc, layer.w);
+        if (lora) {
+            dw.lora_views.q = upload_slot(gc, layer.q);
+            dw.lora_views.kv = upload_slot(gc, layer.kv);
+            dw.lora_views.o = upload_slot(gc, layer.o);
+        }
+        Tensor pages = gc.f32({n_seq * max_pages, pt, width});
+        std::vector<int32_t> table(static_cast<size_t>(n_seq * max_pages));
+        for (int64_t s = 0; s < n_seq; ++s)
+            for (int64_t k = 0; k < max_pages; ++k)
+                table[static_cast<size_t>(s * max_pages + k)] = static_cast<int32_t>(k * n_seq + s);
+        const Tensor table_dev = to_device_i32(table, gc.g.arena, gc.g.s);
+        std::vector<model::AttnCache> host(static_cast<size_t>(n_seq));
+        std::vector<model::AttnCache*> caches{&host[0], &host[1], &host[2]};
+        uint32_t stream = 90;
+        for (const model::SeqBatch* b :
+             {lora ? &kPrefillLora : &kPrefill, lora ? &kDecodeLora : &kDecode}) {
+            const int64_t n = b->n_tok();
+            Buffer x = random({n, m.d}, stream++, DType::f32);
+            Buffer want(DType::f32, {n, m.d});
+            model::attention_forward(
+                backend::cpu_ctx(), cfg, layer.spec, layer.w, x.view(), *b, caches, want.view());
+            std::vector<int32_t> row_seq, visible, one_keys;
+            std::vector<int32_t> one_table;
+            std::vector<int64_t> one_rows;
+            for (int64_t s = 0; s < n_seq; ++s) {
+                for (int64_t t = 0; t < b->length(s); ++t) {
+                    row_seq.push_back(static_cast<int32_t>(s));
+                    visible.push_back(static_cast<int32_t>(b->pos0[s] + t + 1));
                 }
-                model::DeviceAttnRows dev;
-                dev.pages.r_kv = m.r_kv;
-                dev.pages.d_r = m.d_r;
-                dev.pages.d_i = d_i;
-                dev.pages.page_tokens = static_cast<int>(pt);
-                dev.pages.row_stride = width;
-                dev.pages.base = pages.data;
-                dev.pages.page_stride = pt * width;
-                dev.pages.block_table = table_dev.ptr<int32_t>();
-                dev.pages.max_pages = static_cast<int>(max_pages);
-                dev.pos = to_device_i64(positions(*b), gc.g.arena, gc.g.s);
-                dev.row_seq = to_device_i32(row_seq, gc.g.arena, gc.g.s);
-                const Tensor visible_dev = to_device_i32(visible, gc.g.arena, gc.g.s);
-                const Tensor one_rows_dev = to_device_i64(one_rows, gc.g.arena, gc.g.s);
-                const Tensor one_table_dev = to_device_i32(one_table, gc.g.arena, gc.g.s);
-                const Tensor one_keys_dev = to_device_i32(one_keys, gc.g.arena, gc.g.s);
-                dev.rows.row_seq = dev.row_seq.ptr<int32_t>();
-                dev.rows.visible = visible_dev.ptr<int32_t>();
-                dev.rows.n_one = static_cast<int64_t>(one_rows.size());
-                dev.rows.one_rows = one_rows_dev.ptr<int64_t>();
-                dev.rows.one_table = one_table_dev.ptr<int32_t>();
-                dev.rows.one_keys = one_keys_dev.ptr<int32_t>();
-                dev.rows.one_max_keys = *std::max_element(one_keys.begin(), one_keys.end());
-                const Tensor xd = gc.up(x);
-                Tensor y = gc.f32({n, m.d});
-                model::attention_forward(gc.ctx,
-                                         cfg,
-                                         layer.spec,
-                                         dw,
-                                         xd,
-                                         *b,
-                                         {},
-                                         y,
-                                         model::AttnMode::automatic,
-                                         nullptr,
-                                         nullptr,
-                                         &dev);
-                close(b == &kPrefill ? "prefill y" : "decode y", y, want.view(), gc.g.s, 1e-5);
+                if (b->length(s) == 1) {
+                    one_rows.push_back(b->offsets[s]);
+                    one_keys.push_back(static_cast<int32_t>(b->pos0[s] + 1));
+                    one_table.insert(one_table.end(),
+                                     table.begin() + s * max_pages,
+                                     table.begin() + (s + 1) * max_pages);
+                }
             }
+            model::DeviceAttnRows dev;
+            dev.pages.r_kv = m.r_kv;
+            dev.pages.d_r = m.d_r;
+            dev.pages.d_i = d_i;
+            dev.pages.page_tokens = static_cast<int>(pt);
+            dev.pages.row_stride = width;
+            dev.pages.base = pages.data;
+            dev.pages.page_stride = pt * width;
+            dev.pages.block_table = table_dev.ptr<int32_t>();
+            dev.pages.max_pages = static_cast<int>(max_pages);
+            dev.pos = to_device_i64(positions(*b), gc.g.arena, gc.g.s);
+            dev.row_seq = to_device_i32(row_seq, gc.g.arena, gc.g.s);
+            const Tensor visible_dev = to_device_i32(visible, gc.g.arena, gc.g.s);
+            const Tensor one_rows_dev = to_device_i64(one_rows, gc.g.arena, gc.g.s);
+            const Tensor one_table_dev = to_device_i32(one_table, gc.g.arena, gc.g.s);
+            const Tensor one_keys_dev = to_device_i32(one_keys, gc.g.arena, gc.g.s);
+            dev.rows.row_seq = dev.row_seq.ptr<int32_t>();
+            dev.rows.visible = visible_dev.ptr<int32_t>();
+            dev.rows.n_one = static_cast<int64_t>(one_rows.size());
+            dev.rows.one_rows = one_rows_dev.ptr<int64_t>();
+            dev.rows.one_table = one_table_dev.ptr<int32_t>();
+            dev.rows.one_keys = one_keys_dev.ptr<int32_t>();
+            dev.rows.one_max_keys = *std::max_element(one_keys.begin(), one_keys.end());
+            const std::vector<model::LoraRowsView> rows =
+                lora ? upload_rows(gc, *b) : std::vector<model::LoraRowsView>{};
+            dw.lora_rows = lora ? &rows : nullptr;
+            const Tensor xd = gc.up(x);
+            Tensor y = gc.f32({n, m.d});
+            model::attention_forward(gc.ctx,
+                                     cfg,
+                                     layer.spec,
+                                     dw,
+                                     xd,
+                                     *b,
+                                     {},
+                                     y,
+                                     model::AttnMode::automatic,
+                                     nullptr,
+                                     nullptr,
+                                     &dev);
+            close(b->pos0[0] == 0 ? "prefill y" : "decode y", y, want.view(), gc.g.s, 1e-5);
         }
     }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(attention_forward_over_device_pages_matches_the_cpu,
+                     *utf::precondition(need_gpu)) {
+    for (const model::Mixer mixer : {model::Mixer::mla, model::Mixer::dsa})
+        forward_over_device_pages("tiny", mixer, false);
+}
+
+// q through q_b_proj (tiny) and through q_proj (tiny-kimi, no query latent).
+BOOST_AUTO_TEST_CASE(adapters_as_device_factor_views_match_the_cpu_slots,
+                     *utf::precondition(need_gpu)) {
+    for (const model::Mixer mixer : {model::Mixer::mla, model::Mixer::dsa})
+        forward_over_device_pages("tiny", mixer, true);
+    forward_over_device_pages("tiny-kimi", model::Mixer::mla, true);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

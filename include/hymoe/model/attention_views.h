@@ -3,7 +3,8 @@
 // the shapes of the weight list (attention_tensors); absent weights (q_proj under a query latent,
 // g_proj without a gate, the indexer of an MLA layer) are empty views.
 // Invariant: every tensor of one call lives on ctx.device; host LoRA adapters (lora) run on the
-// CPU only, a device model's own adapters through lora_hook. Every step is an op on the Ctx: the
+// CPU only, factor views (lora_views on lora_rows, model/lora_views.h) on either device, each
+// site through model::lora_forward as kda_forward's. Every step is an op on the Ctx: the
 // projections, norms, RoPE, the indexer's projections, the cache append and the attention over
 // it (backend/ops_mla.h), the gate and the output projection. A CUDA Ctx takes its pages and its
 // rows' metadata on the device from a DeviceAttnRows (the GPU model's step).
@@ -14,6 +15,7 @@
 #include "hymoe/backend/latent_cache.h"
 #include "hymoe/backend/ops_mla.h"
 #include "hymoe/model/attention.h"
+#include "hymoe/model/lora_views.h"
 
 namespace hymoe::model {
 
@@ -23,16 +25,6 @@ struct IndexerWeightViews {
     Tensor k_norm_weight;  // [d_I]
     Tensor k_norm_bias;    // [d_I]
     Tensor weights_proj;   // [H_I, d]
-};
-
-// Adapters a device model applies itself (its device copies): out [n, ·] += the adapter of
-// `site` on in [n, ·] (kv: onto [c_kv | k_r] before the split), the rows of each sequence by its
-// adapter.
-enum class LoraSite { q, kv, o };
-class LoraHook {
-public:
-    virtual ~LoraHook() = default;
-    virtual void apply(LoraSite site, const Tensor& in, Tensor& out) const = 0;
 };
 
 struct MlaWeightViews {
@@ -46,8 +38,12 @@ struct MlaWeightViews {
     Tensor o_proj;              // [d, H·d_v]
     Tensor g_proj;              // [H·d_v, d]
     IndexerWeightViews indexer;
-    const LoraSlots* lora = nullptr;      // host adapters on q, kv, o; null: none
-    const LoraHook* lora_hook = nullptr;  // device adapters; null: none
+    // Adapters on q (q_proj or q_b_proj), kv (kv_a_proj_with_mqa: onto [c_kv | k_r] before the
+    // split, B [r_kv + d_r, r]) and o, as host slots (null: none) and as factor views on the
+    // call's rows of each adapter (lora_rows; null: none); k and v stay empty.
+    const LoraSlots* lora = nullptr;
+    MixerLoraViews lora_views;
+    const std::vector<LoraRowsView>* lora_rows = nullptr;
 };
 MlaWeightViews attention_views(const MlaWeights& w);
 

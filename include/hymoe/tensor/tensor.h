@@ -35,11 +35,19 @@ struct Tensor {
     Tensor rows(int64_t begin, int64_t count) const;
 };
 
+// Tag of the Buffer constructor that leaves the memory as allocated (no zero-fill), for an
+// output its producer overwrites element by element before anything reads it: a GEMM's C with
+// beta 0, a gather's destination. Zero-fill stays the default: use this only where every element
+// is written first, as the fill costs a pass over the memory (~2% of a prefill).
+struct Uninit {};
+inline constexpr Uninit uninit{};
+
 // Owns 64-byte aligned host memory for one tensor; movable, not copyable.
 class Buffer {
 public:
     Buffer() = default;
-    Buffer(DType dtype, Shape shape);  // zero-filled
+    Buffer(DType dtype, Shape shape);          // zero-filled
+    Buffer(DType dtype, Shape shape, Uninit);  // contents unspecified until written
     Tensor& view() { return view_; }
     const Tensor& view() const { return view_; }
     template <typename T>

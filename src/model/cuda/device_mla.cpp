@@ -1,8 +1,8 @@
 // The MLA/DSA block on the GPU (device_blocks.h attention_block): model::attention_forward itself
 // on a CUDA context, over views of the layer's device weights, with the step's rows and the
 // layer's device pages (model/attention_views.h DeviceAttnRows) and the device LoRA adapters as
-// its hook. The fused DSA kernels where the step allows them (step.fused, bf16, sizes their
-// plans take: model/fused_step.h).
+// factor views on the step's rows of each adapter (model/lora_views.h). The fused DSA kernels
+// where the step allows them (step.fused, bf16, sizes their plans take: model/fused_step.h).
 #include <algorithm>
 
 #include "device_blocks.h"
@@ -14,23 +14,8 @@ namespace hymoe::model::gpu {
 
 namespace {
 
-// The step's adapters on q, kv and o (device_lora.h lora_apply on the rows of each adapter).
-class DeviceLora final : public LoraHook {
-public:
-    DeviceLora(Gpu& g, const MixerLoraW& w, const std::vector<AdapterRowsW>& rows)
-        : g_(g), w_(w), rows_(rows) {}
-    void apply(LoraSite site, const Tensor& in, Tensor& out) const override {
-        const LoraSlotW& slot = site == LoraSite::q ? w_.q : site == LoraSite::kv ? w_.kv : w_.o;
-        lora_apply(g_, slot, rows_, in, out);
-    }
-
-private:
-    Gpu& g_;
-    const MixerLoraW& w_;
-    const std::vector<AdapterRowsW>& rows_;
-};
-
-MlaWeightViews views_of(const MlaW& w, const LoraHook* lora) {
+// The layer's device weights as attention_forward's views, its adapters on the step's rows.
+MlaWeightViews views_of(const MlaW& w, const std::vector<AdapterRowsW>& lora_rows) {
     const IndexerW& x = w.indexer;
     return {w.q_a,
             w.q_a_norm,
@@ -43,7 +28,8 @@ MlaWeightViews views_of(const MlaW& w, const LoraHook* lora) {
             w.g_proj,
             {x.wq_b, x.wk, x.k_norm_w, x.k_norm_b, x.weights_proj},
             nullptr,
-            lora};
+            w.lora,
+            &lora_rows};
 }
 
 // The most keys a row of the step sees: the longest sequence's length after the step.
@@ -101,12 +87,11 @@ void attention_block(Gpu& g,
         r.sparse_plan = &fused.attention;
         r.fused_top_k = fused.top_k;
     }
-    const DeviceLora lora(g, w.lora, step.lora.rows);
     AttnStats stats;
     attention_forward(ctx,
                       cfg,
                       spec,
-                      views_of(w, &lora),
+                      views_of(w, step.lora.rows),
                       x,
                       *step.batch,
                       {},

@@ -1,7 +1,9 @@
 // CPU ops against hand-computed values and naive loops: GEMM (every transpose, the one-row GEMV
 // path), RMSNorm, LayerNorm, l2norm, softmax with masked entries, softplus, RoPE in both pair
-// layouts, YaRN, top-k ties, and the causal conv continuing across calls through its tail.
+// layouts, YaRN, top-k ties, and the causal conv continuing across calls through its tail; host
+// Buffers zero-filled by default and left unfilled under the uninit tag, both counted.
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -180,6 +182,28 @@ BOOST_AUTO_TEST_CASE(causal_conv_by_hand_and_across_chunks) {
                    boost::test_tools::tolerance(1e-6f));
     for (int64_t i = 0; i < 9; ++i)
         BOOST_TEST(t_part.ptr<float>()[i] == t_all.ptr<float>()[i]);
+}
+
+BOOST_AUTO_TEST_CASE(buffers_zero_filled_unless_uninit_and_counted) {
+    // A freed block reused by the next allocation of its size: the default fills it with zeros.
+    for (int rep = 0; rep < 2; ++rep) {
+        Buffer z(DType::f32, {37, 5});
+        for (int64_t i = 0; i < 37 * 5; ++i) {
+            BOOST_TEST(z.ptr<float>()[i] == 0.0f);
+            z.ptr<float>()[i] = 1.0f;
+        }
+    }
+    const int64_t before = hymoe::buffer_bytes().live;
+    {
+        Buffer u(DType::f32, {37, 5}, hymoe::uninit);  // [37, 5]: 740 bytes, padded to 768
+        BOOST_TEST(u.view().shape == (hymoe::Shape{37, 5}));
+        BOOST_TEST(reinterpret_cast<uintptr_t>(u.ptr<float>()) % 64 == 0);
+        BOOST_TEST(hymoe::buffer_bytes().live == before + 768);
+        for (int64_t i = 0; i < 37 * 5; ++i)
+            u.ptr<float>()[i] = static_cast<float>(i);
+        BOOST_TEST(u.ptr<float>()[184] == 184.0f);
+    }
+    BOOST_TEST(hymoe::buffer_bytes().live == before);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
