@@ -28,8 +28,17 @@ void dense_ffn_forward(const backend::Ctx& ctx,
     const int64_t inter = w.up_proj.dim(0);
     const LoraSlots none;
     const LoraSlots& host = w.lora ? *w.lora : none;
+    // [n, I] temporaries, each written in full by its product before it is read: not zero-filled
+    // on the CPU (a pass over them would cost ~1% of a prefill).
     backend::Scratch scratch(ctx);
-    Tensor up = scratch(x.dtype, {n, inter});  // [n, I]
+    Buffer host_up, host_gate;
+    auto temp = [&](Buffer& buf) {
+        if (ctx.device != Device::cpu)
+            return scratch(x.dtype, {n, inter});
+        buf = Buffer(x.dtype, {n, inter}, uninit);
+        return buf.view();
+    };
+    Tensor up = temp(host_up);  // [n, I]
     const SeqBatch rows = row_batch ? *row_batch : single_sequence(n);
     auto adapters =
         [&](const LoraSlot* slot, const LoraSlotView& f, const Tensor& in, Tensor& out) {
@@ -39,7 +48,7 @@ void dense_ffn_forward(const backend::Ctx& ctx,
     adapters(host.up, w.lora_views.up, x, up);
     switch (act) {
         case ExpertAct::swiglu: {
-            Tensor gate = scratch(x.dtype, {n, inter});  // [n, I], then SiLU(gate) ⊙ up in place
+            Tensor gate = temp(host_gate);  // [n, I], then SiLU(gate) ⊙ up in place
             ops::linear(ctx, x, w.gate_proj, gate);
             adapters(host.gate, w.lora_views.gate, x, gate);
             ops::swiglu(ctx, gate, up, gate);
