@@ -8,16 +8,20 @@
 #include <cstring>
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
+#include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_kda_batch.h"
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/backend/kda_batch.h"
+#include "hymoe/backend/moe_route.h"
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_kda.h"
 #include "hymoe/backend/ops_lora.h"
 #include "hymoe/backend/ops_mla.h"
+#include "hymoe/backend/ops_moe.h"
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/core/error.h"
 
@@ -466,8 +470,7 @@ void lora_rows_add(const Ctx& ctx,
     if constexpr (kCudaBuild)
         if (ctx.device == Device::cuda) {
             const int64_t m = rows.numel(), r = A.dim(0), out = B.dim(0);
-            HYMOE_CHECK(x.dtype == DType::f32 && y.dtype == DType::f32 && y.dim(1) == out &&
-                            B.dim(1) == r && x.dim(1) == A.dim(1),
+            HYMOE_CHECK(y.dim(1) == out && B.dim(1) == r && x.dim(1) == A.dim(1),
                         "lora_rows_add: x ",
                         shape_string(x.shape),
                         ", y ",
@@ -479,13 +482,22 @@ void lora_rows_add(const Ctx& ctx,
             if (m == 0)
                 return;
             backend::Scratch scratch(ctx);
-            Tensor xg = scratch(DType::f32, {m, x.dim(1)});  // [m, in] the rows of x
-            Tensor t = scratch(DType::f32, {m, r});          // [m, r] = x Aᵀ
-            Tensor yg = scratch(DType::f32, {m, out});       // [m, out] the rows of y
-            cu::gather_rows(*ctx.stream, x, rows, xg);
+            // the rows in fp32 whatever x's and y's dtypes (f32 or bf16; y rounded back once)
+            auto f32_rows = [&](const Tensor& src, Tensor& raw) {
+                raw = scratch(src.dtype, {m, src.dim(1)});
+                cu::gather_rows(*ctx.stream, src, rows, raw);
+                if (src.dtype == DType::f32)
+                    return raw;
+                Tensor f = scratch(DType::f32, {m, src.dim(1)});
+                cu::cast(*ctx.stream, raw, f);
+                return f;
+            };
+            Tensor xr, yr;
+            const Tensor xg = f32_rows(x, xr);       // [m, in] the rows of x
+            Tensor t = scratch(DType::f32, {m, r});  // [m, r] = x Aᵀ
             ctx.blas->linear(xg, A, t);
-            cu::gather_rows(*ctx.stream, y, rows, yg);
-            ctx.blas->gemm(DType::f32,  // yg += scale · t Bᵀ
+            Tensor yg = f32_rows(y, yr);  // [m, out] the rows of y
+            ctx.blas->gemm(DType::f32,    // yg += scale · t Bᵀ
                            DType::f32,
                            false,
                            true,
@@ -500,7 +512,9 @@ void lora_rows_add(const Ctx& ctx,
                            1.0f,
                            yg.data,
                            out);
-            return cu::scatter_rows(*ctx.stream, yg, rows, y);
+            if (yr.data != yg.data)
+                cu::cast(*ctx.stream, yg, yr);
+            return cu::scatter_rows(*ctx.stream, yr, rows, y);
         }
     lora_rows_add(rows, A, B, scale, x, y);
 }
@@ -514,6 +528,168 @@ void kda_scan_backward(
     const Ctx& ctx, const KdaScanParams& p, const float* ckpt, const KdaScanGrads& d, int chunk) {
     check_kda_cpu(ctx, "kda_scan_backward");
     kda_scan_backward(p, ckpt, d, chunk);
+}
+
+// ---- MoE groups (backend/ops_moe.h) -------------------------------------------------------------
+
+void moe_gather(const Ctx& ctx, const Tensor& x, const Tensor& row, int64_t k, Tensor& in) {
+    check_on(ctx, "moe_gather", {&x, &row, &in});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::moe_permute(*ctx.stream, x, row, k, in);
+    moe_gather(x, row, nullptr, k, in);
+}
+
+void moe_combine(const Ctx& ctx,
+                 const Tensor& out,
+                 const Tensor& row,
+                 const Tensor& weight,
+                 int64_t k,
+                 Tensor& y) {
+    check_on(ctx, "moe_combine", {&out, &row, &weight, &y});
+    HYMOE_CHECK(weight.dtype == DType::f32 && weight.numel() == row.numel(),
+                "moe_combine: weight ",
+                shape_string(weight.shape),
+                " for a row map ",
+                shape_string(row.shape));
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::moe_unpermute(*ctx.stream, out, row, weight, k, y);
+    moe_combine(out, row, weight.ptr<float>(), k, y);
+}
+
+void grouped_linear(const Ctx& ctx,
+                    const Tensor& x,
+                    const std::vector<Tensor>& w,
+                    const std::vector<int64_t>& rows,
+                    Tensor& y) {
+    check_on(ctx, "grouped_linear", {&x, &y});
+    HYMOE_CHECK(w.size() == rows.size(),
+                "grouped_linear: ",
+                w.size(),
+                " matrices, ",
+                rows.size(),
+                " row counts");
+    int64_t total = 0;
+    for (int64_t r : rows)
+        total += r;
+    HYMOE_CHECK(x.dim(0) == total && y.dim(0) == total,
+                "grouped_linear: x ",
+                shape_string(x.shape),
+                ", y ",
+                shape_string(y.shape),
+                " for ",
+                total,
+                " grouped rows");
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            // the experts' matrices as one stacked [E, out, in] tensor (consecutive slices)
+            if (w.empty())
+                return;
+            const Tensor& first = w.front();
+            check_on(ctx, "grouped_linear", {&first});
+            const auto stride = static_cast<int64_t>(first.bytes());
+            for (size_t e = 0; e < w.size(); ++e)
+                HYMOE_CHECK(w[e].data == static_cast<const char*>(first.data) +
+                                             static_cast<int64_t>(e) * stride &&
+                                w[e].shape == first.shape && first.data != nullptr,
+                            "grouped_linear: expert ",
+                            e,
+                            "'s matrix is not slice ",
+                            e,
+                            " of one stacked tensor");
+            const Tensor stacked{first.data,
+                                 first.dtype,
+                                 Device::cuda,
+                                 {static_cast<int64_t>(w.size()), first.dim(0), first.dim(1)}};
+            return ctx.blas->grouped_linear(x, stacked, rows, y);
+        }
+    int64_t begin = 0;
+    for (size_t e = 0; e < w.size(); ++e) {
+        if (rows[e] > 0) {
+            Tensor y_rows = y.rows(begin, rows[e]);
+            linear(x.rows(begin, rows[e]), w[e], y_rows);
+        }
+        begin += rows[e];
+    }
+}
+
+void router_logits(const Ctx& ctx, const Tensor& x, const Tensor& gate, Tensor& logits) {
+    check_on(ctx, "router_logits", {&x, &gate, &logits});
+    HYMOE_CHECK(logits.dtype == DType::f32 && gate.dtype == DType::f32 &&
+                    logits.shape == Shape({x.dim(0), gate.dim(0)}) && x.dim(1) == gate.dim(1),
+                "router_logits: x ",
+                shape_string(x.shape),
+                ", gate ",
+                shape_string(gate.shape),
+                ", logits ",
+                shape_string(logits.shape));
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return linear(ctx, x, gate, logits);
+    for (int64_t t = 0; t < x.dim(0); ++t) {
+        Tensor row = logits.rows(t, 1);
+        linear(x.rows(t, 1), gate, row);
+    }
+}
+
+void moe_route(const Ctx& ctx,
+               const MoeRouteRule& rule,
+               Tensor& logits,
+               const Tensor& bias,
+               Tensor& idx,
+               Tensor& weight) {
+    check_on(ctx, "moe_route", {&logits, &bias, &idx, &weight});
+    const int64_t n = logits.dim(0), k = rule.top_k;
+    HYMOE_CHECK(logits.dtype == DType::f32 && logits.shape == Shape({n, rule.n_exp}) &&
+                    (bias.data == nullptr || bias.shape == Shape({rule.n_exp})) &&
+                    idx.dtype == DType::i32 && idx.shape == Shape({n, k}) &&
+                    weight.dtype == DType::f32 && weight.shape == Shape({n, k}) && k >= 1 &&
+                    rule.n_group >= 1 && rule.n_exp % rule.n_group == 0 &&
+                    rule.topk_group <= rule.n_group &&
+                    k <= rule.topk_group * (rule.n_exp / rule.n_group),
+                "moe_route: logits ",
+                shape_string(logits.shape),
+                ", idx ",
+                shape_string(idx.shape),
+                ", weight ",
+                shape_string(weight.shape),
+                ", E ",
+                rule.n_exp,
+                ", top_k ",
+                k,
+                ", groups ",
+                rule.topk_group,
+                " of ",
+                rule.n_group);
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            cu::MoeRouteParams p;
+            p.n_tok = static_cast<int>(n);
+            p.n_exp = static_cast<int>(rule.n_exp);
+            p.top_k = static_cast<int>(k);
+            p.n_group = static_cast<int>(rule.n_group);
+            p.topk_group = static_cast<int>(rule.topk_group);
+            p.softmax = rule.softmax;
+            p.renormalize = rule.renormalize;
+            p.renorm_eps = rule.renorm_eps;
+            p.scale = rule.scale;
+            p.weights_from_biased = rule.weights_from_biased;
+            p.group_fill = rule.group_fill;
+            p.logits = logits.ptr<float>();
+            p.bias = bias.data ? bias.ptr<float>() : nullptr;
+            p.idx = idx.ptr<int32_t>();
+            p.weight = weight.ptr<float>();
+            return cu::moe_route(*ctx.stream, p);
+        }
+    if (rule.softmax)
+        softmax_rows(logits.ptr<float>(), n, rule.n_exp);
+    else
+        sigmoid_inplace(logits);
+    std::vector<int64_t> wide(static_cast<size_t>(n * k));  // [n, k]
+    moe_select(
+        rule, logits, bias.data ? bias.ptr<float>() : nullptr, wide.data(), weight.ptr<float>());
+    std::copy(wide.begin(), wide.end(), idx.ptr<int32_t>());
 }
 
 }  // namespace ops

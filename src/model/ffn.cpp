@@ -1,12 +1,10 @@
-// FFN weights by family (HF names, model-math §6-7) and the one MLP every FFN path runs: dense
-// layers, each routed expert and the shared experts. fp32; the activation between the two
-// products is computed in fp32 (DS32's SwiGLU in fp32, model-math §10).
+// FFN weights by family (HF names, model-math §6-7), and the one MLP every FFN path runs on host
+// weights: model/ffn_views.h's dense_ffn_forward on their views.
 #include "hymoe/model/ffn.h"
 
 #include <string>
 
-#include "hymoe/backend/ops.h"
-#include "hymoe/core/error.h"
+#include "hymoe/model/ffn_views.h"
 
 namespace hymoe::model {
 
@@ -157,43 +155,7 @@ void dense_ffn_forward(const backend::Ctx& ctx,
                        const Tensor& x /*[n_tok, w]*/,
                        Tensor& y /*[n_tok, w]*/,
                        const SeqBatch* row_batch) {
-    const int64_t n = x.dim(0);
-    const int64_t inter = w.up_proj.view().dim(0);
-    const bool adapters = w.lora.gate || w.lora.up || w.lora.down;
-    HYMOE_CHECK(!adapters || ctx.device == Device::cpu,
-                "dense_ffn_forward: LoRA adapters on a ",
-                to_string(ctx.device),
-                " context (the CPU applies them)");
-    // [n, I] temporaries, each written in full by its product before it is read: not zero-filled
-    // on the CPU (a pass over them would cost ~1% of a prefill).
-    backend::Scratch scratch(ctx);
-    Buffer host_up, host_gate;
-    auto temp = [&](Buffer& host) {
-        if (ctx.device != Device::cpu)
-            return scratch(x.dtype, {n, inter});
-        host = Buffer(x.dtype, {n, inter}, uninit);
-        return host.view();
-    };
-    Tensor up = temp(host_up);  // [n, I]
-    const SeqBatch rows = row_batch ? *row_batch : single_sequence(n);
-    ops::linear(ctx, x, w.up_proj.view(), up);
-    lora_forward(w.lora.up, rows, x, up);
-    switch (act) {
-        case ExpertAct::swiglu: {
-            Tensor gate = temp(host_gate);  // [n, I], then SiLU(gate) ⊙ up in place
-            ops::linear(ctx, x, w.gate_proj.view(), gate);
-            lora_forward(w.lora.gate, rows, x, gate);
-            ops::swiglu(ctx, gate, up, gate);
-            ops::linear(ctx, gate, w.down_proj.view(), y);
-            lora_forward(w.lora.down, rows, gate, y);
-            return;
-        }
-        case ExpertAct::relu2:
-            ops::relu2_inplace(ctx, up);
-            ops::linear(ctx, up, w.down_proj.view(), y);
-            lora_forward(w.lora.down, rows, up, y);
-            return;
-    }
+    dense_ffn_forward(ctx, ffn_views(w), act, x, y, row_batch);
 }
 
 }  // namespace hymoe::model

@@ -96,38 +96,21 @@ EpSendPlan plan_ep_send(const Routing& r,
     return p;
 }
 
-EpExpertPlan plan_ep_experts(const std::vector<int32_t>& recv_ids,
-                             int64_t top_k,
-                             const std::vector<int>& local_index,
-                             int64_t n_local) {
-    HYMOE_CHECK(top_k > 0 && recv_ids.size() % static_cast<size_t>(top_k) == 0,
-                "plan_ep_experts: ",
-                recv_ids.size(),
-                " expert ids for top-k ",
-                top_k);
-    EpExpertPlan p;
-    p.rows_per_expert.assign(static_cast<size_t>(n_local), 0);
-    p.row.assign(recv_ids.size(), -1);
-    auto local_of = [&](int32_t id) {
-        HYMOE_CHECK(id >= 0 && static_cast<size_t>(id) < local_index.size() &&
+std::vector<int32_t> local_expert_ids(const std::vector<int32_t>& recv_ids,
+                                      const std::vector<int>& local_index) {
+    std::vector<int32_t> local(recv_ids.size(), -1);
+    for (size_t a = 0; a < recv_ids.size(); ++a) {
+        const int32_t id = recv_ids[a];
+        if (id < 0)
+            continue;
+        HYMOE_CHECK(static_cast<size_t>(id) < local_index.size() &&
                         local_index[static_cast<size_t>(id)] >= 0,
-                    "plan_ep_experts: a row for expert ",
+                    "local_expert_ids: a row for expert ",
                     id,
                     ", not hosted on this rank");
-        return static_cast<size_t>(local_index[static_cast<size_t>(id)]);
-    };
-    for (int32_t id : recv_ids)
-        if (id >= 0)
-            ++p.rows_per_expert[local_of(id)];
-    std::vector<int64_t> cursor(static_cast<size_t>(n_local), 0);  // [E_local] next grouped row
-    for (size_t e = 1; e < cursor.size(); ++e)
-        cursor[e] = cursor[e - 1] + p.rows_per_expert[e - 1];
-    p.n_grouped = n_local > 0 ? cursor.back() + p.rows_per_expert.back() : 0;
-    // received rows in order (source rank, then token), so each expert's rows keep that order
-    for (size_t a = 0; a < recv_ids.size(); ++a)
-        if (recv_ids[a] >= 0)
-            p.row[a] = cursor[local_of(recv_ids[a])]++;
-    return p;
+        local[a] = local_index[static_cast<size_t>(id)];
+    }
+    return local;
 }
 
 }  // namespace hymoe::model

@@ -1,65 +1,50 @@
-// The routed experts on grouped rows (moe_experts.h): group the computed slots by expert, run
-// each expert once on its group (dense_ffn_forward, or the dense backward with the recomputed
-// output), then sum each row's slots in slot order; the latent projections' backward GEMMs.
+// The routed experts on grouped rows (moe_experts.h): group the computed slots by expert
+// (backend/moe_groups.h), run each expert once on its group (dense_ffn_forward, or the dense
+// backward with the recomputed output), then sum each row's slots in slot order (the CPU forms of
+// backend/ops_moe.h); the latent projections' backward GEMMs.
 #include "moe_experts.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "ffn_backward.h"
+#include "hymoe/backend/moe_groups.h"
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_moe.h"
 #include "hymoe/core/error.h"
-#include "hymoe/core/f32x4.h"
 
 namespace hymoe::model::detail {
 
 namespace {
 
-// Where each computed slot's row lives in the expert-grouped buffers: expert e owns grouped rows
-// [offset[e], offset[e+1]), its rows ascending.
-struct Groups {
-    std::vector<int64_t> offset;  // [E + 1]
-    std::vector<int64_t> row;     // [n·k] grouped row of slot a; −1 where not computed
-};
+// The expert groups of the slots (backend/moe_groups.h): expert e owns grouped rows
+// [offset[e], offset[e+1]), its rows ascending; every computed slot's expert hosted here.
+using Groups = backend::MoeGroups;
 
 Groups group_by_expert(const MoeWeights& w, const RowSlots& s) {
     const auto n_exp = static_cast<int64_t>(w.experts.size());
-    std::vector<int64_t> count(static_cast<size_t>(n_exp), 0);  // [E]
     for (int64_t a = 0; a < s.n * s.k; ++a) {
         const int32_t e = s.expert[a];
-        if (e < 0)
-            continue;
-        HYMOE_CHECK(e < n_exp && w.experts[static_cast<size_t>(e)].up_proj.view().data != nullptr,
+        HYMOE_CHECK(e < n_exp &&
+                        (e < 0 || w.experts[static_cast<size_t>(e)].up_proj.view().data != nullptr),
                     "expert ",
                     e,
                     " reached a rank that does not host it");
-        ++count[static_cast<size_t>(e)];
     }
-    Groups g;
-    g.offset.assign(static_cast<size_t>(n_exp) + 1, 0);
-    for (size_t e = 0; e < count.size(); ++e)
-        g.offset[e + 1] = g.offset[e] + count[e];
-    std::vector<int64_t> cursor(g.offset.begin(), g.offset.end() - 1);  // [E]
-    g.row.assign(static_cast<size_t>(s.n * s.k), -1);
-    for (int64_t a = 0; a < s.n * s.k; ++a)  // row-major, so each expert's rows ascend
-        if (s.expert[a] >= 0)
-            g.row[static_cast<size_t>(a)] = cursor[static_cast<size_t>(s.expert[a])]++;
-    return g;
+    return backend::moe_group_rows(s.expert, s.n, s.k, n_exp);
+}
+
+// The groups' row map [n·k] as a host tensor for the CPU forms of backend/ops_moe.h.
+Tensor row_map(const Groups& g) {
+    return Tensor{const_cast<int64_t*>(g.row.data()),
+                  DType::i64,
+                  Device::cpu,
+                  {static_cast<int64_t>(g.row.size())}};
 }
 
 // dst [n_assign, w] grouped row of slot a = src row a / k, times the slot's weight if `weighted`.
 void gather(const Groups& g, const RowSlots& s, const Tensor& src, Tensor& dst, bool weighted) {
-    const int64_t width = src.dim(1);
-    for (int64_t a = 0; a < s.n * s.k; ++a) {
-        const int64_t row = g.row[static_cast<size_t>(a)];
-        if (row < 0)
-            continue;
-        const float* from = src.ptr<float>() + a / s.k * width;
-        float* to = dst.ptr<float>() + row * width;
-        const float scale = weighted ? s.weight[a] : 1.0f;
-        for (int64_t c = 0; c < width; ++c)
-            to[c] = scale * from[c];
-    }
+    ops::moe_gather(src, row_map(g), weighted ? s.weight : nullptr, s.k, dst);
 }
 
 // f(e, begin, rows) for each expert with rows, then poll(); counts the rows per expert.
@@ -78,46 +63,10 @@ void for_each_expert(const Groups& g,
     }
 }
 
-// out [n, w] row t = Σ over its computed slots in slot order of scale_i · grouped row: per
-// element ((0 + s_0·o_0) + s_1·o_1) + …, each product rounded before its sum (the arithmetic of
-// the plain loop), 16 columns at a time held in registers across the slots.
+// out [n, w] row t = Σ over its computed slots in slot order of scale_i · grouped row.
 void sum_slots(
     const Groups& g, const RowSlots& s, const Tensor& grouped, bool weighted, Tensor& out) {
-    const int64_t width = out.dim(1), wide = width / 16 * 16;
-    std::vector<const float*> from(static_cast<size_t>(s.k));  // [k] the computed slots' rows
-    std::vector<float> scale(static_cast<size_t>(s.k));        // [k] their weights
-    for (int64_t t = 0; t < s.n; ++t) {
-        size_t m = 0;
-        for (int64_t i = 0; i < s.k; ++i) {
-            const int64_t row = g.row[static_cast<size_t>(t * s.k + i)];
-            if (row < 0)
-                continue;
-            from[m] = grouped.ptr<float>() + row * width;
-            scale[m++] = weighted ? s.weight[t * s.k + i] : 1.0f;
-        }
-        float* y = out.ptr<float>() + t * width;
-        for (int64_t j = 0; j < wide; j += 16) {
-            f32x4 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-            for (size_t i = 0; i < m; ++i) {
-                const float* o = from[i] + j;
-                const float wt = scale[i];
-                a0 += wt * load4(o);
-                a1 += wt * load4(o + 4);
-                a2 += wt * load4(o + 8);
-                a3 += wt * load4(o + 12);
-            }
-            store4(y + j, a0);
-            store4(y + j + 4, a1);
-            store4(y + j + 8, a2);
-            store4(y + j + 12, a3);
-        }
-        for (int64_t j = wide; j < width; ++j) {
-            float acc = 0.0f;
-            for (size_t i = 0; i < m; ++i)
-                acc += scale[i] * from[i][j];
-            y[j] = acc;
-        }
-    }
+    ops::moe_combine(grouped, row_map(g), weighted ? s.weight : nullptr, s.k, out);
 }
 
 }  // namespace

@@ -14,43 +14,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
+#include "hymoe/backend/moe_route.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/ffn.h"
+#include "route_rule.h"
 
 namespace hymoe::model {
 
 namespace {
-
-// Group-limited selection (n_group > 1): score each group of E/G consecutive experts by the sum
-// of its top-2 biased scores (with a bias) or its best one (without), keep the topk_group best
-// groups (ties → smaller group) and overwrite the others' choice scores with `fill`.
-void mask_groups(const MoeConfig& m, bool has_bias, float fill, float* choice /*[E]*/) {
-    const int64_t n_group = m.n_group;
-    const int64_t per_group = m.n_routed_experts / m.n_group;
-    std::vector<float> group_score(static_cast<size_t>(n_group));  // [G]
-    for (int64_t g = 0; g < n_group; ++g) {
-        const float* s = choice + g * per_group;
-        if (has_bias) {
-            int64_t top2[2];
-            ops::top_k(s, per_group, 2, top2);
-            group_score[static_cast<size_t>(g)] = s[top2[0]] + s[top2[1]];
-        } else {
-            group_score[static_cast<size_t>(g)] = *std::max_element(s, s + per_group);
-        }
-    }
-    std::vector<int64_t> kept_groups(static_cast<size_t>(m.topk_group));  // [topk_group]
-    ops::top_k(group_score.data(), n_group, m.topk_group, kept_groups.data());
-    std::vector<uint8_t> keep(static_cast<size_t>(n_group), 0);  // [G]
-    for (int64_t g : kept_groups)
-        keep[static_cast<size_t>(g)] = 1;
-    for (int64_t g = 0; g < n_group; ++g)
-        if (!keep[static_cast<size_t>(g)])
-            std::fill(choice + g * per_group, choice + (g + 1) * per_group, fill);
-}
 
 // Capacity dropping (Megatron apply_router_token_dropping): C = ceil(n_tok·k/E · CF); an expert
 // over capacity keeps the C assignments with the largest weight (probs; equal weights → the
@@ -141,34 +115,9 @@ Routing route_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& 
     r.kept.assign(static_cast<size_t>(n_tok * k), 1);
     r.tokens_per_expert.assign(static_cast<size_t>(n_exp), 0);
     const float* bias = has_bias ? w.correction_bias.ptr<float>() : nullptr;  // [E]
-    const float fill =
-        cfg.model_type == "kimi_linear" ? 0.0f : -std::numeric_limits<float>::infinity();
-    const WeightRule rule = weight_rule(cfg);
-    std::vector<float> biased(static_cast<size_t>(n_exp));  // [E] s' = s + b
-    std::vector<float> choice(static_cast<size_t>(n_exp));  // [E] s' with masked groups
-    for (int64_t t = 0; t < n_tok; ++t) {
-        const float* s = s_all.ptr<float>() + t * n_exp;
-        for (int64_t e = 0; e < n_exp; ++e)
-            biased[static_cast<size_t>(e)] = bias ? s[e] + bias[e] : s[e];
-        choice = biased;
-        if (m.n_group > 1)
-            mask_groups(m, has_bias, fill, choice.data());
-        int64_t* idx = r.idx.data() + t * k;
-        float* wt = r.weight.data() + t * k;
-        ops::top_k(choice.data(), n_exp, k, idx);
-        const float* source = m.weights_from_biased_scores ? biased.data() : s;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < k; ++i) {
-            wt[i] = source[idx[i]];
-            sum += wt[i];
-        }
-        for (int64_t i = 0; i < k; ++i) {
-            if (rule.renormalize)
-                wt[i] /= sum + rule.eps;
-            wt[i] *= rule.rho;
-            ++r.tokens_per_expert[static_cast<size_t>(idx[i])];
-        }
-    }
+    ops::moe_select(route_rule(cfg), s_all, bias, r.idx.data(), r.weight.data());
+    for (int64_t e : r.idx)
+        ++r.tokens_per_expert[static_cast<size_t>(e)];
     if (m.capacity_factor > 0.0)
         drop_over_capacity(m, n_tok, r);
     return r;

@@ -12,7 +12,8 @@
 namespace hymoe::ops {
 
 // y [n, out] rows `rows` (i64 [m], distinct) += scale · (x [n, in] rows) Aᵀ Bᵀ, A [r, in] and
-// B [out, r]; everything fp32. CPU form, then the op on a Ctx.
+// B [out, r]; everything fp32 (on CUDA, x and y may be bf16: the rows are summed in fp32 and y
+// rounded back once). CPU form, then the op on a Ctx.
 void lora_rows_add(
     const Tensor& rows, const Tensor& A, const Tensor& B, float scale, const Tensor& x, Tensor& y);
 void lora_rows_add(const backend::Ctx& ctx,

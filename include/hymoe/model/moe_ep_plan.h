@@ -2,9 +2,10 @@
 // C++, built and unit-tested in CPU builds too. It follows the CPU pipeline (model/moe_parallel.h,
 // moe_dispatch.cpp) at tp = etp = 1: each token of a micro-batch goes once to each distinct ep
 // rank hosting one of its kept top-k experts, rows sorted by destination and then token; the
-// expert side groups the received rows of each hosted expert (source rank, then token order) for
-// the grouped GEMMs and forms each received row's weighted sum over its hosted slots in slot
-// order (fp32); the owner adds a token's returned partials in ascending source rank.
+// expert side (model/moe_grouped.h on local expert ids) groups the received rows of each hosted
+// expert (source rank, then token order) for the grouped GEMMs and forms each received row's
+// weighted sum over its hosted slots in slot order (fp32); the owner adds a token's returned
+// partials in ascending source rank.
 #pragma once
 
 #include <cstdint>
@@ -48,18 +49,11 @@ EpSendPlan plan_ep_send(const Routing& r,
                         int ep,
                         RowRange tokens);
 
-// Expert side of one micro-batch from the received rows' expert ids recv_ids [n_recv, k] (−1:
-// not hosted here) and the local index of each expert (local_expert_index).
-struct EpExpertPlan {
-    std::vector<int64_t> rows_per_expert;  // [E_local] grouped rows of each hosted expert
-    // [n_recv, k] the grouped row of each (received row, slot), −1 where the slot is not hosted
-    // here: the permute map and, with the received weights, the slot-ordered combine's.
-    std::vector<int64_t> row;
-    int64_t n_grouped = 0;  // Σ rows_per_expert
-};
-EpExpertPlan plan_ep_experts(const std::vector<int32_t>& recv_ids,
-                             int64_t top_k,
-                             const std::vector<int>& local_index,
-                             int64_t n_local);
+// Expert side of one micro-batch: the received rows' expert ids recv_ids [n_recv, k] (−1: not
+// hosted here) as local indices (local_expert_index), −1 kept, for the grouped expert stage
+// (model/moe_grouped.h, whose groups keep the received order: source rank, then token). An id
+// not hosted on this rank is an internal error.
+std::vector<int32_t> local_expert_ids(const std::vector<int32_t>& recv_ids,
+                                      const std::vector<int>& local_index);
 
 }  // namespace hymoe::model

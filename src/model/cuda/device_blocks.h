@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "../moe_grouped.h"
 #include "device_lora.h"
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_gemm.h"
@@ -38,6 +39,11 @@ struct Gpu {
     cu::Blas blas;
     Gpu(size_t arena_bytes, int max_groups) : arena(arena_bytes), blas(stream, arena, max_groups) {}
 };
+
+// The device's context for the backend-neutral ops and model blocks (backend/ctx.h).
+inline backend::Ctx ctx_of(Gpu& g) {
+    return backend::Ctx{Device::cuda, &g.stream, &g.arena, &g.blas};
+}
 
 // Scratch memory at fixed device addresses for the steps the decode graphs capture
 // (device_decode_graphs.h): while a WorkspaceScope is alive on this thread, every Scratch of
@@ -137,13 +143,9 @@ struct MlaW {
     IndexerW indexer;  // dsa
     MixerLoraW lora;   // adapters on q (q or q_b), kv (kv_a), o (set_lora_adapters)
 };
-struct MlpW {
-    Tensor gate;  // [I, w] cd (swiglu only)
-    Tensor up;    // [I, w] cd
-    Tensor down;  // [w, I] cd
-    // adapters on gate, up, down (set_lora_adapters)
-    MlpLoraW lora;
-};
+// The MLPs (dense layers, shared experts): model::dense_ffn_forward's views (model/ffn_views.h),
+// matrices in cd, the adapters as lora_views (set_lora_adapters; host lora null).
+using MlpW = DenseFfnViews;
 struct MoeW {
     Tensor router;    // [E, d] f32 (routing is fp32, model-math §10)
     Tensor bias;      // [E] f32 correction bias (correction_bias)
@@ -155,7 +157,8 @@ struct MoeW {
     MlpW shared;      // n_shared_experts > 0
     MoeWeights host;  // the correction bias and the placement alone, for the host routing
                       //   (router.h) and the ep dispatch (device_moe_ep.h)
-    std::vector<MlpLoraW> expert_lora;  // [E] the routed experts' adapters; empty: none
+    detail::ExpertViews experts;  // gate, up, down as their slices [E] (held experts), and the
+                                  //   routed experts' adapters as lora_views (empty: none)
 };
 struct LayerW {
     Tensor attn_norm;  // [d]
@@ -244,19 +247,9 @@ void attention_block(Gpu& g,
                      Tensor& y,
                      double* indexer_seconds);
 
-// y (+)= down(act(x)) for x [n, w] in cd (model::dense_ffn_forward); beta 1 adds to y. With
-// lora_rows, w.lora's adapters on those rows.
-void mlp_block(Gpu& g,
-               const MlpW& w,
-               ExpertAct act,
-               const Tensor& x,
-               Tensor& y,
-               float beta,
-               const std::vector<AdapterRowsW>* lora_rows = nullptr);
-
-// The fused routing (cuda_fused.h moe_route) of router logits [n, E] f32 into idx [n, k] i32 (each
-// token's experts, best first) and weight [n, k] f32 (their combine weights): router.h's choice,
-// dropless, on the device.
+// The routing (ops::moe_route, backend/moe_route.h) of router logits [n, E] f32 into idx [n, k]
+// i32 (each token's experts, best first) and weight [n, k] f32 (their combine weights):
+// router.h's choice, dropless, on the device.
 void route_on_device(Gpu& g,
                      const ModelConfig& cfg,
                      const MoeW& w,

@@ -1,65 +1,27 @@
-// The FFN blocks on the GPU (device_blocks.h): the SwiGLU/relu2 MLP (dense layers and shared
-// experts) and the MoE layer in model/moe.cpp's phases. Routing: the router logits [n_tok, E] are
-// one fp32 GEMM on the device, copied to the host, and routed there by the CPU's own code
-// (router.h: scores, groups, top-k, weights, capacity), so the expert choice is the CPU's given
-// the logits. The host plans the dispatch exactly as moe.cpp (each expert's kept tokens
-// contiguous, in token order) and uploads the row map and weights; then permute, the experts as
-// grouped GEMMs (one launch per matrix for all experts), the activation and the slot-ordered
-// combine into fp32 run on the device. Fused (bf16 SwiGLU experts, dropless): the same phases in
-// the fused kernels (cuda_fused.h), routing included, with no host round trip. LoRA adapters
-// (device_lora.h): on the MLPs' projections per adapter's rows; a layer with routed-expert
-// adapters routes on the host in a step that uses any, so that each expert's rows per adapter
-// are known there.
+// The MoE layer on the GPU (device_blocks.h) in model/moe.cpp's phases; its MLPs (the shared
+// experts) are model::dense_ffn_forward on the device's Ctx. Router logits [n_tok, E] by
+// ops::router_logits (one fp32 GEMM on the device). Generic: the logits copied to the host and
+// routed there by the CPU's own code (router.h: scores, groups, top-k, weights, capacity), so the
+// expert choice is the CPU's given the logits; then the CPU's grouped expert stage
+// (moe_grouped.h: host plan, gather, grouped products, combine as Ctx ops) on the device. Fused
+// (bf16 SwiGLU experts, dropless): routing by ops::moe_route on the device, then the dispatch
+// plan, grouped experts and combine in the fused kernels (cuda_fused.h), with no host round trip.
+// LoRA adapters (model/lora_views.h): a layer with routed-expert adapters routes on the host in a
+// step that uses any, so that each expert's rows per adapter are known there.
 #include <utility>
 #include <vector>
 
+#include "../moe_experts.h"
+#include "../route_rule.h"
 #include "../router.h"
 #include "device_blocks.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/moe_route.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/decode_graph_plan.h"
 
 namespace hymoe::model::gpu {
-
-namespace {
-
-// act(gate, up) into gate (swiglu) or up (relu2); returns the activated tensor.
-Tensor activate(Gpu& g, ExpertAct act, Tensor& gate, Tensor& up) {
-    if (act == ExpertAct::swiglu) {
-        cu::swiglu(g.stream, gate, up, gate);
-        return gate;
-    }
-    cu::relu2_inplace(g.stream, up);
-    return up;
-}
-
-}  // namespace
-
-void mlp_block(Gpu& g,
-               const MlpW& w,
-               ExpertAct act,
-               const Tensor& x,
-               Tensor& y,
-               float beta,
-               const std::vector<AdapterRowsW>* lora_rows) {
-    const int64_t n = x.dim(0), inter = w.up.dim(0);
-    const std::vector<AdapterRowsW> none;
-    const std::vector<AdapterRowsW>& rows = lora_rows ? *lora_rows : none;
-    Scratch s(g.arena);
-    Tensor up = s(x.dtype, {n, inter});  // [n, I]
-    Tensor gate;                         // [n, I] (swiglu)
-    g.blas.linear(x, w.up, up);
-    lora_apply(g, w.lora.up, rows, x, up);
-    if (act == ExpertAct::swiglu) {
-        gate = s(x.dtype, {n, inter});
-        g.blas.linear(x, w.gate, gate);
-        lora_apply(g, w.lora.gate, rows, x, gate);
-    }
-    const Tensor h = activate(g, act, gate, up);  // [n, I]
-    g.blas.linear(h, w.down, y, beta);
-    lora_apply(g, w.lora.down, rows, h, y);
-}
 
 void route_on_device(Gpu& g,
                      const ModelConfig& cfg,
@@ -67,27 +29,9 @@ void route_on_device(Gpu& g,
                      const Tensor& logits,
                      Tensor& idx,
                      Tensor& weight) {
-    const MoeConfig& m = cfg.moe;
-    const int64_t n = logits.dim(0), k = m.top_k, n_exp = m.n_routed_experts;
-    const detail::WeightRule rule = detail::weight_rule(cfg);
-    cu::MoeRouteParams rp;
-    rp.n_tok = static_cast<int>(n);
-    rp.n_exp = static_cast<int>(n_exp);
-    rp.top_k = static_cast<int>(k);
-    rp.n_group = m.n_group;
-    rp.topk_group = m.topk_group;
-    rp.softmax = m.scoring == Scoring::softmax;
-    rp.renormalize = rule.renormalize;
-    rp.renorm_eps = rule.eps;
-    rp.scale = rule.rho;
-    rp.weights_from_biased = m.weights_from_biased_scores;
-    if (cfg.model_type == "kimi_linear")  // the masked groups' scores (router.cpp mask_groups)
-        rp.group_fill = 0.0f;
-    rp.logits = logits.ptr<float>();
-    rp.bias = m.correction_bias ? w.bias.ptr<float>() : nullptr;
-    rp.idx = idx.ptr<int32_t>();
-    rp.weight = weight.ptr<float>();
-    cu::moe_route(g.stream, rp);
+    const Tensor bias = cfg.moe.correction_bias ? w.bias : Tensor{};
+    Tensor scores = logits;  // the CUDA form leaves it alone
+    ops::moe_route(ctx_of(g), detail::route_rule(cfg), scores, bias, idx, weight);
 }
 
 namespace {
@@ -139,7 +83,9 @@ std::vector<int64_t> routed_fused(Gpu& g,
 }
 
 // The routed experts with the routing on the host (router.h, given the device's logits [n, E]):
-// z [n, w] in cd into acc [n, w] f32. Returns the expert load.
+// z [n, w] in cd into acc [n, w] f32 by detail::experts_grouped on the device's Ctx (the expert
+// groups planned on the host, the gather, grouped products and combine as Ctx ops, each expert's
+// adapters on its rows per adapter). Returns the expert load.
 std::vector<int64_t> routed_host(Gpu& g,
                                  const ModelConfig& cfg,
                                  const MoeW& w,
@@ -148,61 +94,19 @@ std::vector<int64_t> routed_host(Gpu& g,
                                  Tensor& acc,
                                  const LoraStep* lora) {
     const MoeConfig& m = cfg.moe;
-    const int64_t n = z.dim(0), k = m.top_k, n_exp = m.n_routed_experts, width = z.dim(1);
-    const DType cd = z.dtype;
-    Scratch s(g.arena);
+    const int64_t n = z.dim(0), n_exp = m.n_routed_experts;
     Buffer scores(DType::f32, {n, n_exp});
     cu::download(logits, scores.view(), g.stream);
     g.stream.synchronize();
     detail::router_activate(cfg, scores.view());
-    Routing r = detail::route_scores(cfg, w.host, scores.view());
-
-    // dispatch plan (moe.cpp): expert e owns rows [offset[e], offset[e+1]), its tokens ascending
-    std::vector<int64_t> offset(static_cast<size_t>(n_exp) + 1, 0);
-    for (int64_t e = 0; e < n_exp; ++e)
-        offset[e + 1] = offset[e] + r.tokens_per_expert[e];
-    std::vector<int64_t> cursor(offset.begin(), offset.end() - 1);
-    std::vector<int64_t> row(static_cast<size_t>(n * k), -1);  // [n, k] grouped row, −1 dropped
-    for (size_t a = 0; a < row.size(); ++a)
-        if (r.kept[a])
-            row[a] = cursor[static_cast<size_t>(r.idx[a])]++;
-    const int64_t n_rows = offset.back();
-    const Tensor row_dev = upload_values(g, s, row, DType::i64);
-    const Tensor weight_dev = upload_values(g, s, r.weight, DType::f32);
-    // the experts' adapters: each expert's grouped rows per adapter (lora_rows.h)
-    const std::vector<std::vector<AdapterRowsW>> lora_rows =
-        lora ? upload_lora_rows(
-                   g,
-                   s,
-                   expert_adapter_rows(row, k, lora->row_adapter, offset, lora->n_adapters),
-                   n_exp)
-             : std::vector<std::vector<AdapterRowsW>>();
-    // f(expert's adapters, its rows per adapter) for each expert with adapted rows
-    auto each_adapted = [&](auto&& f) {
-        for (size_t e = 0; e < lora_rows.size(); ++e)
-            if (!lora_rows[e].empty())
-                f(w.expert_lora[e], lora_rows[e]);
-    };
-
-    // experts on the kept rows, then the weighted sum in slot order (fp32)
-    Tensor in = s(cd, {n_rows, width});  // [n_rows, w] rows grouped by expert
-    cu::moe_permute(g.stream, z, row_dev, k, in);
-    const int64_t inter = w.up.dim(1);
-    Tensor up = s(cd, {n_rows, inter}), gate;  // [n_rows, I]
-    g.blas.grouped_linear(in, w.up, r.tokens_per_expert, up);
-    each_adapted([&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.up, rows, in, up); });
-    if (m.expert_act == ExpertAct::swiglu) {
-        gate = s(cd, {n_rows, inter});
-        g.blas.grouped_linear(in, w.gate, r.tokens_per_expert, gate);
-        each_adapted(
-            [&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.gate, rows, in, gate); });
-    }
-    Tensor out = s(cd, {n_rows, width});                   // [n_rows, w]
-    const Tensor h = activate(g, m.expert_act, gate, up);  // [n_rows, I]
-    g.blas.grouped_linear(h, w.down, r.tokens_per_expert, out);
-    each_adapted([&](const MlpLoraW& a, const auto& rows) { lora_apply(g, a.down, rows, h, out); });
-    cu::moe_unpermute(g.stream, out, row_dev, weight_dev, k, acc);
-    return std::move(r.tokens_per_expert);
+    const Routing r = detail::route_scores(cfg, w.host, scores.view());
+    const std::vector<int32_t> kept = detail::kept_experts(r);  // [n, k] −1: dropped
+    const detail::RowSlots slots{
+        kept.data(), r.weight.data(), n, m.top_k, lora ? lora->row_adapter.data() : nullptr};
+    std::vector<int64_t> load(static_cast<size_t>(n_exp), 0);
+    detail::experts_grouped(
+        ctx_of(g), w.experts, m.expert_act, slots, z, acc, [] {}, load);
+    return load;
 }
 
 }  // namespace
@@ -225,7 +129,7 @@ void moe_block(Gpu& g,
     Scratch s(g.arena);
 
     Tensor logits = s(DType::f32, {n, n_exp});  // [n, E] fp32 router logits
-    g.blas.linear(x, w.router, logits);
+    ops::router_logits(ctx_of(g), x, w.router, logits);
     const Tensor xc = in_dtype(g, s, x, cd);
     Tensor z = xc;  // [n, w] the experts' input
     if (latent) {
@@ -236,15 +140,24 @@ void moe_block(Gpu& g,
     Tensor& acc = latent ? (y_lat = s(DType::f32, {n, width})) : y;
     const cu::MoePlan plan = cu::moe_plan(n, m.top_k, n_exp, width, w.up.dim(1));
     const bool has_rows = lora != nullptr && !lora->rows.empty();
-    const bool expert_lora = has_rows && !w.expert_lora.empty();  // routes on the host
+    const bool expert_lora = has_rows && !w.experts.lora_views.empty();  // routes on the host
     const bool use_fused = !expert_lora && moe_runs_fused(cfg, spec, cd, fused, n);
     std::vector<int64_t> load =
         use_fused ? routed_fused(g, cfg, w, plan, logits, z, count_load, acc)
                   : routed_host(g, cfg, w, logits, z, acc, expert_lora ? lora : nullptr);
     if (latent)
         g.blas.linear(in_dtype(g, s, y_lat, cd), w.fc2, y);
-    if (m.n_shared_experts > 0)
-        mlp_block(g, w.shared, m.expert_act, xc, y, 1.0f, has_rows ? &lora->rows : nullptr);
+    if (m.n_shared_experts > 0) {                             // y += Shared(x)
+        Tensor shared = s(DType::f32, {n, cfg.hidden_size});  // [n, d]
+        dense_ffn_forward(ctx_of(g),
+                          w.shared,
+                          m.expert_act,
+                          xc,
+                          shared,
+                          nullptr,
+                          has_rows ? &lora->rows : nullptr);
+        cu::add_inplace(g.stream, y, shared);
+    }
 
     MoeCommStats one;  // the one-rank MoE: only its expert load
     one.calls = 1;

@@ -66,13 +66,13 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
         cu::rms_norm(st, h, w.ffn_norm, eps, xn);
         if (spec.ffn == Ffn::dense) {
             Scratch sd(g_->arena);
-            mlp_block(*g_,
-                      w.dense,
-                      ExpertAct::swiglu,
-                      in_dtype(*g_, sd, xn, cd),
-                      y,
-                      0.0f,
-                      &step.lora.rows);
+            dense_ffn_forward(ctx,
+                              w.dense,
+                              ExpertAct::swiglu,
+                              in_dtype(*g_, sd, xn, cd),
+                              y,
+                              nullptr,
+                              &step.lora.rows);
         } else {
             if (moe_ep_)
                 moe_ep_->forward(*g_, cfg_, spec, w.moe, xn, cd, y, stats.moe[i]);

@@ -62,21 +62,21 @@ int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerW& w) {
                   upload_slot(g, attn.o)};
     HYMOE_CHECK(w.kda.lora_views.kv.empty() && w.mla.lora.k.empty() && w.mla.lora.v.empty(),
                 "GPU model: a LoRA slot on a projection its block does not have");
-    w.dense.lora = upload_mlp(g, host.dense.lora);
-    w.moe.shared.lora = upload_mlp(g, host.moe.shared.lora);
+    w.dense.lora_views = upload_mlp(g, host.dense.lora);
+    w.moe.shared.lora_views = upload_mlp(g, host.moe.shared.lora);
     int n = std::max({adapters_of(w.kda.lora_views),
                       adapters_of(w.mla.lora),
-                      adapters_of(w.dense.lora),
-                      adapters_of(w.moe.shared.lora)});
-    w.moe.expert_lora.clear();
+                      adapters_of(w.dense.lora_views),
+                      adapters_of(w.moe.shared.lora_views)});
+    w.moe.experts.lora_views.clear();
     bool any_expert = false;
     for (const DenseFfnWeights& e : host.moe.experts) {
-        w.moe.expert_lora.push_back(upload_mlp(g, e.lora));
-        n = std::max(n, adapters_of(w.moe.expert_lora.back()));
-        any_expert = any_expert || adapters_of(w.moe.expert_lora.back()) > 0;
+        w.moe.experts.lora_views.push_back(upload_mlp(g, e.lora));
+        n = std::max(n, adapters_of(w.moe.experts.lora_views.back()));
+        any_expert = any_expert || adapters_of(w.moe.experts.lora_views.back()) > 0;
     }
     if (!any_expert)
-        w.moe.expert_lora.clear();
+        w.moe.experts.lora_views.clear();
     return n;
 }
 

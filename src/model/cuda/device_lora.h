@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hymoe/model/ffn_views.h"
 #include "hymoe/model/lora_rows.h"
 #include "hymoe/model/lora_views.h"
 #include "hymoe/tensor/tensor.h"
@@ -32,9 +33,7 @@ using LoraW = LoraFactorsView;
 using LoraSlotW = LoraSlotView;
 using MixerLoraW = MixerLoraViews;
 
-struct MlpLoraW {
-    LoraSlotW gate, up, down;
-};
+using MlpLoraW = MlpLoraViews;
 
 // One adapter's rows in a step, or in an expert-grouped buffer (i64 [m] on the device).
 using AdapterRowsW = LoraRowsView;

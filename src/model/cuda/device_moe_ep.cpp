@@ -3,8 +3,9 @@
 // fused, else router.h on the host), brought to the host, the host plan of
 // every micro-batch (moe_ep_plan.h) with its counts, expert ids and weights exchanged over MPI,
 // then on the device: gather the rows to send (compute stream) → all-to-all-v (communication
-// stream) → permute into each hosted expert's rows, grouped GEMMs, slot-ordered fp32 partial per
-// received row (compute stream) → all-to-all-v back (communication stream) → the owner's sum in
+// stream) → the CPU's grouped expert stage on the local expert ids (moe_grouped.h: permute into
+// each hosted expert's rows, grouped GEMMs, slot-ordered fp32 partial per received row; compute
+// stream) → all-to-all-v back (communication stream) → the owner's sum in
 // ascending source rank (compute stream). Events order the two streams; every buffer lives in
 // the layer's Scratch, freed after the compute stream has waited for the last combine.
 #include "device_moe_ep.h"
@@ -26,9 +27,10 @@ struct Batch {
     EpSendPlan send;
     std::vector<int64_t> recv_rows;  // [ep] rows from each rank
     std::vector<float> recv_weight;  // [n_recv, k]
-    EpExpertPlan experts;
-    Tensor sent, received;  // [n_send, w], [n_recv, w] in cd
-    Tensor partial, back;   // [n_recv, w], [n_send, w] f32
+    std::vector<int32_t> local_ids;  // [n_recv, k] each slot's hosted expert (local), −1 elsewhere
+    std::vector<int64_t> load;       // [E_local] rows each hosted expert ran on
+    Tensor sent, received;           // [n_send, w], [n_recv, w] in cd
+    Tensor partial, back;            // [n_recv, w], [n_send, w] f32
 };
 
 int64_t total(const std::vector<int64_t>& rows) {
@@ -55,43 +57,20 @@ void exchange_metadata(Batch& b,
     Tensor w_in{b.recv_weight.data(), DType::f32, Device::cpu, {n_recv, k}};
     comm::all_to_all_v(ids_out, b.send.send_rows, ids_in, b.recv_rows, ep);
     comm::all_to_all_v(w_out, b.send.send_rows, w_in, b.recv_rows, ep);
-    b.experts = plan_ep_experts(recv_ids, k, local_index, n_local);
+    b.local_ids = local_expert_ids(recv_ids, local_index);
+    b.load.assign(static_cast<size_t>(n_local), 0);
 }
 
-// act(gate, up) into gate (swiglu) or up (relu2); returns the activated tensor.
-Tensor activate(Gpu& g, ExpertAct act, Tensor& gate, Tensor& up) {
-    if (act == ExpertAct::swiglu) {
-        cu::swiglu(g.stream, gate, up, gate);
-        return gate;
-    }
-    cu::relu2_inplace(g.stream, up);
-    return up;
-}
-
-// The hosted experts on b.received into b.partial (compute stream): permute into each expert's
-// rows, the grouped GEMMs, each received row's weighted sum over its hosted slots in slot order.
-void run_experts(Gpu& g, Scratch& s, const ModelConfig& cfg, const MoeW& w, Batch& b) {
-    const int64_t n_recv = b.received.dim(0), width = b.received.dim(1);
-    const int64_t k = cfg.moe.top_k, n_rows = b.experts.n_grouped, inter = w.up.dim(1);
+// The hosted experts on b.received into b.partial (compute stream): the CPU's grouped expert stage
+// (moe_grouped.h) on the local expert ids, each received row's weighted sum over its hosted slots
+// in slot order.
+void run_experts(Gpu& g, const ModelConfig& cfg, const MoeW& w, Batch& b) {
+    const int64_t n_recv = b.received.dim(0);
     if (n_recv == 0)
         return;
-    const DType cd = b.received.dtype;
-    const Tensor row = upload_values(g, s, b.experts.row, DType::i64);     // [n_recv, k]
-    const Tensor weight = upload_values(g, s, b.recv_weight, DType::f32);  // [n_recv, k]
-    Tensor in = s(cd, {n_rows, width});                                    // [n_rows, w]
-    Tensor out = s(cd, {n_rows, width});                                   // [n_rows, w]
-    if (n_rows > 0) {
-        cu::moe_permute(g.stream, b.received, row, k, in);
-        Tensor up = s(cd, {n_rows, inter}), gate;  // [n_rows, I]
-        g.blas.grouped_linear(in, w.up, b.experts.rows_per_expert, up);
-        if (cfg.moe.expert_act == ExpertAct::swiglu) {
-            gate = s(cd, {n_rows, inter});
-            g.blas.grouped_linear(in, w.gate, b.experts.rows_per_expert, gate);
-        }
-        g.blas.grouped_linear(
-            activate(g, cfg.moe.expert_act, gate, up), w.down, b.experts.rows_per_expert, out);
-    }
-    cu::moe_unpermute(g.stream, out, row, weight, k, b.partial);
+    const detail::RowSlots slots{b.local_ids.data(), b.recv_weight.data(), n_recv, cfg.moe.top_k};
+    detail::experts_grouped(
+        ctx_of(g), w.experts, cfg.moe.expert_act, slots, b.received, b.partial, [] {}, b.load);
 }
 
 // The rows' routing from the device's logits [n, E], brought to the host (one synchronisation):
@@ -200,7 +179,7 @@ void MoeEp::forward(Gpu& g,
     for (size_t i = 0; i < batches.size(); ++i) {
         Batch& b = batches[i];
         cu::wait_for(st, dispatched_[i]);
-        run_experts(g, s, cfg, w, b);
+        run_experts(g, cfg, w, b);
         computed_[i].record(st);
         cu::wait_for(comm_, computed_[i]);
         comm::all_to_all_v_queued(
@@ -225,8 +204,11 @@ void MoeEp::forward(Gpu& g,
     if (n > 0) {
         if (latent)
             g.blas.linear(in_dtype(g, s, y_lat, cd), w.fc2, y);
-        if (m.n_shared_experts > 0)
-            mlp_block(g, w.shared, m.expert_act, xc, y, 1.0f);  // y += Shared(x)
+        if (m.n_shared_experts > 0) {                             // y += Shared(x)
+            Tensor shared = s(DType::f32, {n, cfg.hidden_size});  // [n, d]
+            dense_ffn_forward(ctx_of(g), w.shared, m.expert_act, xc, shared);
+            cu::add_inplace(st, y, shared);
+        }
     }
 
     MoeCommStats one;  // the load of this rank's experts
@@ -236,7 +218,7 @@ void MoeEp::forward(Gpu& g,
         if (local_index[static_cast<size_t>(e)] >= 0)
             for (const Batch& b : batches)
                 one.tokens_per_expert[static_cast<size_t>(e)] +=
-                    b.experts.rows_per_expert[static_cast<size_t>(local_index[e])];
+                    b.load[static_cast<size_t>(local_index[e])];
     stats.add(one);
 }
 

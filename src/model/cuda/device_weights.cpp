@@ -97,9 +97,9 @@ MlaW upload_mla(
 MlpW upload_mlp(Gpu& g, const DenseFfnWeights& w, ExpertAct act, DType cd) {
     MlpW out;
     if (act == ExpertAct::swiglu)
-        out.gate = upload_weight(g, w.gate_proj, cd);
-    out.up = upload_weight(g, w.up_proj, cd);
-    out.down = upload_weight(g, w.down_proj, cd);
+        out.gate_proj = upload_weight(g, w.gate_proj, cd);
+    out.up_proj = upload_weight(g, w.up_proj, cd);
+    out.down_proj = upload_weight(g, w.down_proj, cd);
     return out;
 }
 
@@ -139,6 +139,19 @@ MoeW upload_moe(
         out.gate = upload_experts(g, w.experts, &DenseFfnWeights::gate_proj, cd);
     out.up = upload_experts(g, w.experts, &DenseFfnWeights::up_proj, cd);
     out.down = upload_experts(g, w.experts, &DenseFfnWeights::down_proj, cd);
+    // [held, rows, cols] → its slices, for ops::grouped_linear
+    auto slices = [](const Tensor& stacked) {
+        std::vector<Tensor> v;
+        for (int64_t e = 0; stacked.data != nullptr && e < stacked.dim(0); ++e)
+            v.push_back(Tensor{at(stacked, e * stacked.dim(1) * stacked.dim(2)),
+                               stacked.dtype,
+                               stacked.device,
+                               {stacked.dim(1), stacked.dim(2)}});
+        return v;
+    };
+    out.experts.gate = slices(out.gate);
+    out.experts.up = slices(out.up);
+    out.experts.down = slices(out.down);
     if (m.n_shared_experts > 0)
         out.shared = upload_mlp(g, w.shared, m.expert_act, cd);
     out.host.expert_rank = w.expert_rank;

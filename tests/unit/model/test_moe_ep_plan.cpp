@@ -1,6 +1,7 @@
 // Unit tests of the GPU ep MoE's host plan (hymoe/model/moe_ep_plan.h): the micro-batch split, the
-// local expert index under blocks and a placement, one send plan worked by hand, and the whole
-// dispatch → grouped experts → slot-ordered combine simulated on the host over ep = 2..4 ranks
+// local expert index under blocks and a placement, one send plan worked by hand, received ids as
+// local ones, and the whole dispatch → grouped experts (backend/moe_groups.h on the local ids) →
+// slot-ordered combine simulated on the host over ep = 2..4 ranks
 // with random routings (drops, empty ranks, overlap on and off), each token's result against the
 // one-rank sum of its kept slots (values chosen so every fp32 sum is exact).
 #include <cstdint>
@@ -8,6 +9,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "hymoe/backend/moe_groups.h"
+#include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/moe_ep_plan.h"
 
@@ -94,10 +97,10 @@ BOOST_AUTO_TEST_CASE(send_plan_by_hand) {
     BOOST_TEST(tail.back_row == (std::vector<int64_t>{0, -1, -1, 1}),
                boost::test_tools::per_element());
 
-    const EpExpertPlan e = plan_ep_experts({-1, 0, 1, -1}, 2, local_expert_index({}, 4, 2, 0), 2);
-    BOOST_TEST(e.rows_per_expert == (std::vector<int64_t>{1, 1}), boost::test_tools::per_element());
-    BOOST_TEST(e.row == (std::vector<int64_t>{-1, 0, 1, -1}), boost::test_tools::per_element());
-    BOOST_TEST(e.n_grouped == 2);
+    const std::vector<int> on_rank1 = local_expert_index({}, 4, 2, 1);  // experts 2, 3
+    BOOST_TEST(local_expert_ids({-1, 3, 2, -1}, on_rank1) == (std::vector<int32_t>{-1, 1, 0, -1}),
+               boost::test_tools::per_element());
+    BOOST_CHECK_THROW(local_expert_ids({0, -1}, on_rank1), Error);
 }
 
 // Every rank's tokens through the simulated pipeline equal the one-rank sums.
@@ -163,13 +166,15 @@ BOOST_AUTO_TEST_CASE(simulated_pipeline_matches_one_rank) {
                         for (int64_t e = 0; e < n_exp; ++e)
                             if (local[static_cast<size_t>(e)] >= 0)
                                 expert_of_local.push_back(e);
-                        const EpExpertPlan plan = plan_ep_experts(
-                            ids, k, local, static_cast<int64_t>(expert_of_local.size()));
+                        const std::vector<int32_t> local_ids = local_expert_ids(ids, local);
+                        const backend::MoeGroups plan =
+                            backend::moe_group_rows(local_ids.data(),
+                                                    static_cast<int64_t>(payload.size()),
+                                                    k,
+                                                    static_cast<int64_t>(expert_of_local.size()));
                         // grouped rows: expert of each, from the permute map
-                        std::vector<float> grouped(static_cast<size_t>(plan.n_grouped));
-                        std::vector<int64_t> group_start{0};
-                        for (int64_t c : plan.rows_per_expert)
-                            group_start.push_back(group_start.back() + c);
+                        std::vector<float> grouped(static_cast<size_t>(plan.n_rows()));
+                        const std::vector<int64_t>& group_start = plan.offset;
                         for (size_t a = 0; a < plan.row.size(); ++a)
                             if (plan.row[a] >= 0) {
                                 size_t le = 0;

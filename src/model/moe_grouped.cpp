@@ -1,0 +1,150 @@
+// The routed experts in the grouped form on a Ctx (moe_grouped.h).
+#include "moe_grouped.h"
+
+#include <algorithm>
+
+#include "hymoe/backend/moe_groups.h"
+#include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
+#include "hymoe/backend/ops_moe.h"
+#include "hymoe/core/error.h"
+#include "hymoe/model/lora.h"
+#include "hymoe/model/lora_rows.h"
+
+namespace hymoe::model::detail {
+
+namespace {
+
+// A device copy of host values in `scratch` (ops::upload), as a 1-D tensor of dtype.
+template <class T>
+Tensor copied(const backend::Ctx& ctx,
+              backend::Scratch& scratch,
+              const std::vector<T>& v,
+              DType dtype) {
+    Tensor dst = scratch(dtype, {static_cast<int64_t>(v.size())});
+    const Tensor src{const_cast<T*>(v.data()), dtype, Device::cpu, dst.shape};
+    ops::upload(ctx, src, dst);
+    return dst;
+}
+
+}  // namespace
+
+ExpertViews expert_views(const MoeWeights& w) {
+    ExpertViews v;
+    for (const DenseFfnWeights& e : w.experts) {
+        v.gate.push_back(e.gate_proj.view());
+        v.up.push_back(e.up_proj.view());
+        v.down.push_back(e.down_proj.view());
+        v.lora.push_back(&e.lora);
+    }
+    return v;
+}
+
+void experts_grouped(const backend::Ctx& ctx,
+                     const ExpertViews& w,
+                     ExpertAct act,
+                     const RowSlots& slots,
+                     const Tensor& in,
+                     Tensor& out,
+                     const std::function<void()>& poll,
+                     std::vector<int64_t>& tokens_per_expert) {
+    const auto n_exp = static_cast<int64_t>(w.up.size());
+    const int64_t n = slots.n, k = slots.k, width = in.dim(1);
+    const backend::MoeGroups g = backend::moe_group_rows(slots.expert, n, k, n_exp);
+    const std::vector<int64_t> counts = g.rows_per_expert();
+    for (int64_t e = 0; e < n_exp; ++e) {
+        HYMOE_CHECK(counts[e] == 0 || w.up[e].data != nullptr,
+                    "expert ",
+                    e,
+                    " reached a rank that does not host it");
+        tokens_per_expert[static_cast<size_t>(e)] += counts[e];
+    }
+    backend::Scratch scratch(ctx);
+    const Tensor row = copied(ctx, scratch, g.row, DType::i64);  // [n·k]
+    const Tensor weight =
+        copied(ctx, scratch, std::vector<float>(slots.weight, slots.weight + n * k), DType::f32);
+
+    // each expert's rows as a call of its own: the host adapters' batch (each row's adapter) and,
+    // for factor views, each adapter's rows in the grouped buffers
+    std::vector<int> adapter_g(static_cast<size_t>(g.n_rows()), 0);  // [n_rows]
+    std::vector<int> token_adapter(static_cast<size_t>(n), 0);       // [n]
+    int n_adapters = 1;
+    if (slots.adapter)
+        for (int64_t t = 0; t < n; ++t) {
+            token_adapter[static_cast<size_t>(t)] = slots.adapter[t];
+            n_adapters = std::max(n_adapters, slots.adapter[t] + 1);
+        }
+    for (int64_t a = 0; a < n * k; ++a)
+        if (g.row[static_cast<size_t>(a)] >= 0)
+            adapter_g[static_cast<size_t>(g.row[static_cast<size_t>(a)])] =
+                token_adapter[static_cast<size_t>(a / k)];
+    std::vector<std::vector<LoraRowsView>> lora_rows(static_cast<size_t>(n_exp));  // [E]
+    if (!w.lora_views.empty()) {
+        const LoraRows r = expert_adapter_rows(g.row, k, token_adapter, g.offset, n_adapters);
+        if (!r.rows.empty()) {
+            const Tensor all = copied(ctx, scratch, r.rows, DType::i64);
+            for (const LoraSegment& seg : r.segments)
+                lora_rows[static_cast<size_t>(seg.group)].push_back(
+                    {seg.adapter,
+                     Tensor{static_cast<char*>(all.data) +
+                                seg.begin * static_cast<int64_t>(sizeof(int64_t)),
+                            DType::i64,
+                            all.device,
+                            {seg.count}}});
+        }
+    }
+    // y += expert e's adapters on projection `which` of its rows of x, for each expert with rows
+    auto adapters = [&](LoraSlot* LoraSlots::*host,
+                        LoraSlotView MlpLoraViews::*which,
+                        const Tensor& x,
+                        Tensor& y) {
+        for (int64_t e = 0; e < n_exp; ++e) {
+            const int64_t begin = g.offset[static_cast<size_t>(e)], rows = counts[e];
+            const LoraSlot* slot =
+                w.lora.empty() || w.lora[e] == nullptr ? nullptr : w.lora[e]->*host;
+            const bool views = !lora_rows[static_cast<size_t>(e)].empty();
+            if (rows == 0 || (slot == nullptr && !views))
+                continue;
+            const SeqBatch batch = single_rows(
+                std::vector<int>(adapter_g.begin() + begin, adapter_g.begin() + begin + rows));
+            Tensor y_rows = y.rows(begin, rows);
+            lora_forward(ctx,
+                         slot,
+                         views ? w.lora_views[static_cast<size_t>(e)].*which : LoraSlotView{},
+                         slots.adapter ? batch : single_sequence(rows),
+                         &lora_rows[static_cast<size_t>(e)],
+                         x.rows(begin, rows),
+                         y_rows);
+        }
+    };
+
+    const int64_t n_rows = g.n_rows();
+    const auto held =
+        std::find_if(w.up.begin(), w.up.end(), [](const Tensor& t) { return t.data != nullptr; });
+    HYMOE_CHECK(held != w.up.end(), "experts_grouped: no expert held");
+    const int64_t inter = held->dim(0);
+    const DType dt = in.dtype;
+    Tensor in_g = scratch(dt, {n_rows, width});  // [n_rows, w] rows grouped by expert
+    ops::moe_gather(ctx, in, row, k, in_g);
+    Tensor up = scratch(dt, {n_rows, inter});  // [n_rows, I]
+    ops::grouped_linear(ctx, in_g, w.up, counts, up);
+    adapters(&LoraSlots::up, &MlpLoraViews::up, in_g, up);
+    poll();
+    Tensor h = up;  // [n_rows, I] the activation
+    if (act == ExpertAct::swiglu) {
+        h = scratch(dt, {n_rows, inter});
+        ops::grouped_linear(ctx, in_g, w.gate, counts, h);
+        adapters(&LoraSlots::gate, &MlpLoraViews::gate, in_g, h);
+        poll();
+        ops::swiglu(ctx, h, up, h);
+    } else {
+        ops::relu2_inplace(ctx, up);
+    }
+    Tensor out_g = scratch(dt, {n_rows, width});  // [n_rows, w]
+    ops::grouped_linear(ctx, h, w.down, counts, out_g);
+    adapters(&LoraSlots::down, &MlpLoraViews::down, h, out_g);
+    poll();
+    ops::moe_combine(ctx, out_g, row, weight, k, out);
+}
+
+}  // namespace hymoe::model::detail

@@ -1,0 +1,46 @@
+// The routed experts on a set of rows in the grouped form, on any Ctx: the expert groups
+// (backend/moe_groups.h) planned on the host from the rows' slots, their row map and weights
+// copied to ctx's device, then the gather into groups, one grouped product per matrix over every
+// expert (backend/ops_moe.h), the activation over every grouped row, each expert's adapters on
+// its own rows, and the slot-ordered combine. On a CPU context it equals experts_forward
+// (moe_experts.h, one dense_ffn_forward per expert) bit for bit: each expert's products and
+// adapters are the same calls on the same rows. The GPU model's routed experts; private to
+// src/model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "hymoe/backend/ctx.h"
+#include "hymoe/model/ffn.h"
+#include "hymoe/model/ffn_views.h"
+#include "moe_experts.h"
+
+namespace hymoe::model::detail {
+
+// The routed experts' matrices on one device, [E] each (entries of experts not held: empty).
+// On CUDA each list must be the slices of one stacked [E, ·, ·] tensor (ops::grouped_linear).
+struct ExpertViews {
+    std::vector<Tensor> gate;              // [E] of [I, w] (swiglu)
+    std::vector<Tensor> up;                // [E] of [I, w]
+    std::vector<Tensor> down;              // [E] of [w, I]
+    std::vector<const LoraSlots*> lora;    // [E] host adapters (CPU); empty: none
+    std::vector<MlpLoraViews> lora_views;  // [E] factor-view adapters; empty: none
+};
+ExpertViews expert_views(const MoeWeights& w);
+
+// out [n, w] = Σ over each row's slots (slot order) of weight · Expert(in row), for in [n, w] on
+// ctx's device and the slots on the host (slots.adapter: each row's adapter for the experts'
+// adapters; null: adapter 0). poll() runs after each grouped product; tokens_per_expert [E] +=
+// the rows each expert ran on.
+void experts_grouped(const backend::Ctx& ctx,
+                     const ExpertViews& w,
+                     ExpertAct act,
+                     const RowSlots& slots,
+                     const Tensor& in,  // [n, w]
+                     Tensor& out,       // [n, w]
+                     const std::function<void()>& poll,
+                     std::vector<int64_t>& tokens_per_expert);
+
+}  // namespace hymoe::model::detail
