@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <list>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <yaml-cpp/yaml.h>
@@ -318,6 +319,27 @@ struct Columns {
     }
 };
 
+// A segment written under this deck: its sha256 is one of `accepted` (this deck's, then those
+// found to be this deck's), or its resolved deck differs only in keys one hymoe version lacks
+// (runtime/rerun.h; logged once per sha256, which then joins `accepted`).
+bool of_this_deck(const std::string& segment,
+                  const std::string& resolved,
+                  std::set<std::string>& accepted) {
+    io::H5Reader r(segment);
+    const std::string sha = r.text("/deck_sha256");
+    if (accepted.contains(sha))
+        return true;
+    if (!r.exists("/deck_resolved"))
+        return false;
+    const DeckComparison c = compare_resolved_decks(r.text("/deck_resolved"), resolved);
+    if (c.same) {
+        accepted.insert(sha);
+        if (!c.only_one.empty())
+            log::info(cat(segment, version_keys_note(c)));
+    }
+    return c.same;
+}
+
 }  // namespace
 
 ResultsJournal::ResultsJournal(const std::string& out_dir,
@@ -338,9 +360,10 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
       flush_seconds_(flush_seconds),
       last_flush_(wall_seconds()) {
     if (ranks_.world.rank() == 0) {  // drops .partial leftovers and another deck's journal
+        std::set<std::string> accepted{sha_};
         if (fs::exists(parts_))
             for (const auto& [n, path] : list_segments(parts_, true))
-                if (!of_this_deck(path)) {
+                if (!of_this_deck(path, resolved_, accepted)) {
                     log::warn(cat(parts_, " holds results of another deck: starting afresh"));
                     fs::remove_all(parts_);
                     break;
@@ -372,20 +395,6 @@ ResultsJournal::ResultsJournal(const std::string& out_dir,
                       " samples) already finished in ",
                       parts_));
     }
-}
-
-// A segment written under this deck: the same sha256, or (another hymoe version) a resolved deck
-// that differs only in keys one version lacks (runtime/rerun.h).
-bool ResultsJournal::of_this_deck(const std::string& segment) const {
-    io::H5Reader r(segment);
-    if (r.text("/deck_sha256") == sha_)
-        return true;
-    if (!r.exists("/deck_resolved"))
-        return false;
-    const DeckComparison c = compare_resolved_decks(r.text("/deck_resolved"), resolved_);
-    if (c.same && !c.only_one.empty())
-        log::info(cat(segment, version_keys_note(c)));
-    return c.same;
 }
 
 void ResultsJournal::add(Finished&& f) {

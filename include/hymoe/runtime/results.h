@@ -97,8 +97,6 @@ public:
 private:
     int64_t merge(const io::RunMeta& meta);  // rank 0: the segments into results.h5
 
-    bool of_this_deck(const std::string& segment) const;
-
     std::string dir_, parts_, resolved_, sha_;
     bool prompt_logprobs_;
     int top_n_;
