@@ -1,8 +1,13 @@
 // One layer's mixer and FFN, forward and backward, as every pass runs them (layer.h): the block
 // its LayerSpec names on this rank's heads and widths, then the tp sum of the partial output (or
-// input gradient). MoE layers take the one MoE path whatever the layout.
+// input gradient). MoE layers take the one MoE path whatever the layout. The CPU model's
+// LayerBlocks run these.
 #include "layer.h"
 
+#include <algorithm>
+#include <unordered_set>
+
+#include "hymoe/model/kv_cache.h"
 #include "hymoe/model/moe_parallel.h"
 
 namespace hymoe::model::detail {
@@ -95,6 +100,52 @@ void ffn_backward(const Model& m, int i, const Tensor& xn, const Tensor& dy, Ten
     } else {
         moe_backward_parallel(m.cfg, spec, m.layers[i].moe, xn, dy, dxn, moe_groups(m));
     }
+}
+
+ModelBlocks::ModelBlocks(const Model& m,
+                         const SeqBatch& batch,
+                         const MixerPass& pass,
+                         const SeqBatch* rows)
+    : m_(m), batch_(batch), pass_(pass), rows_(rows) {
+    if (!pass.states)
+        return;
+    const ModelShard& sh = m.shard;
+    std::vector<std::vector<int32_t>> pages;  // [pool] the step's pages, block tables in order
+    for (const SequenceState* s : *pass.states)
+        for (int i = sh.first_layer; i < sh.end_layer; ++i) {
+            KvPool* pool = s->attn.empty() ? nullptr : s->attn[i].pool;
+            if (pool == nullptr)
+                continue;
+            const size_t k = std::find(pools_.begin(), pools_.end(), pool) - pools_.begin();
+            if (k == pools_.size())
+                pools_.push_back(pool), pages.emplace_back();
+            pages[k].insert(pages[k].end(), s->pages.begin(), s->pages.end());
+            break;
+        }
+    for (size_t k = 0; k < pools_.size(); ++k) {  // block tables may share pages (a cached
+        std::vector<int32_t> once;                //   prompt prefix): first occurrences
+        std::unordered_set<int32_t> seen;
+        for (int32_t p : pages[k])
+            if (seen.insert(p).second)
+                once.push_back(p);
+        pools_[k]->begin_step(once);
+    }
+}
+
+void ModelBlocks::mixer(int i, const Tensor& xn, Tensor& y) {
+    if (m_.local.layers[i].mixer != Mixer::kda)
+        for (KvPool* pool : pools_)
+            pool->enter_layer(i);
+    mixer_forward(m_, i, xn, batch_, pass_, y);
+}
+
+void ModelBlocks::ffn(int i, const Tensor& xn, Tensor& y, MoeCommStats* stats) {
+    ffn_forward(m_, i, xn, y, rows_, stats);
+}
+
+void ModelBlocks::end_step() const {
+    for (KvPool* pool : pools_)
+        pool->end_step();
 }
 
 }  // namespace hymoe::model::detail

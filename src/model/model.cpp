@@ -5,7 +5,6 @@
 #include "hymoe/model/model.h"
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/allocator.h"
@@ -187,47 +186,6 @@ void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
 
 namespace {
 
-// The pools the step's caches page into (the engine's lane: one), told the step's pages, each
-// MLA/DSA layer as it starts and the step's end, so that an offload tier can fetch a layer's
-// pages ahead (model/kv_cache.h). Block tables may share pages (a cached prompt prefix): each
-// page is listed once.
-class KvStep {
-public:
-    KvStep(const ModelShard& sh, const std::vector<SequenceState*>& states) {
-        std::vector<std::vector<int32_t>> pages;
-        for (const SequenceState* s : states)
-            for (int i = sh.first_layer; i < sh.end_layer; ++i) {
-                KvPool* pool = s->attn.empty() ? nullptr : s->attn[i].pool;
-                if (pool == nullptr)
-                    continue;
-                const size_t k = std::find(pools_.begin(), pools_.end(), pool) - pools_.begin();
-                if (k == pools_.size())
-                    pools_.push_back(pool), pages.emplace_back();
-                pages[k].insert(pages[k].end(), s->pages.begin(), s->pages.end());
-                break;
-            }
-        for (size_t k = 0; k < pools_.size(); ++k) {  // first occurrences, in order
-            std::vector<int32_t> once;
-            std::unordered_set<int32_t> seen;
-            for (int32_t p : pages[k])
-                if (seen.insert(p).second)
-                    once.push_back(p);
-            pools_[k]->begin_step(once);
-        }
-    }
-    void enter_layer(int layer) const {
-        for (KvPool* pool : pools_)
-            pool->enter_layer(layer);
-    }
-    void end() const {
-        for (KvPool* pool : pools_)
-            pool->end_step();
-    }
-
-private:
-    std::vector<KvPool*> pools_;
-};
-
 // Adds the GEMM FLOPs and GEMM seconds of its lifetime to a layer's totals (per-layer profile).
 struct FlopSpan {
     double &flops, &seconds;
@@ -245,16 +203,20 @@ struct FlopSpan {
 
 namespace detail {
 
-void run_layers(const Model& m,
-                const SeqBatch& batch,
-                const MixerPass& pass,
-                const SeqBatch* rows,
+double LayerBlocks::clock() const {
+    return wall_seconds();
+}
+
+void run_layers(const ModelConfig& cfg,
+                int first,
+                int end,
+                bool moe_collective,
+                LayerBlocks& blocks,
                 Tensor& h,
                 ForwardStats& stats,
                 const LayerTaps& taps) {
-    const ModelConfig& cfg = m.local;
-    const ModelShard& sh = m.shard;
-    const int64_t n = batch.n_tok(), d = cfg.hidden_size;
+    const backend::Ctx& ctx = blocks.ctx();
+    const int64_t n = h.dim(0), d = cfg.hidden_size;
     const auto n_layer = cfg.layers.size();
     stats.mixer_seconds.resize(n_layer);
     stats.ffn_seconds.resize(n_layer);
@@ -264,38 +226,48 @@ void run_layers(const Model& m,
     const float eps = static_cast<float>(cfg.rms_norm_eps);
     const bool has_rows = n > 0;  // the same on every rank of the dp replica
     stats.steps += has_rows ? 1 : 0;
-    // An MoE layer's ep group may span replicas: its ranks call it with no rows too.
-    const bool moe_collective = sh.tp * sh.ep > 1;
-    Buffer xn(DType::f32, {n, d}), y(DType::f32, {n, d});  // [n_tok, d] normed input, block out
-    const std::vector<SequenceState*> no_states;
-    const KvStep kv_step(sh, pass.states ? *pass.states : no_states);
-    for (int i = sh.first_layer; i < sh.end_layer; ++i) {
-        const LayerSpec& spec = cfg.layers[i];
-        const LayerWeights& lw = m.layers[i];
+    backend::Scratch scratch(ctx);
+    Tensor xn = scratch(DType::f32, {n, d}), y = scratch(DType::f32, {n, d});  // [n, d] normed
+                                                                               //   input, block out
+    for (int i = first; i < end; ++i) {
+        const bool moe = cfg.layers[i].ffn != Ffn::dense;
+        if (!has_rows && !(moe && moe_collective))
+            continue;
         const FlopSpan flop_span(stats.layer_flops[i], stats.layer_gemm_seconds[i]);
+        const double t0 = blocks.clock();
         if (has_rows) {
-            ScopedTimer timer(stats.mixer_seconds[i]);
             if (taps.before_mixer)
                 taps.before_mixer(i, h);
-            ops::rms_norm(m.ctx, h, lw.attn_norm.view(), eps, xn.view());
-            if (spec.mixer != Mixer::kda)
-                kv_step.enter_layer(i);
-            mixer_forward(m, i, xn.view(), batch, pass, y.view());
-            ops::add_inplace(m.ctx, h, y.view());
+            ops::rms_norm(ctx, h, blocks.attn_norm(i), eps, xn);
+            blocks.mixer(i, xn, y);
+            ops::add_inplace(ctx, h, y);
             if (taps.before_ffn)
                 taps.before_ffn(i, h);
         }
-        const bool moe = spec.ffn != Ffn::dense;
-        if (!has_rows && !(moe && moe_collective))
-            continue;
-        ScopedTimer timer(stats.ffn_seconds[i]);
-        ops::rms_norm(m.ctx, h, lw.ffn_norm.view(), eps, xn.view());
+        const double t1 = blocks.clock();
+        stats.mixer_seconds[i] += t1 - t0;
+        if (has_rows)
+            ops::rms_norm(ctx, h, blocks.ffn_norm(i), eps, xn);
         if (moe && taps.moe_input)
-            taps.moe_input(i, xn.view());
-        ffn_forward(m, i, xn.view(), y.view(), rows, &stats.moe[i]);
-        ops::add_inplace(m.ctx, h, y.view());
+            taps.moe_input(i, xn);
+        blocks.ffn(i, xn, y, &stats.moe[i]);
+        if (has_rows)
+            ops::add_inplace(ctx, h, y);
+        stats.ffn_seconds[i] += blocks.clock() - t1;
     }
-    kv_step.end();
+}
+
+void run_layers(const Model& m,
+                const SeqBatch& batch,
+                const MixerPass& pass,
+                const SeqBatch* rows,
+                Tensor& h,
+                ForwardStats& stats,
+                const LayerTaps& taps) {
+    const ModelShard& sh = m.shard;
+    ModelBlocks blocks(m, batch, pass, rows);
+    run_layers(m.local, sh.first_layer, sh.end_layer, sh.tp * sh.ep > 1, blocks, h, stats, taps);
+    blocks.end_step();
 }
 
 }  // namespace detail

@@ -1,11 +1,13 @@
 // The GPU model's forward (CudaModel::forward, cuda_model_impl.h): the embedding, the layers
 // (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h), blocks in device_*.cpp; with the host KV tier,
 // each attention layer's pages awaited and released), the final norm and the head, and one copy
-// of the logits to the host (or of each row's top tokens: model::TopLogits). A pure decode step
-// that qualifies (decode_graph_plan.h) replays a CUDA graph of the same embedding, layers and
-// head instead (device_decode_graphs.h); the layer loop is one function both paths run.
+// of the logits to the host (or of each row's top tokens: model::TopLogits). The layers run
+// through the model's one layer loop (layer.h run_layers) on this model's blocks. A pure decode
+// step that qualifies (decode_graph_plan.h) replays a CUDA graph of the same embedding, layers
+// and head instead (device_decode_graphs.h).
 #include <algorithm>
 
+#include "../layer.h"
 #include "cuda_model_impl.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/timer.h"
@@ -21,68 +23,85 @@ void CudaModel::embed(Scratch& s, const Tensor& ids, Tensor& h) {
 }
 
 void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bool timed) {
-    const int64_t n = step.n_tok, d = cfg_.hidden_size;
-    // wall seconds with the GPU caught up when timings were asked for (a synchronisation each)
-    auto now = [&] {
-        if (timed)
-            g_->stream.synchronize();
-        return wall_seconds();
-    };
-    const cu::Stream& st = g_->stream;
-    const float eps = static_cast<float>(cfg_.rms_norm_eps);
-    const DType cd = o_.dtype;
-    const backend::Ctx ctx{Device::cuda, &st, &g_->arena, &g_->blas};
-    Scratch s(g_->arena);
-    Tensor xn = s(DType::f32, {n, d}), y = s(DType::f32, {n, d});  // [n, d] normed input, block out
-    for (size_t i = 0; i < cfg_.layers.size(); ++i) {
-        const LayerSpec& spec = cfg_.layers[i];
-        const LayerW& w = layers_[i];
-        const double t0 = now();
-        cu::rms_norm(st, h, w.attn_norm, eps, xn);
-        if (spec.mixer == Mixer::kda) {
-            kda_forward(ctx, cfg_, w.kda, xn, kda_batch(step, kda_index_[i]), y);
-        } else {
-            if (step.host_kv != nullptr)
-                step.host_kv->await_layer(static_cast<int>(i));
+    // This model's blocks on its device weights and the step's rows and states, for the
+    // model's one layer loop (layer.h).
+    class Blocks final : public detail::LayerBlocks {
+    public:
+        Blocks(CudaModel& m, const StepBatch& step, ForwardStats& stats, bool timed)
+            : m_(m), step_(step), stats_(stats), timed_(timed), ctx_(ctx_of(*m.g_)) {}
+        const backend::Ctx& ctx() const override { return ctx_; }
+        const Tensor& attn_norm(int i) const override { return m_.layers_[i].attn_norm; }
+        const Tensor& ffn_norm(int i) const override { return m_.layers_[i].ffn_norm; }
+        double clock() const override {
+            if (timed_)
+                m_.g_->stream.synchronize();
+            return wall_seconds();
+        }
+        void mixer(int i, const Tensor& xn, Tensor& y) override {
+            const LayerW& w = m_.layers_[i];
+            if (m_.cfg_.layers[i].mixer == Mixer::kda) {
+                kda_forward(ctx_, m_.cfg_, w.kda, xn, kda_batch(step_, m_.kda_index_[i]), y);
+                return;
+            }
+            const double t0 = clock();
+            if (step_.host_kv != nullptr)
+                step_.host_kv->await_layer(i);
             double indexer = 0;
-            attention_block(*g_,
-                            cfg_,
-                            spec,
+            attention_block(*m_.g_,
+                            m_.cfg_,
+                            m_.cfg_.layers[i],
                             w.mla,
                             xn,
-                            step,
-                            static_cast<int>(i),
-                            cd,
+                            step_,
+                            i,
+                            m_.o_.dtype,
                             y,
-                            timed ? &indexer : nullptr);
-            if (step.host_kv != nullptr)
-                step.host_kv->release_layer(static_cast<int>(i));
-            stats.attn.indexer_seconds += indexer;
-            stats.attn.attention_seconds += now() - t0 - indexer;
+                            timed_ ? &indexer : nullptr);
+            if (step_.host_kv != nullptr)
+                step_.host_kv->release_layer(i);
+            stats_.attn.indexer_seconds += indexer;
+            stats_.attn.attention_seconds += clock() - t0 - indexer;
         }
-        cu::add_inplace(st, h, y);
-        const double t1 = now();
-        stats.mixer_seconds[i] += t1 - t0;
-        cu::rms_norm(st, h, w.ffn_norm, eps, xn);
-        if (spec.ffn == Ffn::dense) {
-            Scratch sd(g_->arena);
-            dense_ffn_forward(ctx,
-                              w.dense,
-                              ExpertAct::swiglu,
-                              in_dtype(*g_, sd, xn, cd),
-                              y,
-                              nullptr,
-                              &step.lora.rows);
-        } else {
-            if (moe_ep_)
-                moe_ep_->forward(*g_, cfg_, spec, w.moe, xn, cd, y, stats.moe[i]);
-            else
-                moe_block(
-                    *g_, cfg_, spec, w.moe, xn, cd, o_.fused, timed, y, stats.moe[i], &step.lora);
+        void ffn(int i, const Tensor& xn, Tensor& y, MoeCommStats* stats) override {
+            const LayerSpec& spec = m_.cfg_.layers[i];
+            const LayerW& w = m_.layers_[i];
+            const DType cd = m_.o_.dtype;
+            if (spec.ffn == Ffn::dense) {
+                Scratch s(m_.g_->arena);
+                dense_ffn_forward(ctx_,
+                                  w.dense,
+                                  ExpertAct::swiglu,
+                                  in_dtype(*m_.g_, s, xn, cd),
+                                  y,
+                                  nullptr,
+                                  &step_.lora.rows);
+            } else if (m_.moe_ep_) {
+                m_.moe_ep_->forward(*m_.g_, m_.cfg_, spec, w.moe, xn, cd, y, *stats);
+            } else {
+                moe_block(*m_.g_,
+                          m_.cfg_,
+                          spec,
+                          w.moe,
+                          xn,
+                          cd,
+                          m_.o_.fused,
+                          timed_,
+                          y,
+                          *stats,
+                          &step_.lora);
+            }
         }
-        cu::add_inplace(st, h, y);
-        stats.ffn_seconds[i] += now() - t1;
-    }
+
+    private:
+        CudaModel& m_;
+        const StepBatch& step_;
+        ForwardStats& stats_;
+        bool timed_;
+        backend::Ctx ctx_;
+    };
+    Blocks blocks(*this, step, stats, timed);
+    detail::run_layers(
+        cfg_, 0, static_cast<int>(cfg_.layers.size()), moe_ep_ != nullptr, blocks, h, stats, {});
     if (step.host_kv != nullptr)
         step.host_kv->finish_step();
 }
@@ -198,27 +217,18 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     if (graphs_ && forward_graph(tokens, batch, states, logits, options, top))
         return;
     const int64_t n = batch.n_tok(), n_seq = batch.n_seq(), d = cfg_.hidden_size;
-    const int64_t V = cfg_.vocab_size, n_layer = static_cast<int64_t>(cfg_.layers.size());
+    const int64_t V = cfg_.vocab_size;
     ForwardStats scratch_stats;  // where timings go when the caller asked for none
     ForwardStats& stats = options.stats ? *options.stats : scratch_stats;
-    stats.mixer_seconds.resize(n_layer);
-    stats.ffn_seconds.resize(n_layer);
-    stats.moe.resize(n_layer);
-    stats.layer_flops.resize(n_layer);
-    if (n == 0) {
-        for (size_t i = 0; moe_ep_ && i < cfg_.layers.size(); ++i)  // the ep group's collectives
-            if (cfg_.layers[i].ffn != Ffn::dense) {
-                Scratch s(g_->arena);
-                Tensor none = s(DType::f32, {0, d}), out = s(DType::f32, {0, d});  // [0, d]
-                moe_ep_->forward(
-                    *g_, cfg_, cfg_.layers[i], layers_[i].moe, none, o_.dtype, out, stats.moe[i]);
-            }
+    if (n == 0) {  // the ep group's collectives: the loop runs the MoE layers alone
+        Scratch s(g_->arena);
+        Tensor none = s(DType::f32, {0, d});  // [0, d]
+        layers(StepBatch{}, none, stats, false);
         logits = Buffer(DType::f32, {0, V});
         if (top != nullptr)
             top->tokens.clear(), top->logits.clear(), top->log_sum.clear();
         return;
     }
-    ++stats.steps;
     const bool timed = options.stats != nullptr;
     auto now = [&] {
         if (timed)

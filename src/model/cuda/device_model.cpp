@@ -116,9 +116,6 @@ void CudaModel::make_graphs() {
             Tensor h = s(DType::f32, {step.n_tok, cfg_.hidden_size});  // [B, d]
             embed(s, ids, h);
             ForwardStats unused;  // no timings in a captured step
-            unused.mixer_seconds.resize(cfg_.layers.size());
-            unused.ffn_seconds.resize(cfg_.layers.size());
-            unused.moe.resize(cfg_.layers.size());
             layers(step, h, unused, false);
             head(s, h, logits);
         });
