@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "hymoe/backend/cuda_backward.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/cuda_kda_batch.h"
@@ -18,6 +19,7 @@
 #include "hymoe/backend/kda_batch.h"
 #include "hymoe/backend/moe_route.h"
 #include "hymoe/backend/ops_attention.h"
+#include "hymoe/backend/ops_backward.h"
 #include "hymoe/backend/ops_kda.h"
 #include "hymoe/backend/ops_lora.h"
 #include "hymoe/backend/ops_mla.h"
@@ -528,6 +530,127 @@ void kda_scan_backward(
     const Ctx& ctx, const KdaScanParams& p, const float* ckpt, const KdaScanGrads& d, int chunk) {
     check_kda_cpu(ctx, "kda_scan_backward");
     kda_scan_backward(p, ckpt, d, chunk);
+}
+
+// ---- backward and optimizer (backend/ops_backward.h) -------------------------------------------
+
+void rms_norm_backward(
+    const Ctx& ctx, const Tensor& x, const Tensor& w, float eps, const Tensor& dy, Tensor& dx) {
+    check_on(ctx, "rms_norm_backward", {&x, &w, &dy, &dx});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::rms_norm_backward(*ctx.stream, x, w, eps, dy, dx);
+    rms_norm_backward(x, w, eps, dy, dx);
+}
+
+void linear_backward(const Ctx& ctx, const Tensor& dy, const Tensor& w, Tensor& dx, float beta) {
+    check_on(ctx, "linear_backward", {&dy, &w, &dx});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t out = w.dim(0), in = w.dim(1), n = dy.numel() / std::max<int64_t>(out, 1);
+            HYMOE_CHECK(w.shape.size() == 2 && dy.dim(-1) == out && dx.dim(-1) == in &&
+                            dx.numel() == n * in && (dy.dtype == w.dtype || dy.dtype == DType::f32),
+                        "linear_backward: dy ",
+                        to_string(dy.dtype),
+                        shape_string(dy.shape),
+                        " w ",
+                        to_string(w.dtype),
+                        shape_string(w.shape),
+                        " dx ",
+                        shape_string(dx.shape));
+            backend::Scratch scratch(ctx);
+            Tensor dyc = dy;  // an f32 dy of a bf16 w through a bf16 copy, as linear's x
+            if (dy.dtype == DType::f32 && w.dtype == DType::bf16) {
+                dyc = scratch(DType::bf16, dy.shape);
+                cu::cast(*ctx.stream, dy, dyc);
+            }
+            return ctx.blas->gemm(w.dtype,
+                                  dx.dtype,
+                                  false,
+                                  false,
+                                  n,
+                                  in,
+                                  out,
+                                  1.0f,
+                                  dyc.data,
+                                  out,
+                                  w.data,
+                                  in,
+                                  beta,
+                                  dx.data,
+                                  in);
+        }
+    linear_backward(dy, w, dx, beta);
+}
+
+void softmax_rows_backward(const Ctx& ctx, const Tensor& p, Tensor& dp) {
+    check_on(ctx, "softmax_rows_backward", {&p, &dp});
+    const int64_t n = p.dim(-1);
+    HYMOE_CHECK(p.dtype == DType::f32 && dp.dtype == DType::f32 && dp.numel() == p.numel() &&
+                    dp.dim(-1) == n,
+                "softmax_rows_backward: p ",
+                shape_string(p.shape),
+                " dp ",
+                shape_string(dp.shape));
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::softmax_rows_backward(*ctx.stream, p, dp);
+    softmax_rows_backward(p.ptr<float>(), dp.ptr<float>(), n > 0 ? p.numel() / n : 0, n);
+}
+
+// R(pos·θ)ᵀ = R(−pos·θ): the forward's rotation at the negated positions.
+void rope_backward(const Ctx& ctx,
+                   Tensor& x,
+                   int64_t col0,
+                   int64_t n_head,
+                   int64_t head_stride,
+                   const Tensor& pos,
+                   const RopeFreqs& freqs,
+                   bool interleaved) {
+    check_on(ctx, "rope_backward", {&x, &pos});
+    HYMOE_CHECK(pos.dtype == DType::i64, "rope_backward: positions of ", to_string(pos.dtype));
+    backend::Scratch scratch(ctx);
+    Tensor back = scratch(DType::i64, {pos.numel()});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            cu::negate_i64(*ctx.stream, pos, back);
+    if (ctx.device == Device::cpu)
+        for (int64_t t = 0; t < pos.numel(); ++t)
+            back.ptr<int64_t>()[t] = -pos.ptr<int64_t>()[t];
+    rope(ctx, x, col0, n_head, head_stride, back, freqs, interleaved);
+}
+
+void swiglu_backward(const Ctx& ctx, Tensor& gate, Tensor& up, const Tensor& dh) {
+    check_on(ctx, "swiglu_backward", {&gate, &up, &dh});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::swiglu_backward(*ctx.stream, gate, up, dh);
+    swiglu_backward(gate, up, dh);
+}
+
+void relu2_backward(const Ctx& ctx, Tensor& up, const Tensor& dh) {
+    check_on(ctx, "relu2_backward", {&up, &dh});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::relu2_backward(*ctx.stream, up, dh);
+    relu2_backward(up, dh);
+}
+
+void sigmoid_gate_backward(
+    const Ctx& ctx, Tensor& du, const Tensor& o, const Tensor& g, Tensor& dz) {
+    check_on(ctx, "sigmoid_gate_backward", {&du, &o, &g, &dz});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::sigmoid_gate_backward(*ctx.stream, du, o, g, dz);
+    sigmoid_gate_backward(du, o, g, dz);
+}
+
+void adamw(const Ctx& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWStep& s) {
+    check_on(ctx, "adamw", {&p, &g, &m, &v});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::adamw(*ctx.stream, p, g, m, v, s);
+    adamw(p, g, m, v, s);
 }
 
 // ---- MoE groups (backend/ops_moe.h) -------------------------------------------------------------

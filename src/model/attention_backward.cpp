@@ -14,7 +14,11 @@
 // detached by design). Softmax probabilities are computed twice, once for o (which the gate and
 // o's adapter need before dO exists) and once in the backward sweep, block by block as in the
 // forward, so scratch stays [block, n_k]. Rule (llm.c): dx is overwritten, adapter gradients
-// accumulate.
+// accumulate. The block's elementwise and norm backwards, its products with the weights and the
+// RoPE backward are ops on the caller's Ctx (backend/ops_backward.h); the recompute, the
+// per-sequence sweep (keys and values gathered per head, the masks, the scatter into dkvb) and the
+// host adapters still read host pointers, so the Ctx must be the CPU's (one check, in
+// attention_backward).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -24,8 +28,10 @@
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
+#include "hymoe/backend/ops_kda.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/attention.h"
+#include "hymoe/model/attention_views.h"
 #include "hymoe/model/lora.h"
 #include "mla_project.h"
 
@@ -188,7 +194,8 @@ Recomputed recompute(const ModelConfig& cfg,
 
 // The attention sweep backward: from d_o [n_tok, H·d_v], dq [n_tok, H·(d_n+d_r)] (of the rotated
 // q), dkvb [n_tok, H·(d_n+d_v)] and dk_r [n_tok, d_r] (of the rotated k_r), all overwritten.
-void attend_backward(const ModelConfig& cfg,
+void attend_backward(const backend::Ctx& ctx,
+                     const ModelConfig& cfg,
                      const Recomputed& rc,
                      bool dsa,
                      const SeqBatch& batch,
@@ -212,7 +219,8 @@ void attend_backward(const ModelConfig& cfg,
             const float* pp = p.ptr<float>();
             const float* q_b = rc.p.q.ptr<float>() + (row0 + i0) * ld_q + h * m.d_qk();
             const float* do_b = d_o.ptr<float>() + (row0 + i0) * ld_o + h * m.d_v;
-            std::vector<float> ds(static_cast<size_t>(n_b * n_kb));  // [n_b, n_kb] dP, then dS
+            Buffer ds_buf(DType::f32, {n_b, n_kb});  // [n_b, n_kb] dP, then dS
+            float* ds = ds_buf.ptr<float>();
             // dP = dO v_hᵀ;  dv_h += pᵀ dO
             ops::gemm(false,
                       true,
@@ -225,7 +233,7 @@ void attend_backward(const ModelConfig& cfg,
                       kv.v[h].ptr<float>(),
                       m.d_v,
                       0.0f,
-                      ds.data(),
+                      ds,
                       n_kb);
             ops::gemm(true,
                       false,
@@ -240,7 +248,7 @@ void attend_backward(const ModelConfig& cfg,
                       1.0f,
                       dv[h].ptr<float>(),
                       m.d_v);
-            ops::softmax_rows_backward(pp, ds.data(), n_b, n_kb);  // dS (w.r.t. the scaled scores)
+            ops::softmax_rows_backward(ctx, p, ds_buf.view());  // dS (w.r.t. the scaled scores)
             // dq = τ dS k_h (this block's rows: written once);  dk_h += τ dSᵀ q
             ops::gemm(false,
                       false,
@@ -248,7 +256,7 @@ void attend_backward(const ModelConfig& cfg,
                       m.d_qk(),
                       n_kb,
                       tau,
-                      ds.data(),
+                      ds,
                       n_kb,
                       kv.k[h].ptr<float>(),
                       m.d_qk(),
@@ -261,7 +269,7 @@ void attend_backward(const ModelConfig& cfg,
                       m.d_qk(),
                       n_b,
                       tau,
-                      ds.data(),
+                      ds,
                       n_kb,
                       q_b,
                       ld_q,
@@ -325,7 +333,8 @@ void check_call(const ModelConfig& cfg,
 
 }  // namespace
 
-void attention_backward(const ModelConfig& cfg,
+void attention_backward(const backend::Ctx& ctx,
+                        const ModelConfig& cfg,
                         const LayerSpec& spec,
                         const MlaWeights& w,
                         const Tensor& x,
@@ -334,6 +343,11 @@ void attention_backward(const ModelConfig& cfg,
                         Tensor& dx,
                         const comm::Comm* tp) {
     check_call(cfg, spec, x, batch, dy, dx);
+    HYMOE_CHECK(ctx.device == Device::cpu,
+                "attention_backward: the recompute, the per-sequence sweep and the host adapters "
+                "run on host pointers so far: a ",
+                to_string(ctx.device),
+                " context");
     const MlaDims m = mla_dims(cfg);
     const int64_t n_tok = x.dim(0), ld_o = m.n_head * m.d_v;
     const float eps = static_cast<float>(cfg.mla.norm_eps);
@@ -345,68 +359,67 @@ void attention_backward(const ModelConfig& cfg,
     const Recomputed rc = recompute(cfg, spec, w, x, batch, pos, tp);
     std::fill_n(dx.ptr<float>(), dx.numel(), 0.0f);
 
-    // y = W_o u: du [n_tok, H·d_v] = dy W_o (+ o's adapter, whose input is u)
+    // y = W_o u: du [n_tok, H·d_v] = dy W_o (+ o's adapter, whose input is u = o ⊙ σ(z) or o)
     Buffer u(DType::f32, {n_tok, ld_o});
-    const float* op = rc.o.ptr<float>();
-    for (int64_t i = 0; i < n_tok * ld_o; ++i)
-        u.ptr<float>()[i] = spec.gated ? op[i] * rc.g.ptr<float>()[i] : op[i];
+    ops::copy_cols(ctx, rc.o.view(), 0, u.view());
+    if (spec.gated)
+        ops::mul_inplace(ctx, u.view(), rc.g.view());
     Buffer du(DType::f32, {n_tok, ld_o});
-    ops::linear_backward(dy, w.o_proj.view(), du.view());
+    ops::linear_backward(ctx, dy, w.o_proj.view(), du.view());
     lora_backward(w.lora.o, batch, u.view(), dy, du.view());
     if (spec.gated) {  // do = du ⊙ σ(z) (in du); dz = du ⊙ o ⊙ σ(z)(1 − σ(z)) (in u)
-        float* dup = du.ptr<float>();
-        float* dz = u.ptr<float>();
-        const float* gp = rc.g.ptr<float>();
-        for (int64_t i = 0; i < n_tok * ld_o; ++i) {
-            dz[i] = dup[i] * op[i] * gp[i] * (1.0f - gp[i]);
-            dup[i] *= gp[i];
-        }
-        ops::linear_backward(u.view(), w.g_proj.view(), dx, 1.0f);
+        ops::sigmoid_gate_backward(ctx, du.view(), rc.o.view(), rc.g.view(), u.view());
+        ops::linear_backward(ctx, u.view(), w.g_proj.view(), dx, 1.0f);
     }
 
     Buffer dq(DType::f32, {n_tok, m.n_head * m.d_qk()});
     Buffer dkvb(DType::f32, {n_tok, m.n_head * m.d_kvb()});
     Buffer dk_r(DType::f32, {n_tok, m.d_r});
-    attend_backward(cfg, rc, dsa, batch, du, dq, dkvb, dk_r);
+    attend_backward(ctx, cfg, rc, dsa, batch, du, dq, dkvb, dk_r);
     if (!cfg.mla.nope) {
         const ops::RopeFreqs freqs = mla_rope_freqs(cfg.mla);
-        ops::rope_backward(dq.ptr<float>() + m.d_n,
-                           n_tok,
-                           m.n_head,
-                           m.n_head * m.d_qk(),
-                           m.d_qk(),
-                           pos.data(),
-                           freqs,
-                           true);
-        ops::rope_backward(dk_r.ptr<float>(), n_tok, 1, m.d_r, m.d_r, pos.data(), freqs, true);
+        const Tensor pos_t{pos.data(), DType::i64, Device::cpu, {n_tok}};
+        ops::rope_backward(ctx, dq.view(), m.d_n, m.n_head, m.d_qk(), pos_t, freqs, true);
+        ops::rope_backward(ctx, dk_r.view(), 0, 1, m.d_r, pos_t, freqs, true);
     }
 
     // latent path: d[a_kv | k_r] [n_tok, r_kv + d_r] → dx through W_kva and kv's adapter
     Buffer dc_kv(DType::f32, {n_tok, m.r_kv});
-    ops::linear_backward(dkvb.view(), w.kv_b_proj.view(), dc_kv.view());
+    ops::linear_backward(ctx, dkvb.view(), w.kv_b_proj.view(), dc_kv.view());
     ops::rms_norm_backward(
-        rc.p.a_kv.view(), w.kv_a_layernorm.view(), eps, dc_kv.view(), dc_kv.view());
+        ctx, rc.p.a_kv.view(), w.kv_a_layernorm.view(), eps, dc_kv.view(), dc_kv.view());
     Buffer dkv(DType::f32, {n_tok, m.d_lat()});
     for (int64_t t = 0; t < n_tok; ++t) {
         std::copy_n(dc_kv.ptr<float>() + t * m.r_kv, m.r_kv, dkv.ptr<float>() + t * m.d_lat());
         std::copy_n(
             dk_r.ptr<float>() + t * m.d_r, m.d_r, dkv.ptr<float>() + t * m.d_lat() + m.r_kv);
     }
-    ops::linear_backward(dkv.view(), w.kv_a_proj_with_mqa.view(), dx, 1.0f);
+    ops::linear_backward(ctx, dkv.view(), w.kv_a_proj_with_mqa.view(), dx, 1.0f);
     lora_backward(w.lora.kv, batch, x, dkv.view(), dx);
 
     // query path
     if (m.r_q > 0) {
         Buffer dc_q(DType::f32, {n_tok, m.r_q});
-        ops::linear_backward(dq.view(), w.q_b_proj.view(), dc_q.view());
+        ops::linear_backward(ctx, dq.view(), w.q_b_proj.view(), dc_q.view());
         lora_backward(w.lora.q, batch, rc.p.c_q.view(), dq.view(), dc_q.view());
         ops::rms_norm_backward(
-            rc.p.a_q.view(), w.q_a_layernorm.view(), eps, dc_q.view(), dc_q.view());
-        ops::linear_backward(dc_q.view(), w.q_a_proj.view(), dx, 1.0f);
+            ctx, rc.p.a_q.view(), w.q_a_layernorm.view(), eps, dc_q.view(), dc_q.view());
+        ops::linear_backward(ctx, dc_q.view(), w.q_a_proj.view(), dx, 1.0f);
     } else {
-        ops::linear_backward(dq.view(), w.q_proj.view(), dx, 1.0f);
+        ops::linear_backward(ctx, dq.view(), w.q_proj.view(), dx, 1.0f);
         lora_backward(w.lora.q, batch, x, dq.view(), dx);
     }
+}
+
+void attention_backward(const ModelConfig& cfg,
+                        const LayerSpec& spec,
+                        const MlaWeights& w,
+                        const Tensor& x,
+                        const SeqBatch& batch,
+                        const Tensor& dy,
+                        Tensor& dx,
+                        const comm::Comm* tp) {
+    attention_backward(backend::cpu_ctx(), cfg, spec, w, x, batch, dy, dx, tp);
 }
 
 }  // namespace hymoe::model

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "hymoe/model/attention_views.h"
+#include "hymoe/model/ffn_views.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/moe_parallel.h"
 
@@ -77,7 +79,7 @@ void mixer_backward(
     if (spec.mixer == Mixer::kda)
         kda_backward(m.ctx, m.local, m.layers[i].kda, xn, batch, dy, dxn);
     else
-        attention_backward(m.local, spec, m.layers[i].attn, xn, batch, dy, dxn, tp_comm(m));
+        attention_backward(m.ctx, m.local, spec, m.layers[i].attn, xn, batch, dy, dxn, tp_comm(m));
     tp_sum(m, dxn);
 }
 
@@ -95,7 +97,7 @@ void ffn_forward(
 void ffn_backward(const Model& m, int i, const Tensor& xn, const Tensor& dy, Tensor& dxn) {
     const LayerSpec& spec = m.local.layers[i];
     if (spec.ffn == Ffn::dense) {
-        dense_ffn_backward(m.layers[i].dense, ExpertAct::swiglu, xn, dy, dxn);
+        dense_ffn_backward(m.ctx, ffn_views(m.layers[i].dense), ExpertAct::swiglu, xn, dy, dxn);
         tp_sum(m, dxn);
     } else {
         moe_backward_parallel(m.cfg, spec, m.layers[i].moe, xn, dy, dxn, moe_groups(m));

@@ -1,8 +1,11 @@
-// AdamW, the learning-rate schedule and the gradient norm (runtime/optimizer.h).
+// AdamW, the learning-rate schedule and the gradient norm (runtime/optimizer.h); the update
+// itself is ops::adamw on the optimizer's Ctx.
 #include "hymoe/runtime/optimizer.h"
 
 #include <cmath>
 #include <numbers>
+
+#include "hymoe/backend/ops_backward.h"
 
 namespace hymoe::runtime {
 
@@ -28,24 +31,18 @@ AdamW::AdamW(const deck::OptimizerSection& o, model::TensorList params, model::T
 }
 
 void AdamW::step(double lr, double grad_scale, int64_t t) {
-    const double c1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t));
-    const double c2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t));
+    ops::AdamWStep s;
+    s.lr = lr;
+    s.beta1 = o_.beta1;
+    s.beta2 = o_.beta2;
+    s.eps = o_.eps;
+    s.weight_decay = o_.weight_decay;
+    s.c1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t));
+    s.c2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t));
+    s.grad_scale = grad_scale;
     for (size_t i = 0; i < params_.size(); ++i) {
-        float* p = params_[i].dest->ptr<float>();
-        const float* g = grads_[i].dest->ptr<float>();
-        float* m = m_[i].ptr<float>();
-        float* v = v_[i].ptr<float>();
-        const int64_t n = shape_numel(params_[i].shape);
-        for (int64_t k = 0; k < n; ++k) {
-            const double gk = grad_scale * static_cast<double>(g[k]);
-            m[k] = static_cast<float>(o_.beta1 * static_cast<double>(m[k]) + (1.0 - o_.beta1) * gk);
-            v[k] = static_cast<float>(o_.beta2 * static_cast<double>(v[k]) +
-                                      (1.0 - o_.beta2) * gk * gk);
-            const double update = (static_cast<double>(m[k]) / c1) /
-                                  (std::sqrt(static_cast<double>(v[k]) / c2) + o_.eps);
-            p[k] = static_cast<float>(static_cast<double>(p[k]) * (1.0 - lr * o_.weight_decay) -
-                                      lr * update);
-        }
+        Tensor p = params_[i].dest->view(), m = m_[i].view(), v = v_[i].view();
+        ops::adamw(ctx_, p, grads_[i].dest->view(), m, v, s);
     }
 }
 

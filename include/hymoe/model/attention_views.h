@@ -82,4 +82,17 @@ void indexer_project(const backend::Ctx& ctx,
                      Tensor& k,       // [n_tok, d_I]
                      Tensor& w_out);  // [n_tok, H_I]
 
+// attention_backward (model/attention.h) on a Ctx: the same gradients, its elementwise, norm,
+// RoPE and weight-product backwards as ops on ctx; the sweep and the host adapters still run on
+// host pointers, so a non-CPU context is refused.
+void attention_backward(const backend::Ctx& ctx,
+                        const ModelConfig& cfg,
+                        const LayerSpec& spec,
+                        const MlaWeights& w,
+                        const Tensor& x,  // [n_tok, d]
+                        const SeqBatch& batch,
+                        const Tensor& dy,  // [n_tok, d]
+                        Tensor& dx,        // [n_tok, d]
+                        const comm::Comm* tp = nullptr);
+
 }  // namespace hymoe::model

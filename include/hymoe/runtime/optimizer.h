@@ -1,10 +1,13 @@
 // AdamW on the fp32 LoRA factors (decoupled weight decay, bias-corrected moments), the learning
 // rate schedule (linear warmup, then cosine / linear decay to min_lr_ratio·lr, or constant) and
-// gradient clipping by the global L2 norm.
+// gradient clipping by the global L2 norm. The update is an op on a Ctx (ops::adamw,
+// backend/ops_backward.h): the parameters, gradients and moments live on the optimizer's device
+// (the CPU's so far: the moments are host Buffers).
 #pragma once
 
 #include <cstdint>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/deck/deck.h"
 #include "hymoe/model/weights.h"
 
@@ -25,6 +28,7 @@ public:
 
 private:
     deck::OptimizerSection o_;
+    backend::Ctx ctx_ = backend::cpu_ctx();  // where the update runs
     model::TensorList params_, grads_;
     std::vector<Buffer> m_, v_;
 };

@@ -1,5 +1,5 @@
 // The CPU reference of backend/ops_backward.h: plain loops (row statistics in double), BLAS for
-// the matrix product. Shapes are checked here, once per call.
+// the matrix product, AdamW in double. Shapes are checked here, once per call.
 #include "hymoe/backend/ops_backward.h"
 
 #include <algorithm>
@@ -92,6 +92,80 @@ void rope_backward(float* dx,
     for (int64_t& p : back)
         p = -p;
     rope(dx, n_tok, n_head, token_stride, head_stride, back.data(), freqs, interleaved);
+}
+
+namespace {
+
+void check_same(const char* op, const Tensor& a, const Tensor& b) {
+    HYMOE_CHECK(a.dtype == DType::f32 && b.dtype == DType::f32 && a.numel() == b.numel(),
+                op,
+                ": ",
+                to_string(a.dtype),
+                " ",
+                shape_string(a.shape),
+                " and ",
+                to_string(b.dtype),
+                " ",
+                shape_string(b.shape),
+                " (f32 of one size)");
+}
+
+}  // namespace
+
+void swiglu_backward(Tensor& gate, Tensor& up, const Tensor& dh) {
+    check_same("swiglu_backward", gate, up);
+    check_same("swiglu_backward", gate, dh);
+    float* g = gate.ptr<float>();
+    float* u = up.ptr<float>();
+    const float* g_h = dh.ptr<float>();
+    for (int64_t i = 0; i < gate.numel(); ++i) {
+        const float sg = sigmoid(g[i]);
+        const float d_gate = g_h[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+        u[i] = g_h[i] * g[i] * sg;
+        g[i] = d_gate;
+    }
+}
+
+void relu2_backward(Tensor& up, const Tensor& dh) {
+    check_same("relu2_backward", up, dh);
+    float* u = up.ptr<float>();
+    const float* g_h = dh.ptr<float>();
+    for (int64_t i = 0; i < up.numel(); ++i)
+        u[i] = g_h[i] * 2.0f * std::max(u[i], 0.0f);
+}
+
+void sigmoid_gate_backward(Tensor& du, const Tensor& o, const Tensor& g, Tensor& dz) {
+    check_same("sigmoid_gate_backward", du, o);
+    check_same("sigmoid_gate_backward", du, g);
+    check_same("sigmoid_gate_backward", du, dz);
+    float* dup = du.ptr<float>();
+    const float* op = o.ptr<float>();
+    const float* gp = g.ptr<float>();
+    float* dzp = dz.ptr<float>();
+    for (int64_t i = 0; i < du.numel(); ++i) {
+        dzp[i] = dup[i] * op[i] * gp[i] * (1.0f - gp[i]);
+        dup[i] *= gp[i];
+    }
+}
+
+void adamw(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWStep& s) {
+    check_same("adamw", p, g);
+    check_same("adamw", p, m);
+    check_same("adamw", p, v);
+    float* pp = p.ptr<float>();
+    const float* gp = g.ptr<float>();
+    float* mp = m.ptr<float>();
+    float* vp = v.ptr<float>();
+    for (int64_t k = 0; k < p.numel(); ++k) {
+        const double gk = s.grad_scale * static_cast<double>(gp[k]);
+        mp[k] = static_cast<float>(s.beta1 * static_cast<double>(mp[k]) + (1.0 - s.beta1) * gk);
+        vp[k] =
+            static_cast<float>(s.beta2 * static_cast<double>(vp[k]) + (1.0 - s.beta2) * gk * gk);
+        const double update = (static_cast<double>(mp[k]) / s.c1) /
+                              (std::sqrt(static_cast<double>(vp[k]) / s.c2) + s.eps);
+        pp[k] = static_cast<float>(static_cast<double>(pp[k]) * (1.0 - s.lr * s.weight_decay) -
+                                   s.lr * update);
+    }
 }
 
 }  // namespace hymoe::ops
