@@ -1,12 +1,12 @@
 #!/bin/bash
-# The prepared GPU check (issues 12, 13): on a machine with one NVIDIA GPU (sized for an H200: at
-# most 8 minutes in all, the sum of the steps' limits 190 + 80 + 130 + 70 s), build the CUDA
-# binaries with `make CUDA=1` (hymoe, the parity tests and the two benchmarks: every source file
-# of the library compiles), run the CUDA parity tests (`make test-cuda`: the kernels, the fused
-# kernels and the whole model against the CPU), the kernel benchmark (build/cuda/bench_cuda, fused
-# kernels included) and the model benchmark (build/cuda/bench_cuda_model), and write a summary.
-# With 2 GPUs or more it also builds build/cuda/test_mpi and runs the ep-parallel GPU forward
-# against the CPU on 2 ranks (`cuda_ep`, 60 s more; it builds within the build step's limit).
+# The prepared GPU check (issues 12, 13, 24): on a machine with one NVIDIA GPU (sized for an H200:
+# at most 8 minutes in all, the sum of the steps' limits 190 + 80 + 50 + 100 + 60 s), build the
+# CUDA binaries with `make CUDA=1` (hymoe, the parity tests, the MPI tests and the two benchmarks:
+# every source file of the library compiles), run the CUDA parity tests (`make test-cuda`: the
+# kernels, the fused kernels and the whole model against the CPU), the GPU forward over 2 ranks
+# against the CPU (`cuda_pp`: two pipeline stages, which may share one GPU; `cuda_ep`: experts
+# over ep, with 2 GPUs or more), the kernel benchmark (build/cuda/bench_cuda, fused kernels
+# included) and the model benchmark (build/cuda/bench_cuda_model), and write a summary.
 # Usage:
 #   scripts/gpu-check.sh [OUT_DIR]      (default build/gpu-check)
 # OUT_DIR receives summary.txt (the figures and verdicts) and one full log per step. Installs
@@ -45,24 +45,22 @@ fi
 
 n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 step build 190 make -j"$jobs" CUDA=1 build/cuda/hymoe build/cuda/test_cuda build/cuda/bench_cuda \
-    build/cuda/bench_cuda_model $([ "$n_gpus" -ge 2 ] && echo build/cuda/test_mpi)
+    build/cuda/bench_cuda_model build/cuda/test_mpi
 grep -E "warning:|error:|undefined reference|\*\*\*" "$out/build.log" | head -10 | tee -a "$summary"
 
 step test-cuda 80 make --no-print-directory test-cuda NPROC="$jobs"
 grep -E "FAILED|error:|^[0-9]+ passed, [0-9]+ failed" "$out/test-cuda.log" | head -20 |
     tee -a "$summary"
 
-if [ "$n_gpus" -ge 2 ]; then
-    step cuda-ep 60 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_ep --log_level=message
-    grep -E "cuda_ep|FAILED|error:" "$out/cuda-ep.log" | head -12 | tee -a "$summary"
-else
-    note "== cuda-ep: skipped ($n_gpus GPU; the ep-parallel forward needs 2 ranks on 2 GPUs)"
-fi
+# the pipeline-parallel GPU forward on 2 ranks (they may share the GPU); with 2 GPUs or more also
+# the ep-parallel one (NCCL wants each rank of an ep group on its own GPU: else it skips itself)
+step cuda-mpi 50 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_pp,cuda_ep --log_level=message
+grep -E "cuda_pp|cuda_ep|FAILED|error:" "$out/cuda-mpi.log" | head -12 | tee -a "$summary"
 
-step bench 130 build/cuda/bench_cuda
+step bench 100 build/cuda/bench_cuda
 grep -vE "^$" "$out/bench.log" | head -40 | tee -a "$summary"
 
-step bench-model 70 build/cuda/bench_cuda_model
+step bench-model 60 build/cuda/bench_cuda_model
 grep -vE "^$" "$out/bench-model.log" | head -20 | tee -a "$summary"
 
 note "gpu-check: $([ "$failed" -eq 0 ] && echo passed || echo FAILED)"

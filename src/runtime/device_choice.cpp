@@ -16,13 +16,11 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     if (d.job.kind != deck::JobKind::infer)
         return cat(deck::to_string(d.job.kind),
                    " jobs run on the CPU only (the GPU runs infer jobs)");
-    if (l.tp != 1 || l.pp != 1)
+    if (l.tp != 1)
         return cat(
-            "the GPU model holds every layer whole on each rank (parallel.tp = pp = 1, any dp, "
-            "the routed experts whole or split over ep), not tp = ",
-            l.tp,
-            ", pp = ",
-            l.pp);
+            "the GPU model holds its stage's layers whole on each rank (parallel.tp = 1; any pp "
+            "and dp, the routed experts whole or split over ep), not tp = ",
+            l.tp);
     if (l.dp % l.ep != 0)
         return cat("the GPU model splits the routed experts over ep groups of dp replicas: dp = ",
                    l.dp,

@@ -351,7 +351,7 @@ EngineStats run_engine(const model::Model& m,
     // is in the following tick's vote.
     std::deque<Step> flight;       // launched steps, oldest first, at most pp
     Buffer logits, h_out, h_sent;  // h_sent: in flight to the next stage until `sending` is done
-    model::TopLogits top;          // the device's reduced last rows (the device runs pp = 1)
+    model::TopLogits top;          // the device's reduced last rows (last stage)
     top.n = static_cast<int>(o.device ? device_top_n(o, V) : 0);
     comm::Request sending;
     for (int64_t tick = 0;; ++tick) {

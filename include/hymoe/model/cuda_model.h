@@ -22,12 +22,14 @@
 // dummy sequence, its metadata moved by one copy into fixed device buffers, its scratch in one
 // fixed workspace, the real rows' logits (or top tokens) copied back (src/model/cuda/
 // device_decode_graphs.h). Any other step runs eagerly, with the same results.
-// Layout: every layer whole on each rank (tp = pp = 1; dp replicas each hold their own copy), the
-// routed experts whole (ep = 1) or split over an ep group of dp replicas (ep > 1: each rank its
-// hosted experts, model/shard.h; src/model/cuda/device_moe_ep.h dispatches and combines over
-// NCCL, the routing on the host, and no decode graphs).
-// ForwardOptions::kda_mode, attn_mode and stage_out do not apply (one form of each block, one
-// stage); with ForwardOptions::stats, each layer is timed between two stream synchronisations.
+// Layout: the stage's layers whole on each rank (tp = 1; dp replicas each hold their own copy),
+// the routed experts whole (ep = 1) or split over an ep group of dp replicas (ep > 1: each rank
+// its hosted experts, model/shard.h; src/model/cuda/device_moe_ep.h dispatches and combines over
+// NCCL, the routing on the host, and no decode graphs). Under pp a stage receives its residual
+// stream from the previous one and hands it on (ForwardOptions::stage_out, else sent) through
+// host memory and MPI, as model::forward does; only the last stage returns logits, and there
+// are no decode graphs. ForwardOptions::kda_mode and attn_mode do not apply (one form of each
+// block); with ForwardOptions::stats, each layer is timed between two stream synchronisations.
 // The vision tower runs on the device too (src/model/cuda/device_vision.h: the encoder's GEMMs
 // in the matrices' dtype, the rest fp32; patchify and the position tables on the host). LoRA
 // adapters (set_lora_adapters, src/model/cuda/device_lora.h): fp32 factors, each adapter's rows
@@ -75,10 +77,10 @@ struct DecodeGraphCounters {
     int64_t resets = 0;       // times every graph was dropped for a store of another geometry
 };
 
-// Uploads `host` (a whole model: make_model(cfg) with its weights, or a rank's part at tp = pp =
-// 1 with its routed experts split over ep: make_model(cfg, grid)) to the current device
-// (backend::select_device has chosen it). The host model may be freed afterwards; at ep > 1
-// its comms (the grid) must outlive the device model.
+// Uploads `host` (a whole model: make_model(cfg) with its weights, or a rank's part at tp = 1:
+// its stage's layers, its routed experts split over ep: make_model(cfg, grid)) to the current
+// device (backend::select_device has chosen it). The host model may be freed afterwards; at
+// pp > 1 or ep > 1 its comms (the grid) must outlive the device model.
 std::unique_ptr<DeviceModel> make_cuda_model(const Model& host, const CudaModelOptions& options);
 // The counters of a model make_cuda_model made (all zero while graphs are off).
 DecodeGraphCounters decode_graph_counters(const DeviceModel& model);

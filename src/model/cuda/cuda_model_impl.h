@@ -125,7 +125,7 @@ private:
                         const SeqBatch& batch,
                         const std::vector<SequenceState*>& states);
     // Layer i's uploaded routed experts against the ones the shard hosts (all E at ep = 1).
-    void check_experts(const Model& host, size_t i) const;
+    void check_experts(const Model& host, int i) const;
     // The sequence's KDA block (its layer-0 S), made and zeroed by the first call.
     float* kda_state_of(DeviceSequence& ds);
     // h [n, d] f32 = the embedding rows of ids (i64 [n] on the device).
@@ -161,16 +161,19 @@ private:
     }
 
     ModelConfig cfg_;
-    CudaModelOptions o_;
+    CudaModelOptions o_;  // graphs off under pp (a stage holds a part of a decode step)
+    ModelShard shard_;    // the stage's layers [first_layer, end_layer); tp = 1
+    const parallel::Comms* comms_ = nullptr;  // pp's and ep's groups (null: one rank)
     std::unique_ptr<Gpu> g_;
-    Tensor embed_;       // [V, d] cd
-    Tensor head_;        // [V, d] cd (embed_ when tied)
-    Tensor final_norm_;  // [d]
-    std::vector<LayerW> layers_;
+    Tensor embed_;                          // [V, d] cd (first stage; the last too when tied)
+    Tensor head_;                           // [V, d] cd (last stage; embed_ when tied)
+    Tensor final_norm_;                     // [d] (last stage)
+    std::vector<LayerW> layers_;            // [n_layer], uploaded for the stage's layers only
     std::unique_ptr<DeviceVision> vision_;  // the vision tower (cfg.vision.present)
-    std::vector<int> kda_index_;  // [n_layer] the layer's rank among the KDA layers, −1 otherwise
+    std::vector<int> kda_index_;  // [n_layer] the layer's rank among the stage's KDA layers, −1
+                                  //   otherwise
     int n_kda_ = 0;
-    int first_attention_ = -1;  // the first MLA/DSA layer, −1 when none
+    int first_attention_ = -1;  // the stage's first MLA/DSA layer, −1 when none
     int64_t s_floats_ = 0;      // one KDA layer's S of one sequence: H·K·K
     int64_t tail_floats_ = 0;   // one KDA layer's conv tails of one sequence: 3·(W−1)·D
     bool kda_slots_ = false;    // the arena's S slots fit int32 (the fused kernels' slot ids)

@@ -11,6 +11,8 @@
 #include "cuda_model_impl.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/parallel/comm.h"
+#include "hymoe/parallel/comms.h"
 
 namespace hymoe::model::gpu {
 
@@ -114,13 +116,14 @@ void CudaModel::head(Scratch& s, const Tensor& rows, Tensor& out) {
 
 namespace {
 
-// Each sequence advances by its rows.
+// Each sequence advances by its rows (its caches: the stage's attention layers').
 void advance(const ModelConfig& cfg,
+             const ModelShard& sh,
              const SeqBatch& batch,
              const std::vector<SequenceState*>& states) {
     for (int64_t q = 0; q < batch.n_seq(); ++q) {
         states[q]->n_tokens += batch.length(q);
-        for (size_t i = 0; i < cfg.layers.size(); ++i)
+        for (int i = sh.first_layer; i < sh.end_layer; ++i)
             if (cfg.layers[i].mixer != Mixer::kda)
                 states[q]->attn[i].n += batch.length(q);
     }
@@ -197,7 +200,7 @@ bool CudaModel::forward_graph(const std::vector<int64_t>& tokens,
         cu::download(out, logits.view(), g_->stream);
     }
     g_->stream.synchronize();
-    advance(cfg_, batch, states);
+    advance(cfg_, shard_, batch, states);
     return true;
 }
 
@@ -220,13 +223,16 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     const int64_t V = cfg_.vocab_size;
     ForwardStats scratch_stats;  // where timings go when the caller asked for none
     ForwardStats& stats = options.stats ? *options.stats : scratch_stats;
+    const bool last_stage = shard_.last_stage();
+    if (top != nullptr && (n == 0 || !last_stage))
+        top->tokens.clear(), top->logits.clear(), top->log_sum.clear();
     if (n == 0) {  // the ep group's collectives: the loop runs the MoE layers alone
         Scratch s(g_->arena);
         Tensor none = s(DType::f32, {0, d});  // [0, d]
         layers(StepBatch{}, none, stats, false);
-        logits = Buffer(DType::f32, {0, V});
-        if (top != nullptr)
-            top->tokens.clear(), top->logits.clear(), top->log_sum.clear();
+        logits = last_stage ? Buffer(DType::f32, {0, V}) : Buffer();
+        if (!last_stage && options.stage_out != nullptr)
+            *options.stage_out = Buffer(DType::f32, {0, d});
         return;
     }
     const bool timed = options.stats != nullptr;
@@ -240,26 +246,47 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
     double t0 = now();
     const StepBatch step = make_step(s, batch, states);
     Tensor h = s(DType::f32, {n, d});  // [n, d] the residual stream
-    embed(s, upload_values(*g_, s, tokens, DType::i64), h);
-    if (options.media != nullptr && !options.media->rows.empty()) {
-        const MediaSplice& media = *options.media;
-        const auto n_media = static_cast<int64_t>(media.rows.size());
-        HYMOE_CHECK(media.embeds.view().numel() == n_media * d,
-                    "forward: ",
-                    n_media,
-                    " media rows for embeds of ",
-                    media.embeds.view().numel(),
-                    " floats");
-        for (int64_t r : media.rows)
-            HYMOE_CHECK(r >= 0 && r < n, "forward: media row ", r, " outside the batch");
-        Tensor embeds = s(DType::f32, {n_media, d});
-        cu::upload(media.embeds.view(), embeds, st);
-        cu::scatter_rows(st, embeds, upload_values(*g_, s, media.rows, DType::i64), h);
+    if (shard_.first_stage()) {
+        embed(s, upload_values(*g_, s, tokens, DType::i64), h);
+        if (options.media != nullptr && !options.media->rows.empty()) {
+            const MediaSplice& media = *options.media;
+            const auto n_media = static_cast<int64_t>(media.rows.size());
+            HYMOE_CHECK(media.embeds.view().numel() == n_media * d,
+                        "forward: ",
+                        n_media,
+                        " media rows for embeds of ",
+                        media.embeds.view().numel(),
+                        " floats");
+            for (int64_t r : media.rows)
+                HYMOE_CHECK(r >= 0 && r < n, "forward: media row ", r, " outside the batch");
+            Tensor embeds = s(DType::f32, {n_media, d});
+            cu::upload(media.embeds.view(), embeds, st);
+            cu::scatter_rows(st, embeds, upload_values(*g_, s, media.rows, DType::i64), h);
+        }
+    } else {  // the previous stage's residual stream, through the host
+        Buffer in(DType::f32, {n, d}, uninit);
+        {
+            ScopedTimer wait(stats.pipeline_seconds);
+            comm::recv(in.view(), comms_->pp_prev, comms_->pp, 0);
+        }
+        cu::upload(in.view(), h, st);
+        st.synchronize();  // `in` goes when this block ends
     }
     stats.head_seconds += now() - t0;
 
     layers(step, h, stats, timed);
-    advance(cfg_, batch, states);
+    advance(cfg_, shard_, batch, states);
+    if (!last_stage) {  // the residual stream to the next stage, through the host
+        Buffer out(DType::f32, {n, d}, uninit);
+        cu::download(h, out.view(), st);
+        st.synchronize();
+        logits = Buffer();
+        if (options.stage_out != nullptr)
+            *options.stage_out = std::move(out);
+        else
+            comm::send(out.view(), comms_->pp_next, comms_->pp, 0);
+        return;
+    }
 
     // final norm and head, on every row or only the last row of each sequence
     t0 = now();

@@ -16,11 +16,13 @@ namespace hymoe::model {
 
 namespace gpu {
 
-CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.cfg), o_(o) {
+CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
+    : cfg_(host.cfg), o_(o), shard_(host.shard), comms_(host.comms) {
     HYMOE_CHECK(
-        host.shard.tp == 1 && host.shard.pp == 1 && (host.shard.ep == 1 || host.comms != nullptr),
-        "make_cuda_model: the GPU model holds every layer whole but the routed experts "
-        "(tp = pp = 1, experts split over ep with its comms), not a shard of tp ",
+        host.shard.tp == 1 && (host.comms != nullptr || (host.shard.pp == 1 && host.shard.ep == 1)),
+        "make_cuda_model: the GPU model holds its stage's layers whole but the routed "
+        "experts (tp = 1, stages over pp and experts over ep with their comms), not a "
+        "shard of tp ",
         host.shard.tp,
         ", pp ",
         host.shard.pp,
@@ -30,24 +32,31 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
                 "make_cuda_model: matrices in ",
                 to_string(o.dtype),
                 " (f32 or bf16)");
+    // a decode graph captures a whole step, embedding to head: one stage holds a part of it
+    o_.graphs = o.graphs && shard_.pp == 1;
     const size_t arena_bytes =
         static_cast<size_t>(static_cast<double>(cu::device_free_bytes()) * o.memory_fraction);
     const bool any_moe = count_layers(cfg_, Ffn::moe) + count_layers(cfg_, Ffn::latent_moe) > 0;
     g_ = std::make_unique<Gpu>(arena_bytes, any_moe ? std::max(cfg_.moe.n_routed_experts, 1) : 1);
     const size_t before = g_->arena.book().used();
-    embed_ = upload_weight(*g_, host.embed, o.dtype);
-    head_ = cfg_.tie_word_embeddings ? embed_ : upload_weight(*g_, host.lm_head, o.dtype);
-    final_norm_ = upload_weight(*g_, host.final_norm, DType::f32);
+    const bool first = shard_.first_stage(), last = shard_.last_stage();
+    if (first || (last && cfg_.tie_word_embeddings))
+        embed_ = upload_weight(*g_, host.embed, o.dtype);
+    if (last) {
+        head_ = cfg_.tie_word_embeddings ? embed_ : upload_weight(*g_, host.lm_head, o.dtype);
+        final_norm_ = upload_weight(*g_, host.final_norm, DType::f32);
+    }
+    layers_.resize(cfg_.layers.size());
     kda_index_.assign(cfg_.layers.size(), -1);
-    for (size_t i = 0; i < cfg_.layers.size(); ++i) {
-        layers_.push_back(upload_layer(*g_, cfg_, host.layers[i], static_cast<int>(i), o.dtype));
+    for (int i = shard_.first_layer; i < shard_.end_layer; ++i) {
+        layers_[i] = upload_layer(*g_, cfg_, host.layers[i], i, o.dtype);
         check_experts(host, i);
         if (cfg_.layers[i].mixer == Mixer::kda)
             kda_index_[i] = n_kda_++;
         else if (first_attention_ < 0)
-            first_attention_ = static_cast<int>(i);
+            first_attention_ = i;
     }
-    if (cfg_.vision.present)
+    if (cfg_.vision.present && first)
         vision_ = std::make_unique<DeviceVision>(*g_, cfg_, host.vision, o.dtype);
     const int64_t D = int64_t{cfg_.kda.n_head} * cfg_.kda.head_dim;
     s_floats_ = D * cfg_.kda.head_dim;
@@ -62,7 +71,7 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
     make_graphs();
 }
 
-void CudaModel::check_experts(const Model& host, size_t i) const {
+void CudaModel::check_experts(const Model& host, int i) const {
     const LayerSpec& spec = cfg_.layers[i];
     if (spec.ffn == Ffn::dense)
         return;
@@ -125,7 +134,7 @@ void CudaModel::set_lora_adapters(const Model& host) {
     HYMOE_CHECK(n_adapters_ == 0 && host.layers.size() == layers_.size(),
                 "set_lora_adapters: once, from the model this one was made from");
     const size_t before = g_->arena.book().used();
-    for (size_t i = 0; i < layers_.size(); ++i)
+    for (int i = shard_.first_layer; i < shard_.end_layer; ++i)
         n_adapters_ = std::max(n_adapters_, upload_layer_lora(*g_, host.layers[i], layers_[i]));
     weight_bytes_ += g_->arena.book().used() - before;
     graph_model_.n_adapters = n_adapters_;
@@ -231,7 +240,17 @@ std::string CudaModel::describe() const {
                moe_ep_ ? cat(", routed experts over ep ",
                              moe_ep_->size(),
                              o_.ep_overlap ? " (two micro-batches overlapped)" : "")
-                       : std::string());
+                       : std::string(),
+               shard_.pp > 1 ? cat(", pipeline stage ",
+                                   shard_.stage,
+                                   " of ",
+                                   shard_.pp,
+                                   " (layers ",
+                                   shard_.first_layer,
+                                   "..",
+                                   shard_.end_layer - 1,
+                                   ")")
+                             : std::string());
 }
 
 }  // namespace gpu

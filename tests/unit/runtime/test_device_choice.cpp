@@ -1,5 +1,5 @@
 // job.device's decision without MPI or a GPU (runtime/device_choice.h): the limits a job meets
-// in order (build, kind, layout: tp = pp = 1 with ep dividing dp, adapters at ep > 1, offload,
+// in order (build, kind, layout: tp = 1 (any pp) with ep dividing dp, adapters at ep > 1, offload,
 // batch invariance; adapters at ep = 1 are no limit), and for each choice (cpu, auto, cuda) what a
 // limit or a missing GPU does: cuda is Exit::invalid with the one sentence naming job.device's
 // place in the deck, auto is the CPU with the log line, cpu says nothing.
@@ -60,8 +60,8 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
     rt::Job tp = plain;
     tp.layout.tp = 2;
     BOOST_TEST(rt::device_limit(tp, true).value() ==
-               "the GPU model holds every layer whole on each rank (parallel.tp = pp = 1, any dp, "
-               "the routed experts whole or split over ep), not tp = 2, pp = 1");
+               "the GPU model holds its stage's layers whole on each rank (parallel.tp = 1; any pp "
+               "and dp, the routed experts whole or split over ep), not tp = 2");
     BOOST_TEST(rt::device_limit(tp, false).value().starts_with("this hymoe was built without"));
     rt::Job ep = plain;  // experts over ep groups of dp replicas: allowed
     ep.layout.dp = 4;
@@ -82,10 +82,13 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
     rt::Job tp_ep = ep;  // tp still refused with ep
     tp_ep.layout.tp = 2;
     tp_ep.layout.dp = 4;
-    BOOST_TEST(rt::device_limit(tp_ep, true).value().ends_with("not tp = 2, pp = 1"));
-    rt::Job pp = plain;
+    BOOST_TEST(rt::device_limit(tp_ep, true).value().ends_with("not tp = 2"));
+    rt::Job pp = plain;  // each rank the GPU model of its stage: allowed
     pp.layout.pp = 2;
-    BOOST_TEST(rt::device_limit(pp, true).value().ends_with("not tp = 1, pp = 2"));
+    BOOST_TEST(!rt::device_limit(pp, true).has_value());
+    pp.layout.dp = 4;  // with experts over ep, too
+    pp.layout.ep = 2;
+    BOOST_TEST(!rt::device_limit(pp, true).has_value());
 
     rt::Job lora = plain;
     lora.deck.job.kind = hymoe::deck::JobKind::lora;
