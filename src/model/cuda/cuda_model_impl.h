@@ -163,10 +163,11 @@ private:
     ModelConfig cfg_;
     CudaModelOptions o_;
     std::unique_ptr<Gpu> g_;
-    Tensor embed_;       // [V, d] cd
-    Tensor head_;        // [V, d] cd (embed_ when tied)
-    Tensor final_norm_;  // [d]
-    std::vector<LayerW> layers_;
+    Tensor embed_;                    // [V, d] cd
+    Tensor head_;                     // [V, d] cd (embed_ when tied)
+    Tensor final_norm_;               // [d]
+    std::vector<LayerViews> layers_;  // [n_layer] views of the uploaded weights (model_views.h)
+    std::vector<MoeW> moe_;           // [n_layer] the GPU MoE's weights of the MoE layers
     std::unique_ptr<DeviceVision> vision_;  // the vision tower (cfg.vision.present)
     std::vector<int> kda_index_;  // [n_layer] the layer's rank among the KDA layers, −1 otherwise
     int n_kda_ = 0;

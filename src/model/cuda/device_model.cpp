@@ -35,12 +35,16 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o) : cfg_(host.c
     const bool any_moe = count_layers(cfg_, Ffn::moe) + count_layers(cfg_, Ffn::latent_moe) > 0;
     g_ = std::make_unique<Gpu>(arena_bytes, any_moe ? std::max(cfg_.moe.n_routed_experts, 1) : 1);
     const size_t before = g_->arena.book().used();
-    embed_ = upload_weight(*g_, host.embed, o.dtype);
-    head_ = cfg_.tie_word_embeddings ? embed_ : upload_weight(*g_, host.lm_head, o.dtype);
-    final_norm_ = upload_weight(*g_, host.final_norm, DType::f32);
+    ModelViews views = model_views(host, upload_weights(*g_, host, o.dtype));
+    embed_ = views.embed;
+    head_ = views.head;
+    final_norm_ = views.final_norm;
+    layers_ = std::move(views.layers);
+    moe_.resize(cfg_.layers.size());
     kda_index_.assign(cfg_.layers.size(), -1);
     for (size_t i = 0; i < cfg_.layers.size(); ++i) {
-        layers_.push_back(upload_layer(*g_, cfg_, host.layers[i], static_cast<int>(i), o.dtype));
+        if (cfg_.layers[i].ffn != Ffn::dense)
+            moe_[i] = moe_weights(layers_[i].moe, host.layers[i].moe);
         check_experts(host, i);
         if (cfg_.layers[i].mixer == Mixer::kda)
             kda_index_[i] = n_kda_++;
@@ -70,11 +74,11 @@ void CudaModel::check_experts(const Model& host, size_t i) const {
     const std::vector<int> local = local_expert_index(
         host.layers[i].moe.expert_rank, n_exp, host.shard.ep, host.shard.ep_rank);
     const auto hosted = std::count_if(local.begin(), local.end(), [](int l) { return l >= 0; });
-    HYMOE_CHECK(layers_[i].moe.up.dim(0) == hosted,
+    HYMOE_CHECK(moe_[i].up.dim(0) == hosted,
                 "make_cuda_model: layer ",
                 i,
                 " holds ",
-                layers_[i].moe.up.dim(0),
+                moe_[i].up.dim(0),
                 " routed experts where ep rank ",
                 host.shard.ep_rank,
                 " of ",
@@ -126,7 +130,8 @@ void CudaModel::set_lora_adapters(const Model& host) {
                 "set_lora_adapters: once, from the model this one was made from");
     const size_t before = g_->arena.book().used();
     for (size_t i = 0; i < layers_.size(); ++i)
-        n_adapters_ = std::max(n_adapters_, upload_layer_lora(*g_, host.layers[i], layers_[i]));
+        n_adapters_ =
+            std::max(n_adapters_, upload_layer_lora(*g_, host.layers[i], layers_[i], moe_[i]));
     weight_bytes_ += g_->arena.book().used() - before;
     graph_model_.n_adapters = n_adapters_;
 }
