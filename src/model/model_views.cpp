@@ -1,6 +1,7 @@
 // The one builder of the model's views (hymoe/model/model_views.h): the weight list bound to an
 // empty model of m's shape, each of its buffers set to view the tensor of its name (checked
-// against the list's shape), then the blocks' own view functions on that model's structs.
+// against the list's shape), then the blocks' own view functions on that model's structs; and
+// the stacking of the routed experts a device walk of the list does (expert_stacks).
 #include "hymoe/model/model_views.h"
 
 #include "hymoe/core/error.h"
@@ -22,6 +23,16 @@ Model shape_of(const Model& m) {
     for (size_t i = 0; i < m.layers.size(); ++i)
         s.layers[i].moe.expert_rank = m.layers[i].moe.expert_rank;
     return s;
+}
+
+// The name of the stack a routed expert's matrix goes into: its name with the expert's id as "*".
+std::string stack_name(const std::string& name) {
+    const std::string experts = ".experts.";
+    const size_t at = name.find(experts);
+    HYMOE_CHECK(at != std::string::npos, "a routed expert's weight named ", name);
+    const size_t id = at + experts.size(), dot = name.find('.', id);
+    HYMOE_CHECK(dot != std::string::npos, "a routed expert's weight named ", name);
+    return name.substr(0, id) + "*" + name.substr(dot);
 }
 
 // The tensor named by spec, checked against its shape.
@@ -83,6 +94,20 @@ LayerViews layer_views(const LayerSpec& spec, const LayerWeights& w) {
 }
 
 }  // namespace
+
+std::vector<StackSlot> expert_stacks(const TensorList& list) {
+    std::vector<StackSlot> out(list.size());
+    std::unordered_map<std::string, int64_t> filled;  // each stack's slots given so far
+    for (size_t i = 0; i < list.size(); ++i)
+        if (list[i].block == WeightBlock::routed_experts) {
+            out[i].stack = stack_name(list[i].name);
+            out[i].slot = filled[out[i].stack]++;
+        }
+    for (StackSlot& s : out)
+        if (!s.stack.empty())
+            s.size = filled[s.stack];
+    return out;
+}
 
 ModelViews model_views(const Model& m, const NamedTensors& tensors) {
     Model s = shape_of(m);

@@ -14,6 +14,7 @@
 #include "hymoe/model/attention_views.h"
 #include "hymoe/model/ffn_views.h"
 #include "hymoe/model/kda_views.h"
+#include "hymoe/model/weights.h"
 #include "hymoe/tensor/tensor.h"
 
 namespace hymoe::model {
@@ -57,6 +58,17 @@ struct ModelViews {
     Tensor head;                     // [V/tp, d] last stage: lm_head, or embed when tied
     std::vector<LayerViews> layers;  // [n_layer], filled for the stage's layers only
 };
+
+// Where a walk that stacks the routed experts (the GPU's upload) puts each tensor of a bound list
+// (model_tensors): a routed expert's matrix into slot `slot` of the stack named `stack` (its name
+// with the expert's id as "*", the name the unbound weight_list gives the stack) of `size`
+// experts, in list order (ids ascending); any other tensor: stack empty, a tensor of its own.
+struct StackSlot {
+    std::string stack;
+    int64_t slot = 0;
+    int64_t size = 1;
+};
+std::vector<StackSlot> expert_stacks(const TensorList& list);  // [list.size()]
 
 // The views of m's part (its config, shard and expert placement: only m's shapes are read, not
 // its weights) over `tensors`: every tensor of model_tensors(m) but the vision tower's, by name.

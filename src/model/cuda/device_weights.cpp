@@ -31,16 +31,6 @@ void copy_floats(Gpu& g, const float* host, const Tensor& dev) {
     g.stream.synchronize();  // the host values may go when this returns
 }
 
-// The name of the stack a routed expert's matrix goes into: its name with the expert's id as
-// "*" (the name the unbound weight list gives the stack, model/tensor_list.h).
-std::string stack_name(const std::string& name) {
-    const std::string experts = ".experts.";
-    const size_t at_id = name.find(experts);
-    HYMOE_CHECK(at_id != std::string::npos, "GPU model: a routed expert's weight ", name);
-    const size_t id = at_id + experts.size(), dot = name.find('.', id);
-    return name.substr(0, id) + "*" + name.substr(dot);
-}
-
 // The slices of one stacked [n, rows, cols] tensor (upload_weights) as that tensor; none: empty.
 Tensor stack_of(const std::vector<Tensor>& slices) {
     if (slices.empty())
@@ -96,13 +86,12 @@ Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype) {
 
 NamedTensors upload_weights(Gpu& g, const Model& host, DType cd) {
     const TensorList list = model_tensors(host);
-    std::map<std::string, int64_t> experts, filled;  // each stack's experts, those uploaded
-    for (const TensorSpec& spec : list)
-        if (spec.block == WeightBlock::routed_experts)
-            ++experts[stack_name(spec.name)];
-    std::map<std::string, Tensor> stacks;
+    const std::vector<StackSlot> slots = expert_stacks(list);
+    std::map<std::string, Tensor> stacks;  // by name: [E_held, out, in]
     NamedTensors out;
-    for (const TensorSpec& spec : list) {
+    for (size_t i = 0; i < list.size(); ++i) {
+        const TensorSpec& spec = list[i];
+        const StackSlot& slot = slots[i];
         if (spec.block == WeightBlock::vision)
             continue;
         const Tensor& v = spec.dest->view();
@@ -115,16 +104,14 @@ NamedTensors upload_weights(Gpu& g, const Model& host, DType cd) {
                     shape_string(spec.shape));
         const DType dtype = stored_matrix(spec) ? cd : DType::f32;
         Tensor dev;
-        if (spec.block == WeightBlock::routed_experts) {
-            const std::string name = stack_name(spec.name);
-            Tensor& stack = stacks[name];
+        if (!slot.stack.empty()) {
+            Tensor& stack = stacks[slot.stack];
             if (stack.data == nullptr) {
                 Shape shape = spec.shape;
-                shape.insert(shape.begin(), experts[name]);
-                stack = g.arena.tensor(dtype, shape);  // [E_held, out, in]
+                shape.insert(shape.begin(), slot.size);
+                stack = g.arena.tensor(dtype, shape);
             }
-            const int64_t e = filled[name]++;  // the slice this expert fills
-            dev = Tensor{at(stack, e * v.numel()), dtype, stack.device, spec.shape};
+            dev = Tensor{at(stack, slot.slot * v.numel()), dtype, stack.device, spec.shape};
         } else {
             dev = g.arena.tensor(dtype, spec.shape);
         }

@@ -3,7 +3,9 @@
 // swiglu and relu2 experts, tied and untied heads, a pp stage with an ep placement) every view
 // is the Buffer the weight list names, at the list's shape, field by field as the blocks' own
 // view functions give it, and nothing else is viewed; a missing, unloaded or mis-shaped tensor
-// fails naming it.
+// fails naming it. The stacks a device walk puts the routed experts into are the unbound list's
+// stacked tensors.
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -288,6 +290,53 @@ BOOST_AUTO_TEST_CASE(a_bad_tensor_is_named) {
     t.shape = {t.shape[1], t.shape[0]};
     fails_with(reshaped, {name, "[64, 16]", "[16, 64]"});
     BOOST_CHECK_NO_THROW(model_views(m, named_views(m)));
+}
+
+// Each routed expert's matrix of a bound list goes into a stack the unbound list names, of as
+// many experts as its count, at its own slot, in id order; nothing else is stacked.
+BOOST_AUTO_TEST_CASE(expert_stacks_are_the_unbound_lists_stacks) {
+    for (int ep_rank : {0, 1}) {
+        const ModelConfig cfg = preset_config("tiny-kimi");  // 8 experts; layers 1-3 MoE
+        Model m = make_model(cfg);
+        m.shard.ep = 2;
+        m.shard.ep_rank = ep_rank;
+        for (int i = 1; i < 4; ++i)
+            m.layers[i].moe.expert_rank = {1, 0, 0, 1, 1, 0, 1, 0};
+        init_model_random(m, 3);
+        const TensorList list = model_tensors(m);
+        const std::vector<StackSlot> slots = expert_stacks(list);
+        BOOST_TEST_REQUIRE(slots.size() == list.size());
+        const TensorList whole = weight_list(cfg, m.shard);
+        std::map<std::string, std::vector<int64_t>> seen;  // each stack's slots in list order
+        int64_t n_stacked = 0;
+        for (size_t i = 0; i < list.size(); ++i) {
+            const StackSlot& s = slots[i];
+            BOOST_TEST(s.stack.empty() == (list[i].block != WeightBlock::routed_experts));
+            if (s.stack.empty()) {
+                BOOST_TEST(s.size == 1);
+                continue;
+            }
+            ++n_stacked;
+            const auto it = std::find_if(
+                whole.begin(), whole.end(), [&](const TensorSpec& u) { return u.name == s.stack; });
+            BOOST_TEST_INFO(s.stack);
+            BOOST_TEST_REQUIRE((it != whole.end()));
+            BOOST_TEST(it->count == s.size);
+            BOOST_TEST((it->shape == list[i].shape));
+            seen[s.stack].push_back(s.slot);
+        }
+        BOOST_TEST(n_stacked == 3 * 4 * 3);  // 3 layers, 4 hosted experts, 3 matrices
+        BOOST_TEST(seen.size() == 9u);
+        for (const auto& [name, got] : seen)
+            BOOST_TEST(got == (std::vector<int64_t>{0, 1, 2, 3}), boost::test_tools::per_element());
+        // slot order is id order: layer 2's w1 of the first hosted expert is slot 0
+        const std::string first = ep_rank == 0 ? "1" : "0";
+        const auto it = std::find_if(list.begin(), list.end(), [&](const TensorSpec& t) {
+            return t.name == "model.layers.2.block_sparse_moe.experts." + first + ".w1.weight";
+        });
+        BOOST_TEST_REQUIRE((it != list.end()));
+        BOOST_TEST(slots[static_cast<size_t>(it - list.begin())].slot == 0);
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
