@@ -110,6 +110,10 @@ TensorList model_tensors(Model& m) {
     return with_storage(describe(m.cfg, m.local, m.shard, &m), m.weight_dtype);
 }
 
+TensorList model_tensors(const Model& m) {
+    return model_tensors(const_cast<Model&>(m));  // binds addresses only; writes nothing
+}
+
 TensorList expert_tensors(Model& m, int layer, const std::vector<int>& experts) {
     TensorList list;
     append(list,

@@ -11,6 +11,8 @@
 
 namespace hymoe::model {
 
+struct Model;
+
 // The tensors of the part `sh` of cfg, unbound (every dest null, dtype f32): the embedding (first
 // stage; the last stage too when tied, as WeightBlock::head when that is not the first), per layer
 // of the stage its two RMSNorms, mixer (kda_tensors, attention_tensors) and FFN (ffn_tensors,
@@ -22,5 +24,8 @@ TensorList weight_list(const ModelConfig& cfg, const ModelShard& sh);
 // on the layer's LayerSpec and the cut: the plan describes each kind of layer once). With
 // sh.end_layer = sh.first_layer, weight_list lists the rest: embedding, vision, final norm, head.
 TensorList layer_weight_list(const ModelConfig& cfg, const ModelShard& sh, int layer);
+// model_tensors (model.h) of a model that is only read: the same list, for reading its buffers
+// (uploading them, viewing them: model_views.h); nothing may be written through its dests.
+TensorList model_tensors(const Model& m);
 
 }  // namespace hymoe::model

@@ -165,10 +165,12 @@ private:
     ModelShard shard_;    // the stage's layers [first_layer, end_layer); tp = 1
     const parallel::Comms* comms_ = nullptr;  // pp's and ep's groups (null: one rank)
     std::unique_ptr<Gpu> g_;
-    Tensor embed_;                          // [V, d] cd (first stage; the last too when tied)
-    Tensor head_;                           // [V, d] cd (last stage; embed_ when tied)
-    Tensor final_norm_;                     // [d] (last stage)
-    std::vector<LayerW> layers_;            // [n_layer], uploaded for the stage's layers only
+    Tensor embed_;                    // [V, d] cd (first stage; the last too when tied)
+    Tensor head_;                     // [V, d] cd (last stage; embed_ when tied)
+    Tensor final_norm_;               // [d] (last stage)
+    std::vector<LayerViews> layers_;  // [n_layer] views of the uploaded weights (model_views.h),
+                                      //   the stage's layers only
+    std::vector<MoeW> moe_;           // [n_layer] the GPU MoE's weights of the MoE layers
     std::unique_ptr<DeviceVision> vision_;  // the vision tower (cfg.vision.present)
     std::vector<int> kda_index_;  // [n_layer] the layer's rank among the stage's KDA layers, −1
                                   //   otherwise

@@ -1,10 +1,11 @@
 // The GPU model's private pieces (src/model/cuda/*.cpp, CUDA builds only): the device with its
-// stream, arena and cuBLAS handle; scratch tensors for one block; the device copies of a layer's
-// weights; one step's packed batch on the device (offsets, positions, block tables, the KDA
-// state of every sequence); and the block forwards, each the device twin of a CPU block
-// (model/kda.h, attention.h, ffn.h). Every block reads x [n_tok, d] f32 (input-normed) and writes
-// y [n_tok, d] f32; matrices are in the model's compute dtype `cd` (bf16 or f32), and an
-// activation is cast to cd just before the GEMM that reads it.
+// stream, arena and cuBLAS handle; scratch tensors for one block; the upload of the weight list
+// (the layers run on model/model_views.h's views of it) and the GPU MoE's MoeW; one step's packed
+// batch on the device (offsets, positions, block tables, the KDA state of every sequence); and
+// the block forwards, each the device twin of a CPU block (model/kda.h, attention.h, ffn.h).
+// Every block reads x [n_tok, d] f32 (input-normed) and writes y [n_tok, d] f32; matrices are in
+// the model's compute dtype `cd` (bf16 or f32), and an activation is cast to cd just before the
+// GEMM that reads it.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/kda_views.h"
 #include "hymoe/model/model.h"
+#include "hymoe/model/model_views.h"
 #include "hymoe/model/moe_parallel.h"
 
 namespace hymoe::model::gpu {
@@ -119,32 +121,19 @@ Tensor upload_values(Gpu& g, Scratch& s, const std::vector<T>& v, DType dtype) {
 
 // ---- device weights (device_weights.cpp) --------------------------------------------------------
 
-// Shapes as the CPU structs (model/kda.h, attention.h, ffn.h); "cd" = compute dtype, others f32.
-// KDA: model::kda_forward's views (model/kda_views.h) at the weight list's shapes, the adapters
-// as lora_views (host lora null).
-using KdaW = KdaWeightViews;
-struct IndexerW {
-    Tensor wq_b;          // [H_I·d_I, r_q] cd
-    Tensor wk;            // [d_I, d] cd
-    Tensor k_norm_w;      // [d_I]
-    Tensor k_norm_b;      // [d_I]
-    Tensor weights_proj;  // [H_I, d] cd
-};
-struct MlaW {
-    Tensor q_a;        // [r_q, d] cd (r_q > 0)
-    Tensor q_a_norm;   // [r_q]
-    Tensor q_b;        // [H·d_qk, r_q] cd (r_q > 0)
-    Tensor q;          // [H·d_qk, d] cd (r_q = 0)
-    Tensor kv_a;       // [r_kv + d_r, d] cd
-    Tensor kv_a_norm;  // [r_kv]
-    Tensor kv_b;       // [H·(d_n + d_v), r_kv] cd
-    Tensor o_proj;     // [d, H·d_v] cd
-    Tensor g_proj;     // [H·d_v, d] cd (gated)
-    IndexerW indexer;  // dsa
-    MixerLoraW lora;   // adapters on q (q or q_b), kv (kv_a), o (set_lora_adapters)
-};
-// The MLPs (dense layers, shared experts): model::dense_ffn_forward's views (model/ffn_views.h),
-// matrices in cd, the adapters as lora_views (set_lora_adapters; host lora null).
+// The model's weights on the device (model/model_views.h): every tensor of the host model's
+// weight list but the vision tower's (DeviceVision uploads that), by name, uploaded once into
+// permanent arena memory at the list's shape, in the dtype of its kind: the stored matrices
+// (weights.h stored_matrix: projections, experts, embedding, head) in the compute dtype `cd`
+// (widened from the host's storage dtype, then rounded to bf16, to nearest even, when cd is
+// bf16), everything else (norms, conv taps, A_log, dt_bias, the router and its bias) in fp32.
+// The routed experts' matrices of a layer are stacked on the way into one [E_held, out, in]
+// tensor each, held experts in the list's order (ids ascending), one grouped GEMM reading them:
+// each expert's name names its slice. model_views(host, upload_weights(...)) are the layers'
+// views.
+NamedTensors upload_weights(Gpu& g, const Model& host, DType cd);
+
+// The MLPs of MoeW's shared experts: model::dense_ffn_forward's views (model/ffn_views.h).
 using MlpW = DenseFfnViews;
 struct MoeW {
     Tensor router;    // [E, d] f32 (routing is fp32, model-math §10)
@@ -160,17 +149,11 @@ struct MoeW {
     detail::ExpertViews experts;  // gate, up, down as their slices [E] (held experts), and the
                                   //   routed experts' adapters as lora_views (empty: none)
 };
-struct LayerW {
-    Tensor attn_norm;  // [d]
-    Tensor ffn_norm;   // [d]
-    KdaW kda;
-    MlaW mla;
-    MlpW dense;
-    MoeW moe;
-};
+// An MoE layer's MoeW over its views (upload_weights' device tensors: the stacked experts and
+// their slices, the router, bias, latent projections and shared experts) and, from the host
+// layer, the placement and the correction bias for the host routing.
+MoeW moe_weights(const MoeViews& v, const MoeWeights& host);
 
-// The device copy of one layer of `host` (a whole model), in permanent arena memory.
-LayerW upload_layer(Gpu& g, const ModelConfig& cfg, const LayerWeights& host, int layer, DType cd);
 // A host matrix or vector uploaded as `dtype` (f32 or bf16) at its shape from the weight list
 // (model/tensor_list.h), or viewed as `shape` (as many elements), in permanent arena memory.
 Tensor upload_weight(Gpu& g, const Buffer& host, DType dtype);
@@ -239,7 +222,7 @@ KdaBatchViews kda_batch(const StepBatch& step, int j);
 void attention_block(Gpu& g,
                      const ModelConfig& cfg,
                      const LayerSpec& spec,
-                     const MlaW& w,
+                     const MlaWeightViews& w,
                      const Tensor& x,
                      const StepBatch& step,
                      int layer,

@@ -40,7 +40,7 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
             return wall_seconds();
         }
         void mixer(int i, const Tensor& xn, Tensor& y) override {
-            const LayerW& w = m_.layers_[i];
+            const LayerViews& w = m_.layers_[i];
             if (m_.cfg_.layers[i].mixer == Mixer::kda) {
                 kda_forward(ctx_, m_.cfg_, w.kda, xn, kda_batch(step_, m_.kda_index_[i]), y);
                 return;
@@ -66,7 +66,7 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
         }
         void ffn(int i, const Tensor& xn, Tensor& y, MoeCommStats* stats) override {
             const LayerSpec& spec = m_.cfg_.layers[i];
-            const LayerW& w = m_.layers_[i];
+            const LayerViews& w = m_.layers_[i];
             const DType cd = m_.o_.dtype;
             if (spec.ffn == Ffn::dense) {
                 Scratch s(m_.g_->arena);
@@ -78,12 +78,12 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                                   nullptr,
                                   &step_.lora.rows);
             } else if (m_.moe_ep_) {
-                m_.moe_ep_->forward(*m_.g_, m_.cfg_, spec, w.moe, xn, cd, y, *stats);
+                m_.moe_ep_->forward(*m_.g_, m_.cfg_, spec, m_.moe_[i], xn, cd, y, *stats);
             } else {
                 moe_block(*m_.g_,
                           m_.cfg_,
                           spec,
-                          w.moe,
+                          m_.moe_[i],
                           xn,
                           cd,
                           m_.o_.fused,

@@ -47,7 +47,7 @@ int adapters_of(const MixerLoraW& m) {
 
 }  // namespace
 
-int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerW& w) {
+int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerViews& w, MoeW& moe) {
     const LoraSlots& kda = host.kda.lora;
     const LoraSlots& attn = host.attn.lora;
     w.kda.lora_views = {upload_slot(g, kda.q),
@@ -55,28 +55,29 @@ int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerW& w) {
                         upload_slot(g, kda.v),
                         upload_slot(g, kda.kv),
                         upload_slot(g, kda.o)};
-    w.mla.lora = {upload_slot(g, attn.q),
-                  upload_slot(g, attn.k),
-                  upload_slot(g, attn.v),
-                  upload_slot(g, attn.kv),
-                  upload_slot(g, attn.o)};
-    HYMOE_CHECK(w.kda.lora_views.kv.empty() && w.mla.lora.k.empty() && w.mla.lora.v.empty(),
-                "GPU model: a LoRA slot on a projection its block does not have");
+    w.mla.lora_views = {upload_slot(g, attn.q),
+                        upload_slot(g, attn.k),
+                        upload_slot(g, attn.v),
+                        upload_slot(g, attn.kv),
+                        upload_slot(g, attn.o)};
+    HYMOE_CHECK(
+        w.kda.lora_views.kv.empty() && w.mla.lora_views.k.empty() && w.mla.lora_views.v.empty(),
+        "GPU model: a LoRA slot on a projection its block does not have");
     w.dense.lora_views = upload_mlp(g, host.dense.lora);
-    w.moe.shared.lora_views = upload_mlp(g, host.moe.shared.lora);
+    moe.shared.lora_views = upload_mlp(g, host.moe.shared.lora);
     int n = std::max({adapters_of(w.kda.lora_views),
-                      adapters_of(w.mla.lora),
+                      adapters_of(w.mla.lora_views),
                       adapters_of(w.dense.lora_views),
-                      adapters_of(w.moe.shared.lora_views)});
-    w.moe.experts.lora_views.clear();
+                      adapters_of(moe.shared.lora_views)});
+    moe.experts.lora_views.clear();
     bool any_expert = false;
     for (const DenseFfnWeights& e : host.moe.experts) {
-        w.moe.experts.lora_views.push_back(upload_mlp(g, e.lora));
-        n = std::max(n, adapters_of(w.moe.experts.lora_views.back()));
-        any_expert = any_expert || adapters_of(w.moe.experts.lora_views.back()) > 0;
+        moe.experts.lora_views.push_back(upload_mlp(g, e.lora));
+        n = std::max(n, adapters_of(moe.experts.lora_views.back()));
+        any_expert = any_expert || adapters_of(moe.experts.lora_views.back()) > 0;
     }
     if (!any_expert)
-        w.moe.experts.lora_views.clear();
+        moe.experts.lora_views.clear();
     return n;
 }
 

@@ -18,6 +18,7 @@
 
 namespace hymoe::model {
 struct LayerWeights;
+struct LayerViews;
 struct LoraSlot;
 }  // namespace hymoe::model
 
@@ -25,7 +26,7 @@ namespace hymoe::model::gpu {
 
 struct Gpu;
 class Scratch;
-struct LayerW;
+struct MoeW;
 
 // The adapters as factor views on the device (model/lora_views.h): one adapter on one projection
 // (A empty: it leaves it alone), a projection's adapters by id, a mixer's by projection.
@@ -45,9 +46,10 @@ struct LoraStep {
     std::vector<int> row_adapter;    // [n_tok] on the host: every row's adapter (with rows)
 };
 
-// The adapters hooked into host's blocks for layer `host` into w (its kda, mla, dense, shared
-// and routed experts' lora), in permanent arena memory. Returns the most adapters a slot holds.
-int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerW& w);
+// The adapters hooked into host's blocks for layer `host` into its views w (kda, mla, dense) and
+// its MoE's moe (shared and routed experts), as lora_views in permanent arena memory. Returns the
+// most adapters a slot holds.
+int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerViews& w, MoeW& moe);
 
 // The segments of r as device row lists (its rows uploaded once, in s), [n_groups] by group.
 std::vector<std::vector<AdapterRowsW>> upload_lora_rows(Gpu& g,

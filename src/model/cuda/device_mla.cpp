@@ -1,8 +1,9 @@
 // The MLA/DSA block on the GPU (device_blocks.h attention_block): model::attention_forward itself
-// on a CUDA context, over views of the layer's device weights, with the step's rows and the
-// layer's device pages (model/attention_views.h DeviceAttnRows) and the device LoRA adapters as
-// factor views on the step's rows of each adapter (model/lora_views.h). The fused DSA kernels
-// where the step allows them (step.fused, bf16, sizes their plans take: model/fused_step.h).
+// on a CUDA context, over the layer's views of its device weights (model/model_views.h), with
+// the step's rows and the layer's device pages (model/attention_views.h DeviceAttnRows) and the
+// device LoRA adapters as factor views on the step's rows of each adapter (model/lora_views.h).
+// The fused DSA kernels where the step allows them (step.fused, bf16, sizes their plans take:
+// model/fused_step.h).
 #include <algorithm>
 
 #include "device_blocks.h"
@@ -13,24 +14,6 @@
 namespace hymoe::model::gpu {
 
 namespace {
-
-// The layer's device weights as attention_forward's views, its adapters on the step's rows.
-MlaWeightViews views_of(const MlaW& w, const std::vector<AdapterRowsW>& lora_rows) {
-    const IndexerW& x = w.indexer;
-    return {w.q_a,
-            w.q_a_norm,
-            w.q_b,
-            w.q,
-            w.kv_a,
-            w.kv_a_norm,
-            w.kv_b,
-            w.o_proj,
-            w.g_proj,
-            {x.wq_b, x.wk, x.k_norm_w, x.k_norm_b, x.weights_proj},
-            nullptr,
-            w.lora,
-            &lora_rows};
-}
 
 // The most keys a row of the step sees: the longest sequence's length after the step.
 int64_t max_visible(const StepBatch& step) {
@@ -46,7 +29,7 @@ int64_t max_visible(const StepBatch& step) {
 void attention_block(Gpu& g,
                      const ModelConfig& cfg,
                      const LayerSpec& spec,
-                     const MlaW& w,
+                     const MlaWeightViews& w,
                      const Tensor& x,
                      const StepBatch& step,
                      int layer,
@@ -87,11 +70,13 @@ void attention_block(Gpu& g,
         r.sparse_plan = &fused.attention;
         r.fused_top_k = fused.top_k;
     }
+    MlaWeightViews views = w;  // the adapters on the step's rows
+    views.lora_rows = &step.lora.rows;
     AttnStats stats;
     attention_forward(ctx,
                       cfg,
                       spec,
-                      views_of(w, step.lora.rows),
+                      views,
                       x,
                       *step.batch,
                       {},

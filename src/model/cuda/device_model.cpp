@@ -39,24 +39,23 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
     const bool any_moe = count_layers(cfg_, Ffn::moe) + count_layers(cfg_, Ffn::latent_moe) > 0;
     g_ = std::make_unique<Gpu>(arena_bytes, any_moe ? std::max(cfg_.moe.n_routed_experts, 1) : 1);
     const size_t before = g_->arena.book().used();
-    const bool first = shard_.first_stage(), last = shard_.last_stage();
-    if (first || (last && cfg_.tie_word_embeddings))
-        embed_ = upload_weight(*g_, host.embed, o.dtype);
-    if (last) {
-        head_ = cfg_.tie_word_embeddings ? embed_ : upload_weight(*g_, host.lm_head, o.dtype);
-        final_norm_ = upload_weight(*g_, host.final_norm, DType::f32);
-    }
-    layers_.resize(cfg_.layers.size());
+    ModelViews views = model_views(host, upload_weights(*g_, host, o.dtype));  // the rank's part
+    embed_ = views.embed;
+    head_ = views.head;
+    final_norm_ = views.final_norm;
+    layers_ = std::move(views.layers);
+    moe_.resize(cfg_.layers.size());
     kda_index_.assign(cfg_.layers.size(), -1);
     for (int i = shard_.first_layer; i < shard_.end_layer; ++i) {
-        layers_[i] = upload_layer(*g_, cfg_, host.layers[i], i, o.dtype);
+        if (cfg_.layers[i].ffn != Ffn::dense)
+            moe_[i] = moe_weights(layers_[i].moe, host.layers[i].moe);
         check_experts(host, i);
         if (cfg_.layers[i].mixer == Mixer::kda)
             kda_index_[i] = n_kda_++;
         else if (first_attention_ < 0)
             first_attention_ = i;
     }
-    if (cfg_.vision.present && first)
+    if (cfg_.vision.present && shard_.first_stage())
         vision_ = std::make_unique<DeviceVision>(*g_, cfg_, host.vision, o.dtype);
     const int64_t D = int64_t{cfg_.kda.n_head} * cfg_.kda.head_dim;
     s_floats_ = D * cfg_.kda.head_dim;
@@ -79,11 +78,11 @@ void CudaModel::check_experts(const Model& host, int i) const {
     const std::vector<int> local = local_expert_index(
         host.layers[i].moe.expert_rank, n_exp, host.shard.ep, host.shard.ep_rank);
     const auto hosted = std::count_if(local.begin(), local.end(), [](int l) { return l >= 0; });
-    HYMOE_CHECK(layers_[i].moe.up.dim(0) == hosted,
+    HYMOE_CHECK(moe_[i].up.dim(0) == hosted,
                 "make_cuda_model: layer ",
                 i,
                 " holds ",
-                layers_[i].moe.up.dim(0),
+                moe_[i].up.dim(0),
                 " routed experts where ep rank ",
                 host.shard.ep_rank,
                 " of ",
@@ -135,7 +134,8 @@ void CudaModel::set_lora_adapters(const Model& host) {
                 "set_lora_adapters: once, from the model this one was made from");
     const size_t before = g_->arena.book().used();
     for (int i = shard_.first_layer; i < shard_.end_layer; ++i)
-        n_adapters_ = std::max(n_adapters_, upload_layer_lora(*g_, host.layers[i], layers_[i]));
+        n_adapters_ =
+            std::max(n_adapters_, upload_layer_lora(*g_, host.layers[i], layers_[i], moe_[i]));
     weight_bytes_ += g_->arena.book().used() - before;
     graph_model_.n_adapters = n_adapters_;
 }
