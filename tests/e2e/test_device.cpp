@@ -22,7 +22,8 @@ const std::string kOut = "tests/decks/device/out";
 // Why this build's GPU path refuses the deck.
 std::string reason() {
 #ifdef HYMOE_CUDA
-    return "the GPU model holds its stage's layers whole on each rank (parallel.tp = 1; any pp and "
+    return "the GPU model runs MoE layers with each rank's stage whole (parallel.tp = 1; any pp "
+           "and "
            "dp, the routed experts whole or split over ep), not tp = 2";
 #else
     return "this hymoe was built without CUDA (make CUDA=1 builds it)";

@@ -22,7 +22,9 @@
 // dummy sequence, its metadata moved by one copy into fixed device buffers, its scratch in one
 // fixed workspace, the real rows' logits (or top tokens) copied back (src/model/cuda/
 // device_decode_graphs.h). Any other step runs eagerly, with the same results.
-// Layout: the stage's layers whole on each rank (tp = 1; dp replicas each hold their own copy),
+// Layout: the stage's layers whole on each rank at tp = 1 (dp replicas each hold their own copy;
+// a model without MoE layers may split its heads and widths over tp as the CPU model does, each
+// block's partial output summed over tp through comm::, the whole vocabulary on every rank),
 // the routed experts whole (ep = 1) or split over an ep group of dp replicas (ep > 1: each rank
 // its hosted experts, model/shard.h; src/model/cuda/device_moe_ep.h dispatches and combines over
 // NCCL, the routing on the host, and no decode graphs). Under pp a stage receives its residual
@@ -77,10 +79,10 @@ struct DecodeGraphCounters {
     int64_t resets = 0;       // times every graph was dropped for a store of another geometry
 };
 
-// Uploads `host` (a whole model: make_model(cfg) with its weights, or a rank's part at tp = 1:
-// its stage's layers, its routed experts split over ep: make_model(cfg, grid)) to the current
-// device (backend::select_device has chosen it). The host model may be freed afterwards; at
-// pp > 1 or ep > 1 its comms (the grid) must outlive the device model.
+// Uploads `host` (a whole model: make_model(cfg) with its weights, or a rank's part: its stage's
+// layers, its routed experts split over ep, tp for a model without MoE layers: make_model(cfg,
+// grid)) to the current device (backend::select_device has chosen it). The host model may be
+// freed afterwards; at tp, pp or ep > 1 its comms (the grid) must outlive the device model.
 std::unique_ptr<DeviceModel> make_cuda_model(const Model& host, const CudaModelOptions& options);
 // The counters of a model make_cuda_model made (all zero while graphs are off).
 DecodeGraphCounters decode_graph_counters(const DeviceModel& model);

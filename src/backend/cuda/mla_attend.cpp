@@ -29,6 +29,15 @@ namespace hymoe::backend::cuda {
 
 namespace {
 
+// The indexer's scores summed over tp (p.reduce, when set) once the stream has written them: the
+// reduction runs outside the stream (comm::), so the stream is waited for first.
+void reduce_scores(const Stream& st, const ops::MlaAttendParams& p, Tensor& scores) {
+    if (p.reduce.fn == nullptr)
+        return;
+    st.synchronize();
+    p.reduce.fn(scores, p.reduce.arg);
+}
+
 using ops::MlaAttendParams;
 
 struct Dims {
@@ -144,8 +153,7 @@ void attend_one_rows(const Ctx& ctx,
                 id.max_keys = n_keys;
                 id.scores = scores.ptr<float>();
                 indexer_decode_scores(st, id);
-                if (p.reduce.fn != nullptr)
-                    p.reduce.fn(scores, p.reduce.arg);
+                reduce_scores(st, p, scores);
                 top_k_rows(st, scores, k_sel, idx);
                 narrow_indices(st, idx, sel);
             });
@@ -212,8 +220,7 @@ void attend_chunk(const Ctx& ctx,
                     device_view(at(p.w_idx, (row0 + i0) * m.h_i), {n_b, m.h_i}),
                     k_idx.rows(0, n_kb),
                     index);
-                if (p.reduce.fn != nullptr)
-                    p.reduce.fn(index, p.reduce.arg);
+                reduce_scores(st, p, index);
                 indexer_mask(st, index, pos0 + i0, p.top_k, kept, mask);
             });
         }

@@ -217,8 +217,9 @@ struct StepBatch {
 KdaBatchViews kda_batch(const StepBatch& step, int j);
 
 // model::attention_forward (mla or dsa, gated or not) in the absorbed form over the pages of
-// `layer`; indexer_seconds gets the DSA indexer's time when `timed` (a stream synchronisation
-// around it).
+// `layer`, on this rank's heads (tp: the group that sums the DSA indexer's scores before its
+// top-k; null at tp = 1); indexer_seconds gets the DSA indexer's time when `timed` (a stream
+// synchronisation around it).
 void attention_block(Gpu& g,
                      const ModelConfig& cfg,
                      const LayerSpec& spec,
@@ -227,6 +228,7 @@ void attention_block(Gpu& g,
                      const StepBatch& step,
                      int layer,
                      DType cd,
+                     const comm::Comm* tp,
                      Tensor& y,
                      double* indexer_seconds);
 

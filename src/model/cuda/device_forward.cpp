@@ -43,6 +43,7 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
             const LayerViews& w = m_.layers_[i];
             if (m_.cfg_.layers[i].mixer == Mixer::kda) {
                 kda_forward(ctx_, m_.cfg_, w.kda, xn, kda_batch(step_, m_.kda_index_[i]), y);
+                tp_sum(y);
                 return;
             }
             const double t0 = clock();
@@ -57,12 +58,14 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                             step_,
                             i,
                             m_.o_.dtype,
+                            m_.shard_.tp > 1 ? &m_.comms_->tp : nullptr,
                             y,
                             timed_ ? &indexer : nullptr);
             if (step_.host_kv != nullptr)
                 step_.host_kv->release_layer(i);
             stats_.attn.indexer_seconds += indexer;
             stats_.attn.attention_seconds += clock() - t0 - indexer;
+            tp_sum(y);
         }
         void ffn(int i, const Tensor& xn, Tensor& y, MoeCommStats* stats) override {
             const LayerSpec& spec = m_.cfg_.layers[i];
@@ -77,6 +80,7 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                                   y,
                                   nullptr,
                                   &step_.lora.rows);
+                tp_sum(y);
             } else if (m_.moe_ep_) {
                 m_.moe_ep_->forward(*m_.g_, m_.cfg_, spec, m_.moe_[i], xn, cd, y, *stats);
             } else {
@@ -95,6 +99,14 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
         }
 
     private:
+        // x ← Σ over tp of x: the partial outputs of this rank's heads and widths.
+        void tp_sum(Tensor& x) const {
+            if (m_.shard_.tp > 1) {  // comm:: runs outside the stream: wait for x first
+                m_.g_->stream.synchronize();
+                comm::all_reduce(x, m_.comms_->tp);
+            }
+        }
+
         CudaModel& m_;
         const StepBatch& step_;
         ForwardStats& stats_;

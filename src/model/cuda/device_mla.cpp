@@ -34,6 +34,7 @@ void attention_block(Gpu& g,
                      const StepBatch& step,
                      int layer,
                      DType cd,
+                     const comm::Comm* tp,
                      Tensor& y,
                      double* indexer_seconds) {
     const bool dsa = spec.mixer == Mixer::dsa;
@@ -83,7 +84,7 @@ void attention_block(Gpu& g,
                       y,
                       AttnMode::automatic,
                       indexer_seconds ? &stats : nullptr,
-                      nullptr,
+                      tp,
                       &dev);
     if (indexer_seconds)
         *indexer_seconds += stats.indexer_seconds;

@@ -11,37 +11,63 @@
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/model/fused_step.h"
 #include "hymoe/model/moe_ep_plan.h"
+#include "hymoe/parallel/comm.h"
+#include "hymoe/parallel/comms.h"
 
 namespace hymoe::model {
 
 namespace gpu {
 
+namespace {
+
+// The whole [V, d] table of a vocab-parallel one (each tp rank holds its V/tp rows, in rank
+// order), gathered over tp on the host and uploaded in `dtype`.
+Tensor upload_whole_vocab(Gpu& g, const Buffer& part, const comm::Comm& tp, DType dtype) {
+    const Tensor& p = part.view();
+    Buffer whole(p.dtype, {p.dim(0) * tp.size(), p.dim(1)}, uninit);
+    comm::all_gather(p, whole.view(), tp);
+    return upload_weight(g, whole, dtype);
+}
+
+}  // namespace
+
 CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
-    : cfg_(host.cfg), o_(o), shard_(host.shard), comms_(host.comms) {
+    : cfg_(host.local), o_(o), shard_(host.shard), comms_(host.comms) {
     HYMOE_CHECK(
-        host.shard.tp == 1 && (host.comms != nullptr || (host.shard.pp == 1 && host.shard.ep == 1)),
-        "make_cuda_model: the GPU model holds its stage's layers whole but the routed "
-        "experts (tp = 1, stages over pp and experts over ep with their comms), not a "
-        "shard of tp ",
+        host.comms != nullptr || (host.shard.tp == 1 && host.shard.pp == 1 && host.shard.ep == 1),
+        "make_cuda_model: a rank's part of the model (tp ",
         host.shard.tp,
         ", pp ",
         host.shard.pp,
         ", ep ",
-        host.shard.ep);
+        host.shard.ep,
+        ") without the grid's comms");
+    const bool any_moe = count_layers(cfg_, Ffn::moe) + count_layers(cfg_, Ffn::latent_moe) > 0;
+    HYMOE_CHECK(host.shard.tp == 1 || !any_moe,
+                "make_cuda_model: the GPU model runs MoE layers at tp = 1 only, not tp = ",
+                host.shard.tp);
     HYMOE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16,
                 "make_cuda_model: matrices in ",
                 to_string(o.dtype),
                 " (f32 or bf16)");
-    // a decode graph captures a whole step, embedding to head: one stage holds a part of it
-    o_.graphs = o.graphs && shard_.pp == 1;
+    // a decode graph captures a whole step, embedding to head (one stage holds a part of it),
+    // and no tp sums
+    o_.graphs = o.graphs && shard_.pp == 1 && shard_.tp == 1;
     const size_t arena_bytes =
         static_cast<size_t>(static_cast<double>(cu::device_free_bytes()) * o.memory_fraction);
-    const bool any_moe = count_layers(cfg_, Ffn::moe) + count_layers(cfg_, Ffn::latent_moe) > 0;
     g_ = std::make_unique<Gpu>(arena_bytes, any_moe ? std::max(cfg_.moe.n_routed_experts, 1) : 1);
     const size_t before = g_->arena.book().used();
     ModelViews views = model_views(host, upload_weights(*g_, host, o.dtype));  // the rank's part
     embed_ = views.embed;
     head_ = views.head;
+    if (shard_.tp > 1) {  // the whole vocabulary on every tp rank: no collective at either end
+        if (embed_.data != nullptr)
+            embed_ = upload_whole_vocab(*g_, host.embed, comms_->tp, o.dtype);
+        if (head_.data != nullptr)
+            head_ = cfg_.tie_word_embeddings
+                        ? embed_
+                        : upload_whole_vocab(*g_, host.lm_head, comms_->tp, o.dtype);
+    }
     final_norm_ = views.final_norm;
     layers_ = std::move(views.layers);
     moe_.resize(cfg_.layers.size());

@@ -1,14 +1,15 @@
 // job.device's decision without MPI or a GPU (runtime/device_choice.h): the limits a job meets
-// in order (build, kind, layout: tp = 1 (any pp) with ep dividing dp, adapters at ep > 1, offload,
-// batch invariance; adapters at ep = 1 are no limit), and for each choice (cpu, auto, cuda) what a
-// limit or a missing GPU does: cuda is Exit::invalid with the one sentence naming job.device's
-// place in the deck, auto is the CPU with the log line, cpu says nothing.
+// in order (build, kind, layout: tp = 1 for MoE models (any pp), ep dividing dp, adapters at ep >
+// 1, offload, batch invariance; adapters at ep = 1 are no limit), and for each choice (cpu, auto,
+// cuda) what a limit or a missing GPU does: cuda is Exit::invalid with the one sentence naming
+// job.device's place in the deck, auto is the CPU with the log line, cpu says nothing.
 #include <optional>
 #include <string>
 
 #include <boost/test/unit_test.hpp>
 
 #include "hymoe/core/error.h"
+#include "hymoe/model/config.h"
 #include "hymoe/runtime/device_choice.h"
 
 namespace rt = hymoe::runtime;
@@ -21,6 +22,7 @@ rt::Job job_of(const std::string& text) {
     job.deck = hymoe::deck::parse_deck(text, "inputs/device.yaml", {});
     const auto& p = job.deck.parallel;
     job.layout = hymoe::parallel::Layout{p.tp, p.dp, p.pp, p.ep, p.etp};
+    job.model = hymoe::model::preset_config("tiny");  // the decks' model: KDA, MLA, MoE
     return job;
 }
 
@@ -59,9 +61,14 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
 
     rt::Job tp = plain;
     tp.layout.tp = 2;
-    BOOST_TEST(rt::device_limit(tp, true).value() ==
-               "the GPU model holds its stage's layers whole on each rank (parallel.tp = 1; any pp "
-               "and dp, the routed experts whole or split over ep), not tp = 2");
+    BOOST_TEST(
+        rt::device_limit(tp, true).value() ==
+        "the GPU model runs MoE layers with each rank's stage whole (parallel.tp = 1; any pp "
+        "and dp, the routed experts whole or split over ep), not tp = 2");
+    rt::Job dense_tp = tp;  // no MoE layer: heads and widths over tp on the GPU too
+    for (hymoe::model::LayerSpec& l : dense_tp.model.layers)
+        l.ffn = hymoe::model::Ffn::dense;
+    BOOST_TEST(!rt::device_limit(dense_tp, true).has_value());
     BOOST_TEST(rt::device_limit(tp, false).value().starts_with("this hymoe was built without"));
     rt::Job ep = plain;  // experts over ep groups of dp replicas: allowed
     ep.layout.dp = 4;

@@ -1,11 +1,15 @@
-// The GPU forward split over pipeline stages (CUDA builds; mpirun -np N with N ≥ 2 ranks that
-// each see a GPU, one GPU shared is enough: the stages hand the residual stream over through MPI,
-// else one skip line): tp = dp = ep = 1, pp = N, each rank the GPU model of its stage's layers.
-// Over a plan of steps on two sequences (a prefill with every row's logits, three decodes with
-// the last rows', a step with no rows), the last stage's logits against the one-rank CPU forward
-// of the whole model on the same tokens (recurrent KDA, absorbed attention: the GPU's forms), fp32
-// matrices, relative error ≤ 1e-5; the other stages return no logits. Presets tiny (KDA + MLA,
-// MoE) and tiny-deepseek (DSA/MLA, MoE with shared experts).
+// The GPU forward cut over ranks (CUDA builds; mpirun -np N with N ≥ 2 ranks that each see a
+// GPU, else one skip line a suite): each rank the GPU model of its part, the last stage's logits
+// over a plan of steps on two sequences (a prefill with every row's logits, three decodes with
+// the last rows', a step with no rows) against the one-rank CPU forward of the whole model on the
+// same tokens (recurrent KDA, absorbed attention: the GPU's forms), fp32 matrices, relative error
+// ≤ 1e-5.
+//   cuda_pp: pp = N (tp = dp = ep = 1), presets tiny (KDA + MLA, MoE) and tiny-deepseek (DSA/MLA,
+//     MoE with shared experts); the stages hand the residual stream over through MPI, so one GPU
+//     shared is enough; the other stages return no logits.
+//   cuda_tp: tp = N, the same presets with dense FFNs (the GPU runs MoE layers at tp = 1 only):
+//     heads and widths split, the partial outputs summed over tp by comm:: (NCCL, or through
+//     the host where the ranks share a GPU).
 #ifdef HYMOE_CUDA
 
 #include <cmath>
@@ -110,6 +114,17 @@ bool every_rank_has_a_gpu() {
 
 }  // namespace
 
+// The options of a model on a GPU that N ranks may share.
+model::CudaModelOptions options(int n) {
+    model::CudaModelOptions o;
+    o.dtype = DType::f32;
+    o.max_tokens = 256;
+    o.max_seqs = 16;
+    o.logits_all = true;
+    o.memory_fraction = 0.3 / n;
+    return o;
+}
+
 BOOST_AUTO_TEST_SUITE(cuda_pp)
 
 BOOST_AUTO_TEST_CASE(pp_forward_matches_the_one_rank_cpu) {
@@ -128,13 +143,7 @@ BOOST_AUTO_TEST_CASE(pp_forward_matches_the_one_rank_cpu) {
         model::init_model_random(whole, 7);
         model::Model stage = model::make_model(cfg, grid);  // its layers only
         model::init_model_random(stage, 7);
-        model::CudaModelOptions o;
-        o.dtype = DType::f32;
-        o.max_tokens = 256;
-        o.max_seqs = 16;
-        o.logits_all = true;
-        o.memory_fraction = 0.3 / n;  // the ranks may share one GPU
-        const auto device = model::make_cuda_model(stage, o);
+        const auto device = model::make_cuda_model(stage, options(n));
         const std::vector<Buffer> gpu = run(stage, device.get(), seqs);
         if (!stage.shard.last_stage()) {
             for (const Buffer& b : gpu)
@@ -144,6 +153,35 @@ BOOST_AUTO_TEST_CASE(pp_forward_matches_the_one_rank_cpu) {
         }
         const double err = rel_error(gpu, run(whole, nullptr, seqs));
         BOOST_TEST_MESSAGE("cuda_pp " << name << " stage " << grid.me.pp << ": "
+                                      << device->describe() << ", logits rel. error " << err);
+        BOOST_TEST_INFO(name << ": " << err);
+        BOOST_TEST(all_ranks(err <= 1e-5));
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(cuda_tp)
+
+BOOST_AUTO_TEST_CASE(tp_forward_matches_the_one_rank_cpu) {
+    if (!every_rank_has_a_gpu()) {
+        BOOST_TEST_MESSAGE("cuda_tp: skipped (needs at least 2 ranks that each see a GPU)");
+        return;
+    }
+    const int n = world_size();
+    parallel::Grid grid = parallel::make_grid(parallel::Layout{n, 1, 1, 1, 1});
+    const std::vector<std::vector<int64_t>> seqs = plan_tokens();
+    for (const std::string name : {"tiny", "tiny-deepseek"}) {
+        model::ModelConfig cfg = model::preset_config(name);
+        for (model::LayerSpec& l : cfg.layers)
+            l.ffn = model::Ffn::dense;
+        model::Model whole = model::make_model(cfg);
+        model::init_model_random(whole, 7);
+        model::Model part = model::make_model(cfg, grid);  // its heads, widths and V/tp rows
+        model::init_model_random(part, 7);
+        const auto device = model::make_cuda_model(part, options(n));
+        const double err = rel_error(run(part, device.get(), seqs), run(whole, nullptr, seqs));
+        BOOST_TEST_MESSAGE("cuda_tp " << name << " rank " << grid.me.tp << ": "
                                       << device->describe() << ", logits rel. error " << err);
         BOOST_TEST_INFO(name << ": " << err);
         BOOST_TEST(all_ranks(err <= 1e-5));
