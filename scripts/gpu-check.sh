@@ -5,7 +5,7 @@
 # every source file of the library compiles), run the CUDA parity tests (`make test-cuda`: the
 # kernels, the fused kernels and the whole model against the CPU), the GPU forward over 2 ranks
 # against the CPU (`cuda_pp`: two pipeline stages, which may share one GPU; `cuda_ep`: experts
-# over ep, with 2 GPUs or more), the kernel benchmark (build/cuda/bench_cuda, fused kernels
+# over ep, which may share one GPU too), the kernel benchmark (build/cuda/bench_cuda, fused kernels
 # included) and the model benchmark (build/cuda/bench_cuda_model), and write a summary.
 # Usage:
 #   scripts/gpu-check.sh [OUT_DIR]      (default build/gpu-check)
@@ -52,8 +52,8 @@ step test-cuda 80 make --no-print-directory test-cuda NPROC="$jobs"
 grep -E "FAILED|error:|^[0-9]+ passed, [0-9]+ failed" "$out/test-cuda.log" | head -20 |
     tee -a "$summary"
 
-# the pipeline-parallel GPU forward on 2 ranks (they may share the GPU); with 2 GPUs or more also
-# the ep-parallel one (NCCL wants each rank of an ep group on its own GPU: else it skips itself)
+# the pipeline-parallel GPU forward on 2 ranks (they may share the GPU); and the ep-parallel one
+# (on a shared GPU comm:: stages its exchanges through host memory, as NCCL refuses the ranks)
 step cuda-mpi 50 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_pp,cuda_ep --log_level=message
 grep -E "cuda_pp|cuda_ep|FAILED|error:" "$out/cuda-mpi.log" | head -12 | tee -a "$summary"
 
