@@ -65,9 +65,9 @@ std::string reason(const std::vector<Identity>& all) {
                            b,
                            " share the GPU ",
                            all[a].bus,
-                           " on ",
+                           " on host ",
                            all[a].host,
-                           " and NCCL needs one GPU per rank");
+                           "; NCCL needs one GPU per rank");
     return "";
 }
 

@@ -1,7 +1,8 @@
 // comm:: collectives of device tensors against the host path (CUDA builds; mpirun -np N with
 // N ≥ 2 ranks that each see a GPU, which they may share; else one skip line). Every device
 // collective (all_reduce sum/max/min in f32, bf16, f16, i32, i64; broadcast; all_gather;
-// reduce_scatter; send/recv; all_to_all_v, its _start and _queued forms; send_start) runs on
+// reduce_scatter; send/recv; send_start; all_to_all_v, its _start and _queued forms, with mixed
+// counts and with the odd ranks sending and receiving nothing) runs on
 // device copies of the inputs and must leave, copied back, the bytes the same call leaves on host
 // tensors. Twice: with HYMOE_COMM_STAGE=1 (the communicator must stage through host memory) and
 // as the machine gives (staged iff two ranks of the node share a GPU, else NCCL). The values are
@@ -138,6 +139,48 @@ int partner(int r, int n) {
     return p < n ? p : -1;
 }
 
+// all_to_all_v, all_to_all_v_start and all_to_all_v_queued of rows of width 3, rank r sending
+// send_rows[d] rows to rank d, against the host all_to_all_v.
+void check_all_to_all_v(const comm::Comm& c,
+                        const std::vector<int64_t>& send_rows,
+                        const std::string& pattern) {
+    const int n = c.size();
+    const std::vector<int64_t> recv_rows = comm::exchange_counts(send_rows, c);
+    int64_t n_send = 0, n_recv = 0;
+    for (int d = 0; d < n; ++d) {
+        n_send += send_rows[d];
+        n_recv += recv_rows[d];
+    }
+    for (DType t : {DType::f32, DType::bf16, DType::i64}) {
+        const auto start = [&] {
+            return buffers(values(t, {n_send, 3}, 7 * c.rank()), Buffer(t, {n_recv, 3}));
+        };
+        check(
+            cat("all_to_all_v ", pattern, " ", to_string(t)), start(), [&](std::vector<Tensor>& v) {
+                comm::all_to_all_v(v[0], send_rows, v[1], recv_rows, c);
+            });
+        check(cat("all_to_all_v_start ", pattern, " ", to_string(t)),
+              start(),
+              [&](std::vector<Tensor>& v) {
+                  comm::all_to_all_v_start(v[0], send_rows, v[1], recv_rows, c).wait();
+              });
+        // queued (device only) against the host all_to_all_v
+        const std::vector<Buffer> want = after(start(), false, [&](std::vector<Tensor>& v) {
+            comm::all_to_all_v(v[0], send_rows, v[1], recv_rows, c);
+        });
+        const std::vector<Buffer> got = after(start(), true, [&](std::vector<Tensor>& v) {
+            cudaStream_t stream = nullptr;
+            BOOST_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+            comm::all_to_all_v_queued(v[0], send_rows, v[1], recv_rows, c, stream);
+            BOOST_REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+            cudaStreamDestroy(stream);
+        });
+        BOOST_TEST_INFO("all_to_all_v_queued " << pattern << " " << to_string(t));
+        BOOST_TEST(all_ranks(
+            std::memcmp(want[1].view().data, got[1].view().data, want[1].view().bytes()) == 0));
+    }
+}
+
 // Every device collective over c against the host path.
 void check_every_collective(const comm::Comm& c) {
     const int n = c.size(), r = c.rank();
@@ -191,41 +234,15 @@ void check_every_collective(const comm::Comm& c) {
               }
           });
 
-    // rank r sends (r + d + 1) mod 3 rows to rank d: some blocks empty, rows of width 3
-    std::vector<int64_t> send_rows;
-    for (int d = 0; d < n; ++d)
-        send_rows.push_back((r + d + 1) % 3);
-    const std::vector<int64_t> recv_rows = comm::exchange_counts(send_rows, c);
-    int64_t n_send = 0, n_recv = 0;
+    // rank r sends (r + d + 1) mod 3 rows to rank d: some blocks empty
+    std::vector<int64_t> mixed, idle;
     for (int d = 0; d < n; ++d) {
-        n_send += send_rows[d];
-        n_recv += recv_rows[d];
+        mixed.push_back((r + d + 1) % 3);
+        idle.push_back(r % 2 || d % 2 ? 0 : 2);
     }
-    for (DType t : {DType::f32, DType::bf16, DType::i64}) {
-        const auto start = [&] {
-            return buffers(values(t, {n_send, 3}, 7 * r), Buffer(t, {n_recv, 3}));
-        };
-        check(cat("all_to_all_v ", to_string(t)), start(), [&](std::vector<Tensor>& v) {
-            comm::all_to_all_v(v[0], send_rows, v[1], recv_rows, c);
-        });
-        check(cat("all_to_all_v_start ", to_string(t)), start(), [&](std::vector<Tensor>& v) {
-            comm::all_to_all_v_start(v[0], send_rows, v[1], recv_rows, c).wait();
-        });
-        // queued (device only) against the host all_to_all_v
-        const std::vector<Buffer> want = after(start(), false, [&](std::vector<Tensor>& v) {
-            comm::all_to_all_v(v[0], send_rows, v[1], recv_rows, c);
-        });
-        const std::vector<Buffer> got = after(start(), true, [&](std::vector<Tensor>& v) {
-            cudaStream_t stream = nullptr;
-            BOOST_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-            comm::all_to_all_v_queued(v[0], send_rows, v[1], recv_rows, c, stream);
-            BOOST_REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
-            cudaStreamDestroy(stream);
-        });
-        BOOST_TEST_INFO("all_to_all_v_queued " << to_string(t));
-        BOOST_TEST(all_ranks(
-            std::memcmp(want[1].view().data, got[1].view().data, want[1].view().bytes()) == 0));
-    }
+    check_all_to_all_v(c, mixed, "mixed");
+    // the odd ranks send and receive no rows at all, as an idle replica in a MoE exchange
+    check_all_to_all_v(c, idle, "odd ranks idle");
 }
 
 // Whether two ranks of this node share a GPU (select_device: device = local rank mod GPUs).
