@@ -23,8 +23,9 @@ namespace hymoe::comm::stage {
 namespace {
 
 // One rank's device as all ranks see it: the PCI bus id of its current GPU, the host it runs on,
-// whether it asks for host staging (HYMOE_COMM_STAGE=1), and cudaGetDevice /
-// cudaDeviceGetPCIBusId's result (so a failure fails every rank, none left waiting).
+// its HYMOE_COMM_STAGE (1: stage through host memory; 0: unset, empty or "0"; -1: another value)
+// and cudaGetDevice / cudaDeviceGetPCIBusId's result (so a failure fails every rank of the Comm,
+// none left waiting).
 struct Identity {
     char bus[32];
     char host[MPI_MAX_PROCESSOR_NAME];
@@ -43,7 +44,10 @@ Identity my_identity() {
     int len = 0;
     MPI_Get_processor_name(me.host, &len);
     const char* env = std::getenv("HYMOE_COMM_STAGE");
-    me.forced = env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
+    if (env != nullptr && std::strcmp(env, "1") == 0)
+        me.forced = 1;
+    else if (env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0)
+        me.forced = -1;
     return me;
 }
 
@@ -54,7 +58,7 @@ bool same_device(const Identity& a, const Identity& b) {
 // Why c's ranks go through host memory ("" when they need not), from every rank's identity.
 std::string reason(const std::vector<Identity>& all) {
     for (const Identity& id : all)
-        if (id.forced)
+        if (id.forced == 1)
             return "HYMOE_COMM_STAGE=1";
     for (size_t a = 0; a < all.size(); ++a)
         for (size_t b = a + 1; b < all.size(); ++b)
@@ -146,6 +150,14 @@ bool staged(const Comm& c) {
                            " could not name its GPU (",
                            cudaGetErrorString(static_cast<cudaError_t>(all[r].rc)),
                            ")");
+    for (size_t r = 0; r < all.size(); ++r)
+        if (all[r].forced < 0)
+            HYMOE_FAIL_ONE(Exit::invalid,
+                           "HYMOE_COMM_STAGE on rank ",
+                           r,
+                           " of ",
+                           impl.name,
+                           " must be 1 (stage device collectives through host memory) or 0");
     const std::string why = reason(all);
     impl.device_path = why.empty() ? Path::nccl : Path::host;
     if (!why.empty() && impl.rank == 0)

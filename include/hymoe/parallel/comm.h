@@ -112,7 +112,8 @@ Request send_start(const Tensor& x, int dest, const Comm& c, int tag);
 // on one GPU, so on its first device collective a Comm decides, collectively (every rank's PCI bus
 // id and host name gathered), how its device tensors travel: NCCL when each rank has its own GPU,
 // else staged through host memory, which its rank 0 logs once with the reason. HYMOE_COMM_STAGE=1
-// on any rank forces staging (tests, debugging). A staged call waits for the stream its data was
+// on any rank forces staging (tests, debugging); 0 or unset leaves the choice to the devices, and
+// another value fails that first call (exit 2). A staged call waits for the stream its data was
 // written on (the per-thread default stream; all_to_all_v_queued: the caller's), copies the data
 // to host memory, runs the MPI form above on it (the same checks and row layout, bf16/f16 summed
 // in fp32) and copies the result back: it returns with the result in device memory, so the
