@@ -1,12 +1,13 @@
 #!/bin/bash
 # The prepared GPU check (issues 12, 13, 24): on a machine with one NVIDIA GPU (sized for an H200:
-# at most 8 minutes in all, the sum of the steps' limits 190 + 80 + 50 + 100 + 60 s), build the
+# at most 8 minutes in all, the sum of the steps' limits 190 + 80 + 70 + 90 + 50 s), build the
 # CUDA binaries with `make CUDA=1` (hymoe, the parity tests, the MPI tests and the two benchmarks:
 # every source file of the library compiles), run the CUDA parity tests (`make test-cuda`: the
 # kernels, the fused kernels and the whole model against the CPU), the GPU forward over 2 ranks
-# against the CPU (`cuda_pp`: two pipeline stages; `cuda_tp`: tp = 2; `cuda_ep`: experts over ep,
-# with 2 GPUs or more), the kernel benchmark (build/cuda/bench_cuda, fused kernels
-# included) and the model benchmark (build/cuda/bench_cuda_model), and write a summary.
+# against the CPU (`cuda_comm`: every device collective; `cuda_pp`: two pipeline stages; `cuda_tp`:
+# tp = 2; `cuda_ep`: experts over ep; the ranks may share one GPU), the kernel benchmark
+# (build/cuda/bench_cuda, fused kernels included) and the model benchmark
+# (build/cuda/bench_cuda_model), and write a summary.
 # Usage:
 #   scripts/gpu-check.sh [OUT_DIR]      (default build/gpu-check)
 # OUT_DIR receives summary.txt (the figures and verdicts) and one full log per step. Installs
@@ -52,15 +53,17 @@ step test-cuda 80 make --no-print-directory test-cuda NPROC="$jobs"
 grep -E "FAILED|error:|^[0-9]+ passed, [0-9]+ failed" "$out/test-cuda.log" | head -20 |
     tee -a "$summary"
 
-# the GPU forward over 2 ranks: pipeline stages (they may share the GPU), tp (dense FFNs; comm::
-# stages its sums through the host where the ranks share a GPU) and, with 2 GPUs or more, ep
-step cuda-mpi 50 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_pp,cuda_tp,cuda_ep --log_level=message
-grep -E "cuda_pp|cuda_tp|cuda_ep|FAILED|error:" "$out/cuda-mpi.log" | head -12 | tee -a "$summary"
+# the GPU forward over 2 ranks (they may share the GPU: comm:: then stages device collectives
+# through host memory, as NCCL refuses two ranks on one GPU): collectives, pp, tp and ep
+step cuda-mpi 70 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_comm,cuda_pp,cuda_tp,cuda_ep \
+    --log_level=message
+grep -E "cuda_comm|cuda_pp|cuda_tp|cuda_ep|FAILED|error:" "$out/cuda-mpi.log" | head -12 |
+    tee -a "$summary"
 
-step bench 100 build/cuda/bench_cuda
+step bench 90 build/cuda/bench_cuda
 grep -vE "^$" "$out/bench.log" | head -40 | tee -a "$summary"
 
-step bench-model 60 build/cuda/bench_cuda_model
+step bench-model 50 build/cuda/bench_cuda_model
 grep -vE "^$" "$out/bench-model.log" | head -20 | tee -a "$summary"
 
 note "gpu-check: $([ "$failed" -eq 0 ] && echo passed || echo FAILED)"

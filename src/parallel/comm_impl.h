@@ -1,5 +1,6 @@
 // The private state behind comm::Comm: the MPI communicator (owned, freed on destruction) and, in
-// CUDA builds, the NCCL communicator made from it. Also HYMOE_MPI_CHECK.
+// CUDA builds, how its device tensors travel and the NCCL communicator made from it. Also
+// HYMOE_MPI_CHECK.
 #pragma once
 
 #include <string>
@@ -20,7 +21,11 @@ struct Comm::Impl {
     int rank = 0, size = 1;
     std::string name;
 #ifdef HYMOE_CUDA
-    ncclComm_t nccl = nullptr;  // made lazily on first device collective
+    // Decided on the first device collective (comm_stage.cu, collective over the Comm): NCCL when
+    // each rank has its own GPU, else host memory and MPI.
+    enum class DevicePath { undecided, nccl, host };
+    DevicePath device_path = DevicePath::undecided;
+    ncclComm_t nccl = nullptr;  // made lazily on the first device collective over NCCL
 #endif
     Impl(MPI_Comm comm, std::string comm_name);  // takes ownership; sets MPI_ERRORS_RETURN
     ~Impl();

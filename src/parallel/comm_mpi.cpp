@@ -1,6 +1,7 @@
 // comm:: collectives: checks shapes once, then host tensors go through MPI and device tensors
-// through NCCL (CUDA builds). bf16/f16 reductions are summed in fp32 (converted, reduced,
-// rounded back once), so a bf16 all-reduce loses no more precision than one rounding.
+// through NCCL (CUDA builds), or, when a communicator's ranks share a GPU, through host memory and
+// back into the MPI forms here (comm_stage.h). bf16/f16 reductions are summed in fp32 (converted,
+// reduced, rounded back once), so a bf16 all-reduce loses no more precision than one rounding.
 // all_to_all_v_start is MPI_Ialltoallv behind comm::Request, which owns the int counts MPI reads
 // until the call completes.
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "hymoe/parallel/comm.h"
 #include "hymoe/parallel/mpi_handle.h"
 #ifdef HYMOE_CUDA
+#include "comm_stage.h"
 #include "nccl.h"
 #endif
 
@@ -24,13 +26,17 @@ namespace hymoe::comm {
 namespace {
 
 #ifdef HYMOE_CUDA
-#define HYMOE_ON_DEVICE(t, call)      \
-    if ((t).device == Device::cuda) { \
-        call;                         \
-        return;                       \
+// Device tensors: NCCL, or host memory and MPI when c's ranks share a GPU (comm_stage.h).
+#define HYMOE_ON_DEVICE(t, c, fn, ...) \
+    if ((t).device == Device::cuda) {  \
+        if (stage::staged(c))          \
+            stage::fn(__VA_ARGS__);    \
+        else                           \
+            nccl::fn(__VA_ARGS__);     \
+        return;                        \
     }
 #else
-#define HYMOE_ON_DEVICE(t, call)                                                 \
+#define HYMOE_ON_DEVICE(t, c, fn, ...)                                           \
     if ((t).device == Device::cuda)                                              \
         HYMOE_FAIL_ONE(Exit::internal,                                           \
                        "a device tensor reached comm:: in a build without CUDA " \
@@ -172,7 +178,7 @@ MPI_Comm mpi_handle(const Comm& c) {
 }
 
 void all_reduce(Tensor& x, const Comm& c, ReduceOp op) {
-    HYMOE_ON_DEVICE(x, nccl::all_reduce(x, c, op));
+    HYMOE_ON_DEVICE(x, c, all_reduce, x, c, op);
     if (is_half(x.dtype)) {
         Buffer f = widen(x);
         all_reduce(f.view(), c, op);
@@ -192,7 +198,7 @@ void all_reduce(Tensor& x, const Comm& c, ReduceOp op) {
 }
 
 void broadcast(Tensor& x, int root, const Comm& c) {
-    HYMOE_ON_DEVICE(x, nccl::broadcast(x, root, c));
+    HYMOE_ON_DEVICE(x, c, broadcast, x, root, c);
     HYMOE_MPI_CHECK(
         MPI_Bcast(x.data, count_of(x, "broadcast"), mpi_type(x.dtype), root, c.impl().mpi),
         "broadcast of ",
@@ -210,7 +216,7 @@ void all_gather(const Tensor& in, Tensor& out, const Comm& c) {
                 c.size(),
                 " x in ",
                 shape_string(in.shape));
-    HYMOE_ON_DEVICE(in, nccl::all_gather(in, out, c));
+    HYMOE_ON_DEVICE(in, c, all_gather, in, out, c);
     int n = count_of(in, "all_gather");
     HYMOE_MPI_CHECK(
         MPI_Allgather(
@@ -230,7 +236,7 @@ void reduce_scatter(const Tensor& in, Tensor& out, const Comm& c, ReduceOp op) {
                 c.size(),
                 " x out ",
                 shape_string(out.shape));
-    HYMOE_ON_DEVICE(in, nccl::reduce_scatter(in, out, c, op));
+    HYMOE_ON_DEVICE(in, c, reduce_scatter, in, out, c, op);
     if (is_half(in.dtype)) {
         Buffer fin = widen(in);
         Buffer fout(DType::f32, out.shape);
@@ -251,7 +257,7 @@ void reduce_scatter(const Tensor& in, Tensor& out, const Comm& c, ReduceOp op) {
 }
 
 void send(const Tensor& x, int dest, const Comm& c, int tag) {
-    HYMOE_ON_DEVICE(x, nccl::send(x, dest, c));
+    HYMOE_ON_DEVICE(x, c, send, x, dest, c, tag);
     HYMOE_MPI_CHECK(
         MPI_Send(x.data, count_of(x, "send"), mpi_type(x.dtype), dest, tag, c.impl().mpi),
         "send of ",
@@ -263,7 +269,7 @@ void send(const Tensor& x, int dest, const Comm& c, int tag) {
 }
 
 void recv(Tensor& x, int src, const Comm& c, int tag) {
-    HYMOE_ON_DEVICE(x, nccl::recv(x, src, c));
+    HYMOE_ON_DEVICE(x, c, recv, x, src, c, tag);
     HYMOE_MPI_CHECK(MPI_Recv(x.data,
                              count_of(x, "recv"),
                              mpi_type(x.dtype),
@@ -381,7 +387,7 @@ void all_to_all_v(const Tensor& in,
                   const std::vector<int64_t>& recv_rows,
                   const Comm& c) {
     check_all_to_all_v(in, send_rows, out, recv_rows, c);
-    HYMOE_ON_DEVICE(in, nccl::all_to_all_v(in, send_rows, out, recv_rows, c));
+    HYMOE_ON_DEVICE(in, c, all_to_all_v, in, send_rows, out, recv_rows, c);
     std::vector<int> sc, sd, rc, rd;
     counts_and_offsets(send_rows, sc, sd);
     counts_and_offsets(recv_rows, rc, rd);
@@ -404,7 +410,10 @@ void all_to_all_v_queued(const Tensor& in,
                 c.name(),
                 ": device tensors only (host tensors go through all_to_all_v)");
 #ifdef HYMOE_CUDA
-    nccl::all_to_all_v_queued(in, send_rows, out, recv_rows, c, stream);
+    if (stage::staged(c))
+        stage::all_to_all_v_queued(in, send_rows, out, recv_rows, c, stream);
+    else
+        nccl::all_to_all_v_queued(in, send_rows, out, recv_rows, c, stream);
 #else
     (void)stream;
 #endif

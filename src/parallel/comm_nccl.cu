@@ -1,5 +1,6 @@
 // comm::nccl: the NCCL side of comm:: for device tensors (CUDA builds). comm_mpi.cpp has already
-// checked shapes, dtypes and counts; these functions map the call onto NCCL and nothing more.
+// checked shapes, dtypes and counts, and stage::staged (comm_stage.h) has found that every rank of
+// the Comm has its own GPU; these functions map the call onto NCCL and nothing more.
 // A Comm gets its NCCL communicator lazily, on its first device call, from its MPI communicator:
 // comm rank 0 calls ncclGetUniqueId, one MPI_Bcast hands the id together with rank 0's return
 // code to every rank (so a failure there fails every rank instead of leaving them waiting), then
@@ -185,7 +186,7 @@ void reduce_scatter(const Tensor& in, Tensor& out, const Comm& c, ReduceOp op) {
     finish(nc, "reduce_scatter", in, c);
 }
 
-void send(const Tensor& x, int dest, const Comm& c) {
+void send(const Tensor& x, int dest, const Comm& c, int /*tag*/) {
     ncclComm_t nc = handle(c);
     HYMOE_NCCL_CHECK(ncclSend(x.data, x.bytes(), ncclUint8, dest, nc, current_stream()),
                      "send of ",
@@ -197,7 +198,7 @@ void send(const Tensor& x, int dest, const Comm& c) {
     finish(nc, "send", x, c);
 }
 
-void recv(Tensor& x, int src, const Comm& c) {
+void recv(Tensor& x, int src, const Comm& c, int /*tag*/) {
     ncclComm_t nc = handle(c);
     HYMOE_NCCL_CHECK(ncclRecv(x.data, x.bytes(), ncclUint8, src, nc, current_stream()),
                      "recv of ",

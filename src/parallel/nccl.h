@@ -9,8 +9,9 @@ void all_reduce(Tensor& x, const Comm& c, ReduceOp op);
 void broadcast(Tensor& x, int root, const Comm& c);
 void all_gather(const Tensor& in, Tensor& out, const Comm& c);
 void reduce_scatter(const Tensor& in, Tensor& out, const Comm& c, ReduceOp op);
-void send(const Tensor& x, int dest, const Comm& c);
-void recv(Tensor& x, int src, const Comm& c);
+// NCCL has no tags (sends and receives match in call order): tag is comm::send/recv's, unused.
+void send(const Tensor& x, int dest, const Comm& c, int tag);
+void recv(Tensor& x, int src, const Comm& c, int tag);
 // Rows to and from every rank with grouped ncclSend/ncclRecv; counts already exchanged.
 void all_to_all_v(const Tensor& in,
                   const std::vector<int64_t>& send_rows,

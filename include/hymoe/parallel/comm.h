@@ -1,7 +1,7 @@
 // comm:: collectives on tensors over one communicator. Blocks call these and never MPI or NCCL:
-// host tensors go through MPI; device tensors through NCCL (CUDA builds). Every MPI/NCCL error
-// becomes a hymoe::Error naming the operation and the communicator. No MPI header here, so
-// model/ code can include it.
+// host tensors go through MPI; device tensors (CUDA builds) through NCCL, or through host memory
+// when ranks share a GPU (the end of this file). Every MPI/NCCL error becomes a hymoe::Error naming
+// the operation and the communicator. No MPI header here, so model/ code can include it.
 #pragma once
 
 #include <cstdint>
@@ -82,8 +82,8 @@ private:
 };
 
 // all_to_all_v, started and not waited for (MPI_Ialltoallv): the same checks and row layout;
-// out holds the rows once the Request completes. Device tensors (CUDA builds) go through NCCL
-// as all_to_all_v does and return a completed Request.
+// out holds the rows once the Request completes. Device tensors (CUDA builds) go as all_to_all_v
+// does (NCCL or host memory) and return a completed Request.
 Request all_to_all_v_start(const Tensor& in,
                            const std::vector<int64_t>& send_rows,
                            Tensor& out,
@@ -94,7 +94,7 @@ Request all_to_all_v_start(const Tensor& in,
 // for: NCCL's grouped sends and receives run on that stream in queue order with the kernels
 // around them, so the caller orders its producers and consumers with events on it. The same
 // checks and row layout as all_to_all_v; in and out must stay alive until the stream has run it.
-// Collective over c: every rank queues its calls on c in one order.
+// Collective over c: every rank queues its calls on c in one order. Staged: complete on return.
 void all_to_all_v_queued(const Tensor& in,
                          const std::vector<int64_t>& send_rows,
                          Tensor& out,
@@ -103,7 +103,18 @@ void all_to_all_v_queued(const Tensor& in,
                          void* stream);
 
 // send, started and not waited for (MPI_Isend): x must stay alive and untouched until the
-// Request completes. Device tensors are sent at once (NCCL) and return a completed Request.
+// Request completes. Device tensors are sent at once (NCCL or staged) and return a completed one.
 Request send_start(const Tensor& x, int dest, const Comm& c, int tag);
 
 }  // namespace hymoe::comm
+
+// Device tensors when ranks share a GPU (CUDA builds). NCCL refuses a communicator with two ranks
+// on one GPU, so on its first device collective a Comm decides, collectively (every rank's PCI bus
+// id and host name gathered), how its device tensors travel: NCCL when each rank has its own GPU,
+// else staged through host memory, which its rank 0 logs once with the reason. HYMOE_COMM_STAGE=1
+// on any rank forces staging (tests, debugging); 0 or unset leaves the choice to the devices, and
+// another value fails that first call (exit 2). A staged call waits for the stream its data was
+// written on (the per-thread default stream; all_to_all_v_queued: the caller's), copies the data
+// to host memory, runs the MPI form above on it (the same checks and row layout, bf16/f16 summed
+// in fp32) and copies the result back: it returns with the result in device memory, so the
+// queued and started variants complete synchronously.
