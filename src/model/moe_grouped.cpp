@@ -40,6 +40,27 @@ ExpertViews expert_views(const MoeWeights& w) {
     return v;
 }
 
+}  // namespace hymoe::model::detail
+
+namespace hymoe::model {
+
+MoeWeightViews moe_views(const MoeWeights& w) {
+    MoeWeightViews v;
+    v.router = w.gate.view();
+    v.bias = w.correction_bias.view();
+    v.host_bias = w.correction_bias.view();
+    v.fc1 = w.fc1_latent_proj.view();
+    v.fc2 = w.fc2_latent_proj.view();
+    v.experts = detail::expert_views(w);
+    v.shared = ffn_views(w.shared);
+    v.expert_rank = w.expert_rank;
+    return v;
+}
+
+}  // namespace hymoe::model
+
+namespace hymoe::model::detail {
+
 void experts_grouped(const backend::Ctx& ctx,
                      const ExpertViews& w,
                      ExpertAct act,
