@@ -24,6 +24,7 @@
 #include "hymoe/backend/ops_lora.h"
 #include "hymoe/backend/ops_mla.h"
 #include "hymoe/backend/ops_moe.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/core/error.h"
 
@@ -679,6 +680,100 @@ void moe_combine(const Ctx& ctx,
         if (ctx.device == Device::cuda)
             return cu::moe_unpermute(*ctx.stream, out, row, weight, k, y);
     moe_combine(out, row, weight.ptr<float>(), k, y);
+}
+
+void fill_zero(const Ctx& ctx, Tensor& t) {
+    check_on(ctx, "fill_zero", {&t});
+    if (t.numel() == 0)
+        return;
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::zero(t.data, t.bytes(), *ctx.stream);
+    std::memset(t.data, 0, t.bytes());
+}
+
+void cast(const Ctx& ctx, const Tensor& src, Tensor& dst) {
+    check_on(ctx, "cast", {&src, &dst});
+    const bool f32_bf16 = src.dtype == DType::f32 && dst.dtype == DType::bf16;
+    const bool bf16_f32 = src.dtype == DType::bf16 && dst.dtype == DType::f32;
+    HYMOE_CHECK(src.numel() == dst.numel() && (src.dtype == dst.dtype || f32_bf16 || bf16_f32),
+                "cast: a ",
+                to_string(src.dtype),
+                " tensor of ",
+                shape_string(src.shape),
+                " into a ",
+                to_string(dst.dtype),
+                " one of ",
+                shape_string(dst.shape));
+    const int64_t n = src.numel();
+    if (n == 0)
+        return;
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::cast(*ctx.stream, src, dst);
+    if (f32_bf16)
+        for (int64_t i = 0; i < n; ++i)
+            dst.ptr<uint16_t>()[i] = float_to_bf16(src.ptr<float>()[i]);
+    else if (bf16_f32)
+        for (int64_t i = 0; i < n; ++i)
+            dst.ptr<float>()[i] = bf16_to_float(src.ptr<uint16_t>()[i]);
+    else
+        std::memcpy(dst.data, src.data, src.bytes());
+}
+
+void gather_rows(const Ctx& ctx, const Tensor& src, const Tensor& idx, Tensor& dst) {
+    check_on(ctx, "gather_rows", {&src, &idx, &dst});
+    HYMOE_CHECK(src.shape.size() == 2 && dst.shape.size() == 2 && src.dtype == dst.dtype &&
+                    src.dim(1) == dst.dim(1) && idx.dtype == DType::i64 &&
+                    idx.numel() == dst.dim(0),
+                "gather_rows: src ",
+                shape_string(src.shape),
+                ", idx ",
+                shape_string(idx.shape),
+                ", dst ",
+                shape_string(dst.shape));
+    if (dst.numel() == 0)
+        return;
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::gather_rows(*ctx.stream, src, idx, dst);
+    const auto row_bytes = static_cast<size_t>(src.dim(1)) * dtype_size(src.dtype);
+    for (int64_t i = 0; i < dst.dim(0); ++i) {
+        const int64_t from = idx.ptr<int64_t>()[i];
+        HYMOE_CHECK(from >= 0 && from < src.dim(0), "gather_rows: row ", from, " of ", src.dim(0));
+        std::memcpy(static_cast<char*>(dst.data) + i * static_cast<int64_t>(row_bytes),
+                    static_cast<const char*>(src.data) + from * static_cast<int64_t>(row_bytes),
+                    row_bytes);
+    }
+}
+
+void download(const Ctx& ctx, const Tensor& src, Tensor& host) {
+    check_on(ctx, "download", {&src});
+    HYMOE_CHECK(
+        host.device == Device::cpu && src.dtype == host.dtype && src.numel() == host.numel(),
+        "download: a ",
+        to_string(src.dtype),
+        " tensor of ",
+        shape_string(src.shape),
+        " into a host ",
+        to_string(host.dtype),
+        " one of ",
+        shape_string(host.shape));
+    if (src.numel() == 0)
+        return;
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            cu::download(src, host, *ctx.stream);
+            return ctx.stream->synchronize();
+        }
+    std::memcpy(host.data, src.data, src.bytes());
+}
+
+void synchronize(const Ctx& ctx) {
+    check_on(ctx, "synchronize", {});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            ctx.stream->synchronize();
 }
 
 void grouped_linear(const Ctx& ctx,

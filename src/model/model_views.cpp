@@ -55,23 +55,6 @@ Tensor looked_up(const NamedTensors& tensors, const TensorSpec& spec) {
     return t;
 }
 
-// An MoE layer's views on w's buffers (every one a view set by model_views).
-MoeViews moe_views(const MoeWeights& w) {
-    MoeViews v;
-    v.router = w.gate.view();
-    v.bias = w.correction_bias.view();
-    v.fc1 = w.fc1_latent_proj.view();
-    v.fc2 = w.fc2_latent_proj.view();
-    for (const DenseFfnWeights& e : w.experts) {
-        v.gate.push_back(e.gate_proj.view());
-        v.up.push_back(e.up_proj.view());
-        v.down.push_back(e.down_proj.view());
-    }
-    v.shared = ffn_views(w.shared);
-    v.shared.lora = nullptr;
-    return v;
-}
-
 // Layer w's views by its spec, host adapters null.
 LayerViews layer_views(const LayerSpec& spec, const LayerWeights& w) {
     LayerViews v;
@@ -89,6 +72,9 @@ LayerViews layer_views(const LayerSpec& spec, const LayerWeights& w) {
         v.dense.lora = nullptr;
     } else {
         v.moe = moe_views(w.moe);
+        v.moe.host_bias = Tensor{};
+        v.moe.experts.lora.clear();
+        v.moe.shared.lora = nullptr;
     }
     return v;
 }
@@ -144,7 +130,7 @@ ModelViews host_views(const Model& m) {
         if (m.cfg.layers[i].ffn == Ffn::dense)
             l.dense.lora = &w.dense.lora;
         else
-            l.moe.shared.lora = &w.moe.shared.lora;
+            l.moe = moe_views(w.moe);  // with the host bias and every host adapter
     }
     return v;
 }

@@ -2,14 +2,17 @@
 // metadata exchange, payload all-to-all, the expert stage, reverse all-to-all and the owner stage,
 // for one or two micro-batches. Row order is fixed on both sides (owner: destination, then
 // token; expert: source, then token), so each token's arithmetic never depends on message
-// arrival.
+// arrival. The rows move by ops on the pipeline's Ctx (backend/ops_rows.h, ops_moe.h); the plan
+// and the metadata are host vectors.
 #include "moe_dispatch.h"
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <vector>
 
+#include "hymoe/backend/ops_attention.h"
+#include "hymoe/backend/ops_moe.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/timer.h"
 
 namespace hymoe::model::detail {
@@ -31,7 +34,19 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& rows) {
     return at;
 }
 
-// comm::all_to_all_v, or a copy in a group of one.
+// A ctx copy of host values in `scratch` (ops::upload), as a 1-D tensor of dtype.
+template <class T>
+Tensor copied(const backend::Ctx& ctx,
+              backend::Scratch& scratch,
+              const std::vector<T>& v,
+              DType dtype) {
+    Tensor dst = scratch(dtype, {static_cast<int64_t>(v.size())});
+    const Tensor src{const_cast<T*>(v.data()), dtype, Device::cpu, dst.shape};
+    ops::upload(ctx, src, dst);
+    return dst;
+}
+
+// comm::all_to_all_v of host metadata, or a copy in a group of one.
 void exchange(const Tensor& in,
               const std::vector<int64_t>& send_rows,
               Tensor& out,
@@ -44,17 +59,20 @@ void exchange(const Tensor& in,
 }
 
 // Owner side: the rows of owned tokens [b.first, b.first + b.n_tok) of payload [n_own, w_in]
-// under routing r (of the owned rows): each token once per distinct ep rank hosting a kept expert.
-void plan_batch(const Routing& r,
+// under routing r (of the owned rows): each token once per distinct ep rank hosting a kept expert,
+// gathered on ctx's device into b.send (in scratch).
+void plan_batch(const backend::Ctx& ctx,
+                backend::Scratch& scratch,
+                const Routing& r,
                 int64_t top_k,
                 const ExpertHosting& hosting,
                 const Tensor& payload /*[n_own, w]*/,
                 const int* row_adapter /*[n_own] or null*/,
                 MoeBatch& b) {
-    const int64_t k = top_k, width = payload.dim(1), end = b.first + b.n_tok;
+    const int64_t k = top_k, width = payload.dim(1), end = b.first + b.n_tok, ep = hosting.ep;
     // Pass 1: rows per destination (a token once per distinct rank among its kept experts).
-    b.send_rows.assign(static_cast<size_t>(hosting.ep), 0);
-    std::vector<int64_t> seen(static_cast<size_t>(hosting.ep), -1);  // [ep] last token counted
+    b.send_rows.assign(static_cast<size_t>(ep), 0);
+    std::vector<int64_t> seen(static_cast<size_t>(ep), -1);  // [ep] last token counted
     for (int64_t t = b.first; t < end; ++t)
         for (int64_t i = 0; i < k; ++i) {
             const auto a = static_cast<size_t>(t * k + i);
@@ -65,18 +83,17 @@ void plan_batch(const Routing& r,
             }
         }
     const int64_t n_send = total(b.send_rows);
-    b.send = Buffer(DType::f32, {n_send, width});
     b.send_ids = Buffer(DType::i32, {n_send, k});
     b.send_weight = Buffer(DType::f32, {n_send, k});
     b.send_adapter = Buffer(DType::i32, {n_send, 1});
     b.token.assign(static_cast<size_t>(n_send), -1);
+    b.back_row.assign(static_cast<size_t>(b.n_tok * ep), -1);
     std::fill(b.send_ids.ptr<int32_t>(), b.send_ids.ptr<int32_t>() + n_send * k, -1);
 
     // Pass 2: tokens ascending, so each destination's rows come in token order.
-    std::vector<int64_t> cursor = offsets_of(b.send_rows);             // [ep + 1]
-    std::vector<int64_t> row_of(static_cast<size_t>(hosting.ep), -1);  // [ep] this token's row
-    const auto row_bytes = static_cast<size_t>(width) * sizeof(float);
+    std::vector<int64_t> cursor = offsets_of(b.send_rows);  // [ep + 1]
     for (int64_t t = b.first; t < end; ++t) {
+        int64_t* row_of = b.back_row.data() + (t - b.first) * ep;  // [ep] this token's rows
         for (int64_t i = 0; i < k; ++i) {
             const auto a = static_cast<size_t>(t * k + i);
             if (!r.kept[a])
@@ -87,32 +104,33 @@ void plan_batch(const Routing& r,
                 row = row_of[dest] = cursor[dest]++;
                 b.token[static_cast<size_t>(row)] = t;
                 b.send_adapter.ptr<int32_t>()[row] = row_adapter ? row_adapter[t] : 0;
-                std::memcpy(
-                    b.send.ptr<float>() + row * width, payload.ptr<float>() + t * width, row_bytes);
             }
             b.send_ids.ptr<int32_t>()[row * k + i] = static_cast<int32_t>(r.idx[a]);
             b.send_weight.ptr<float>()[row * k + i] = r.weight[a];
         }
-        for (int64_t i = 0; i < k; ++i)  // reset only the entries this token touched
-            row_of[static_cast<size_t>(hosting.rank_of(r.idx[static_cast<size_t>(t * k + i)]))] =
-                -1;
     }
+    b.send.t = scratch(payload.dtype, {n_send, width});
+    if (n_send > 0)
+        ops::gather_rows(ctx, payload, copied(ctx, scratch, b.token, DType::i64), b.send.t);
 }
 
 // Counts (comm::exchange_counts) and metadata (two all_to_all_v: the expert ids with the row's
 // adapter as one more column, and the weights), blocking; allocates every expert-side buffer and
-// `back`, returned rows out_width wide (a group of one: not recv and back, which become the
-// payload and the partials themselves). Collective over ep.
-void exchange_metadata(MoeBatch& b, int64_t out_width, const comm::Comm* ep) {
+// `back` (in scratch), returned rows out_width wide (a group of one: not recv and back, which
+// are the payload and the partials themselves). Collective over ep.
+void exchange_metadata(backend::Scratch& scratch,
+                       MoeBatch& b,
+                       int64_t out_width,
+                       const comm::Comm* ep) {
     b.recv_rows = ep ? comm::exchange_counts(b.send_rows, *ep) : b.send_rows;
     const int64_t n_recv = total(b.recv_rows), n_send = b.send.view().dim(0);
     const int64_t width = b.send.view().dim(1), k = b.send_ids.view().dim(1);
-    b.recv = ep ? Buffer(DType::f32, {n_recv, width}) : Buffer();
+    b.recv.t = ep ? scratch(b.send.t.dtype, {n_recv, width}) : b.send.t;
     b.recv_ids = Buffer(DType::i32, {n_recv, k});
     b.recv_weight = Buffer(DType::f32, {n_recv, k});
     b.recv_adapter = Buffer(DType::i32, {n_recv, 1});
-    b.partial = Buffer(DType::f32, {n_recv, out_width});
-    b.back = ep ? Buffer(DType::f32, {n_send, out_width}) : Buffer();
+    b.partial.t = scratch(DType::f32, {n_recv, out_width});
+    b.back.t = ep ? scratch(DType::f32, {n_send, out_width}) : b.partial.t;
     Buffer send_meta(DType::i32, {n_send, k + 1}), recv_meta(DType::i32, {n_recv, k + 1});
     for (int64_t row = 0; row < n_send; ++row) {
         int32_t* to = send_meta.ptr<int32_t>() + row * (k + 1);
@@ -128,24 +146,23 @@ void exchange_metadata(MoeBatch& b, int64_t out_width, const comm::Comm* ep) {
     exchange(b.send_weight.view(), b.send_rows, b.recv_weight.view(), b.recv_rows, ep);
 }
 
-// The payload to the experts; non-blocking, completes in b.dispatch. Collective over ep. In a
-// group of one the payload becomes recv (moved, not copied; send is then empty).
-void start_dispatch(MoeBatch& b, const comm::Comm* ep) {
-    if (ep == nullptr) {
-        b.recv = std::move(b.send);
+// The payload to the experts, once ctx has gathered it; non-blocking on the host (device
+// tensors: NCCL, completed on return), completes in b.dispatch. Collective over ep. In a group of
+// one recv is the payload already.
+void start_dispatch(const backend::Ctx& ctx, MoeBatch& b, const comm::Comm* ep) {
+    if (ep == nullptr)
         return;
-    }
+    ops::synchronize(ctx);
     b.dispatch =
         comm::all_to_all_v_start(b.send.view(), b.send_rows, b.recv.view(), b.recv_rows, *ep);
 }
 
-// The partials back to their owners; non-blocking, completes in b.combine. Collective over ep. In
-// a group of one the partials become back (moved; partial is then empty).
-void start_combine(MoeBatch& b, const comm::Comm* ep) {
-    if (ep == nullptr) {
-        b.back = std::move(b.partial);
+// The partials back to their owners, once ctx has computed them; non-blocking as start_dispatch,
+// completes in b.combine. Collective over ep. In a group of one back is the partials already.
+void start_combine(const backend::Ctx& ctx, MoeBatch& b, const comm::Comm* ep) {
+    if (ep == nullptr)
         return;
-    }
+    ops::synchronize(ctx);
     b.combine =
         comm::all_to_all_v_start(b.partial.view(), b.recv_rows, b.back.view(), b.send_rows, *ep);
 }
@@ -153,11 +170,15 @@ void start_combine(MoeBatch& b, const comm::Comm* ep) {
 }  // namespace
 
 ExpertHosting hosting_of(const MoeWeights& local, int64_t n_exp, const comm::Comm* ep) {
+    return hosting_of(local.expert_rank, n_exp, ep);
+}
+
+ExpertHosting hosting_of(const std::vector<int>& placement, int64_t n_exp, const comm::Comm* ep) {
     ExpertHosting h;
     h.ep = ep ? ep->size() : 1;
     h.ep_rank = ep ? ep->rank() : 0;
     h.n_exp = n_exp;
-    h.placement = &local.expert_rank;
+    h.placement = &placement;
     return h;
 }
 
@@ -170,10 +191,12 @@ void run_pipeline(const ExpertHosting& hosting,
                   MoeCommStats& s,
                   const ExpertStage& experts,
                   const OwnerStage& owner,
-                  const int* row_adapter) {
+                  const int* row_adapter,
+                  const backend::Ctx& ctx) {
     const comm::Comm* ep = par.ep;
     const int64_t n_own = payload.dim(0);
     const int64_t n_batch = par.overlap ? 2 : 1;
+    backend::Scratch scratch(ctx);                                // the batches' device rows
     std::vector<MoeBatch> batches(static_cast<size_t>(n_batch));  // never resized
     {
         ScopedTimer timer(s.dispatch_seconds);
@@ -181,8 +204,8 @@ void run_pipeline(const ExpertHosting& hosting,
             MoeBatch& b = batches[static_cast<size_t>(i)];
             b.first = i * ((n_own + 1) / 2);
             b.n_tok = n_batch == 1 ? n_own : std::min((n_own + 1) / 2, n_own - b.first);
-            plan_batch(r, top_k, hosting, payload, row_adapter, b);
-            exchange_metadata(b, out_width, ep);
+            plan_batch(ctx, scratch, r, top_k, hosting, payload, row_adapter, b);
+            exchange_metadata(scratch, b, out_width, ep);
             s.dispatch_rows += b.send.view().dim(0);
             s.dispatch_bytes += static_cast<int64_t>(b.send.view().bytes());
             s.combine_bytes +=
@@ -190,7 +213,7 @@ void run_pipeline(const ExpertHosting& hosting,
             s.self_rows += b.send_rows[static_cast<size_t>(hosting.ep_rank)];
         }
         for (MoeBatch& b : batches)
-            start_dispatch(b, ep);
+            start_dispatch(ctx, b, ep);
     }
     auto poll = [&batches] {
         for (MoeBatch& b : batches) {
@@ -208,7 +231,7 @@ void run_pipeline(const ExpertHosting& hosting,
             experts(b, poll);
         }
         ScopedTimer timer(s.combine_seconds);
-        start_combine(b, ep);
+        start_combine(ctx, b, ep);
     }
     ScopedTimer timer(s.combine_seconds);
     for (MoeBatch& b : batches) {
@@ -233,6 +256,18 @@ void add_partials(const MoeBatch& b, Tensor& acc /*[n_own, w]*/) {
         for (int64_t j = 0; j < width; ++j)
             y[j] += p[j];
     }
+}
+
+void sum_partials(const backend::Ctx& ctx, const MoeBatch& b, Tensor& acc /*[n_own, w]*/) {
+    if (b.n_tok == 0)
+        return;
+    backend::Scratch scratch(ctx);
+    const auto n = static_cast<int64_t>(b.back_row.size());  // n_tok · ep
+    const Tensor row = copied(ctx, scratch, b.back_row, DType::i64);
+    const Tensor ones =
+        copied(ctx, scratch, std::vector<float>(static_cast<size_t>(n), 1.0f), DType::f32);
+    Tensor part = acc.rows(b.first, b.n_tok);  // [n_tok, w]
+    ops::moe_combine(ctx, b.back.view(), row, ones, n / b.n_tok, part);
 }
 
 }  // namespace hymoe::model::detail

@@ -71,14 +71,6 @@ void sum_slots(
 
 }  // namespace
 
-std::vector<int32_t> kept_experts(const Routing& r) {
-    std::vector<int32_t> ids(r.idx.size(), -1);
-    for (size_t a = 0; a < ids.size(); ++a)
-        if (r.kept[a])
-            ids[a] = static_cast<int32_t>(r.idx[a]);
-    return ids;
-}
-
 void experts_forward(const MoeWeights& w,
                      ExpertAct act,
                      const RowSlots& slots,

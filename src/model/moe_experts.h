@@ -1,7 +1,7 @@
-// The routed experts' computation on a set of rows, forward and backward, shared by the one-rank
-// MoE layer (moe.cpp, moe_backward.cpp) and the expert side of the expert-parallel one
-// (moe_parallel.cpp, moe_parallel_backward.cpp), and the latent projections' backward both
-// backward passes share. Private to src/model.
+// The routed experts' computation on a set of rows one expert at a time: the backward of the MoE
+// layer's expert side (moe_backward.cpp), the latent projections' backward, and experts_forward,
+// the per-expert forward that the layer's grouped expert stage (moe_grouped.h, run by moe.cpp)
+// equals bit for bit on a CPU context (its reference in the tests). Private to src/model.
 // Each row carries top_k slots: the slot's expert (−1: not computed here, i.e. dropped by
 // capacity or hosted on another rank) and its combine weight. The (row, slot) assignments are
 // grouped by expert, rows ascending within each expert, and each expert runs once on its group
@@ -27,9 +27,6 @@ struct RowSlots {
     const int* adapter = nullptr;  // [n] each row's LoRA adapter id (inference's per-request
                                    //   choice); null: adapter 0 on every row
 };
-
-// The expert ids of a routing's kept slots, −1 for dropped ones: [n_tok, top_k].
-std::vector<int32_t> kept_experts(const Routing& r);
 
 // out [n, w] = Σ over each row's slots (slot order) of weight · Expert(in row). poll() runs after
 // each expert (to progress requests in flight); tokens_per_expert [E] += rows each expert ran on.

@@ -40,6 +40,27 @@ ExpertViews expert_views(const MoeWeights& w) {
     return v;
 }
 
+}  // namespace hymoe::model::detail
+
+namespace hymoe::model {
+
+MoeWeightViews moe_views(const MoeWeights& w) {
+    MoeWeightViews v;
+    v.router = w.gate.view();
+    v.bias = w.correction_bias.view();
+    v.host_bias = w.correction_bias.view();
+    v.fc1 = w.fc1_latent_proj.view();
+    v.fc2 = w.fc2_latent_proj.view();
+    v.experts = detail::expert_views(w);
+    v.shared = ffn_views(w.shared);
+    v.expert_rank = w.expert_rank;
+    return v;
+}
+
+}  // namespace hymoe::model
+
+namespace hymoe::model::detail {
+
 void experts_grouped(const backend::Ctx& ctx,
                      const ExpertViews& w,
                      ExpertAct act,
@@ -124,15 +145,25 @@ void experts_grouped(const backend::Ctx& ctx,
     HYMOE_CHECK(held != w.up.end(), "experts_grouped: no expert held");
     const int64_t inter = held->dim(0);
     const DType dt = in.dtype;
-    Tensor in_g = scratch(dt, {n_rows, width});  // [n_rows, w] rows grouped by expert
+    // The grouped rows' temporaries, each written in full before it is read: not zero-filled on
+    // the CPU (as dense_ffn_forward's, model/ffn_views.cpp).
+    std::vector<Buffer> host;
+    host.reserve(4);
+    auto temp = [&](int64_t cols) {
+        if (ctx.device != Device::cpu)
+            return scratch(dt, {n_rows, cols});
+        host.emplace_back(dt, Shape{n_rows, cols}, uninit);
+        return host.back().view();
+    };
+    Tensor in_g = temp(width);  // [n_rows, w] rows grouped by expert
     ops::moe_gather(ctx, in, row, k, in_g);
-    Tensor up = scratch(dt, {n_rows, inter});  // [n_rows, I]
+    Tensor up = temp(inter);  // [n_rows, I]
     ops::grouped_linear(ctx, in_g, w.up, counts, up);
     adapters(&LoraSlots::up, &MlpLoraViews::up, in_g, up);
     poll();
     Tensor h = up;  // [n_rows, I] the activation
     if (act == ExpertAct::swiglu) {
-        h = scratch(dt, {n_rows, inter});
+        h = temp(inter);
         ops::grouped_linear(ctx, in_g, w.gate, counts, h);
         adapters(&LoraSlots::gate, &MlpLoraViews::gate, in_g, h);
         poll();
@@ -140,7 +171,7 @@ void experts_grouped(const backend::Ctx& ctx,
     } else {
         ops::relu2_inplace(ctx, up);
     }
-    Tensor out_g = scratch(dt, {n_rows, width});  // [n_rows, w]
+    Tensor out_g = temp(width);  // [n_rows, w]
     ops::grouped_linear(ctx, h, w.down, counts, out_g);
     adapters(&LoraSlots::down, &MlpLoraViews::down, h, out_g);
     poll();

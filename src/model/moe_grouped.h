@@ -15,19 +15,13 @@
 #include "hymoe/backend/ctx.h"
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/ffn_views.h"
+#include "hymoe/model/moe_views.h"
 #include "moe_experts.h"
 
 namespace hymoe::model::detail {
 
-// The routed experts' matrices on one device, [E] each (entries of experts not held: empty).
-// On CUDA each list must be the slices of one stacked [E, ·, ·] tensor (ops::grouped_linear).
-struct ExpertViews {
-    std::vector<Tensor> gate;              // [E] of [I, w] (swiglu)
-    std::vector<Tensor> up;                // [E] of [I, w]
-    std::vector<Tensor> down;              // [E] of [w, I]
-    std::vector<const LoraSlots*> lora;    // [E] host adapters (CPU); empty: none
-    std::vector<MlpLoraViews> lora_views;  // [E] factor-view adapters; empty: none
-};
+// The routed experts' matrices on one device (model/moe_views.h), [E] each from host weights.
+using ExpertViews = MoeExpertViews;
 ExpertViews expert_views(const MoeWeights& w);
 
 // out [n, w] = Σ over each row's slots (slot order) of weight · Expert(in row), for in [n, w] on

@@ -89,14 +89,18 @@ WeightRule weight_rule(const ModelConfig& cfg) {
             static_cast<float>(cfg.moe.routed_scaling_factor)};
 }
 
-Routing route_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& s_all) {
+Routing route_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& s) {
+    return route_scores(cfg, w.correction_bias.view(), s);
+}
+
+Routing route_scores(const ModelConfig& cfg, const Tensor& bias_t, const Tensor& s_all) {
     const MoeConfig& m = cfg.moe;
     const int64_t n_exp = m.n_routed_experts, k = m.top_k, n_tok = s_all.dim(0);
     const bool has_bias = m.correction_bias;
     HYMOE_CHECK(s_all.shape == Shape({n_tok, n_exp}), "scores ", shape_string(s_all.shape));
-    HYMOE_CHECK(!has_bias || w.correction_bias.view().shape == Shape({n_exp}),
+    HYMOE_CHECK(!has_bias || (bias_t.shape == Shape({n_exp}) && bias_t.device == Device::cpu),
                 "e_score_correction_bias ",
-                shape_string(w.correction_bias.view().shape));
+                shape_string(bias_t.shape));
     HYMOE_CHECK(m.n_group >= 1 && n_exp % m.n_group == 0 && m.topk_group <= m.n_group &&
                     k <= m.topk_group * (n_exp / m.n_group) &&
                     (m.n_group == 1 || !has_bias || n_exp / m.n_group >= 2),
@@ -114,7 +118,7 @@ Routing route_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& 
     r.weight.resize(static_cast<size_t>(n_tok * k));
     r.kept.assign(static_cast<size_t>(n_tok * k), 1);
     r.tokens_per_expert.assign(static_cast<size_t>(n_exp), 0);
-    const float* bias = has_bias ? w.correction_bias.ptr<float>() : nullptr;  // [E]
+    const float* bias = has_bias ? bias_t.ptr<float>() : nullptr;  // [E]
     ops::moe_select(route_rule(cfg), s_all, bias, r.idx.data(), r.weight.data());
     for (int64_t e : r.idx)
         ++r.tokens_per_expert[static_cast<size_t>(e)];

@@ -18,6 +18,8 @@ void router_activate(const ModelConfig& cfg, Tensor& logits);
 
 // route() on the scores s [n_tok, E] of router_scores.
 Routing route_scores(const ModelConfig& cfg, const MoeWeights& w, const Tensor& s);
+// The same with the correction bias as a host tensor [E] (empty: none).
+Routing route_scores(const ModelConfig& cfg, const Tensor& bias, const Tensor& s);
 
 // How route() turns the gathered scores u [top_k] into weights: w = ρ·u / (Σu + eps) when
 // renormalize, else ρ·u (then capacity dropping zeroes the dropped ones).

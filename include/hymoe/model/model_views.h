@@ -14,6 +14,7 @@
 #include "hymoe/model/attention_views.h"
 #include "hymoe/model/ffn_views.h"
 #include "hymoe/model/kda_views.h"
+#include "hymoe/model/moe_views.h"
 #include "hymoe/model/weights.h"
 #include "hymoe/tensor/tensor.h"
 
@@ -25,31 +26,19 @@ struct Model;
 // weight list gives it, all on one device.
 using NamedTensors = std::unordered_map<std::string, Tensor>;
 
-// An MoE layer's weights (Ffn::moe, Ffn::latent_moe). E = moe.n_routed_experts, I =
-// moe_intermediate, w = d (moe) or ℓ = moe.latent_size (latent_moe).
-struct MoeViews {
-    Tensor router;             // [E, d] router gate.weight (fp32 wherever it lives)
-    Tensor bias;               // [E] e_score_correction_bias; empty unless moe.correction_bias
-    Tensor fc1;                // [ℓ, d] latent_moe only
-    Tensor fc2;                // [d, ℓ] latent_moe only
-    std::vector<Tensor> gate;  // [E] of [I, w] (swiglu; relu2: every entry empty); experts this
-    std::vector<Tensor> up;    // [E] of [I, w]  rank does not host: empty entries. Where the
-    std::vector<Tensor> down;  // [E] of [w, I]  walk stacked them (the GPU's upload), each list's
-                               //     entries are the slices of one [E_held, ·, ·] tensor, ids
-                               //     ascending
-    DenseFfnViews shared;      // the shared experts (n_shared_experts > 0; else empty)
-};
-
 // One decoder layer's weights; only the mixer's and the FFN's of its LayerSpec are filled (the
-// others stay empty views). Host adapters (the views' `lora`) are null unless a caller sets them
-// (host_views does); factor-view adapters (lora_views) are empty.
+// others stay empty views). Host adapters (the views' `lora`, the MoE experts' lora list) and the
+// MoE's host-side bias are null or empty unless a caller sets them (host_views does);
+// factor-view adapters (lora_views) are empty. The MoE's expert lists are [E] (experts this rank
+// does not host: empty entries); where the walk stacked them (the GPU's upload), each list's
+// entries are the slices of one [E_held, ·, ·] tensor, ids ascending.
 struct LayerViews {
     Tensor attn_norm;     // [d] input_layernorm.weight
     Tensor ffn_norm;      // [d] post_attention_layernorm.weight
     KdaWeightViews kda;   // Mixer::kda
     MlaWeightViews mla;   // Mixer::mla, Mixer::dsa (indexer: dsa only; q_proj or q_a/q_b by r_q)
     DenseFfnViews dense;  // Ffn::dense
-    MoeViews moe;         // Ffn::moe, Ffn::latent_moe
+    MoeWeightViews moe;   // Ffn::moe, Ffn::latent_moe
 };
 
 struct ModelViews {

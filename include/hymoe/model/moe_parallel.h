@@ -51,8 +51,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/ffn.h"
+#include "hymoe/model/lora_views.h"
+#include "hymoe/model/moe_views.h"
 #include "hymoe/parallel/comm.h"
 #include "hymoe/tensor/tensor.h"
 
@@ -108,6 +111,27 @@ void moe_forward_parallel(const ModelConfig& cfg,
                           MoeCommStats* stats = nullptr,
                           const SeqBatch* rows = nullptr,
                           Routing* routing_out = nullptr);  // the owned rows' routing
+
+// The same on ctx's device, the one MoE forward of both backends (the overload above is this one
+// on a CPU context with moe_views(local)): x [n_tok, d] and y [n_tok, d] f32 and the weights'
+// views on ctx's device, the experts' inputs cast to local.act. Router logits by
+// ops::router_logits on the device, brought to the host and routed there (router.h: scores,
+// groups, top-k, weights, capacity), so the expert choice is the CPU's given the logits; the
+// pipeline's rows move on the device (device tensors over NCCL, blocking: each all-to-all waits
+// for ctx's stream first and returns complete, so `overlap` changes the order of the work, not
+// what overlaps). lora_rows (null: none) are the step's rows per adapter for the shared experts'
+// factor-view adapters (model/lora_views.h).
+void moe_forward_parallel(const backend::Ctx& ctx,
+                          const ModelConfig& cfg,
+                          const LayerSpec& spec,
+                          const MoeWeightViews& local,
+                          const Tensor& x /*[n_tok, d]*/,
+                          Tensor& y /*[n_tok, d]*/,
+                          const MoeParallel& par,
+                          MoeCommStats* stats = nullptr,
+                          const SeqBatch* rows = nullptr,
+                          Routing* routing_out = nullptr,
+                          const std::vector<LoraRowsView>* lora_rows = nullptr);
 
 // The backward of moe_forward_parallel: dx [n_tok, d] (identical on the tp group) from dy [n_tok,
 // d] (identical on the tp group), equal to moe_backward (one rank, whole weights) up to fp32

@@ -27,6 +27,7 @@
 #include "hymoe/model/model.h"
 #include "hymoe/model/model_views.h"
 #include "hymoe/model/moe_parallel.h"
+#include "hymoe/model/moe_views.h"
 
 namespace hymoe::model::gpu {
 
@@ -135,24 +136,20 @@ NamedTensors upload_weights(Gpu& g, const Model& host, DType cd);
 
 // The MLPs of MoeW's shared experts: model::dense_ffn_forward's views (model/ffn_views.h).
 using MlpW = DenseFfnViews;
-struct MoeW {
-    Tensor router;    // [E, d] f32 (routing is fp32, model-math §10)
-    Tensor bias;      // [E] f32 correction bias (correction_bias)
-    Tensor fc1;       // [ℓ, d] cd (latent_moe)
-    Tensor fc2;       // [d, ℓ] cd (latent_moe)
+// The MoE layer: model::moe_forward_parallel's views (model/moe_views.h; router f32, fc1, fc2 and
+// the experts in cd, experts.* the held experts' slices [E_held] of gate, up, down, their adapters
+// as lora_views, shared the shared experts) with the stacked matrices the fused kernels read and
+// the host side of the routing.
+struct MoeW : MoeWeightViews {
     Tensor gate;      // [E, I, w] cd (swiglu); ep > 1: the hosted experts [E_local, I, w]
     Tensor up;        // [E, I, w] cd
     Tensor down;      // [E, w, I] cd
-    MlpW shared;      // n_shared_experts > 0
-    MoeWeights host;  // the correction bias and the placement alone, for the host routing
-                      //   (router.h) and the ep dispatch (device_moe_ep.h)
-    detail::ExpertViews experts;  // gate, up, down as their slices [E] (held experts), and the
-                                  //   routed experts' adapters as lora_views (empty: none)
+    MoeWeights host;  // the correction bias and the placement alone (host routing, ep dispatch)
 };
 // An MoE layer's MoeW over its views (upload_weights' device tensors: the stacked experts and
 // their slices, the router, bias, latent projections and shared experts) and, from the host
 // layer, the placement and the correction bias for the host routing.
-MoeW moe_weights(const MoeViews& v, const MoeWeights& host);
+MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host);
 
 // A host matrix or vector uploaded as `dtype` (f32 or bf16) at its shape from the weight list
 // (model/tensor_list.h), or viewed as `shape` (as many elements), in permanent arena memory.
@@ -243,11 +240,12 @@ void route_on_device(Gpu& g,
                      Tensor& weight);
 
 // model::moe_forward. Fused (`fused`, cd bf16, SwiGLU, dropless, widths the grouped kernels
-// take): routing, dispatch plan, experts and combine on the device (cuda_fused.h), no host round
-// trip unless `count_load`. Else: route on the host from the device's logits, experts on the
-// device. stats gets the layer's expert load (fused: only with count_load, one download). With
-// lora (rows present): the shared experts' adapters, and when the layer has routed-expert
-// adapters, the host routing and each expert's adapters on its rows per adapter.
+// take, no routed-expert adapters in use): routing, dispatch plan, experts and combine on the
+// device (cuda_fused.h), no host round trip unless `count_load`. Else model::moe_forward_parallel
+// on the device's Ctx with groups of one (router logits on the device, routing on the host, the
+// grouped experts on the device). stats gets the layer's expert load (fused: only with
+// count_load, one download). With lora (rows present): the shared and the routed experts'
+// adapters on each adapter's rows.
 void moe_block(Gpu& g,
                const ModelConfig& cfg,
                const LayerSpec& spec,
@@ -259,5 +257,9 @@ void moe_block(Gpu& g,
                Tensor& y,
                MoeCommStats& stats,
                const LoraStep* lora = nullptr);
+
+// w's views for model::moe_forward_parallel with the experts' inputs in cd; over an ep group
+// (ep: non-null) the held experts' slices are looked up by local index (expert_slot).
+MoeWeightViews moe_views_of(const MoeW& w, DType cd, int64_t n_exp, const comm::Comm* ep);
 
 }  // namespace hymoe::model::gpu

@@ -1,25 +1,23 @@
-// The MoE layer on the GPU (device_blocks.h) in model/moe.cpp's phases; its MLPs (the shared
-// experts) are model::dense_ffn_forward on the device's Ctx. Router logits [n_tok, E] by
-// ops::router_logits (one fp32 GEMM on the device). Generic: the logits copied to the host and
-// routed there by the CPU's own code (router.h: scores, groups, top-k, weights, capacity), so the
-// expert choice is the CPU's given the logits; then the CPU's grouped expert stage
-// (moe_grouped.h: host plan, gather, grouped products, combine as Ctx ops) on the device. Fused
-// (bf16 SwiGLU experts, dropless): routing by ops::moe_route on the device, then the dispatch
-// plan, grouped experts and combine in the fused kernels (cuda_fused.h), with no host round trip.
-// LoRA adapters (model/lora_views.h): a layer with routed-expert adapters routes on the host in a
-// step that uses any, so that each expert's rows per adapter are known there.
+// The MoE layer on the GPU (device_blocks.h). Generic: model::moe_forward_parallel, the CPU's
+// own forward, on the device's Ctx (router logits on the device, routing on the host by the CPU's
+// code, the grouped experts on the device), with groups of one (moe_block) or over an ep group
+// (MoeEp, device_moe_ep.h). Fused (bf16 SwiGLU experts, dropless, one rank): routing by
+// ops::moe_route on the device, then the dispatch plan, grouped experts and combine in the fused
+// kernels (cuda_fused.h), with no host round trip; its shared experts are
+// model::dense_ffn_forward on the device's Ctx.
 #include <utility>
 #include <vector>
 
-#include "../moe_experts.h"
 #include "../route_rule.h"
-#include "../router.h"
 #include "device_blocks.h"
+#include "device_moe_ep.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/backend/moe_route.h"
 #include "hymoe/core/error.h"
+#include "hymoe/model/batch.h"
 #include "hymoe/model/decode_graph_plan.h"
+#include "hymoe/model/moe_ep_plan.h"
 
 namespace hymoe::model::gpu {
 
@@ -82,34 +80,17 @@ std::vector<int64_t> routed_fused(Gpu& g,
     return load;
 }
 
-// The routed experts with the routing on the host (router.h, given the device's logits [n, E]):
-// z [n, w] in cd into acc [n, w] f32 by detail::experts_grouped on the device's Ctx (the expert
-// groups planned on the host, the gather, grouped products and combine as Ctx ops, each expert's
-// adapters on its rows per adapter). Returns the expert load.
-std::vector<int64_t> routed_host(Gpu& g,
-                                 const ModelConfig& cfg,
-                                 const MoeW& w,
-                                 const Tensor& logits,
-                                 const Tensor& z,
-                                 Tensor& acc,
-                                 const LoraStep* lora) {
-    const MoeConfig& m = cfg.moe;
-    const int64_t n = z.dim(0), n_exp = m.n_routed_experts;
-    Buffer scores(DType::f32, {n, n_exp});
-    cu::download(logits, scores.view(), g.stream);
-    g.stream.synchronize();
-    detail::router_activate(cfg, scores.view());
-    const Routing r = detail::route_scores(cfg, w.host, scores.view());
-    const std::vector<int32_t> kept = detail::kept_experts(r);  // [n, k] −1: dropped
-    const detail::RowSlots slots{
-        kept.data(), r.weight.data(), n, m.top_k, lora ? lora->row_adapter.data() : nullptr};
-    std::vector<int64_t> load(static_cast<size_t>(n_exp), 0);
-    detail::experts_grouped(
-        ctx_of(g), w.experts, m.expert_act, slots, z, acc, [] {}, load);
-    return load;
-}
-
 }  // namespace
+
+MoeWeightViews moe_views_of(const MoeW& w, DType cd, int64_t n_exp, const comm::Comm* ep) {
+    MoeWeightViews v = w;
+    v.host_bias = w.host.correction_bias.view();
+    v.expert_rank = w.host.expert_rank;
+    if (ep != nullptr)
+        v.expert_slot = local_expert_index(w.host.expert_rank, n_exp, ep->size(), ep->rank());
+    v.act = cd;
+    return v;
+}
 
 void moe_block(Gpu& g,
                const ModelConfig& cfg,
@@ -124,10 +105,27 @@ void moe_block(Gpu& g,
                const LoraStep* lora) {
     const MoeConfig& m = cfg.moe;
     const int64_t n = x.dim(0), n_exp = m.n_routed_experts;
+    const bool has_rows = lora != nullptr && !lora->rows.empty();
+    const bool expert_lora = has_rows && !w.experts.lora_views.empty();  // routes on the host
+    if (expert_lora || !moe_runs_fused(cfg, spec, cd, fused, n)) {
+        const SeqBatch rows = has_rows ? single_rows(lora->row_adapter) : SeqBatch();
+        moe_forward_parallel(ctx_of(g),
+                             cfg,
+                             spec,
+                             moe_views_of(w, cd, n_exp, nullptr),
+                             x,
+                             y,
+                             MoeParallel{},
+                             &stats,
+                             has_rows ? &rows : nullptr,
+                             nullptr,
+                             has_rows ? &lora->rows : nullptr);
+        return;
+    }
+
     const bool latent = spec.ffn == Ffn::latent_moe;
     const int64_t width = latent ? m.latent_size : cfg.hidden_size;
     Scratch s(g.arena);
-
     Tensor logits = s(DType::f32, {n, n_exp});  // [n, E] fp32 router logits
     ops::router_logits(ctx_of(g), x, w.router, logits);
     const Tensor xc = in_dtype(g, s, x, cd);
@@ -139,12 +137,7 @@ void moe_block(Gpu& g,
     Tensor y_lat;  // [n, ℓ] (latent)
     Tensor& acc = latent ? (y_lat = s(DType::f32, {n, width})) : y;
     const cu::MoePlan plan = cu::moe_plan(n, m.top_k, n_exp, width, w.up.dim(1));
-    const bool has_rows = lora != nullptr && !lora->rows.empty();
-    const bool expert_lora = has_rows && !w.experts.lora_views.empty();  // routes on the host
-    const bool use_fused = !expert_lora && moe_runs_fused(cfg, spec, cd, fused, n);
-    std::vector<int64_t> load =
-        use_fused ? routed_fused(g, cfg, w, plan, logits, z, count_load, acc)
-                  : routed_host(g, cfg, w, logits, z, acc, expert_lora ? lora : nullptr);
+    std::vector<int64_t> load = routed_fused(g, cfg, w, plan, logits, z, count_load, acc);
     if (latent)
         g.blas.linear(in_dtype(g, s, y_lat, cd), w.fc2, y);
     if (m.n_shared_experts > 0) {                             // y += Shared(x)
@@ -159,10 +152,33 @@ void moe_block(Gpu& g,
         cu::add_inplace(g.stream, y, shared);
     }
 
-    MoeCommStats one;  // the one-rank MoE: only its expert load
+    MoeCommStats one;  // the fused one-rank MoE: only its expert load
     one.calls = 1;
     one.tokens_per_expert = std::move(load);
     stats.add(one);
+}
+
+MoeEp::MoeEp(const comm::Comm& ep, bool overlap, bool /*fused*/) : ep_(ep), overlap_(overlap) {}
+
+void MoeEp::forward(Gpu& g,
+                    const ModelConfig& cfg,
+                    const LayerSpec& spec,
+                    const MoeW& w,
+                    const Tensor& x,
+                    DType cd,
+                    Tensor& y,
+                    MoeCommStats& stats) {
+    MoeParallel par;
+    par.ep = &ep_;
+    par.overlap = overlap_;
+    moe_forward_parallel(ctx_of(g),
+                         cfg,
+                         spec,
+                         moe_views_of(w, cd, cfg.moe.n_routed_experts, &ep_),
+                         x,
+                         y,
+                         par,
+                         &stats);
 }
 
 }  // namespace hymoe::model::gpu

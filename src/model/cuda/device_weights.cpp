@@ -122,15 +122,15 @@ NamedTensors upload_weights(Gpu& g, const Model& host, DType cd) {
     return out;
 }
 
-MoeW moe_weights(const MoeViews& v, const MoeWeights& host) {
+MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host) {
     MoeW out;
     out.router = v.router;
     out.bias = v.bias;
     out.fc1 = v.fc1;
     out.fc2 = v.fc2;
-    out.experts.gate = held(v.gate);  // relu2: none
-    out.experts.up = held(v.up);
-    out.experts.down = held(v.down);
+    out.experts.gate = held(v.experts.gate);  // relu2: none
+    out.experts.up = held(v.experts.up);
+    out.experts.down = held(v.experts.down);
     HYMOE_CHECK(!out.experts.up.empty(), "GPU model: an MoE layer holds no routed expert");
     out.gate = stack_of(out.experts.gate);
     out.up = stack_of(out.experts.up);

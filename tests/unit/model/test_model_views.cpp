@@ -76,16 +76,16 @@ Labeled fields(const LayerViews& l) {
                                       {"indexer.weights_proj", a.indexer.weights_proj}})
         add(out, "mla." + n, t);
     add_mlp(out, "dense.", l.dense);
-    const MoeViews& m = l.moe;
+    const MoeWeightViews& m = l.moe;
     add(out, "moe.router", m.router);
     add(out, "moe.bias", m.bias);
     add(out, "moe.fc1", m.fc1);
     add(out, "moe.fc2", m.fc2);
-    for (size_t e = 0; e < m.up.size(); ++e) {
+    for (size_t e = 0; e < m.experts.up.size(); ++e) {
         const std::string p = "moe.experts." + std::to_string(e) + ".";
-        add(out, p + "gate", m.gate.at(e));
-        add(out, p + "up", m.up.at(e));
-        add(out, p + "down", m.down.at(e));
+        add(out, p + "gate", m.experts.gate.at(e));
+        add(out, p + "up", m.experts.up.at(e));
+        add(out, p + "down", m.experts.down.at(e));
     }
     add_mlp(out, "moe.shared.", m.shared);
     return out;
@@ -104,17 +104,7 @@ LayerViews direct(const LayerSpec& spec, const LayerWeights& w) {
     if (spec.ffn == Ffn::dense) {
         v.dense = ffn_views(w.dense);
     } else {
-        const MoeWeights& m = w.moe;
-        v.moe.router = m.gate.view();
-        v.moe.bias = m.correction_bias.view();
-        v.moe.fc1 = m.fc1_latent_proj.view();
-        v.moe.fc2 = m.fc2_latent_proj.view();
-        for (const DenseFfnWeights& e : m.experts) {
-            v.moe.gate.push_back(e.gate_proj.view());
-            v.moe.up.push_back(e.up_proj.view());
-            v.moe.down.push_back(e.down_proj.view());
-        }
-        v.moe.shared = ffn_views(m.shared);
+        v.moe = moe_views(w.moe);
     }
     return v;
 }
@@ -256,9 +246,9 @@ BOOST_AUTO_TEST_CASE(a_stage_with_placed_experts) {
     init_model_random(m, 3);
     const ModelViews v = host_views(m);
     check_views(m, v);
-    const MoeViews& moe = v.layers[3].moe;
+    const MoeWeightViews& moe = v.layers[3].moe;
     for (int e = 0; e < 8; ++e)
-        BOOST_TEST((moe.up[e].data != nullptr) == (m.layers[3].moe.expert_rank[e] == 1));
+        BOOST_TEST((moe.experts.up[e].data != nullptr) == (m.layers[3].moe.expert_rank[e] == 1));
     BOOST_TEST((v.embed.data == nullptr));
 }
 
