@@ -521,6 +521,96 @@ void lora_rows_add(const Ctx& ctx,
     lora_rows_add(rows, A, B, scale, x, y);
 }
 
+// On CUDA the five products of the CPU form through cuBLAS, fp32.
+void lora_pair_backward(const Ctx& ctx,
+                        const Tensor& A,
+                        const Tensor& B,
+                        float scale,
+                        const Tensor& x,
+                        const Tensor& dy,
+                        Tensor& dA,
+                        Tensor& dB,
+                        Tensor& dx,
+                        float beta) {
+    check_on(ctx, "lora_pair_backward", {&A, &B, &x, &dy, &dA, &dB, &dx});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t m = x.dim(0), r = A.dim(0), in = A.dim(1), out = B.dim(0);
+            const bool train = dA.data != nullptr;
+            HYMOE_CHECK(A.dtype == DType::f32 && B.dtype == DType::f32 && x.dtype == DType::f32 &&
+                            dy.dtype == DType::f32 && dx.dtype == DType::f32 && x.dim(1) == in &&
+                            B.dim(1) == r && dy.dim(0) == m && dy.dim(1) == out &&
+                            dx.shape == x.shape &&
+                            (!train || (dA.shape == A.shape && dB.shape == B.shape)),
+                        "lora_pair_backward: x ",
+                        shape_string(x.shape),
+                        ", dy ",
+                        shape_string(dy.shape),
+                        ", A ",
+                        shape_string(A.shape),
+                        ", B ",
+                        shape_string(B.shape));
+            if (m == 0)
+                return;
+            const DType f = DType::f32;
+            backend::Scratch scratch(ctx);
+            Tensor t = scratch(f, {m, r});  // x Aᵀ
+            ctx.blas->linear(x, A, t);
+            Tensor g = scratch(f, {m, r});  // dy B
+            ctx.blas->gemm(
+                f, f, false, false, m, r, out, 1.0f, dy.data, out, B.data, r, 0.0f, g.data, r);
+            if (train) {
+                ctx.blas->gemm(
+                    f, f, true, false, out, r, m, scale, dy.data, out, t.data, r, 1.0f, dB.data, r);
+                ctx.blas->gemm(
+                    f, f, true, false, r, in, m, scale, g.data, r, x.data, in, 1.0f, dA.data, in);
+            }
+            return ctx.blas->gemm(
+                f, f, false, false, m, in, r, scale, g.data, r, A.data, in, beta, dx.data, in);
+        }
+    lora_pair_backward(A, B, scale, x, dy, dA, dB, dx, beta);
+}
+
+// On CUDA the rows of x, dy and dx gathered, the pair backward accumulating into dx's rows, and
+// those rows scattered back.
+void lora_rows_backward(const Ctx& ctx,
+                        const Tensor& rows,
+                        const Tensor& A,
+                        const Tensor& B,
+                        float scale,
+                        const Tensor& x,
+                        const Tensor& dy,
+                        Tensor& dA,
+                        Tensor& dB,
+                        Tensor& dx) {
+    check_on(ctx, "lora_rows_backward", {&rows, &A, &B, &x, &dy, &dA, &dB, &dx});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t m = rows.numel();
+            HYMOE_CHECK(rows.dtype == DType::i64 && x.dtype == DType::f32 &&
+                            dy.dtype == DType::f32 && dx.dtype == DType::f32 &&
+                            dy.dim(0) == x.dim(0) && dx.shape == x.shape,
+                        "lora_rows_backward: x ",
+                        shape_string(x.shape),
+                        ", dy ",
+                        shape_string(dy.shape),
+                        ", dx ",
+                        shape_string(dx.shape));
+            if (m == 0)
+                return;
+            backend::Scratch scratch(ctx);
+            Tensor xg = scratch(DType::f32, {m, x.dim(1)});    // [m, in]
+            Tensor dyg = scratch(DType::f32, {m, dy.dim(1)});  // [m, out]
+            Tensor dxg = scratch(DType::f32, {m, dx.dim(1)});  // [m, in]
+            cu::gather_rows(*ctx.stream, x, rows, xg);
+            cu::gather_rows(*ctx.stream, dy, rows, dyg);
+            cu::gather_rows(*ctx.stream, dx, rows, dxg);
+            lora_pair_backward(ctx, A, B, scale, xg, dyg, dA, dB, dxg, 1.0f);
+            return cu::scatter_rows(*ctx.stream, dxg, rows, dx);
+        }
+    lora_rows_backward(rows, A, B, scale, x, dy, dA, dB, dx);
+}
+
 void kda_chunked_checkpoints(const Ctx& ctx, const KdaScanParams& p, float* ckpt, int chunk) {
     check_kda_cpu(ctx, "kda_chunked_checkpoints");
     kda_chunked_checkpoints(p, ckpt, chunk);
