@@ -13,6 +13,7 @@
 #include "hymoe/backend/cuda_backward.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_gemm.h"
+#include "hymoe/backend/cuda_kda_backward.h"
 #include "hymoe/backend/cuda_kda_batch.h"
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/backend/cuda_ops.h"
@@ -21,6 +22,7 @@
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
 #include "hymoe/backend/ops_kda.h"
+#include "hymoe/backend/ops_kda_backward.h"
 #include "hymoe/backend/ops_lora.h"
 #include "hymoe/backend/ops_mla.h"
 #include "hymoe/backend/ops_moe.h"
@@ -609,6 +611,77 @@ void lora_rows_backward(const Ctx& ctx,
             return cu::scatter_rows(*ctx.stream, dxg, rows, dx);
         }
     lora_rows_backward(rows, A, B, scale, x, dy, dA, dB, dx);
+}
+
+// ---- the KDA backward's pieces (backend/ops_kda_backward.h) ------------------------------------
+
+void kda_silu_l2(const Ctx& ctx, const Tensor& c, int64_t K, bool l2, float scale, Tensor& out) {
+    check_on(ctx, "kda_silu_l2", {&c, &out});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_silu_l2(*ctx.stream, c, K, l2, scale, out);
+    kda_silu_l2(c, K, l2, scale, out);
+}
+
+void kda_decay_gate_grad(const Ctx& ctx,
+                         Tensor& g,
+                         const Tensor& a_log,
+                         const Tensor& dt_bias,
+                         std::optional<float> lower_bound,
+                         Tensor& dg_dz) {
+    check_on(ctx, "kda_decay_gate_grad", {&g, &a_log, &dt_bias, &dg_dz});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_decay_gate_grad(*ctx.stream,
+                                           g,
+                                           a_log,
+                                           dt_bias,
+                                           lower_bound.has_value(),
+                                           lower_bound.value_or(0.0f),
+                                           dg_dz);
+    kda_decay_gate_grad(g, a_log, dt_bias, lower_bound, dg_dz);
+}
+
+void kda_gated_norm_backward(const Ctx& ctx,
+                             const Tensor& o,
+                             const Tensor& nrm,
+                             const Tensor& gate,
+                             const Tensor& w,
+                             float eps,
+                             const Tensor& don,
+                             Tensor& dO,
+                             Tensor& dgate) {
+    check_on(ctx, "kda_gated_norm_backward", {&o, &nrm, &gate, &w, &don, &dO, &dgate});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_gated_norm_backward(*ctx.stream, o, nrm, gate, w, eps, don, dO, dgate);
+    kda_gated_norm_backward(o, nrm, gate, w, eps, don, dO, dgate);
+}
+
+void kda_silu_l2_backward(
+    const Ctx& ctx, const Tensor& c, int64_t K, bool l2, float scale, Tensor& grad) {
+    check_on(ctx, "kda_silu_l2_backward", {&c, &grad});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_silu_l2_backward(*ctx.stream, c, K, l2, scale, grad);
+    kda_silu_l2_backward(c, K, l2, scale, grad);
+}
+
+void causal_conv_backward(
+    const Ctx& ctx, const KdaSeqTable& t, const Tensor& dc, const Tensor& w, Tensor& du) {
+    check_on(ctx, "causal_conv_backward", {&dc, &w, &du});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::causal_conv_backward(*ctx.stream, t, dc, w, du);
+    causal_conv_backward(t, dc, w, du);
+}
+
+void sigmoid_backward(const Ctx& ctx, const Tensor& s, Tensor& d) {
+    check_on(ctx, "sigmoid_backward", {&s, &d});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::sigmoid_backward(*ctx.stream, s, d);
+    sigmoid_backward(s, d);
 }
 
 void kda_chunked_checkpoints(const Ctx& ctx, const KdaScanParams& p, float* ckpt, int chunk) {

@@ -5,13 +5,18 @@
 //   v = SiLU(conv(v_proj x (+ LoRA v))),  g = gate(f_b f_a x + dt_bias),  β = σ(b_proj x),
 // summing every path into dx: the q, k, v projections, the decay path (f_a, f_b), β (b_proj) and
 // the output gate (g_a, g_b). The scan and its backward are backend ops (hymoe/backend/ops.h) on
-// the caller's Ctx (the CPU's so far). Each sequence's conv starts from a zero tail and its
+// the caller's Ctx (the CPU's so far), and so are the activations' recompute and backward, the
+// gates' and the conv's backward (backend/ops_kda_backward.h). Each sequence's conv starts from a
+// zero tail and its
 // recurrence from a zero state (nothing crosses sequences). Only the adapters learn: lora_backward
 // accumulates (+=) their dA, dB; dx is overwritten.
 #include <algorithm>
 #include <cmath>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
+#include "hymoe/backend/ops_kda.h"
+#include "hymoe/backend/ops_kda_backward.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/kda.h"
 #include "kda_dims.h"
@@ -66,47 +71,32 @@ void project_conv(const Tensor& x,
 }
 
 // out = SiLU(c), then l2-normalised per head and scaled when `l2`.
-void silu_l2(const Buffer& c, bool l2, float scale, const KdaDims& n, Buffer& out) {
-    const int64_t n_tok = c.view().dim(0);
-    out = Buffer(DType::f32, {n_tok, n.D});
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        out.ptr<float>()[i] = ops::silu(c.ptr<float>()[i]);
-    if (!l2)
-        return;
-    ops::l2_norm_rows(out.ptr<float>(), n_tok * n.H, n.K);
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        out.ptr<float>()[i] *= scale;
+void silu_l2(
+    const backend::Ctx& ctx, const Buffer& c, bool l2, float scale, const KdaDims& n, Buffer& out) {
+    out = Buffer(DType::f32, {c.view().dim(0), n.D});
+    ops::kda_silu_l2(ctx, c.view(), n.K, l2, scale, out.view());
 }
 
-// g and ∂g/∂z from the decay logits z = f_b f_a x + dt_bias: g = −a·softplus(z), ∂g/∂z = −a·σ(z),
-// or with a lower bound lb: g = lb·σ(a z), ∂g/∂z = lb·a·σ(a z)(1 − σ(a z)); a = e^{A_log_h}.
-void decay_gate(
-    const KdaConfig& kc, const KdaWeights& w, const Tensor& x, const KdaDims& n, KdaActs& a) {
+// g and ∂g/∂z from the decay logits z = f_b f_a x + dt_bias (ops::kda_decay_gate_grad).
+void decay_gate(const backend::Ctx& ctx,
+                const KdaConfig& kc,
+                const KdaWeights& w,
+                const Tensor& x,
+                const KdaDims& n,
+                KdaActs& a) {
     const int64_t n_tok = x.dim(0);
     Buffer low(DType::f32, {n_tok, n.K});
     a.g = Buffer(DType::f32, {n_tok, n.D});
     a.dg_dz = Buffer(DType::f32, {n_tok, n.D});
     ops::linear(x, w.f_a_proj.view(), low.view());
     ops::linear(low.view(), w.f_b_proj.view(), a.g.view());
-    const float* a_log = w.a_log.ptr<float>();  // [H]
-    const float* dt_bias = w.dt_bias.ptr<float>();
-    for (int64_t t = 0; t < n_tok; ++t) {
-        for (int64_t i = 0; i < n.D; ++i) {
-            const float sa = std::exp(a_log[i / n.K]);
-            float& g = a.g.ptr<float>()[t * n.D + i];
-            float& dz = a.dg_dz.ptr<float>()[t * n.D + i];
-            const float z = g + dt_bias[i];
-            if (kc.gate_lower_bound) {
-                const float lb = static_cast<float>(*kc.gate_lower_bound);
-                const float s = ops::sigmoid(sa * z);
-                g = lb * s;
-                dz = lb * sa * s * (1.0f - s);
-            } else {
-                g = -sa * ops::softplus(z);
-                dz = -sa * ops::sigmoid(z);
-            }
-        }
-    }
+    const auto& lb = kc.gate_lower_bound;
+    ops::kda_decay_gate_grad(ctx,
+                             a.g.view(),
+                             w.a_log.view(),
+                             w.dt_bias.view(),
+                             lb ? std::optional<float>(static_cast<float>(*lb)) : std::nullopt,
+                             a.dg_dz.view());
 }
 
 // Sequence s's scan inputs (rows of a.q, a.k, a.v, a.g, a.beta); state and output left null.
@@ -156,10 +146,10 @@ KdaActs recompute_forward(const backend::Ctx& ctx,
     project_conv(x, w.q_proj, w.lora.q, w.q_conv1d, batch, n, a.cq);
     project_conv(x, w.k_proj, w.lora.k, w.k_conv1d, batch, n, a.ck);
     project_conv(x, w.v_proj, w.lora.v, w.v_conv1d, batch, n, a.cv);
-    silu_l2(a.cq, true, scale, n, a.q);
-    silu_l2(a.ck, true, 1.0f, n, a.k);
-    silu_l2(a.cv, false, 1.0f, n, a.v);
-    decay_gate(cfg.kda, w, x, n, a);
+    silu_l2(ctx, a.cq, true, scale, n, a.q);
+    silu_l2(ctx, a.ck, true, 1.0f, n, a.k);
+    silu_l2(ctx, a.cv, false, 1.0f, n, a.v);
+    decay_gate(ctx, cfg.kda, w, x, n, a);
     a.beta = Buffer(DType::f32, {n_tok, n.H});
     ops::linear(x, w.b_proj.view(), a.beta.view());
     ops::sigmoid_inplace(a.beta.view());
@@ -175,14 +165,15 @@ KdaActs recompute_forward(const backend::Ctx& ctx,
     Tensor nrm_heads{a.nrm.ptr<float>(), DType::f32, Device::cpu, {n_tok * n.H, n.K}};
     ops::rms_norm(heads, w.o_norm.view(), static_cast<float>(cfg.rms_norm_eps), nrm_heads);
     a.on = Buffer(DType::f32, {n_tok, n.D});
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        a.on.ptr<float>()[i] = a.nrm.ptr<float>()[i] * a.gate.ptr<float>()[i];
+    ops::copy_cols(ctx, a.nrm.view(), 0, a.on.view());
+    ops::mul_inplace(ctx, a.on.view(), a.gate.view());
     return a;
 }
 
 // From dy [n_tok, d] back to dO [n_tok, D], the scan output's gradient; the output gate's path
 // (g_a, g_b) is added to dx, the o adapter's gradients accumulated.
-void output_backward(const ModelConfig& cfg,
+void output_backward(const backend::Ctx& ctx,
+                     const ModelConfig& cfg,
                      const KdaWeights& w,
                      const SeqBatch& batch,
                      const KdaActs& a,
@@ -198,29 +189,15 @@ void output_backward(const ModelConfig& cfg,
 
     Buffer dgate(DType::f32, {n_tok, n.D});  // ∂L/∂(g_b g_a x), before σ
     dO = Buffer(DType::f32, {n_tok, n.D});
-    const float* on_w = w.o_norm.ptr<float>();  // [K]
-    const float eps = static_cast<float>(cfg.rms_norm_eps);
-    for (int64_t row = 0; row < n_tok * n.H; ++row) {  // one head of one token
-        const float* o = a.o.ptr<float>() + row * n.K;
-        const float* nrm = a.nrm.ptr<float>() + row * n.K;
-        const float* sg = a.gate.ptr<float>() + row * n.K;
-        const float* dn = don.ptr<float>() + row * n.K;
-        float* dgt = dgate.ptr<float>() + row * n.K;
-        float* d_o = dO.ptr<float>() + row * n.K;
-        float ss = 0.0f;
-        for (int64_t i = 0; i < n.K; ++i)
-            ss += o[i] * o[i];
-        const float r = 1.0f / std::sqrt(ss / static_cast<float>(n.K) + eps);
-        float dot = 0.0f;  // Σ dm ⊙ m, m = o r, dm = dnrm ⊙ w
-        for (int64_t i = 0; i < n.K; ++i) {
-            dgt[i] = dn[i] * nrm[i] * sg[i] * (1.0f - sg[i]);
-            d_o[i] = dn[i] * sg[i] * on_w[i];  // dm
-            dot += d_o[i] * o[i] * r;
-        }
-        const float mean = dot / static_cast<float>(n.K);
-        for (int64_t i = 0; i < n.K; ++i)  // do = r (dm − m·mean(dm ⊙ m))
-            d_o[i] = r * (d_o[i] - o[i] * r * mean);
-    }
+    ops::kda_gated_norm_backward(ctx,
+                                 a.o.view(),
+                                 a.nrm.view(),
+                                 a.gate.view(),
+                                 w.o_norm.view(),
+                                 static_cast<float>(cfg.rms_norm_eps),
+                                 don.view(),
+                                 dO.view(),
+                                 dgate.view());
     Buffer dlow(DType::f32, {n_tok, n.K});
     matmul(n_tok, n.K, n.D, dgate.ptr<float>(), w.g_b_proj, dlow.ptr<float>(), 0.0f);
     matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.g_a_proj, dx.ptr<float>(), 1.0f);
@@ -228,7 +205,8 @@ void output_backward(const ModelConfig& cfg,
 
 // From the scan's dq (or dk, dv) [n_tok, D] back to dx: l2 (when `l2`, with q's `scale`), SiLU,
 // the time-reversed conv per sequence, the projection and its adapter.
-void qkv_backward(const Tensor& x,
+void qkv_backward(const backend::Ctx& ctx,
+                  const Tensor& x,
                   const SeqBatch& batch,
                   const Buffer& c,  // [n_tok, D] the conv output
                   bool l2,
@@ -240,40 +218,13 @@ void qkv_backward(const Tensor& x,
                   Buffer& grad,  // [n_tok, D] in: ∂L/∂(scan input); overwritten
                   Tensor& dx) {
     const int64_t n_tok = x.dim(0);
-    float* dc = grad.ptr<float>();
-    for (int64_t row = 0; row < n_tok * n.H; ++row) {  // ∂L/∂SiLU(c), then ∂L/∂c
-        const float* cr = c.ptr<float>() + row * n.K;
-        float* dr = dc + row * n.K;
-        if (l2) {  // y = s·x̃ r: dx̃ = r(dŷ − ŷ(ŷ·dŷ)), ŷ = x̃ r, dŷ = s dy
-            float ss = 0.0f, dot = 0.0f;
-            for (int64_t i = 0; i < n.K; ++i)
-                ss += ops::silu(cr[i]) * ops::silu(cr[i]);
-            const float r = 1.0f / std::sqrt(ss + 1e-6f);
-            for (int64_t i = 0; i < n.K; ++i)
-                dot += ops::silu(cr[i]) * r * dr[i] * scale;
-            for (int64_t i = 0; i < n.K; ++i)
-                dr[i] = r * (dr[i] * scale - ops::silu(cr[i]) * r * dot);
-        }
-        for (int64_t i = 0; i < n.K; ++i) {
-            const float sg = ops::sigmoid(cr[i]);
-            dr[i] *= sg * (1.0f + cr[i] * (1.0f - sg));
-        }
-    }
-    // du_s = Σ_i w[·, i] dc_{s+W−1−i} within each sequence
+    ops::kda_silu_l2_backward(ctx, c.view(), n.K, l2, scale, grad.view());  // ∂L/∂c
+    ops::KdaSeqTable t;  // each sequence's rows, for the conv's time-reversed backward
+    t.n_tok = n_tok;
+    t.n_seq = batch.n_seq();
+    t.offsets = batch.offsets.data();
     Buffer du(DType::f32, {n_tok, n.D});
-    const float* w = conv.ptr<float>();  // [D, W]
-    for (int64_t s = 0; s < batch.n_seq(); ++s) {
-        const int64_t r0 = batch.offsets[s], T = batch.length(s);
-        for (int64_t t = 0; t < T; ++t)
-            for (int64_t i = 0; i < n.W; ++i) {
-                const int64_t src = t - (n.W - 1) + i;  // the input step w[·, i] read for t
-                if (src < 0)
-                    continue;
-                for (int64_t ch = 0; ch < n.D; ++ch)
-                    du.ptr<float>()[(r0 + src) * n.D + ch] +=
-                        w[ch * n.W + i] * dc[(r0 + t) * n.D + ch];
-            }
-    }
+    ops::causal_conv_backward(ctx, t, grad.view(), conv.view(), du.view());
     matmul(n_tok, n.d, n.D, du.ptr<float>(), proj, dx.ptr<float>(), 1.0f);
     lora_backward(slot, batch, x, du.view(), dx);
 }
@@ -312,7 +263,7 @@ void kda_backward(const backend::Ctx& ctx,
     const KdaActs a = recompute_forward(ctx, cfg, w, x, batch, chunk);
     std::fill(dx.ptr<float>(), dx.ptr<float>() + n_tok * n.d, 0.0f);
     Buffer dO;
-    output_backward(cfg, w, batch, a, dy, dO, dx);
+    output_backward(ctx, cfg, w, batch, a, dy, dO, dx);
 
     Buffer dq(DType::f32, {n_tok, n.D}), dk(DType::f32, {n_tok, n.D}), dv(DType::f32, {n_tok, n.D});
     Buffer dg(DType::f32, {n_tok, n.D}), dbeta(DType::f32, {n_tok, n.H});
@@ -329,20 +280,18 @@ void kda_backward(const backend::Ctx& ctx,
     }
 
     // β = σ(b_proj x): dlogit = dβ β(1 − β)
-    for (int64_t i = 0; i < n_tok * n.H; ++i)
-        dbeta.ptr<float>()[i] *= a.beta.ptr<float>()[i] * (1.0f - a.beta.ptr<float>()[i]);
+    ops::sigmoid_backward(ctx, a.beta.view(), dbeta.view());
     matmul(n_tok, n.d, n.H, dbeta.ptr<float>(), w.b_proj, dx.ptr<float>(), 1.0f);
     // g = gate(f_b f_a x + dt_bias)
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        dg.ptr<float>()[i] *= a.dg_dz.ptr<float>()[i];
+    ops::mul_inplace(ctx, dg.view(), a.dg_dz.view());
     Buffer dlow(DType::f32, {n_tok, n.K});
     matmul(n_tok, n.K, n.D, dg.ptr<float>(), w.f_b_proj, dlow.ptr<float>(), 0.0f);
     matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.f_a_proj, dx.ptr<float>(), 1.0f);
 
     const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
-    qkv_backward(x, batch, a.cq, true, scale, w.q_conv1d, w.q_proj, w.lora.q, n, dq, dx);
-    qkv_backward(x, batch, a.ck, true, 1.0f, w.k_conv1d, w.k_proj, w.lora.k, n, dk, dx);
-    qkv_backward(x, batch, a.cv, false, 1.0f, w.v_conv1d, w.v_proj, w.lora.v, n, dv, dx);
+    qkv_backward(ctx, x, batch, a.cq, true, scale, w.q_conv1d, w.q_proj, w.lora.q, n, dq, dx);
+    qkv_backward(ctx, x, batch, a.ck, true, 1.0f, w.k_conv1d, w.k_proj, w.lora.k, n, dk, dx);
+    qkv_backward(ctx, x, batch, a.cv, false, 1.0f, w.v_conv1d, w.v_proj, w.lora.v, n, dv, dx);
 }
 
 }  // namespace hymoe::model
