@@ -413,21 +413,6 @@ void kda_recurrent(const Ctx& ctx, const KdaScanParams& p) {
     kda_recurrent(p);
 }
 
-namespace {
-
-// No CUDA kernel takes one sequence's KdaScanParams for the checkpoints or the backward (the fused
-// cuda::kda_chunk_prefill takes a KdaBatchParams batch): a CUDA context is refused, naming the op.
-void check_kda_cpu(const backend::Ctx& ctx, const char* op) {
-    check_on(ctx, op, {});
-    HYMOE_CHECK(
-        ctx.device == Device::cpu,
-        op,
-        ": no CUDA kernel for one sequence's KdaScanParams yet (kda_recurrent and kda_chunked "
-        "run on a CUDA context)");
-}
-
-}  // namespace
-
 // The chunked form is an evaluation order of the same recurrence: on CUDA the one-sequence
 // recurrent kernel computes it (fp32, within the tolerance of tests/cuda).
 void kda_chunked(const Ctx& ctx, const KdaScanParams& p, int chunk) {
@@ -684,14 +669,45 @@ void sigmoid_backward(const Ctx& ctx, const Tensor& s, Tensor& d) {
     sigmoid_backward(s, d);
 }
 
+// On CUDA the one-sequence recurrent kernel computes each chunk (as kda_chunked), after the
+// state before it is copied to its checkpoint.
 void kda_chunked_checkpoints(const Ctx& ctx, const KdaScanParams& p, float* ckpt, int chunk) {
-    check_kda_cpu(ctx, "kda_chunked_checkpoints");
+    check_on(ctx, "kda_chunked_checkpoints", {});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            HYMOE_CHECK(chunk > 0 && ckpt != nullptr && p.S != nullptr,
+                        "kda_chunked_checkpoints: chunk ",
+                        chunk);
+            const int64_t H = p.n_head, K = p.d_k, V = p.d_v, HKV = H * K * V;
+            KdaScanParams c = p;
+            for (int64_t t0 = 0, i = 0; t0 < p.n_tok; t0 += chunk, ++i) {
+                cu::copy_2d(*ctx.stream, DType::f32, p.S, HKV, ckpt + i * HKV, HKV, 1, HKV);
+                c.n_tok = std::min<int64_t>(chunk, p.n_tok - t0);
+                c.q = p.q + t0 * H * K;
+                c.k = p.k + t0 * H * K;
+                c.v = p.v + t0 * H * V;
+                c.g = p.g + t0 * H * K;
+                c.beta = p.beta + t0 * H;
+                c.o = p.o + t0 * H * V;
+                cu::kda_recurrent(*ctx.stream, c);
+            }
+            return;
+        }
     kda_chunked_checkpoints(p, ckpt, chunk);
 }
 
+// On CUDA the token-by-token backward (cuda_kda_backward.h), its workspace from ctx's arena.
 void kda_scan_backward(
     const Ctx& ctx, const KdaScanParams& p, const float* ckpt, const KdaScanGrads& d, int chunk) {
-    check_kda_cpu(ctx, "kda_scan_backward");
+    check_on(ctx, "kda_scan_backward", {});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            backend::Scratch scratch(ctx);
+            Tensor work =
+                scratch(DType::f32,
+                        {cu::kda_scan_backward_work(p.n_head, p.d_k, p.d_v, std::max(chunk, 1))});
+            return cu::kda_scan_backward(*ctx.stream, p, ckpt, d, chunk, work.ptr<float>());
+        }
     kda_scan_backward(p, ckpt, d, chunk);
 }
 

@@ -1,7 +1,9 @@
 // The KDA backward's pieces (hymoe/backend/ops_kda_backward.h) on a CUDA context against the same
 // ops on the CPU context, fp32: kda_silu_l2 and its backward (q's l2 + scale, v's SiLU only), the
 // decay gate with its derivative (both forms), the output's gated RMSNorm backward, the causal
-// conv's backward over three packed sequences (one shorter than the kernel) and σ's backward.
+// conv's backward over three packed sequences (one shorter than the kernel), σ's backward, and
+// one sequence's scan checkpoints and recurrence backward (ops::kda_chunked_checkpoints,
+// kda_scan_backward).
 // The CPU forms are tests/unit/backend/test_kda_backward_ops.cpp's.
 #include <cstdint>
 #include <optional>
@@ -107,6 +109,89 @@ BOOST_AUTO_TEST_CASE(conv_backward_over_sequences, *utf::precondition(need_gpu))
     Tensor ddu = gc.g.arena.tensor(f, {n, D});
     ops::causal_conv_backward(gc.ctx, dt, gc.up(dc), gc.up(w), ddu);
     expect_close("causal_conv_backward", ddu, du, gc.g.s);
+}
+
+// One sequence of 37 tokens in chunks of 16 from a nonzero state, K ≠ V: the checkpoints, output
+// and final state of kda_chunked_checkpoints, and every gradient of kda_scan_backward.
+BOOST_AUTO_TEST_CASE(scan_checkpoints_and_backward, *utf::precondition(need_gpu)) {
+    GpuCtx gc;
+    const backend::Ctx cpu = backend::cpu_ctx();
+    const DType f = DType::f32;
+    const int64_t T = 37, H = 2, K = 32, V = 24;
+    const int chunk = 16;
+    const int64_t n_ck = (T + chunk - 1) / chunk;
+    Buffer q = random({T * H, K}, 30, f), k = random({T * H, K}, 31, f),
+           v = random({T, H * V}, 32, f), g = random({T, H * K}, 33, f),
+           beta = random({T, H}, 34, f), S = random({H, K, V}, 35, f, 0.3f),
+           dO = random({T, H * V}, 36, f);
+    ops::l2_norm_rows(q.ptr<float>(), T * H, K);
+    ops::l2_norm_rows(k.ptr<float>(), T * H, K);
+    for (int64_t i = 0; i < T * H * K; ++i)
+        g.ptr<float>()[i] = -0.5f * ops::softplus(g.ptr<float>()[i]);
+    ops::sigmoid_inplace(beta.view());
+    Tensor dq_in = gc.up(q), dk_in = gc.up(k), dv_in = gc.up(v), dg_in = gc.up(g),
+           db_in = gc.up(beta), dS = gc.up(S), ddO = gc.up(dO);
+
+    Buffer o(f, {T, H * V}), ckpt(f, {n_ck, H, K, V});
+    Tensor d_o = gc.g.arena.tensor(f, {T, H * V}), d_ckpt = gc.g.arena.tensor(f, {n_ck, H, K, V});
+    ops::KdaScanParams p{T,
+                         static_cast<int>(H),
+                         static_cast<int>(K),
+                         static_cast<int>(V),
+                         q.ptr<float>(),
+                         k.ptr<float>(),
+                         v.ptr<float>(),
+                         g.ptr<float>(),
+                         beta.ptr<float>(),
+                         S.ptr<float>(),
+                         o.ptr<float>()};
+    ops::KdaScanParams dp{T,
+                          static_cast<int>(H),
+                          static_cast<int>(K),
+                          static_cast<int>(V),
+                          dq_in.ptr<float>(),
+                          dk_in.ptr<float>(),
+                          dv_in.ptr<float>(),
+                          dg_in.ptr<float>(),
+                          db_in.ptr<float>(),
+                          dS.ptr<float>(),
+                          d_o.ptr<float>()};
+    ops::kda_chunked_checkpoints(cpu, p, ckpt.ptr<float>(), chunk);
+    ops::kda_chunked_checkpoints(gc.ctx, dp, d_ckpt.ptr<float>(), chunk);
+    expect_close("kda_chunked_checkpoints o", d_o, o, gc.g.s);
+    expect_close("kda_chunked_checkpoints S", dS, S, gc.g.s);
+    expect_close("kda_chunked_checkpoints ckpt", d_ckpt, ckpt, gc.g.s);
+
+    Buffer gq(f, {T * H, K}), gk(f, {T * H, K}), gv(f, {T, H * V}), gg(f, {T, H * K}),
+        gb(f, {T, H});
+    Tensor hq = gc.g.arena.tensor(f, {T * H, K}), hk = gc.g.arena.tensor(f, {T * H, K}),
+           hv = gc.g.arena.tensor(f, {T, H * V}), hg = gc.g.arena.tensor(f, {T, H * K}),
+           hb = gc.g.arena.tensor(f, {T, H});
+    ops::kda_scan_backward(cpu,
+                           p,
+                           ckpt.ptr<float>(),
+                           {dO.ptr<float>(),
+                            gq.ptr<float>(),
+                            gk.ptr<float>(),
+                            gv.ptr<float>(),
+                            gg.ptr<float>(),
+                            gb.ptr<float>()},
+                           chunk);
+    ops::kda_scan_backward(gc.ctx,
+                           dp,
+                           d_ckpt.ptr<float>(),
+                           {ddO.ptr<float>(),
+                            hq.ptr<float>(),
+                            hk.ptr<float>(),
+                            hv.ptr<float>(),
+                            hg.ptr<float>(),
+                            hb.ptr<float>()},
+                           chunk);
+    expect_close("kda_scan_backward dq", hq, gq, gc.g.s);
+    expect_close("kda_scan_backward dk", hk, gk, gc.g.s);
+    expect_close("kda_scan_backward dv", hv, gv, gc.g.s);
+    expect_close("kda_scan_backward dg", hg, gg, gc.g.s);
+    expect_close("kda_scan_backward dbeta", hb, gb, gc.g.s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
