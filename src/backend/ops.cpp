@@ -17,6 +17,7 @@
 #include "hymoe/backend/cuda_kda_batch.h"
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/cuda_router_loss.h"
 #include "hymoe/backend/kda_batch.h"
 #include "hymoe/backend/moe_route.h"
 #include "hymoe/backend/ops_attention.h"
@@ -26,6 +27,7 @@
 #include "hymoe/backend/ops_lora.h"
 #include "hymoe/backend/ops_mla.h"
 #include "hymoe/backend/ops_moe.h"
+#include "hymoe/backend/ops_router_loss.h"
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/core/error.h"
 
@@ -709,6 +711,53 @@ void kda_scan_backward(
             return cu::kda_scan_backward(*ctx.stream, p, ckpt, d, chunk, work.ptr<float>());
         }
     kda_scan_backward(p, ckpt, d, chunk);
+}
+
+// ---- the router's score backward and the cross-entropy rows (backend/ops_router_loss.h) -------
+
+void router_scores_backward(const Ctx& ctx,
+                            const Tensor& s,
+                            const Tensor& idx,
+                            const Tensor& dw,
+                            const Tensor& bias,
+                            const RouterGradRule& rule,
+                            Tensor& dlogit) {
+    check_on(ctx, "router_scores_backward", {&s, &idx, &dw, &bias, &dlogit});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::router_scores_backward(*ctx.stream, s, idx, dw, bias, rule, dlogit);
+    router_scores_backward(s, idx, dw, bias, rule, dlogit);
+}
+
+// On CUDA the rows' losses (8-byte slots of an i64 scratch, read as doubles) and argmaxes come
+// back to the host once the stream has reached them.
+CrossEntropyRows cross_entropy_rows(const Ctx& ctx,
+                                    Tensor& logits,
+                                    const Tensor& targets,
+                                    double scale) {
+    check_on(ctx, "cross_entropy_rows", {&logits, &targets});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t k = logits.dim(0);
+            backend::Scratch scratch(ctx);
+            Tensor loss = scratch(DType::i64, {k}), best = scratch(DType::i64, {k});
+            cu::cross_entropy_rows(*ctx.stream,
+                                   logits,
+                                   targets,
+                                   scale,
+                                   static_cast<double*>(loss.data),
+                                   best.ptr<int64_t>());
+            CrossEntropyRows out;
+            out.loss.resize(static_cast<size_t>(k));
+            out.best.resize(static_cast<size_t>(k));
+            cu::copy_to_host(
+                out.loss.data(), loss.data, out.loss.size() * sizeof(double), *ctx.stream);
+            cu::copy_to_host(
+                out.best.data(), best.data, out.best.size() * sizeof(int64_t), *ctx.stream);
+            ctx.stream->synchronize();
+            return out;
+        }
+    return cross_entropy_rows(logits, targets, scale);
 }
 
 // ---- backward and optimizer (backend/ops_backward.h) -------------------------------------------

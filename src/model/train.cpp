@@ -8,7 +8,9 @@
 #include <deque>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
+#include "hymoe/backend/ops_router_loss.h"
 #include "hymoe/core/error.h"
 #include "layer.h"
 
@@ -123,38 +125,30 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         for (int64_t r = 0; r < k; ++r)
             std::copy_n(normed.ptr<float>() + rows[c + r] * d, d, x.ptr<float>() + r * d);
         lm_head(m, x.view(), logits);
+        std::vector<int64_t> target(static_cast<size_t>(k));  // [k]
         for (int64_t r = 0; r < k; ++r) {
-            float* z = logits.ptr<float>() + r * V;
-            const int64_t target = b.targets[rows[c + r]];
-            HYMOE_CHECK(target < V, "train: target id ", target, " outside the vocabulary");
-            const int64_t best = std::max_element(z, z + V) - z;
-            const double zmax = z[best];
-            double sum = 0;
-            for (int64_t v = 0; v < V; ++v)
-                sum += std::exp(static_cast<double>(z[v]) - zmax);
-            sums.loss += std::log(sum) + zmax - static_cast<double>(z[target]);
+            target[r] = b.targets[rows[c + r]];
+            HYMOE_CHECK(target[r] < V, "train: target id ", target[r], " outside the vocabulary");
+        }
+        // the rows' losses; logits ← dlogits = scale·(softmax − onehot)
+        const ops::CrossEntropyRows ce = ops::cross_entropy_rows(
+            m.ctx, logits.view(), Tensor{target.data(), DType::i64, Device::cpu, {k}}, scale);
+        for (int64_t r = 0; r < k; ++r) {
+            sums.loss += ce.loss[r];
             sums.targets += 1;
-            sums.correct += best == target;
-            right[rows[c + r]] = best == target;
-            for (int64_t v = 0; v < V; ++v)  // dlogits = scale·(softmax − onehot)
-                z[v] = static_cast<float>(scale * std::exp(static_cast<double>(z[v]) - zmax) / sum);
-            z[target] -= static_cast<float>(scale);
+            sums.correct += ce.best[r] == target[r];
+            right[rows[c + r]] = ce.best[r] == target[r];
         }
         if (!dh)
             continue;
-        Buffer dx(DType::f32, {k, d});  // [k, d] = dlogits[:, lo : lo + part] · head
-        ops::gemm_w(false,
-                    k,
-                    d,
-                    part,
-                    1.0f,
-                    logits.ptr<float>() + lo,
-                    V,
-                    ops::weight_ref(head),
-                    d,
-                    0.0f,
-                    dx.ptr<float>(),
-                    d);
+        // dx [k, d] = dlogits[:, lo : lo + part] · head (this rank's columns; all of them at tp 1)
+        Buffer mine;
+        if (part != V) {
+            mine = Buffer(DType::f32, {k, part});
+            ops::copy_cols(m.ctx, logits.view(), lo, mine.view());
+        }
+        Buffer dx(DType::f32, {k, d});
+        ops::linear_backward(m.ctx, part != V ? mine.view() : logits.view(), head, dx.view());
         for (int64_t r = 0; r < k; ++r)
             std::copy_n(dx.ptr<float>() + r * d, d, dnormed.ptr<float>() + rows[c + r] * d);
     }
