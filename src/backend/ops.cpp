@@ -28,6 +28,7 @@
 #include "hymoe/backend/ops_mla.h"
 #include "hymoe/backend/ops_moe.h"
 #include "hymoe/backend/ops_router_loss.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/core/error.h"
 
@@ -711,6 +712,25 @@ void kda_scan_backward(
             return cu::kda_scan_backward(*ctx.stream, p, ckpt, d, chunk, work.ptr<float>());
         }
     kda_scan_backward(p, ckpt, d, chunk);
+}
+
+// ---- row moves (backend/ops_rows.h)
+// --------------------------------------------------------------
+
+void gather_rows(const Ctx& ctx, const Tensor& src, const Tensor& idx, Tensor& dst) {
+    check_on(ctx, "gather_rows", {&src, &idx, &dst});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::gather_rows(*ctx.stream, src, idx, dst);
+    gather_rows(src, idx, dst);
+}
+
+void scatter_rows(const Ctx& ctx, const Tensor& src, const Tensor& idx, Tensor& dst) {
+    check_on(ctx, "scatter_rows", {&src, &idx, &dst});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::scatter_rows(*ctx.stream, src, idx, dst);
+    scatter_rows(src, idx, dst);
 }
 
 // ---- the router's score backward and the cross-entropy rows (backend/ops_router_loss.h) -------

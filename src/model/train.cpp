@@ -11,6 +11,7 @@
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
 #include "hymoe/backend/ops_router_loss.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/error.h"
 #include "layer.h"
 
@@ -113,7 +114,7 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         if (b.targets[t] >= 0)
             rows.push_back(t);
     Buffer normed(DType::f32, {n, d});
-    ops::rms_norm(h, m.final_norm.view(), eps, normed.view());
+    ops::rms_norm(m.ctx, h, m.final_norm.view(), eps, normed.view());
     Buffer dnormed(DType::f32, {n, d});  // zero on rows without a target
     std::vector<uint8_t> right(static_cast<size_t>(n), 1);
     LossSums sums;
@@ -121,9 +122,9 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
     const int64_t part = head.dim(0), lo = part * m.shard.tp_rank;
     for (size_t c = 0; c < rows.size(); c += kHeadRows) {
         const int64_t k = std::min<int64_t>(kHeadRows, static_cast<int64_t>(rows.size() - c));
-        Buffer x(DType::f32, {k, d}), logits;  // logits [k, V]
-        for (int64_t r = 0; r < k; ++r)
-            std::copy_n(normed.ptr<float>() + rows[c + r] * d, d, x.ptr<float>() + r * d);
+        const Tensor chunk_rows{rows.data() + c, DType::i64, Device::cpu, {k}};  // [k]
+        Buffer x(DType::f32, {k, d}), logits;                                    // logits [k, V]
+        ops::gather_rows(m.ctx, normed.view(), chunk_rows, x.view());
         lm_head(m, x.view(), logits);
         std::vector<int64_t> target(static_cast<size_t>(k));  // [k]
         for (int64_t r = 0; r < k; ++r) {
@@ -149,8 +150,7 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         }
         Buffer dx(DType::f32, {k, d});
         ops::linear_backward(m.ctx, part != V ? mine.view() : logits.view(), head, dx.view());
-        for (int64_t r = 0; r < k; ++r)
-            std::copy_n(dx.ptr<float>() + r * d, d, dnormed.ptr<float>() + rows[c + r] * d);
+        ops::scatter_rows(m.ctx, dx.view(), chunk_rows, dnormed.view());
     }
     for (int64_t s = 0; s < b.batch.n_seq(); ++s) {
         bool any = false, all = true;
@@ -163,7 +163,7 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
     if (dh) {
         tp_sum(m, dnormed.view());
         *dh = Buffer(DType::f32, {n, d});
-        ops::rms_norm_backward(h, m.final_norm.view(), eps, dnormed.view(), dh->view());
+        ops::rms_norm_backward(m.ctx, h, m.final_norm.view(), eps, dnormed.view(), dh->view());
     }
     return sums;
 }

@@ -1,8 +1,9 @@
 // The router's score backward and the cross-entropy rows (hymoe/backend/ops_router_loss.h) on a
 // CUDA context against the same ops on the CPU context, fp32: the router under sigmoid and
 // softmax scoring, renormalised with a bias or not; the cross-entropy's losses and argmaxes (a
-// tie to the first maximum) and its gradient over 300 rows of a 1000-entry vocabulary. The CPU
-// forms are tests/unit/backend/test_router_loss_ops.cpp's.
+// tie to the first maximum) and its gradient over 300 rows of a 1000-entry vocabulary; and the
+// loss head's row moves (backend/ops_rows.h). The CPU forms are
+// tests/unit/backend/test_router_loss_ops.cpp's and test_rows_ops.cpp's.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/ops_router_loss.h"
+#include "hymoe/backend/ops_rows.h"
 
 namespace utf = boost::unit_test;
 using namespace hymoe;
@@ -83,6 +85,25 @@ BOOST_AUTO_TEST_CASE(router_and_cross_entropy, *utf::precondition(need_gpu)) {
             err, std::abs(got.loss[static_cast<size_t>(r)] - want.loss[static_cast<size_t>(r)]));
     BOOST_TEST(err < 1e-9);
     expect_close("cross_entropy_rows dlogits", dz, z, gc.g.s);
+}
+
+BOOST_AUTO_TEST_CASE(row_moves, *utf::precondition(need_gpu)) {
+    GpuCtx gc;
+    const backend::Ctx cpu = backend::cpu_ctx();
+    const DType f = DType::f32;
+    const std::vector<int64_t> idx{9, 2, 0, 17, 5};
+    std::vector<int64_t> idx_h = idx;
+    const Tensor it{idx_h.data(), DType::i64, Device::cpu, {5}};
+    const Tensor dit = to_device_i64(idx, gc.g.arena, gc.g.s);
+    const Buffer src = random({20, 33}, 40, f), rows = random({5, 33}, 41, f);
+    Buffer got(f, {5, 33}), dst = random({20, 33}, 42, f);
+    Tensor dgot = gc.g.arena.tensor(f, {5, 33}), ddst = gc.up(dst);
+    ops::gather_rows(cpu, src.view(), it, got.view());
+    ops::gather_rows(gc.ctx, gc.up(src), dit, dgot);
+    expect_close("gather_rows", dgot, got, gc.g.s);
+    ops::scatter_rows(cpu, rows.view(), it, dst.view());
+    ops::scatter_rows(gc.ctx, gc.up(rows), dit, ddst);
+    expect_close("scatter_rows", ddst, dst, gc.g.s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
