@@ -17,6 +17,7 @@
 #include "hymoe/backend/cuda_kda_batch.h"
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/cuda_reduce.h"
 #include "hymoe/backend/cuda_router_loss.h"
 #include "hymoe/backend/kda_batch.h"
 #include "hymoe/backend/moe_route.h"
@@ -27,6 +28,7 @@
 #include "hymoe/backend/ops_lora.h"
 #include "hymoe/backend/ops_mla.h"
 #include "hymoe/backend/ops_moe.h"
+#include "hymoe/backend/ops_reduce.h"
 #include "hymoe/backend/ops_router_loss.h"
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/backend/scratch_stand_in.h"
@@ -712,6 +714,24 @@ void kda_scan_backward(
             return cu::kda_scan_backward(*ctx.stream, p, ckpt, d, chunk, work.ptr<float>());
         }
     kda_scan_backward(p, ckpt, d, chunk);
+}
+
+// ---- whole-tensor reductions (backend/ops_reduce.h) ---------------------------------------------
+
+// On CUDA the sum lands in an 8-byte slot of an i64 scratch, read back as a double.
+double sum_of_squares(const Ctx& ctx, const Tensor& x) {
+    check_on(ctx, "sum_of_squares", {&x});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            backend::Scratch scratch(ctx);
+            Tensor slot = scratch(DType::i64, {1});
+            cu::sum_of_squares(*ctx.stream, x, static_cast<double*>(slot.data));
+            double s = 0;
+            cu::copy_to_host(&s, slot.data, sizeof(double), *ctx.stream);
+            ctx.stream->synchronize();
+            return s;
+        }
+    return sum_of_squares(x);
 }
 
 // ---- row moves (backend/ops_rows.h)

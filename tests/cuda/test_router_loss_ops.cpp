@@ -2,7 +2,8 @@
 // CUDA context against the same ops on the CPU context, fp32: the router under sigmoid and
 // softmax scoring, renormalised with a bias or not; the cross-entropy's losses and argmaxes (a
 // tie to the first maximum) and its gradient over 300 rows of a 1000-entry vocabulary; and the
-// loss head's row moves (backend/ops_rows.h). The CPU forms are
+// loss head's row moves (backend/ops_rows.h) and the gradient norm's sum of squares
+// (backend/ops_reduce.h). The CPU forms are
 // tests/unit/backend/test_router_loss_ops.cpp's and test_rows_ops.cpp's.
 #include <cmath>
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_gemm.h"
+#include "hymoe/backend/ops_reduce.h"
 #include "hymoe/backend/ops_router_loss.h"
 #include "hymoe/backend/ops_rows.h"
 
@@ -104,6 +106,14 @@ BOOST_AUTO_TEST_CASE(row_moves, *utf::precondition(need_gpu)) {
     ops::scatter_rows(cpu, rows.view(), it, dst.view());
     ops::scatter_rows(gc.ctx, gc.up(rows), dit, ddst);
     expect_close("scatter_rows", ddst, dst, gc.g.s);
+}
+
+BOOST_AUTO_TEST_CASE(sum_of_squares, *utf::precondition(need_gpu)) {
+    GpuCtx gc;
+    const Buffer x = random({300, 77}, 50, DType::f32);
+    const double want = ops::sum_of_squares(backend::cpu_ctx(), x.view());
+    const double got = ops::sum_of_squares(gc.ctx, gc.up(x));
+    BOOST_TEST(std::abs(got - want) <= 1e-12 * want);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

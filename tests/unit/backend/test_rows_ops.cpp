@@ -1,6 +1,7 @@
 // The row moves of backend/ops_rows.h on the CPU: gather_rows and scatter_rows against direct
 // indexing (f32 and bf16 rows, the untouched rows of a scatter kept), the ops on the CPU Ctx equal
-// to the CPU forms, and an index out of range refused. The same ops on a CUDA context are in
+// to the CPU forms, and an index out of range refused; and backend/ops_reduce.h's sum_of_squares
+// against a sum of known squares. The same ops on a CUDA context are in
 // tests/cuda/test_router_loss_ops.cpp.
 #include <cstdint>
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "hymoe/backend/ops_reduce.h"
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/error.h"
 
@@ -48,6 +50,16 @@ BOOST_AUTO_TEST_CASE(gather_and_scatter_by_index) {
     BOOST_CHECK_THROW(
         ops::gather_rows(src.view(), Tensor{bad.data(), DType::i64, Device::cpu, {1}}, dst.view()),
         Error);
+}
+
+// x_i = i − 500 over 1001 elements: Σ x² = 2 · Σ_{k=1}^{500} k² = 83583500, exact in double.
+BOOST_AUTO_TEST_CASE(sum_of_squares_exact) {
+    Buffer x(DType::f32, {7, 143});
+    for (int64_t i = 0; i < 1001; ++i)
+        x.ptr<float>()[i] = static_cast<float>(i - 500);
+    BOOST_TEST(ops::sum_of_squares(x.view()) == 83583500.0);
+    BOOST_TEST(ops::sum_of_squares(backend::cpu_ctx(), x.view()) == 83583500.0);
+    BOOST_TEST(ops::sum_of_squares(Buffer(DType::f32, {0}).view()) == 0.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
