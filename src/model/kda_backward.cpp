@@ -52,6 +52,7 @@ struct Call {
     const ModelConfig& cfg;
     const KdaWeightViews& w;
     const KdaBatchViews& b;
+    ops::KdaSeqTable table;  // b.table, or the batch's rows on ctx's device
     KdaDims n;
     int chunk;
     const SeqBatch& batch() const { return *b.batch; }
@@ -64,6 +65,31 @@ struct Call {
         return t;
     }
 };
+
+// The table the conv's backward reads when the caller gives none: the batch's offsets (and, on
+// CUDA, each row's sequence) on ctx's device, in scratch.
+ops::KdaSeqTable batch_table(const Ctx& ctx, Scratch& scratch, const SeqBatch& batch) {
+    ops::KdaSeqTable t;
+    t.n_tok = batch.n_tok();
+    t.n_seq = batch.n_seq();
+    t.offsets = batch.offsets.data();
+    if (ctx.device == Device::cpu)
+        return t;
+    std::vector<int32_t> row_seq(static_cast<size_t>(t.n_tok));  // [n_tok]
+    for (int64_t s = 0; s < t.n_seq; ++s)
+        std::fill(row_seq.begin() + batch.offsets[s],
+                  row_seq.begin() + batch.offsets[s + 1],
+                  static_cast<int32_t>(s));
+    Tensor offsets = scratch(DType::i64, {t.n_seq + 1}), rows = scratch(DType::i32, {t.n_tok});
+    ops::upload(
+        ctx,
+        Tensor{const_cast<int64_t*>(batch.offsets.data()), DType::i64, Device::cpu, {t.n_seq + 1}},
+        offsets);
+    ops::upload(ctx, Tensor{row_seq.data(), DType::i32, Device::cpu, {t.n_tok}}, rows);
+    t.offsets = offsets.ptr<int64_t>();
+    t.row_seq = rows.ptr<int32_t>();
+    return t;
+}
 
 Tensor as_shape(const Tensor& t, Shape shape) {
     Tensor r = t;
@@ -246,7 +272,7 @@ void qkv_backward(const Call& c,
                   Tensor& dx) {
     ops::kda_silu_l2_backward(c.ctx, cv, c.n.K, l2, scale, grad);  // ∂L/∂c
     Tensor du = c.f32(grad.shape);
-    ops::causal_conv_backward(c.ctx, c.b.table, grad, conv, du);
+    ops::causal_conv_backward(c.ctx, c.table, grad, conv, du);
     ops::linear_backward(c.ctx, du, proj, dx, 1.0f);
     lora_backward(c.ctx, slot, factors, c.batch(), c.b.lora_rows, x, du, dx);
 }
@@ -266,7 +292,8 @@ void kda_backward(const backend::Ctx& ctx,
     HYMOE_CHECK(b.batch != nullptr, "kda_backward: no batch");
     const SeqBatch& batch = *b.batch;
     HYMOE_CHECK(x.shape == (Shape{n_tok, n.d}) && dy.shape == x.shape && dx.shape == x.shape &&
-                    batch.n_tok() == n_tok && b.table.n_tok == n_tok && chunk > 0,
+                    batch.n_tok() == n_tok &&
+                    (b.table.offsets == nullptr || b.table.n_tok == n_tok) && chunk > 0,
                 "kda_backward: x ",
                 shape_string(x.shape),
                 " dy ",
@@ -281,7 +308,14 @@ void kda_backward(const backend::Ctx& ctx,
         HYMOE_CHECK(p0 == 0, "kda_backward: sequences must start fresh (pos0 ", p0, ")");
 
     Scratch scratch(ctx);
-    const Call c{ctx, scratch, cfg, w, b, n, chunk};
+    const Call c{ctx,
+                 scratch,
+                 cfg,
+                 w,
+                 b,
+                 b.table.offsets != nullptr ? b.table : batch_table(ctx, scratch, batch),
+                 n,
+                 chunk};
     const KdaActs a = recompute_forward(c, x);
     ops::upload(ctx, Buffer(DType::f32, dx.shape).view(), dx);  // dx = 0
     const Tensor dO = output_backward(c, a, dy, dx);
@@ -329,11 +363,7 @@ void kda_backward(const backend::Ctx& ctx,
                   const Tensor& dy,
                   Tensor& dx,
                   int chunk) {
-    ops::KdaSeqTable t;  // the host table: a CPU context's (kda_views are host views)
-    t.n_tok = batch.n_tok();
-    t.n_seq = batch.n_seq();
-    t.offsets = batch.offsets.data();
-    kda_backward(ctx, cfg, kda_views(w), x, KdaBatchViews{&batch, t, nullptr}, dy, dx, chunk);
+    kda_backward(ctx, cfg, kda_views(w), x, KdaBatchViews{&batch, {}, nullptr}, dy, dx, chunk);
 }
 
 }  // namespace hymoe::model

@@ -1,7 +1,8 @@
 // model::kda_backward on views (model/kda_backward_views.h) on a CUDA context against the same
 // backward on the CPU context: three fresh packed sequences (7, 1 and 30 tokens, chunks of 16),
 // fp32, both forms of the decay gate, with rank-4 adapters as factor views with gradient views on
-// q and o (adapter 0's rows the whole batch): dx and the adapters' dA, dB within the fp32 bound.
+// q and o (adapter 0's rows the whole batch): dx and the adapters' dA, dB within the fp32 bound;
+// then without adapters and without a table (the backward builds the batch's on the device).
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -147,6 +148,29 @@ BOOST_AUTO_TEST_CASE(kda_backward_on_a_cuda_ctx_matches_the_cpu, *utf::precondit
         expect_close("q adapter dB", dgBq, gBq, gc.g.s);
         expect_close("o adapter dA", dgAo, gAo, gc.g.s);
         expect_close("o adapter dB", dgBo, gBo, gc.g.s);
+
+        // no table given: the backward builds the batch's on the device (dx only, adapters off)
+        model::KdaWeightViews bare = dw;
+        bare.lora_views = {};
+        hw.lora_views = {};
+        Tensor hdx2 = dx.view(), ddx2 = gc.up(dx);
+        model::kda_backward(backend::cpu_ctx(),
+                            layer.cfg,
+                            hw,
+                            x.view(),
+                            model::KdaBatchViews{&batch, {}, nullptr},
+                            dy.view(),
+                            hdx2,
+                            16);
+        model::kda_backward(gc.ctx,
+                            layer.cfg,
+                            bare,
+                            gc.up(x),
+                            model::KdaBatchViews{&batch, {}, nullptr},
+                            gc.up(dy),
+                            ddx2,
+                            16);
+        expect_close("kda_backward dx, table built", ddx2, dx, gc.g.s);
     }
 }
 
