@@ -13,17 +13,23 @@
 #include "hymoe/backend/cuda_backward.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_gemm.h"
+#include "hymoe/backend/cuda_kda_backward.h"
 #include "hymoe/backend/cuda_kda_batch.h"
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/cuda_reduce.h"
+#include "hymoe/backend/cuda_router_loss.h"
 #include "hymoe/backend/kda_batch.h"
 #include "hymoe/backend/moe_route.h"
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
 #include "hymoe/backend/ops_kda.h"
+#include "hymoe/backend/ops_kda_backward.h"
 #include "hymoe/backend/ops_lora.h"
 #include "hymoe/backend/ops_mla.h"
 #include "hymoe/backend/ops_moe.h"
+#include "hymoe/backend/ops_reduce.h"
+#include "hymoe/backend/ops_router_loss.h"
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/core/error.h"
@@ -412,21 +418,6 @@ void kda_recurrent(const Ctx& ctx, const KdaScanParams& p) {
     kda_recurrent(p);
 }
 
-namespace {
-
-// No CUDA kernel takes one sequence's KdaScanParams for the checkpoints or the backward (the fused
-// cuda::kda_chunk_prefill takes a KdaBatchParams batch): a CUDA context is refused, naming the op.
-void check_kda_cpu(const backend::Ctx& ctx, const char* op) {
-    check_on(ctx, op, {});
-    HYMOE_CHECK(
-        ctx.device == Device::cpu,
-        op,
-        ": no CUDA kernel for one sequence's KdaScanParams yet (kda_recurrent and kda_chunked "
-        "run on a CUDA context)");
-}
-
-}  // namespace
-
 // The chunked form is an evaluation order of the same recurrence: on CUDA the one-sequence
 // recurrent kernel computes it (fp32, within the tolerance of tests/cuda).
 void kda_chunked(const Ctx& ctx, const KdaScanParams& p, int chunk) {
@@ -522,15 +513,304 @@ void lora_rows_add(const Ctx& ctx,
     lora_rows_add(rows, A, B, scale, x, y);
 }
 
+// On CUDA the five products of the CPU form through cuBLAS, fp32.
+void lora_pair_backward(const Ctx& ctx,
+                        const Tensor& A,
+                        const Tensor& B,
+                        float scale,
+                        const Tensor& x,
+                        const Tensor& dy,
+                        Tensor& dA,
+                        Tensor& dB,
+                        Tensor& dx,
+                        float beta) {
+    check_on(ctx, "lora_pair_backward", {&A, &B, &x, &dy, &dA, &dB, &dx});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t m = x.dim(0), r = A.dim(0), in = A.dim(1), out = B.dim(0);
+            const bool train = dA.data != nullptr;
+            HYMOE_CHECK(A.dtype == DType::f32 && B.dtype == DType::f32 && x.dtype == DType::f32 &&
+                            dy.dtype == DType::f32 && dx.dtype == DType::f32 && x.dim(1) == in &&
+                            B.dim(1) == r && dy.dim(0) == m && dy.dim(1) == out &&
+                            dx.shape == x.shape &&
+                            (!train || (dA.shape == A.shape && dB.shape == B.shape)),
+                        "lora_pair_backward: x ",
+                        shape_string(x.shape),
+                        ", dy ",
+                        shape_string(dy.shape),
+                        ", A ",
+                        shape_string(A.shape),
+                        ", B ",
+                        shape_string(B.shape));
+            if (m == 0)
+                return;
+            const DType f = DType::f32;
+            backend::Scratch scratch(ctx);
+            Tensor t = scratch(f, {m, r});  // x Aᵀ
+            ctx.blas->linear(x, A, t);
+            Tensor g = scratch(f, {m, r});  // dy B
+            ctx.blas->gemm(
+                f, f, false, false, m, r, out, 1.0f, dy.data, out, B.data, r, 0.0f, g.data, r);
+            if (train) {
+                ctx.blas->gemm(
+                    f, f, true, false, out, r, m, scale, dy.data, out, t.data, r, 1.0f, dB.data, r);
+                ctx.blas->gemm(
+                    f, f, true, false, r, in, m, scale, g.data, r, x.data, in, 1.0f, dA.data, in);
+            }
+            return ctx.blas->gemm(
+                f, f, false, false, m, in, r, scale, g.data, r, A.data, in, beta, dx.data, in);
+        }
+    lora_pair_backward(A, B, scale, x, dy, dA, dB, dx, beta);
+}
+
+// On CUDA the rows of x, dy and dx gathered, the pair backward accumulating into dx's rows, and
+// those rows scattered back.
+void lora_rows_backward(const Ctx& ctx,
+                        const Tensor& rows,
+                        const Tensor& A,
+                        const Tensor& B,
+                        float scale,
+                        const Tensor& x,
+                        const Tensor& dy,
+                        Tensor& dA,
+                        Tensor& dB,
+                        Tensor& dx) {
+    check_on(ctx, "lora_rows_backward", {&rows, &A, &B, &x, &dy, &dA, &dB, &dx});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t m = rows.numel();
+            HYMOE_CHECK(rows.dtype == DType::i64 && x.dtype == DType::f32 &&
+                            dy.dtype == DType::f32 && dx.dtype == DType::f32 &&
+                            dy.dim(0) == x.dim(0) && dx.shape == x.shape,
+                        "lora_rows_backward: x ",
+                        shape_string(x.shape),
+                        ", dy ",
+                        shape_string(dy.shape),
+                        ", dx ",
+                        shape_string(dx.shape));
+            if (m == 0)
+                return;
+            backend::Scratch scratch(ctx);
+            Tensor xg = scratch(DType::f32, {m, x.dim(1)});    // [m, in]
+            Tensor dyg = scratch(DType::f32, {m, dy.dim(1)});  // [m, out]
+            Tensor dxg = scratch(DType::f32, {m, dx.dim(1)});  // [m, in]
+            cu::gather_rows(*ctx.stream, x, rows, xg);
+            cu::gather_rows(*ctx.stream, dy, rows, dyg);
+            cu::gather_rows(*ctx.stream, dx, rows, dxg);
+            lora_pair_backward(ctx, A, B, scale, xg, dyg, dA, dB, dxg, 1.0f);
+            return cu::scatter_rows(*ctx.stream, dxg, rows, dx);
+        }
+    lora_rows_backward(rows, A, B, scale, x, dy, dA, dB, dx);
+}
+
+// ---- the KDA backward's pieces (backend/ops_kda_backward.h) ------------------------------------
+
+void kda_silu_l2(const Ctx& ctx, const Tensor& c, int64_t K, bool l2, float scale, Tensor& out) {
+    check_on(ctx, "kda_silu_l2", {&c, &out});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_silu_l2(*ctx.stream, c, K, l2, scale, out);
+    kda_silu_l2(c, K, l2, scale, out);
+}
+
+void kda_decay_gate_grad(const Ctx& ctx,
+                         Tensor& g,
+                         const Tensor& a_log,
+                         const Tensor& dt_bias,
+                         std::optional<float> lower_bound,
+                         Tensor& dg_dz) {
+    check_on(ctx, "kda_decay_gate_grad", {&g, &a_log, &dt_bias, &dg_dz});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_decay_gate_grad(*ctx.stream,
+                                           g,
+                                           a_log,
+                                           dt_bias,
+                                           lower_bound.has_value(),
+                                           lower_bound.value_or(0.0f),
+                                           dg_dz);
+    kda_decay_gate_grad(g, a_log, dt_bias, lower_bound, dg_dz);
+}
+
+void kda_gated_norm_backward(const Ctx& ctx,
+                             const Tensor& o,
+                             const Tensor& nrm,
+                             const Tensor& gate,
+                             const Tensor& w,
+                             float eps,
+                             const Tensor& don,
+                             Tensor& dO,
+                             Tensor& dgate) {
+    check_on(ctx, "kda_gated_norm_backward", {&o, &nrm, &gate, &w, &don, &dO, &dgate});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_gated_norm_backward(*ctx.stream, o, nrm, gate, w, eps, don, dO, dgate);
+    kda_gated_norm_backward(o, nrm, gate, w, eps, don, dO, dgate);
+}
+
+void kda_silu_l2_backward(
+    const Ctx& ctx, const Tensor& c, int64_t K, bool l2, float scale, Tensor& grad) {
+    check_on(ctx, "kda_silu_l2_backward", {&c, &grad});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::kda_silu_l2_backward(*ctx.stream, c, K, l2, scale, grad);
+    kda_silu_l2_backward(c, K, l2, scale, grad);
+}
+
+void causal_conv_backward(
+    const Ctx& ctx, const KdaSeqTable& t, const Tensor& dc, const Tensor& w, Tensor& du) {
+    check_on(ctx, "causal_conv_backward", {&dc, &w, &du});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::causal_conv_backward(*ctx.stream, t, dc, w, du);
+    causal_conv_backward(t, dc, w, du);
+}
+
+void sigmoid_backward(const Ctx& ctx, const Tensor& s, Tensor& d) {
+    check_on(ctx, "sigmoid_backward", {&s, &d});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::sigmoid_backward(*ctx.stream, s, d);
+    sigmoid_backward(s, d);
+}
+
+// On CUDA the one-sequence recurrent kernel computes each chunk (as kda_chunked), after the
+// state before it is copied to its checkpoint.
 void kda_chunked_checkpoints(const Ctx& ctx, const KdaScanParams& p, float* ckpt, int chunk) {
-    check_kda_cpu(ctx, "kda_chunked_checkpoints");
+    check_on(ctx, "kda_chunked_checkpoints", {});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            HYMOE_CHECK(chunk > 0 && ckpt != nullptr && p.S != nullptr,
+                        "kda_chunked_checkpoints: chunk ",
+                        chunk);
+            const int64_t H = p.n_head, K = p.d_k, V = p.d_v, HKV = H * K * V;
+            KdaScanParams c = p;
+            for (int64_t t0 = 0, i = 0; t0 < p.n_tok; t0 += chunk, ++i) {
+                cu::copy_2d(*ctx.stream, DType::f32, p.S, HKV, ckpt + i * HKV, HKV, 1, HKV);
+                c.n_tok = std::min<int64_t>(chunk, p.n_tok - t0);
+                c.q = p.q + t0 * H * K;
+                c.k = p.k + t0 * H * K;
+                c.v = p.v + t0 * H * V;
+                c.g = p.g + t0 * H * K;
+                c.beta = p.beta + t0 * H;
+                c.o = p.o + t0 * H * V;
+                cu::kda_recurrent(*ctx.stream, c);
+            }
+            return;
+        }
     kda_chunked_checkpoints(p, ckpt, chunk);
 }
 
+// On CUDA the token-by-token backward (cuda_kda_backward.h), its workspace from ctx's arena.
 void kda_scan_backward(
     const Ctx& ctx, const KdaScanParams& p, const float* ckpt, const KdaScanGrads& d, int chunk) {
-    check_kda_cpu(ctx, "kda_scan_backward");
+    check_on(ctx, "kda_scan_backward", {});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            backend::Scratch scratch(ctx);
+            Tensor work =
+                scratch(DType::f32,
+                        {cu::kda_scan_backward_work(p.n_head, p.d_k, p.d_v, std::max(chunk, 1))});
+            return cu::kda_scan_backward(*ctx.stream, p, ckpt, d, chunk, work.ptr<float>());
+        }
     kda_scan_backward(p, ckpt, d, chunk);
+}
+
+// ---- whole-tensor reductions (backend/ops_reduce.h) ---------------------------------------------
+
+// On CUDA the sum lands in an 8-byte slot of an i64 scratch, read back as a double.
+double sum_of_squares(const Ctx& ctx, const Tensor& x) {
+    check_on(ctx, "sum_of_squares", {&x});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            backend::Scratch scratch(ctx);
+            Tensor slot = scratch(DType::i64, {1});
+            cu::sum_of_squares(*ctx.stream, x, static_cast<double*>(slot.data));
+            double s = 0;
+            cu::copy_to_host(&s, slot.data, sizeof(double), *ctx.stream);
+            ctx.stream->synchronize();
+            return s;
+        }
+    return sum_of_squares(x);
+}
+
+// ---- row moves (backend/ops_rows.h)
+// --------------------------------------------------------------
+
+void gather_rows(const Ctx& ctx, const Tensor& src, const Tensor& idx, Tensor& dst) {
+    check_on(ctx, "gather_rows", {&src, &idx, &dst});
+    HYMOE_CHECK(src.shape.size() == 2 && dst.shape.size() == 2 && src.dtype == dst.dtype &&
+                    src.dim(1) == dst.dim(1) && idx.dtype == DType::i64 &&
+                    idx.numel() == dst.dim(0),
+                "gather_rows: src ",
+                shape_string(src.shape),
+                ", idx ",
+                shape_string(idx.shape),
+                ", dst ",
+                shape_string(dst.shape));
+    if (dst.numel() == 0)
+        return;
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::gather_rows(*ctx.stream, src, idx, dst);
+    gather_rows(src, idx, dst);
+}
+
+void scatter_rows(const Ctx& ctx, const Tensor& src, const Tensor& idx, Tensor& dst) {
+    check_on(ctx, "scatter_rows", {&src, &idx, &dst});
+    if (src.numel() == 0)
+        return;
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::scatter_rows(*ctx.stream, src, idx, dst);
+    scatter_rows(src, idx, dst);
+}
+
+// ---- the router's score backward and the cross-entropy rows (backend/ops_router_loss.h) -------
+
+void router_scores_backward(const Ctx& ctx,
+                            const Tensor& s,
+                            const Tensor& idx,
+                            const Tensor& dw,
+                            const Tensor& bias,
+                            const RouterGradRule& rule,
+                            Tensor& dlogit) {
+    check_on(ctx, "router_scores_backward", {&s, &idx, &dw, &bias, &dlogit});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::router_scores_backward(*ctx.stream, s, idx, dw, bias, rule, dlogit);
+    router_scores_backward(s, idx, dw, bias, rule, dlogit);
+}
+
+// On CUDA the rows' losses (8-byte slots of an i64 scratch, read as doubles) and argmaxes come
+// back to the host once the stream has reached them.
+CrossEntropyRows cross_entropy_rows(const Ctx& ctx,
+                                    Tensor& logits,
+                                    const Tensor& targets,
+                                    double scale) {
+    check_on(ctx, "cross_entropy_rows", {&logits, &targets});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t k = logits.dim(0);
+            backend::Scratch scratch(ctx);
+            Tensor loss = scratch(DType::i64, {k}), best = scratch(DType::i64, {k});
+            cu::cross_entropy_rows(*ctx.stream,
+                                   logits,
+                                   targets,
+                                   scale,
+                                   static_cast<double*>(loss.data),
+                                   best.ptr<int64_t>());
+            CrossEntropyRows out;
+            out.loss.resize(static_cast<size_t>(k));
+            out.best.resize(static_cast<size_t>(k));
+            cu::copy_to_host(
+                out.loss.data(), loss.data, out.loss.size() * sizeof(double), *ctx.stream);
+            cu::copy_to_host(
+                out.best.data(), best.data, out.best.size() * sizeof(int64_t), *ctx.stream);
+            ctx.stream->synchronize();
+            return out;
+        }
+    return cross_entropy_rows(logits, targets, scale);
 }
 
 // ---- backward and optimizer (backend/ops_backward.h) -------------------------------------------
@@ -719,32 +999,6 @@ void cast(const Ctx& ctx, const Tensor& src, Tensor& dst) {
             dst.ptr<float>()[i] = bf16_to_float(src.ptr<uint16_t>()[i]);
     else
         std::memcpy(dst.data, src.data, src.bytes());
-}
-
-void gather_rows(const Ctx& ctx, const Tensor& src, const Tensor& idx, Tensor& dst) {
-    check_on(ctx, "gather_rows", {&src, &idx, &dst});
-    HYMOE_CHECK(src.shape.size() == 2 && dst.shape.size() == 2 && src.dtype == dst.dtype &&
-                    src.dim(1) == dst.dim(1) && idx.dtype == DType::i64 &&
-                    idx.numel() == dst.dim(0),
-                "gather_rows: src ",
-                shape_string(src.shape),
-                ", idx ",
-                shape_string(idx.shape),
-                ", dst ",
-                shape_string(dst.shape));
-    if (dst.numel() == 0)
-        return;
-    if constexpr (kCudaBuild)
-        if (ctx.device == Device::cuda)
-            return cu::gather_rows(*ctx.stream, src, idx, dst);
-    const auto row_bytes = static_cast<size_t>(src.dim(1)) * dtype_size(src.dtype);
-    for (int64_t i = 0; i < dst.dim(0); ++i) {
-        const int64_t from = idx.ptr<int64_t>()[i];
-        HYMOE_CHECK(from >= 0 && from < src.dim(0), "gather_rows: row ", from, " of ", src.dim(0));
-        std::memcpy(static_cast<char*>(dst.data) + i * static_cast<int64_t>(row_bytes),
-                    static_cast<const char*>(src.data) + from * static_cast<int64_t>(row_bytes),
-                    row_bytes);
-    }
 }
 
 void download(const Ctx& ctx, const Tensor& src, Tensor& host) {

@@ -4,10 +4,10 @@
 //   dh = dy W_down,  swiglu: d(gate) = dh ⊙ up ⊙ σ(g)(1 + g(1 − σ(g))), d(up) = dh ⊙ SiLU(g);
 //                    relu2:  d(up) = dh ⊙ 2·ReLU(u);
 //   dx = d(up) W_up + d(gate) W_gate,
-// every step an op on the Ctx. The base weights are frozen; each host adapter slot gets
-// lora_backward beside its projection's backward with the forward's input (adapter 0 on every
-// row), so dx includes the adapters' share and the adapters accumulate (+=) their gradients. dx is
-// overwritten (=).
+// every step an op on the Ctx. The base weights are frozen; each projection's adapters (the host
+// slot, adapter 0 on every row, and the factor views on their rows) get lora_backward beside its
+// backward with the forward's input (model/lora_views.h), so dx includes the adapters' share and
+// the adapters accumulate (+=) their gradients. dx is overwritten (=).
 #include "ffn_backward.h"
 
 #include "hymoe/backend/ops.h"
@@ -26,7 +26,8 @@ void dense_ffn_backward(const backend::Ctx& ctx,
                         const Tensor& x,
                         const Tensor& dy,
                         Tensor& dx,
-                        Tensor* y) {
+                        Tensor* y,
+                        const std::vector<LoraRowsView>* lora_rows) {
     const int64_t n = x.dim(0);
     const int64_t inter = w.up_proj.dim(0);
     HYMOE_CHECK(
@@ -40,28 +41,31 @@ void dense_ffn_backward(const backend::Ctx& ctx,
         " (dx must not alias x or dy)");
     const LoraSlots none;
     const LoraSlots& host = w.lora ? *w.lora : none;
-    HYMOE_CHECK(ctx.device == Device::cpu || (!host.gate && !host.up && !host.down),
-                "dense_ffn_backward: host adapters on a ",
-                to_string(ctx.device),
-                " context (adapter gradients run on the host only)");
-    const SeqBatch rows = single_sequence(n);  // FFN adapters: adapter 0 on every row
-    const LoraSlotView no_views;
-    auto adapter = [&](const LoraSlot* slot, const Tensor& in, Tensor& out) {
-        lora_forward(ctx, slot, no_views, rows, nullptr, in, out);
+    const MlpLoraViews& views = w.lora_views;
+    const SeqBatch rows = single_sequence(n);  // FFN host adapters: adapter 0 on every row
+    auto adapter = [&](const LoraSlot* slot, const LoraSlotView& f, const Tensor& in, Tensor& out) {
+        lora_forward(ctx, slot, f, rows, lora_rows, in, out);
+    };
+    auto adapter_backward = [&](LoraSlot* slot,
+                                const LoraSlotView& f,
+                                const Tensor& in,
+                                const Tensor& d_out,
+                                Tensor& d_in) {
+        lora_backward(ctx, slot, f, rows, lora_rows, in, d_out, d_in);
     };
 
     // Recompute the forward's hidden activations.
     backend::Scratch scratch(ctx);
     Tensor up = scratch(DType::f32, {n, inter});  // [n, I] x W_upᵀ (+ adapter), then d(up)
     ops::linear(ctx, x, w.up_proj, up);
-    adapter(host.up, x, up);
+    adapter(host.up, views.up, x, up);
     Tensor gate;  // [n, I] x W_gateᵀ (+ adapter), then d(gate); swiglu only
     Tensor h =
         scratch(DType::f32, {n, inter});  // [n, I] act(gate, up): the down projection's input
     if (act == ExpertAct::swiglu) {
         gate = scratch(DType::f32, {n, inter});
         ops::linear(ctx, x, w.gate_proj, gate);
-        adapter(host.gate, x, gate);
+        adapter(host.gate, views.gate, x, gate);
         ops::swiglu(ctx, gate, up, h);
     } else {
         ops::copy_cols(ctx, up, 0, h);
@@ -69,13 +73,13 @@ void dense_ffn_backward(const backend::Ctx& ctx,
     }
     if (y) {
         ops::linear(ctx, h, w.down_proj, *y);
-        adapter(host.down, h, *y);
+        adapter(host.down, views.down, h, *y);
     }
 
     // dh [n, I] = dy [n, w] · W_down [w, I], plus the down adapter's share.
     Tensor dh = scratch(DType::f32, {n, inter});
     ops::linear_backward(ctx, dy, w.down_proj, dh);
-    lora_backward(host.down, rows, h, dy, dh);
+    adapter_backward(host.down, views.down, h, dy, dh);
 
     // Through the activation, in place: up ← d(up), gate ← d(gate).
     if (act == ExpertAct::swiglu)
@@ -85,10 +89,10 @@ void dense_ffn_backward(const backend::Ctx& ctx,
 
     // dx [n, w] = d(up) W_up (+ d(gate) W_gate), plus the adapters' shares.
     ops::linear_backward(ctx, up, w.up_proj, dx);
-    lora_backward(host.up, rows, x, up, dx);
+    adapter_backward(host.up, views.up, x, up, dx);
     if (act == ExpertAct::swiglu) {
         ops::linear_backward(ctx, gate, w.gate_proj, dx, 1.0f);
-        lora_backward(host.gate, rows, x, gate, dx);
+        adapter_backward(host.gate, views.gate, x, gate, dx);
     }
 }
 

@@ -1,112 +1,149 @@
-// The KDA block's backward (spec/model-math.md §3, §9) over a packed batch of fresh sequences:
-// recompute the forward from x keeping what the backward reads (KdaActs), then walk back
+// The KDA block's backward (spec/model-math.md §3, §9) over a packed batch of fresh sequences, on
+// any Ctx (model/kda_backward_views.h): recompute the forward from x keeping what the backward
+// reads (KdaActs), then walk back
 //   y = o_proj(on) (+ LoRA o),  on = RMSNorm(o_h; o_norm) ⊙ σ(g_b g_a x),  o = scan(q, k, v, g, β),
 //   q = l2(SiLU(conv(q_proj x (+ LoRA q))))·K^{-1/2},  k likewise without the scale,
 //   v = SiLU(conv(v_proj x (+ LoRA v))),  g = gate(f_b f_a x + dt_bias),  β = σ(b_proj x),
 // summing every path into dx: the q, k, v projections, the decay path (f_a, f_b), β (b_proj) and
-// the output gate (g_a, g_b). The scan and its backward are backend ops (hymoe/backend/ops.h) on
-// the caller's Ctx (the CPU's so far). Each sequence's conv starts from a zero tail and its
-// recurrence from a zero state (nothing crosses sequences). Only the adapters learn: lora_backward
-// accumulates (+=) their dA, dB; dx is overwritten.
+// the output gate (g_a, g_b). Every step is an op on the Ctx (backend/ops.h, ops_kda.h,
+// ops_kda_backward.h, ops_backward.h), the buffers its scratch. Each sequence's conv starts from
+// a zero tail and its recurrence from a zero state (nothing crosses sequences). Only the adapters
+// learn: model::lora_backward accumulates (+=) their dA, dB (host slots, factor views with
+// gradient views); dx is overwritten.
 #include <algorithm>
 #include <cmath>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
+#include "hymoe/backend/ops_backward.h"
+#include "hymoe/backend/ops_kda.h"
+#include "hymoe/backend/ops_kda_backward.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/kda.h"
+#include "hymoe/model/kda_backward_views.h"
 #include "kda_dims.h"
 
 namespace hymoe::model {
 
 namespace {
 
-// What the backward reads from the forward, recomputed from x.
+using backend::Ctx;
+using backend::Scratch;
+
+// What the backward reads from the forward, recomputed from x (ctx's scratch).
 struct KdaActs {
-    Buffer cq, ck, cv;         // [n_tok, D] conv outputs, before SiLU
-    Buffer q, k, v;            // [n_tok, D] scan inputs ([n_tok, H, K]; q, k l2-normalised)
-    Buffer g;                  // [n_tok, D] log-decay
-    Buffer dg_dz;              // [n_tok, D] ∂g/∂(f + dt_bias)
-    Buffer beta;               // [n_tok, H]
-    Buffer o;                  // [n_tok, D] scan output
-    Buffer nrm;                // [n_tok, D] RMSNorm(o_h; o_norm)
-    Buffer gate;               // [n_tok, D] σ(g_b g_a x)
-    Buffer on;                 // [n_tok, D] nrm ⊙ gate: o_proj's input
-    std::vector<Buffer> ckpt;  // [n_seq] states before each chunk [⌈T_s/C⌉, H, K, V]
+    Tensor cq, ck, cv;                // [n_tok, D] conv outputs, before SiLU
+    Tensor q, k, v;                   // [n_tok, D] scan inputs ([n_tok, H, K]; q, k l2-normalised)
+    Tensor g;                         // [n_tok, D] log-decay
+    Tensor dg_dz;                     // [n_tok, D] ∂g/∂(f + dt_bias)
+    Tensor beta;                      // [n_tok, H]
+    Tensor o;                         // [n_tok, D] scan output
+    Tensor nrm;                       // [n_tok, D] RMSNorm(o_h; o_norm)
+    Tensor gate;                      // [n_tok, D] σ(g_b g_a x)
+    Tensor on;                        // [n_tok, D] nrm ⊙ gate: o_proj's input
+    Tensor ckpt;                      // [Σ_s ⌈T_s/C⌉, H, K, V] states before each chunk
+    std::vector<int64_t> ckpt_first;  // [n_seq] sequence s's first checkpoint
 };
 
-// dst [m, n] (+)= a [m, k] · w [k, n], row-major, contiguous; w a weight at its storage dtype.
-void matmul(
-    int64_t m, int64_t n, int64_t k, const float* a, const Buffer& w, float* dst, float beta) {
-    ops::gemm_w(false, m, n, k, 1.0f, a, k, ops::weight_ref(w.view()), n, beta, dst, n);
+// One call's context: the Ctx, its scratch, the batch and the dimensions.
+struct Call {
+    const Ctx& ctx;
+    Scratch& scratch;
+    const ModelConfig& cfg;
+    const KdaWeightViews& w;
+    const KdaBatchViews& b;
+    ops::KdaSeqTable table;  // b.table, or the batch's rows on ctx's device
+    KdaDims n;
+    int chunk;
+    const SeqBatch& batch() const { return *b.batch; }
+    Tensor f32(Shape shape) const { return scratch(DType::f32, std::move(shape)); }
+    // A zero tensor of ctx's device (a host zero buffer uploaded).
+    Tensor zeros(Shape shape) const {
+        Tensor t = f32(shape);
+        Buffer host(DType::f32, std::move(shape));
+        ops::upload(ctx, host.view(), t);
+        return t;
+    }
+};
+
+// The table the conv's backward reads when the caller gives none: the batch's offsets (and, on
+// CUDA, each row's sequence) on ctx's device, in scratch.
+ops::KdaSeqTable batch_table(const Ctx& ctx, Scratch& scratch, const SeqBatch& batch) {
+    ops::KdaSeqTable t;
+    t.n_tok = batch.n_tok();
+    t.n_seq = batch.n_seq();
+    t.offsets = batch.offsets.data();
+    if (ctx.device == Device::cpu)
+        return t;
+    std::vector<int32_t> row_seq(static_cast<size_t>(t.n_tok));  // [n_tok]
+    for (int64_t s = 0; s < t.n_seq; ++s)
+        std::fill(row_seq.begin() + batch.offsets[s],
+                  row_seq.begin() + batch.offsets[s + 1],
+                  static_cast<int32_t>(s));
+    Tensor offsets = scratch(DType::i64, {t.n_seq + 1}), rows = scratch(DType::i32, {t.n_tok});
+    ops::upload(
+        ctx,
+        Tensor{const_cast<int64_t*>(batch.offsets.data()), DType::i64, Device::cpu, {t.n_seq + 1}},
+        offsets);
+    ops::upload(ctx, Tensor{row_seq.data(), DType::i32, Device::cpu, {t.n_tok}}, rows);
+    t.offsets = offsets.ptr<int64_t>();
+    t.row_seq = rows.ptr<int32_t>();
+    return t;
+}
+
+Tensor as_shape(const Tensor& t, Shape shape) {
+    Tensor r = t;
+    r.shape = std::move(shape);
+    return r;
 }
 
 // c [n_tok, D] = conv(x Wᵀ (+ LoRA)) per sequence from a zero tail, before SiLU.
-void project_conv(const Tensor& x,
-                  const Buffer& proj,  // [D, d]
-                  const LoraSlot* slot,
-                  const Buffer& conv,  // [D, 1, W]
-                  const SeqBatch& batch,
-                  const KdaDims& n,
-                  Buffer& c) {
+Tensor project_conv(const Call& c,
+                    const Tensor& x,
+                    const Tensor& proj,  // [D, d]
+                    LoraSlot* slot,
+                    const LoraSlotView& factors,
+                    const Tensor& conv) {  // [D, 1, W]
+    const KdaDims& n = c.n;
     const int64_t n_tok = x.dim(0);
-    Buffer u(DType::f32, {n_tok, n.D});
-    ops::linear(x, proj.view(), u.view());
-    lora_forward(slot, batch, x, u.view());
-    c = Buffer(DType::f32, {n_tok, n.D});
-    const Tensor w2{conv.ptr<float>(), DType::f32, Device::cpu, {n.D, n.W}};
-    for (int64_t s = 0; s < batch.n_seq(); ++s) {
-        if (batch.length(s) == 0)
+    Tensor u = c.f32({n_tok, n.D});
+    ops::linear(c.ctx, x, proj, u);
+    lora_forward(c.ctx, slot, factors, c.batch(), c.b.lora_rows, x, u);
+    Tensor out = c.f32({n_tok, n.D});
+    const Tensor w2 = as_shape(conv, {n.D, n.W});
+    for (int64_t s = 0; s < c.batch().n_seq(); ++s) {
+        const int64_t r0 = c.batch().offsets[s], T = c.batch().length(s);
+        if (T == 0)
             continue;
-        Buffer tail(DType::f32, {n.W - 1, n.D});  // zeros: a fresh sequence
-        Tensor us = u.view().rows(batch.offsets[s], batch.length(s));
-        Tensor cs = c.view().rows(batch.offsets[s], batch.length(s));
-        Tensor tv = tail.view();
-        ops::causal_conv(us, w2, tv, cs);
+        Tensor tail = c.zeros({n.W - 1, n.D});  // a fresh sequence
+        Tensor cs = out.rows(r0, T);
+        ops::causal_conv(c.ctx, u.rows(r0, T), w2, tail, cs);
     }
+    return out;
 }
 
-// out = SiLU(c), then l2-normalised per head and scaled when `l2`.
-void silu_l2(const Buffer& c, bool l2, float scale, const KdaDims& n, Buffer& out) {
-    const int64_t n_tok = c.view().dim(0);
-    out = Buffer(DType::f32, {n_tok, n.D});
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        out.ptr<float>()[i] = ops::silu(c.ptr<float>()[i]);
-    if (!l2)
-        return;
-    ops::l2_norm_rows(out.ptr<float>(), n_tok * n.H, n.K);
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        out.ptr<float>()[i] *= scale;
+// SiLU(c), then l2-normalised per head and scaled when `l2`.
+Tensor silu_l2(const Call& c, const Tensor& cv, bool l2, float scale) {
+    Tensor out = c.f32(cv.shape);
+    ops::kda_silu_l2(c.ctx, cv, c.n.K, l2, scale, out);
+    return out;
 }
 
-// g and ∂g/∂z from the decay logits z = f_b f_a x + dt_bias: g = −a·softplus(z), ∂g/∂z = −a·σ(z),
-// or with a lower bound lb: g = lb·σ(a z), ∂g/∂z = lb·a·σ(a z)(1 − σ(a z)); a = e^{A_log_h}.
-void decay_gate(
-    const KdaConfig& kc, const KdaWeights& w, const Tensor& x, const KdaDims& n, KdaActs& a) {
+// g and ∂g/∂z from the decay logits z = f_b f_a x + dt_bias (ops::kda_decay_gate_grad).
+void decay_gate(const Call& c, const Tensor& x, KdaActs& a) {
     const int64_t n_tok = x.dim(0);
-    Buffer low(DType::f32, {n_tok, n.K});
-    a.g = Buffer(DType::f32, {n_tok, n.D});
-    a.dg_dz = Buffer(DType::f32, {n_tok, n.D});
-    ops::linear(x, w.f_a_proj.view(), low.view());
-    ops::linear(low.view(), w.f_b_proj.view(), a.g.view());
-    const float* a_log = w.a_log.ptr<float>();  // [H]
-    const float* dt_bias = w.dt_bias.ptr<float>();
-    for (int64_t t = 0; t < n_tok; ++t) {
-        for (int64_t i = 0; i < n.D; ++i) {
-            const float sa = std::exp(a_log[i / n.K]);
-            float& g = a.g.ptr<float>()[t * n.D + i];
-            float& dz = a.dg_dz.ptr<float>()[t * n.D + i];
-            const float z = g + dt_bias[i];
-            if (kc.gate_lower_bound) {
-                const float lb = static_cast<float>(*kc.gate_lower_bound);
-                const float s = ops::sigmoid(sa * z);
-                g = lb * s;
-                dz = lb * sa * s * (1.0f - s);
-            } else {
-                g = -sa * ops::softplus(z);
-                dz = -sa * ops::sigmoid(z);
-            }
-        }
-    }
+    Tensor low = c.f32({n_tok, c.n.K});
+    a.g = c.f32({n_tok, c.n.D});
+    a.dg_dz = c.f32({n_tok, c.n.D});
+    ops::linear(c.ctx, x, c.w.f_a_proj, low);
+    ops::linear(c.ctx, low, c.w.f_b_proj, a.g);
+    const auto& lb = c.cfg.kda.gate_lower_bound;
+    ops::kda_decay_gate_grad(c.ctx,
+                             a.g,
+                             c.w.a_log,
+                             c.w.dt_bias,
+                             lb ? std::optional<float>(static_cast<float>(*lb)) : std::nullopt,
+                             a.dg_dz);
 }
 
 // Sequence s's scan inputs (rows of a.q, a.k, a.v, a.g, a.beta); state and output left null.
@@ -126,172 +163,137 @@ KdaScanParams sequence_scan(const KdaActs& a, const KdaDims& n, const SeqBatch& 
 }
 
 // The scan of every sequence from a zero state: a.o and the chunk checkpoints.
-void scan_forward(
-    const backend::Ctx& ctx, const KdaDims& n, const SeqBatch& batch, int chunk, KdaActs& a) {
-    a.o = Buffer(DType::f32, {a.q.view().dim(0), n.D});
-    a.ckpt.clear();
+void scan_forward(const Call& c, KdaActs& a) {
+    const KdaDims& n = c.n;
+    const SeqBatch& batch = c.batch();
+    a.o = c.f32({a.q.dim(0), n.D});
+    a.ckpt_first.resize(static_cast<size_t>(batch.n_seq()));
+    int64_t n_ckpt = 0;
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
-        const int64_t T = batch.length(s);
-        Buffer S(DType::f32, {n.H, n.K, n.K});  // zeros: a fresh sequence
-        a.ckpt.emplace_back(DType::f32,
-                            Shape{std::max<int64_t>(1, (T + chunk - 1) / chunk), n.H, n.K, n.K});
+        a.ckpt_first[static_cast<size_t>(s)] = n_ckpt;
+        n_ckpt += std::max<int64_t>(1, (batch.length(s) + c.chunk - 1) / c.chunk);
+    }
+    a.ckpt = c.f32({n_ckpt, n.H, n.K, n.K});
+    const int64_t HKV = n.H * n.K * n.K;
+    for (int64_t s = 0; s < batch.n_seq(); ++s) {
+        Tensor S = c.zeros({n.H, n.K, n.K});  // a fresh sequence
         KdaScanParams p = sequence_scan(a, n, batch, s);
         p.S = S.ptr<float>();
         p.o = a.o.ptr<float>() + batch.offsets[s] * n.D;
-        ops::kda_chunked_checkpoints(ctx, p, a.ckpt.back().ptr<float>(), chunk);
+        ops::kda_chunked_checkpoints(
+            c.ctx, p, a.ckpt.ptr<float>() + a.ckpt_first[static_cast<size_t>(s)] * HKV, c.chunk);
     }
 }
 
 // The forward of kda_forward for fresh sequences, keeping the activations.
-KdaActs recompute_forward(const backend::Ctx& ctx,
-                          const ModelConfig& cfg,
-                          const KdaWeights& w,
-                          const Tensor& x,
-                          const SeqBatch& batch,
-                          int chunk) {
-    const KdaDims n(cfg);
+KdaActs recompute_forward(const Call& c, const Tensor& x) {
+    const KdaDims& n = c.n;
+    const KdaWeightViews& w = c.w;
+    const LoraSlots none;
+    const LoraSlots& host = w.lora ? *w.lora : none;
     const int64_t n_tok = x.dim(0);
     KdaActs a;
     const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
-    project_conv(x, w.q_proj, w.lora.q, w.q_conv1d, batch, n, a.cq);
-    project_conv(x, w.k_proj, w.lora.k, w.k_conv1d, batch, n, a.ck);
-    project_conv(x, w.v_proj, w.lora.v, w.v_conv1d, batch, n, a.cv);
-    silu_l2(a.cq, true, scale, n, a.q);
-    silu_l2(a.ck, true, 1.0f, n, a.k);
-    silu_l2(a.cv, false, 1.0f, n, a.v);
-    decay_gate(cfg.kda, w, x, n, a);
-    a.beta = Buffer(DType::f32, {n_tok, n.H});
-    ops::linear(x, w.b_proj.view(), a.beta.view());
-    ops::sigmoid_inplace(a.beta.view());
-    scan_forward(ctx, n, batch, chunk, a);
+    a.cq = project_conv(c, x, w.q_proj, host.q, w.lora_views.q, w.q_conv1d);
+    a.ck = project_conv(c, x, w.k_proj, host.k, w.lora_views.k, w.k_conv1d);
+    a.cv = project_conv(c, x, w.v_proj, host.v, w.lora_views.v, w.v_conv1d);
+    a.q = silu_l2(c, a.cq, true, scale);
+    a.k = silu_l2(c, a.ck, true, 1.0f);
+    a.v = silu_l2(c, a.cv, false, 1.0f);
+    decay_gate(c, x, a);
+    a.beta = c.f32({n_tok, n.H});
+    ops::linear(c.ctx, x, w.b_proj, a.beta);
+    ops::sigmoid_inplace(c.ctx, a.beta);
+    scan_forward(c, a);
 
-    Buffer low(DType::f32, {n_tok, n.K});
-    a.gate = Buffer(DType::f32, {n_tok, n.D});
-    ops::linear(x, w.g_a_proj.view(), low.view());
-    ops::linear(low.view(), w.g_b_proj.view(), a.gate.view());
-    ops::sigmoid_inplace(a.gate.view());
-    a.nrm = Buffer(DType::f32, {n_tok, n.D});
-    Tensor heads{a.o.ptr<float>(), DType::f32, Device::cpu, {n_tok * n.H, n.K}};
-    Tensor nrm_heads{a.nrm.ptr<float>(), DType::f32, Device::cpu, {n_tok * n.H, n.K}};
-    ops::rms_norm(heads, w.o_norm.view(), static_cast<float>(cfg.rms_norm_eps), nrm_heads);
-    a.on = Buffer(DType::f32, {n_tok, n.D});
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        a.on.ptr<float>()[i] = a.nrm.ptr<float>()[i] * a.gate.ptr<float>()[i];
+    Tensor low = c.f32({n_tok, n.K});
+    a.gate = c.f32({n_tok, n.D});
+    ops::linear(c.ctx, x, w.g_a_proj, low);
+    ops::linear(c.ctx, low, w.g_b_proj, a.gate);
+    ops::sigmoid_inplace(c.ctx, a.gate);
+    a.nrm = c.f32({n_tok, n.D});
+    Tensor nrm_heads = as_shape(a.nrm, {n_tok * n.H, n.K});
+    ops::rms_norm(c.ctx,
+                  as_shape(a.o, {n_tok * n.H, n.K}),
+                  w.o_norm,
+                  static_cast<float>(c.cfg.rms_norm_eps),
+                  nrm_heads);
+    a.on = c.f32({n_tok, n.D});
+    ops::copy_cols(c.ctx, a.nrm, 0, a.on);
+    ops::mul_inplace(c.ctx, a.on, a.gate);
     return a;
 }
 
 // From dy [n_tok, d] back to dO [n_tok, D], the scan output's gradient; the output gate's path
-// (g_a, g_b) is added to dx, the o adapter's gradients accumulated.
-void output_backward(const ModelConfig& cfg,
-                     const KdaWeights& w,
-                     const SeqBatch& batch,
-                     const KdaActs& a,
-                     const Tensor& dy,
-                     Buffer& dO,
-                     Tensor& dx) {
-    const KdaDims n(cfg);
+// (g_a, g_b) is added to dx, the o adapters' gradients accumulated.
+Tensor output_backward(const Call& c, const KdaActs& a, const Tensor& dy, Tensor& dx) {
+    const KdaDims& n = c.n;
+    const KdaWeightViews& w = c.w;
     const int64_t n_tok = dy.dim(0);
-    Buffer don(DType::f32, {n_tok, n.D});  // ∂L/∂on
-    matmul(n_tok, n.D, n.d, dy.ptr<float>(), w.o_proj, don.ptr<float>(), 0.0f);
-    Tensor don_t = don.view();
-    lora_backward(w.lora.o, batch, a.on.view(), dy, don_t);
-
-    Buffer dgate(DType::f32, {n_tok, n.D});  // ∂L/∂(g_b g_a x), before σ
-    dO = Buffer(DType::f32, {n_tok, n.D});
-    const float* on_w = w.o_norm.ptr<float>();  // [K]
-    const float eps = static_cast<float>(cfg.rms_norm_eps);
-    for (int64_t row = 0; row < n_tok * n.H; ++row) {  // one head of one token
-        const float* o = a.o.ptr<float>() + row * n.K;
-        const float* nrm = a.nrm.ptr<float>() + row * n.K;
-        const float* sg = a.gate.ptr<float>() + row * n.K;
-        const float* dn = don.ptr<float>() + row * n.K;
-        float* dgt = dgate.ptr<float>() + row * n.K;
-        float* d_o = dO.ptr<float>() + row * n.K;
-        float ss = 0.0f;
-        for (int64_t i = 0; i < n.K; ++i)
-            ss += o[i] * o[i];
-        const float r = 1.0f / std::sqrt(ss / static_cast<float>(n.K) + eps);
-        float dot = 0.0f;  // Σ dm ⊙ m, m = o r, dm = dnrm ⊙ w
-        for (int64_t i = 0; i < n.K; ++i) {
-            dgt[i] = dn[i] * nrm[i] * sg[i] * (1.0f - sg[i]);
-            d_o[i] = dn[i] * sg[i] * on_w[i];  // dm
-            dot += d_o[i] * o[i] * r;
-        }
-        const float mean = dot / static_cast<float>(n.K);
-        for (int64_t i = 0; i < n.K; ++i)  // do = r (dm − m·mean(dm ⊙ m))
-            d_o[i] = r * (d_o[i] - o[i] * r * mean);
-    }
-    Buffer dlow(DType::f32, {n_tok, n.K});
-    matmul(n_tok, n.K, n.D, dgate.ptr<float>(), w.g_b_proj, dlow.ptr<float>(), 0.0f);
-    matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.g_a_proj, dx.ptr<float>(), 1.0f);
+    Tensor don = c.f32({n_tok, n.D});  // ∂L/∂on
+    ops::linear_backward(c.ctx, dy, w.o_proj, don);
+    lora_backward(c.ctx,
+                  w.lora ? w.lora->o : nullptr,
+                  w.lora_views.o,
+                  c.batch(),
+                  c.b.lora_rows,
+                  a.on,
+                  dy,
+                  don);
+    Tensor dgate = c.f32({n_tok, n.D});  // ∂L/∂(g_b g_a x), before σ
+    Tensor dO = c.f32({n_tok, n.D});
+    ops::kda_gated_norm_backward(c.ctx,
+                                 a.o,
+                                 a.nrm,
+                                 a.gate,
+                                 w.o_norm,
+                                 static_cast<float>(c.cfg.rms_norm_eps),
+                                 don,
+                                 dO,
+                                 dgate);
+    Tensor dlow = c.f32({n_tok, n.K});
+    ops::linear_backward(c.ctx, dgate, w.g_b_proj, dlow);
+    ops::linear_backward(c.ctx, dlow, w.g_a_proj, dx, 1.0f);
+    return dO;
 }
 
 // From the scan's dq (or dk, dv) [n_tok, D] back to dx: l2 (when `l2`, with q's `scale`), SiLU,
-// the time-reversed conv per sequence, the projection and its adapter.
-void qkv_backward(const Tensor& x,
-                  const SeqBatch& batch,
-                  const Buffer& c,  // [n_tok, D] the conv output
+// the time-reversed conv per sequence, the projection and its adapters.
+void qkv_backward(const Call& c,
+                  const Tensor& x,
+                  const Tensor& cv,  // [n_tok, D] the conv output
                   bool l2,
                   float scale,
-                  const Buffer& conv,  // [D, 1, W]
-                  const Buffer& proj,  // [D, d]
+                  const Tensor& conv,  // [D, 1, W]
+                  const Tensor& proj,  // [D, d]
                   LoraSlot* slot,
-                  const KdaDims& n,
-                  Buffer& grad,  // [n_tok, D] in: ∂L/∂(scan input); overwritten
+                  const LoraSlotView& factors,
+                  Tensor& grad,  // [n_tok, D] in: ∂L/∂(scan input); overwritten
                   Tensor& dx) {
-    const int64_t n_tok = x.dim(0);
-    float* dc = grad.ptr<float>();
-    for (int64_t row = 0; row < n_tok * n.H; ++row) {  // ∂L/∂SiLU(c), then ∂L/∂c
-        const float* cr = c.ptr<float>() + row * n.K;
-        float* dr = dc + row * n.K;
-        if (l2) {  // y = s·x̃ r: dx̃ = r(dŷ − ŷ(ŷ·dŷ)), ŷ = x̃ r, dŷ = s dy
-            float ss = 0.0f, dot = 0.0f;
-            for (int64_t i = 0; i < n.K; ++i)
-                ss += ops::silu(cr[i]) * ops::silu(cr[i]);
-            const float r = 1.0f / std::sqrt(ss + 1e-6f);
-            for (int64_t i = 0; i < n.K; ++i)
-                dot += ops::silu(cr[i]) * r * dr[i] * scale;
-            for (int64_t i = 0; i < n.K; ++i)
-                dr[i] = r * (dr[i] * scale - ops::silu(cr[i]) * r * dot);
-        }
-        for (int64_t i = 0; i < n.K; ++i) {
-            const float sg = ops::sigmoid(cr[i]);
-            dr[i] *= sg * (1.0f + cr[i] * (1.0f - sg));
-        }
-    }
-    // du_s = Σ_i w[·, i] dc_{s+W−1−i} within each sequence
-    Buffer du(DType::f32, {n_tok, n.D});
-    const float* w = conv.ptr<float>();  // [D, W]
-    for (int64_t s = 0; s < batch.n_seq(); ++s) {
-        const int64_t r0 = batch.offsets[s], T = batch.length(s);
-        for (int64_t t = 0; t < T; ++t)
-            for (int64_t i = 0; i < n.W; ++i) {
-                const int64_t src = t - (n.W - 1) + i;  // the input step w[·, i] read for t
-                if (src < 0)
-                    continue;
-                for (int64_t ch = 0; ch < n.D; ++ch)
-                    du.ptr<float>()[(r0 + src) * n.D + ch] +=
-                        w[ch * n.W + i] * dc[(r0 + t) * n.D + ch];
-            }
-    }
-    matmul(n_tok, n.d, n.D, du.ptr<float>(), proj, dx.ptr<float>(), 1.0f);
-    lora_backward(slot, batch, x, du.view(), dx);
+    ops::kda_silu_l2_backward(c.ctx, cv, c.n.K, l2, scale, grad);  // ∂L/∂c
+    Tensor du = c.f32(grad.shape);
+    ops::causal_conv_backward(c.ctx, c.table, grad, conv, du);
+    ops::linear_backward(c.ctx, du, proj, dx, 1.0f);
+    lora_backward(c.ctx, slot, factors, c.batch(), c.b.lora_rows, x, du, dx);
 }
 
 }  // namespace
 
 void kda_backward(const backend::Ctx& ctx,
                   const ModelConfig& cfg,
-                  const KdaWeights& w,
+                  const KdaWeightViews& w,
                   const Tensor& x,
-                  const SeqBatch& batch,
+                  const KdaBatchViews& b,
                   const Tensor& dy,
                   Tensor& dx,
                   int chunk) {
     const KdaDims n(cfg);
     const int64_t n_tok = x.numel() / n.d;
+    HYMOE_CHECK(b.batch != nullptr, "kda_backward: no batch");
+    const SeqBatch& batch = *b.batch;
     HYMOE_CHECK(x.shape == (Shape{n_tok, n.d}) && dy.shape == x.shape && dx.shape == x.shape &&
-                    batch.n_tok() == n_tok && chunk > 0,
+                    batch.n_tok() == n_tok &&
+                    (b.table.offsets == nullptr || b.table.n_tok == n_tok) && chunk > 0,
                 "kda_backward: x ",
                 shape_string(x.shape),
                 " dy ",
@@ -302,20 +304,25 @@ void kda_backward(const backend::Ctx& ctx,
                 batch.n_tok(),
                 " tokens, chunk ",
                 chunk);
-    HYMOE_CHECK(ctx.device == Device::cpu,
-                "kda_backward: the block's own loops and adapters run on the host so far: a ",
-                to_string(ctx.device),
-                " context");
     for (int64_t p0 : batch.pos0)
         HYMOE_CHECK(p0 == 0, "kda_backward: sequences must start fresh (pos0 ", p0, ")");
 
-    const KdaActs a = recompute_forward(ctx, cfg, w, x, batch, chunk);
-    std::fill(dx.ptr<float>(), dx.ptr<float>() + n_tok * n.d, 0.0f);
-    Buffer dO;
-    output_backward(cfg, w, batch, a, dy, dO, dx);
+    Scratch scratch(ctx);
+    const Call c{ctx,
+                 scratch,
+                 cfg,
+                 w,
+                 b,
+                 b.table.offsets != nullptr ? b.table : batch_table(ctx, scratch, batch),
+                 n,
+                 chunk};
+    const KdaActs a = recompute_forward(c, x);
+    ops::upload(ctx, Buffer(DType::f32, dx.shape).view(), dx);  // dx = 0
+    const Tensor dO = output_backward(c, a, dy, dx);
 
-    Buffer dq(DType::f32, {n_tok, n.D}), dk(DType::f32, {n_tok, n.D}), dv(DType::f32, {n_tok, n.D});
-    Buffer dg(DType::f32, {n_tok, n.D}), dbeta(DType::f32, {n_tok, n.H});
+    Tensor dq = c.f32({n_tok, n.D}), dk = c.f32({n_tok, n.D}), dv = c.f32({n_tok, n.D});
+    Tensor dg = c.f32({n_tok, n.D}), dbeta = c.f32({n_tok, n.H});
+    const int64_t HKV = n.H * n.K * n.K;
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
         const int64_t r = batch.offsets[s];
         const KdaScanGrads d{dO.ptr<float>() + r * n.D,
@@ -324,25 +331,39 @@ void kda_backward(const backend::Ctx& ctx,
                              dv.ptr<float>() + r * n.D,
                              dg.ptr<float>() + r * n.D,
                              dbeta.ptr<float>() + r * n.H};
-        ops::kda_scan_backward(
-            ctx, sequence_scan(a, n, batch, s), a.ckpt[s].ptr<float>(), d, chunk);
+        ops::kda_scan_backward(ctx,
+                               sequence_scan(a, n, batch, s),
+                               a.ckpt.ptr<float>() + a.ckpt_first[static_cast<size_t>(s)] * HKV,
+                               d,
+                               chunk);
     }
 
     // β = σ(b_proj x): dlogit = dβ β(1 − β)
-    for (int64_t i = 0; i < n_tok * n.H; ++i)
-        dbeta.ptr<float>()[i] *= a.beta.ptr<float>()[i] * (1.0f - a.beta.ptr<float>()[i]);
-    matmul(n_tok, n.d, n.H, dbeta.ptr<float>(), w.b_proj, dx.ptr<float>(), 1.0f);
+    ops::sigmoid_backward(ctx, a.beta, dbeta);
+    ops::linear_backward(ctx, dbeta, w.b_proj, dx, 1.0f);
     // g = gate(f_b f_a x + dt_bias)
-    for (int64_t i = 0; i < n_tok * n.D; ++i)
-        dg.ptr<float>()[i] *= a.dg_dz.ptr<float>()[i];
-    Buffer dlow(DType::f32, {n_tok, n.K});
-    matmul(n_tok, n.K, n.D, dg.ptr<float>(), w.f_b_proj, dlow.ptr<float>(), 0.0f);
-    matmul(n_tok, n.d, n.K, dlow.ptr<float>(), w.f_a_proj, dx.ptr<float>(), 1.0f);
+    ops::mul_inplace(ctx, dg, a.dg_dz);
+    Tensor dlow = c.f32({n_tok, n.K});
+    ops::linear_backward(ctx, dg, w.f_b_proj, dlow);
+    ops::linear_backward(ctx, dlow, w.f_a_proj, dx, 1.0f);
 
+    const LoraSlots none;
+    const LoraSlots& host = w.lora ? *w.lora : none;
     const float scale = 1.0f / std::sqrt(static_cast<float>(n.K));
-    qkv_backward(x, batch, a.cq, true, scale, w.q_conv1d, w.q_proj, w.lora.q, n, dq, dx);
-    qkv_backward(x, batch, a.ck, true, 1.0f, w.k_conv1d, w.k_proj, w.lora.k, n, dk, dx);
-    qkv_backward(x, batch, a.cv, false, 1.0f, w.v_conv1d, w.v_proj, w.lora.v, n, dv, dx);
+    qkv_backward(c, x, a.cq, true, scale, w.q_conv1d, w.q_proj, host.q, w.lora_views.q, dq, dx);
+    qkv_backward(c, x, a.ck, true, 1.0f, w.k_conv1d, w.k_proj, host.k, w.lora_views.k, dk, dx);
+    qkv_backward(c, x, a.cv, false, 1.0f, w.v_conv1d, w.v_proj, host.v, w.lora_views.v, dv, dx);
+}
+
+void kda_backward(const backend::Ctx& ctx,
+                  const ModelConfig& cfg,
+                  const KdaWeights& w,
+                  const Tensor& x,
+                  const SeqBatch& batch,
+                  const Tensor& dy,
+                  Tensor& dx,
+                  int chunk) {
+    kda_backward(ctx, cfg, kda_views(w), x, KdaBatchViews{&batch, {}, nullptr}, dy, dx, chunk);
 }
 
 }  // namespace hymoe::model

@@ -1,10 +1,11 @@
 // LoRA adapters: init, and the adapter's share of a projection's forward and backward, one GEMM
-// pair per run of sequences that share an adapter.
+// pair (the backward: ops::lora_pair_backward) per run of sequences that share an adapter.
 #include "hymoe/model/lora.h"
 
 #include <cmath>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_lora.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
 
@@ -110,71 +111,17 @@ void lora_backward(
     for_each_run(*slot, batch, [&](LoraPair& p, int64_t row0, int64_t rows) {
         HYMOE_CHECK(p.dA.view().data != nullptr,
                     "lora_backward: an adapter made without gradients");
-        const int64_t r = p.A.view().dim(0), in = x.dim(1), out = dy.dim(1);
+        const int64_t in = x.dim(1);
         Buffer factors, xd;
         if (slot->dropout > 0.0f)
             factors = dropout_factors(*slot, row0, rows, in);
         const Tensor xin =  // [rows, in]
             adapter_input(x, row0, rows, slot->dropout > 0.0f ? &factors : nullptr, xd);
-        const float* g = dy.ptr<float>() + row0 * out;  // [rows, out]
-        Buffer a(DType::f32, {rows, r});                // x̃ Aᵀ
-        ops::linear(xin, p.A.view(), a.view());
-        Buffer gb(DType::f32, {rows, r});  // dy B
-        ops::gemm(false,
-                  false,
-                  rows,
-                  r,
-                  out,
-                  1.0f,
-                  g,
-                  out,
-                  p.B.ptr<float>(),
-                  r,
-                  0.0f,
-                  gb.ptr<float>(),
-                  r);
-        // dB [out, r] += s·dyᵀ a;  dA [r, in] += s·(dy B)ᵀ x̃
-        ops::gemm(true,
-                  false,
-                  out,
-                  r,
-                  rows,
-                  p.scale,
-                  g,
-                  out,
-                  a.ptr<float>(),
-                  r,
-                  1.0f,
-                  p.dB.ptr<float>(),
-                  r);
-        ops::gemm(true,
-                  false,
-                  r,
-                  in,
-                  rows,
-                  p.scale,
-                  gb.ptr<float>(),
-                  r,
-                  xin.ptr<float>(),
-                  in,
-                  1.0f,
-                  p.dA.ptr<float>(),
-                  in);
-        // dx̃ [rows, in] = s·(dy B) A, then through the mask
+        // dA, dB accumulate; dx̃ [rows, in] = s·(dy B) A, then through the mask
         Buffer dxd(DType::f32, {rows, in});
-        ops::gemm(false,
-                  false,
-                  rows,
-                  in,
-                  r,
-                  p.scale,
-                  gb.ptr<float>(),
-                  r,
-                  p.A.ptr<float>(),
-                  in,
-                  0.0f,
-                  dxd.ptr<float>(),
-                  in);
+        Tensor dA = p.dA.view(), dB = p.dB.view(), dxv = dxd.view();
+        ops::lora_pair_backward(
+            p.A.view(), p.B.view(), p.scale, xin, dy.rows(row0, rows), dA, dB, dxv);
         float* d = dx.ptr<float>() + row0 * in;  // dx += dx̃ ⊙ factors (x̃ = x ⊙ factors)
         for (int64_t i = 0; i < rows * in; ++i)
             d[i] += dxd.ptr<float>()[i] * (slot->dropout > 0.0f ? factors.ptr<float>()[i] : 1.0f);

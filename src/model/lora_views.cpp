@@ -1,5 +1,6 @@
 // LoRA adapters on a Ctx (model/lora_views.h): the host slot's run-wise form on the CPU, then
-// each adapter's factors on its rows through ops::lora_rows_add.
+// each adapter's factors on its rows through ops::lora_rows_add (forward) and
+// ops::lora_rows_backward (backward).
 #include "hymoe/model/lora_views.h"
 
 #include "hymoe/backend/ops_lora.h"
@@ -7,6 +8,33 @@
 #include "hymoe/model/lora.h"
 
 namespace hymoe::model {
+
+namespace {
+
+// Host slots run on CPU contexts only.
+void check_host(const backend::Ctx& ctx, const char* what) {
+    HYMOE_CHECK(ctx.device == Device::cpu,
+                what,
+                ": host adapters on a ",
+                to_string(ctx.device),
+                " context (upload them as factor views)");
+}
+
+// f(rows, factors) for each adapter of `rows` (null: none) that `factors` holds.
+template <typename F>
+void for_each_factors(const LoraSlotView& factors, const std::vector<LoraRowsView>* rows, F&& f) {
+    if (rows == nullptr)
+        return;
+    for (const LoraRowsView& r : *rows) {
+        if (r.adapter < 0 || r.adapter >= static_cast<int>(factors.size()))
+            continue;
+        const LoraFactorsView& fv = factors[static_cast<size_t>(r.adapter)];
+        if (fv.A.data != nullptr)
+            f(r, fv);
+    }
+}
+
+}  // namespace
 
 void lora_forward(const backend::Ctx& ctx,
                   const LoraSlot* host,
@@ -16,21 +44,30 @@ void lora_forward(const backend::Ctx& ctx,
                   const Tensor& x,
                   Tensor& y) {
     if (host != nullptr) {
-        HYMOE_CHECK(ctx.device == Device::cpu,
-                    "lora_forward: host adapters on a ",
-                    to_string(ctx.device),
-                    " context (upload them as factor views)");
+        check_host(ctx, "lora_forward");
         lora_forward(host, batch, x, y);
     }
-    if (rows == nullptr)
-        return;
-    for (const LoraRowsView& r : *rows) {
-        if (r.adapter < 0 || r.adapter >= static_cast<int>(factors.size()))
-            continue;
-        const LoraFactorsView& f = factors[static_cast<size_t>(r.adapter)];
-        if (f.A.data != nullptr)
-            ops::lora_rows_add(ctx, r.rows, f.A, f.B, f.scale, x, y);
+    for_each_factors(factors, rows, [&](const LoraRowsView& r, const LoraFactorsView& f) {
+        ops::lora_rows_add(ctx, r.rows, f.A, f.B, f.scale, x, y);
+    });
+}
+
+void lora_backward(const backend::Ctx& ctx,
+                   LoraSlot* host,
+                   const LoraSlotView& factors,
+                   const SeqBatch& batch,
+                   const std::vector<LoraRowsView>* rows,
+                   const Tensor& x,
+                   const Tensor& dy,
+                   Tensor& dx) {
+    if (host != nullptr) {
+        check_host(ctx, "lora_backward");
+        lora_backward(host, batch, x, dy, dx);
     }
+    for_each_factors(factors, rows, [&](const LoraRowsView& r, const LoraFactorsView& f) {
+        Tensor dA = f.dA, dB = f.dB;  // views: the gradients are written through them
+        ops::lora_rows_backward(ctx, r.rows, f.A, f.B, f.scale, x, dy, dA, dB, dx);
+    });
 }
 
 }  // namespace hymoe::model

@@ -5,10 +5,12 @@
 //   scores → logits: sigmoid dl = du ⊙ s(1 − s) on the chosen experts; softmax
 //     dl = s ⊙ (du − Σ_i du_i s_i) over every expert; dx += dl Wᵍ.
 // Linear in dw: the expert-parallel backward feeds it each etp slice's partial dw and lets the tp
-// all-reduce sum the results.
+// all-reduce sum the results. Both steps are ops (ops::router_scores_backward, linear_backward), on
+// the CPU context here: the routing and dw are host arrays.
 #include <vector>
 
-#include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_backward.h"
+#include "hymoe/backend/ops_router_loss.h"
 #include "router.h"
 
 namespace hymoe::model::detail {
@@ -21,62 +23,23 @@ void router_backward(const ModelConfig& cfg,
                      Tensor& dx) {
     const MoeConfig& m = cfg.moe;
     const int64_t n_tok = s.dim(0), n_exp = m.n_routed_experts, k = m.top_k;
-    const int64_t d = cfg.hidden_size;
     const WeightRule rule = weight_rule(cfg);
-    // [E] b when the weights gather s + b (b is constant, so du = ds); null when they gather s
-    const float* bias = m.correction_bias && m.weights_from_biased_scores
-                            ? w.correction_bias.ptr<float>()
-                            : nullptr;
-    Buffer dlogit(DType::f32, {n_tok, n_exp});      // [n_tok, E]
-    std::vector<float> u(static_cast<size_t>(k));   // [k] the gathered scores
-    std::vector<float> du(static_cast<size_t>(k));  // [k]
-    for (int64_t t = 0; t < n_tok; ++t) {
-        const float* st = s.ptr<float>() + t * n_exp;
-        const int64_t* idx = r.idx.data() + t * k;
-        const float* g = dw.data() + t * k;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < k; ++i) {
-            u[i] = bias ? st[idx[i]] + bias[idx[i]] : st[idx[i]];
-            sum += u[i];
-        }
-        if (rule.renormalize) {
-            const float inv = 1.0f / (sum + rule.eps);
-            float mean = 0.0f;  // Σ_j dw_j w̃_j
-            for (int64_t i = 0; i < k; ++i)
-                mean += g[i] * u[i] * inv;
-            for (int64_t i = 0; i < k; ++i)
-                du[i] = rule.rho * inv * (g[i] - mean);
-        } else {
-            for (int64_t i = 0; i < k; ++i)
-                du[i] = rule.rho * g[i];
-        }
-        float* dl = dlogit.ptr<float>() + t * n_exp;
-        if (m.scoring == Scoring::sigmoid) {
-            for (int64_t i = 0; i < k; ++i)
-                dl[idx[i]] = du[i] * st[idx[i]] * (1.0f - st[idx[i]]);
-        } else {
-            float c = 0.0f;  // Σ_i du_i s_idx_i
-            for (int64_t i = 0; i < k; ++i)
-                c += du[i] * st[idx[i]];
-            for (int64_t e = 0; e < n_exp; ++e)
-                dl[e] = -st[e] * c;
-            for (int64_t i = 0; i < k; ++i)
-                dl[idx[i]] += st[idx[i]] * du[i];
-        }
-    }
-    ops::gemm(false,
-              false,
-              n_tok,
-              d,
-              n_exp,
-              1.0f,
-              dlogit.ptr<float>(),
-              n_exp,
-              w.gate.ptr<float>(),
-              d,
-              1.0f,
-              dx.ptr<float>(),
-              d);
+    const backend::Ctx cpu = backend::cpu_ctx();  // the routing and dw are host arrays
+    // [E] b when the weights gather s + b (b is constant, so du = ds); empty when they gather s
+    const Tensor bias =
+        m.correction_bias && m.weights_from_biased_scores ? w.correction_bias.view() : Tensor{};
+    const Tensor idx{const_cast<int64_t*>(r.idx.data()), DType::i64, Device::cpu, {n_tok, k}};
+    const Tensor g{const_cast<float*>(dw.data()), DType::f32, Device::cpu, {n_tok, k}};
+    Buffer dlogit(DType::f32, {n_tok, n_exp});  // [n_tok, E]
+    ops::router_scores_backward(
+        cpu,
+        s,
+        idx,
+        g,
+        bias,
+        {rule.renormalize, rule.eps, rule.rho, m.scoring == Scoring::sigmoid},
+        dlogit.view());
+    ops::linear_backward(cpu, dlogit.view(), w.gate.view(), dx, 1.0f);  // dx += dlogit Wᵍ
 }
 
 }  // namespace hymoe::model::detail

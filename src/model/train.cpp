@@ -8,7 +8,10 @@
 #include <deque>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
+#include "hymoe/backend/ops_router_loss.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/error.h"
 #include "layer.h"
 
@@ -111,7 +114,7 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         if (b.targets[t] >= 0)
             rows.push_back(t);
     Buffer normed(DType::f32, {n, d});
-    ops::rms_norm(h, m.final_norm.view(), eps, normed.view());
+    ops::rms_norm(m.ctx, h, m.final_norm.view(), eps, normed.view());
     Buffer dnormed(DType::f32, {n, d});  // zero on rows without a target
     std::vector<uint8_t> right(static_cast<size_t>(n), 1);
     LossSums sums;
@@ -119,44 +122,35 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
     const int64_t part = head.dim(0), lo = part * m.shard.tp_rank;
     for (size_t c = 0; c < rows.size(); c += kHeadRows) {
         const int64_t k = std::min<int64_t>(kHeadRows, static_cast<int64_t>(rows.size() - c));
-        Buffer x(DType::f32, {k, d}), logits;  // logits [k, V]
-        for (int64_t r = 0; r < k; ++r)
-            std::copy_n(normed.ptr<float>() + rows[c + r] * d, d, x.ptr<float>() + r * d);
+        const Tensor chunk_rows{rows.data() + c, DType::i64, Device::cpu, {k}};  // [k]
+        Buffer x(DType::f32, {k, d}), logits;                                    // logits [k, V]
+        ops::gather_rows(m.ctx, normed.view(), chunk_rows, x.view());
         lm_head(m, x.view(), logits);
+        std::vector<int64_t> target(static_cast<size_t>(k));  // [k]
         for (int64_t r = 0; r < k; ++r) {
-            float* z = logits.ptr<float>() + r * V;
-            const int64_t target = b.targets[rows[c + r]];
-            HYMOE_CHECK(target < V, "train: target id ", target, " outside the vocabulary");
-            const int64_t best = std::max_element(z, z + V) - z;
-            const double zmax = z[best];
-            double sum = 0;
-            for (int64_t v = 0; v < V; ++v)
-                sum += std::exp(static_cast<double>(z[v]) - zmax);
-            sums.loss += std::log(sum) + zmax - static_cast<double>(z[target]);
+            target[r] = b.targets[rows[c + r]];
+            HYMOE_CHECK(target[r] < V, "train: target id ", target[r], " outside the vocabulary");
+        }
+        // the rows' losses; logits ← dlogits = scale·(softmax − onehot)
+        const ops::CrossEntropyRows ce = ops::cross_entropy_rows(
+            m.ctx, logits.view(), Tensor{target.data(), DType::i64, Device::cpu, {k}}, scale);
+        for (int64_t r = 0; r < k; ++r) {
+            sums.loss += ce.loss[r];
             sums.targets += 1;
-            sums.correct += best == target;
-            right[rows[c + r]] = best == target;
-            for (int64_t v = 0; v < V; ++v)  // dlogits = scale·(softmax − onehot)
-                z[v] = static_cast<float>(scale * std::exp(static_cast<double>(z[v]) - zmax) / sum);
-            z[target] -= static_cast<float>(scale);
+            sums.correct += ce.best[r] == target[r];
+            right[rows[c + r]] = ce.best[r] == target[r];
         }
         if (!dh)
             continue;
-        Buffer dx(DType::f32, {k, d});  // [k, d] = dlogits[:, lo : lo + part] · head
-        ops::gemm_w(false,
-                    k,
-                    d,
-                    part,
-                    1.0f,
-                    logits.ptr<float>() + lo,
-                    V,
-                    ops::weight_ref(head),
-                    d,
-                    0.0f,
-                    dx.ptr<float>(),
-                    d);
-        for (int64_t r = 0; r < k; ++r)
-            std::copy_n(dx.ptr<float>() + r * d, d, dnormed.ptr<float>() + rows[c + r] * d);
+        // dx [k, d] = dlogits[:, lo : lo + part] · head (this rank's columns; all of them at tp 1)
+        Buffer mine;
+        if (part != V) {
+            mine = Buffer(DType::f32, {k, part});
+            ops::copy_cols(m.ctx, logits.view(), lo, mine.view());
+        }
+        Buffer dx(DType::f32, {k, d});
+        ops::linear_backward(m.ctx, part != V ? mine.view() : logits.view(), head, dx.view());
+        ops::scatter_rows(m.ctx, dx.view(), chunk_rows, dnormed.view());
     }
     for (int64_t s = 0; s < b.batch.n_seq(); ++s) {
         bool any = false, all = true;
@@ -169,7 +163,7 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
     if (dh) {
         tp_sum(m, dnormed.view());
         *dh = Buffer(DType::f32, {n, d});
-        ops::rms_norm_backward(h, m.final_norm.view(), eps, dnormed.view(), dh->view());
+        ops::rms_norm_backward(m.ctx, h, m.final_norm.view(), eps, dnormed.view(), dh->view());
     }
     return sums;
 }

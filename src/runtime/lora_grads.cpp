@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "hymoe/backend/ops_reduce.h"
+
 namespace hymoe::runtime {
 
 namespace {
@@ -60,13 +62,11 @@ void sum_lora_gradients(model::LoraModel& lm, const parallel::Comms& comms) {
 double lora_grad_sum_of_squares(model::LoraModel& lm, const parallel::Comms& comms) {
     std::vector<double> sum = {0};
     for (auto& [t, groups] : gradients(lm)) {
-        double copies = 1, s = 0;  // the slice is held by `copies` ranks: count it once
+        double copies = 1;  // the slice is held by `copies` ranks: count it once
         for (Group group : groups)
             copies *= comms.of(group).size();
-        const float* g = t.dest->ptr<float>();
-        for (int64_t i = 0; i < shape_numel(t.shape); ++i)
-            s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-        sum[0] += s / copies;
+        const Tensor g{t.dest->view().data, DType::f32, Device::cpu, t.shape};  // host gradients
+        sum[0] += ops::sum_of_squares(backend::cpu_ctx(), g) / copies;
     }
     comm::all_reduce_sum(sum, comms.world);
     return sum[0];

@@ -1,8 +1,9 @@
 // The backward ops and AdamW (hymoe/backend/ops_backward.h) on a CUDA context against the same ops
 // on the CPU context, fp32: RMSNorm's, the linear's (also an f32 dy of a bf16 weight), the
 // softmax's (a masked entry) and RoPE's (strided heads, both pair layouts) input gradients, the
-// MLP activations' (SwiGLU, ReLU²) and the sigmoid gate's backward, and three AdamW updates. The
-// CPU forms are tests/unit/backend/test_ops_train.cpp's.
+// MLP activations' (SwiGLU, ReLU²) and the sigmoid gate's backward, three AdamW updates, LoRA's
+// row backward and the MLP's backward with adapters as factor views. The CPU forms are
+// tests/unit/backend/test_ops_train.cpp's and test_lora_ops.cpp's.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +15,8 @@
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_backward.h"
+#include "hymoe/backend/ops_lora.h"
+#include "hymoe/model/ffn_views.h"
 
 namespace utf = boost::unit_test;
 using namespace hymoe;
@@ -130,6 +133,77 @@ BOOST_AUTO_TEST_CASE(activations_gate_adamw, *utf::precondition(need_gpu)) {
     expect_close("adamw p", dp, p, gc.g.s);
     expect_close("adamw m", dm, m, gc.g.s);
     expect_close("adamw v", dv, v, gc.g.s);
+}
+
+// LoRA's row backward (ops::lora_rows_backward on scattered rows, trained and frozen) and the MLP's
+// backward with factor views on a row list (model/ffn_views.h dense_ffn_backward): dx and the
+// adapters' dA, dB.
+BOOST_AUTO_TEST_CASE(lora_rows_and_ffn_backward, *utf::precondition(need_gpu)) {
+    GpuCtx gc;
+    const backend::Ctx cpu = backend::cpu_ctx();
+    const DType f = DType::f32;
+    const int64_t n = 11, in = 64, out = 48, r = 4;
+    const std::vector<int64_t> idx{9, 0, 3, 4, 10};
+    Buffer idx_h(DType::i64, {5});
+    std::copy(idx.begin(), idx.end(), idx_h.ptr<int64_t>());
+    const Tensor didx = to_device_i64(idx, gc.g.arena, gc.g.s);
+    const Buffer A = random({r, in}, 80, f), B = random({out, r}, 81, f),
+                 x = random({n, in}, 82, f), dy = random({n, out}, 83, f);
+    for (bool train : {true, false}) {
+        Buffer dA = random({r, in}, 84, f), dB = random({out, r}, 85, f),
+               dx = random({n, in}, 86, f);
+        Tensor ddA = gc.up(dA), ddB = gc.up(dB), ddx = gc.up(dx);
+        Tensor hA = train ? dA.view() : Tensor{}, hB = train ? dB.view() : Tensor{};
+        Tensor gA = train ? ddA : Tensor{}, gB = train ? ddB : Tensor{};
+        Tensor hx = dx.view();
+        ops::lora_rows_backward(
+            cpu, idx_h.view(), A.view(), B.view(), 0.5f, x.view(), dy.view(), hA, hB, hx);
+        ops::lora_rows_backward(
+            gc.ctx, didx, gc.up(A), gc.up(B), 0.5f, gc.up(x), gc.up(dy), gA, gB, ddx);
+        expect_close("lora_rows_backward dx", ddx, dx, gc.g.s);
+        expect_close("lora_rows_backward dA", ddA, dA, gc.g.s);
+        expect_close("lora_rows_backward dB", ddB, dB, gc.g.s);
+    }
+
+    const int64_t w = 64, inter = 96;
+    for (model::ExpertAct act : {model::ExpertAct::swiglu, model::ExpertAct::relu2}) {
+        const Buffer wg = random({inter, w}, 90, f, 0.125f), wu = random({inter, w}, 91, f, 0.125f),
+                     wd = random({w, inter}, 92, f, 0.1f), xs = random({n, w}, 93, f),
+                     dys = random({n, w}, 94, f);
+        const Buffer Ag = random({r, w}, 95, f), Bg = random({inter, r}, 96, f),
+                     Au = random({r, w}, 97, f), Bu = random({inter, r}, 98, f),
+                     Ad = random({r, inter}, 99, f), Bd = random({w, r}, 100, f);
+        Buffer gAg(f, {r, w}), gBg(f, {inter, r}), gAu(f, {r, w}), gBu(f, {inter, r}),
+            gAd(f, {r, inter}), gBd(f, {w, r}), dxs(f, {n, w});
+        Tensor dgAg = gc.up(gAg), dgBg = gc.up(gBg), dgAu = gc.up(gAu), dgBu = gc.up(gBu),
+               dgAd = gc.up(gAd), dgBd = gc.up(gBd), ddxs = gc.up(dxs);
+        const bool glu = act == model::ExpertAct::swiglu;
+        model::DenseFfnViews hv{glu ? wg.view() : Tensor{}, wu.view(), wd.view(), nullptr, {}};
+        hv.lora_views = {{},
+                         {{Au.view(), Bu.view(), 0.5f, gAu.view(), gBu.view()}},
+                         {{Ad.view(), Bd.view(), 1.5f, gAd.view(), gBd.view()}}};
+        model::DenseFfnViews dv{glu ? gc.up(wg) : Tensor{}, gc.up(wu), gc.up(wd), nullptr, {}};
+        dv.lora_views = {{},
+                         {{gc.up(Au), gc.up(Bu), 0.5f, dgAu, dgBu}},
+                         {{gc.up(Ad), gc.up(Bd), 1.5f, dgAd, dgBd}}};
+        if (glu) {
+            hv.lora_views.gate = {{Ag.view(), Bg.view(), 0.75f, gAg.view(), gBg.view()}};
+            dv.lora_views.gate = {{gc.up(Ag), gc.up(Bg), 0.75f, dgAg, dgBg}};
+        }
+        const std::vector<model::LoraRowsView> hrows = {{0, idx_h.view()}}, drows = {{0, didx}};
+        Tensor hdx = dxs.view();
+        model::dense_ffn_backward(cpu, hv, act, xs.view(), dys.view(), hdx, nullptr, &hrows);
+        model::dense_ffn_backward(gc.ctx, dv, act, gc.up(xs), gc.up(dys), ddxs, nullptr, &drows);
+        expect_close("dense_ffn_backward dx", ddxs, dxs, gc.g.s);
+        expect_close("ffn up dA", dgAu, gAu, gc.g.s);
+        expect_close("ffn up dB", dgBu, gBu, gc.g.s);
+        expect_close("ffn down dA", dgAd, gAd, gc.g.s);
+        expect_close("ffn down dB", dgBd, gBd, gc.g.s);
+        if (glu) {
+            expect_close("ffn gate dA", dgAg, gAg, gc.g.s);
+            expect_close("ffn gate dB", dgBg, gBg, gc.g.s);
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -235,7 +235,7 @@ void top_k_rows(const Ctx& ctx, const Tensor& x, int64_t k, Tensor& idx);
 // One sequence, every head, fp32 (spec/model-math.md §3); each continues from p.S and leaves there
 // the state after the last token. The CPU forms first, then the same ops on a Ctx: CPU, exactly
 // these; CUDA, kda_recurrent and kda_chunked run cuda::kda_recurrent (backend/cuda_ops.h, device
-// pointers); the checkpoints and the backward have no one-sequence CUDA kernel and refuse.
+// pointers), the checkpoints chunk by chunk with it; the backward cuda_kda_backward.h.
 
 // The naive recurrence, token by token (fla naive_recurrent_kda).
 void kda_recurrent(const KdaScanParams& p);

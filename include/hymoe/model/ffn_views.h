@@ -45,14 +45,15 @@ void dense_ffn_forward(const backend::Ctx& ctx,
 // dense_ffn_backward (model/ffn.h) on views, f32 activations: dx [n_tok, w] (overwritten) for
 // dy [n_tok, w], the hidden activations recomputed from x; y, when not null, receives the
 // recomputed output (the MoE backward's combine weights). The host adapters (w.lora, adapter 0 on
-// every row) accumulate their gradients, on a CPU context only (lora_backward has no device form);
-// factor views are not read (they are not trained).
+// every row; a CPU context only) and the factor views on their lora_rows (null: none; those with
+// gradient views) accumulate (+=) their gradients, on either device (model/lora_views.h).
 void dense_ffn_backward(const backend::Ctx& ctx,
                         const DenseFfnViews& w,
                         ExpertAct act,
                         const Tensor& x /*[n_tok, w]*/,
                         const Tensor& dy /*[n_tok, w]*/,
                         Tensor& dx /*[n_tok, w]*/,
-                        Tensor* y = nullptr /*[n_tok, w]*/);
+                        Tensor* y = nullptr /*[n_tok, w]*/,
+                        const std::vector<LoraRowsView>* lora_rows = nullptr);
 
 }  // namespace hymoe::model

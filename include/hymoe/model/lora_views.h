@@ -1,8 +1,8 @@
 // LoRA adapters as views on a Ctx's device (the GPU model's uploaded factors), beside the host
 // slots of model/lora.h: each adapter's factors by id, and a call's rows of each adapter as an
-// index list on the same device, so that a block adds the adapters' share with one op on its Ctx
-// (ops::lora_rows_add) on either backend. Host slots keep lora_forward's run-wise arithmetic and
-// dropout, on CPU contexts.
+// index list on the same device, so that a block adds the adapters' share, and takes its backward,
+// with one op on its Ctx (ops::lora_rows_add, ops::lora_rows_backward) on either backend. Host
+// slots keep lora.h's run-wise arithmetic and dropout, on CPU contexts.
 #pragma once
 
 #include <vector>
@@ -20,6 +20,8 @@ struct LoraFactorsView {
     Tensor A;  // [r, in] f32
     Tensor B;  // [out, r] f32
     float scale = 1.0f;
+    Tensor dA{};  // [r, in] f32 gradient, accumulated (+=) by lora_backward; empty: frozen
+    Tensor dB{};  // [out, r] f32 (default-initialised: the aggregate initialisers name A, B, scale)
 };
 using LoraSlotView = std::vector<LoraFactorsView>;  // by adapter id; empty: none
 
@@ -44,5 +46,18 @@ void lora_forward(const backend::Ctx& ctx,
                   const std::vector<LoraRowsView>* rows,
                   const Tensor& x,
                   Tensor& y);
+
+// The backward of the same call, f32: dx [n_tok, in] += the adapters' share of the input gradient
+// for dy [n_tok, out], and each adapter's dA, dB += its gradient (host slots: lora.h
+// lora_backward, a CPU context only; factor views: ops::lora_rows_backward, frozen ones, without
+// dA, give dx only).
+void lora_backward(const backend::Ctx& ctx,
+                   LoraSlot* host,
+                   const LoraSlotView& factors,
+                   const SeqBatch& batch,
+                   const std::vector<LoraRowsView>* rows,
+                   const Tensor& x,
+                   const Tensor& dy,
+                   Tensor& dx);
 
 }  // namespace hymoe::model

@@ -4,7 +4,8 @@
 // nonzero, one slot with dropout), the MoE layer under sigmoid + bias + group-limited routing,
 // softmax scoring, Kimi's biased weights and ε, top-1 without renormalisation, ρ ≠ 1, shared
 // experts, relu2 experts and capacity dropping under both policies, and LatentMoE; a layer-shared
-// expert adapter's gradient against the sum of per-expert copies; and the torch autograd golden
+// expert adapter's gradient against the sum of per-expert copies; the adapters as factor views
+// (model/lora_views.h) against the host slots; and the torch autograd golden
 // of tests/golden/gen_moe_backward.py. Finite differences run in fp32 forwards with the loss
 // summed in double; MoE cases pick the first input seed whose routing (expert choice and kept
 // slots) is the same at every x ± ε. Run from the repository root (the golden file is read by
@@ -22,6 +23,7 @@
 #include "hymoe/core/rng.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/model/ffn.h"
+#include "hymoe/model/ffn_views.h"
 #include "hymoe/model/lora.h"
 #include "hymoe/model/weights.h"
 
@@ -292,6 +294,72 @@ BOOST_AUTO_TEST_CASE(dense_adapter_gradients_match_finite_differences) {
                                             << " vs FD rel err " << err);
                 BOOST_TEST(err <= fd_rtol, proj << " d" << what);
             }
+        }
+    }
+}
+
+// The same adapters as factor views with gradient views (model/lora_views.h, adapter 0's rows
+// all of them) give the host slots' dx, dA and dB through ops::lora_rows_backward.
+BOOST_AUTO_TEST_CASE(dense_factor_views_match_host_slots) {
+    const int64_t n = 5, width = 16, inter = 24;
+    for (ExpertAct act : {ExpertAct::swiglu, ExpertAct::relu2}) {
+        DenseFfnWeights w = random_mlp(act, width, inter, 9);
+        LoraSlot gate = random_slot(inter, width, 10, 20, 0.0f),
+                 up = random_slot(inter, width, 10, 21, 0.0f),
+                 down = random_slot(width, inter, 10, 22, 0.0f);
+        w.lora.gate = act == ExpertAct::swiglu ? &gate : nullptr;
+        w.lora.up = &up;
+        w.lora.down = &down;
+        const Buffer x = random_buffer({n, width}, 1.0f, 11, 0);   // [n, w]
+        const Buffer dy = random_buffer({n, width}, 1.0f, 12, 0);  // [n, w]
+        Buffer dx(DType::f32, {n, width}), dx_views(DType::f32, {n, width});
+        dense_ffn_backward(w, act, x.view(), dy.view(), dx.view());
+
+        std::vector<Buffer> grads;  // the views' dA, dB, zero
+        auto factors = [&](LoraSlot* slot) {
+            LoraSlotView v;
+            if (slot) {
+                const LoraPair& p = slot->adapters[0];
+                grads.emplace_back(DType::f32, p.A.view().shape);
+                grads.emplace_back(DType::f32, p.B.view().shape);
+                v.push_back({p.A.view(),
+                             p.B.view(),
+                             p.scale,
+                             grads[grads.size() - 2].view(),
+                             grads.back().view()});
+            }
+            return v;
+        };
+        grads.reserve(6);
+        DenseFfnViews views = ffn_views(w);
+        views.lora = nullptr;
+        views.lora_views = {factors(w.lora.gate), factors(w.lora.up), factors(w.lora.down)};
+        std::vector<int64_t> all(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+            all[static_cast<size_t>(i)] = i;
+        const std::vector<LoraRowsView> rows = {
+            {0, Tensor{all.data(), DType::i64, Device::cpu, {n}}}};
+        Tensor dxv = dx_views.view();
+        dense_ffn_backward(
+            backend::cpu_ctx(), views, act, x.view(), dy.view(), dxv, nullptr, &rows);
+
+        auto close = [](const float* a, const float* b, int64_t count) {
+            float e = 0;
+            for (int64_t i = 0; i < count; ++i)
+                e = std::max(e, std::abs(a[i] - b[i]) / std::max(1.0f, std::abs(b[i])));
+            return e;
+        };
+        BOOST_TEST(close(dx_views.ptr<float>(), dx.ptr<float>(), n * width) <= 1e-6f);
+        size_t g = 0;
+        for (LoraSlot* slot : {w.lora.gate, w.lora.up, w.lora.down}) {
+            if (!slot)
+                continue;
+            const LoraPair& p = slot->adapters[0];
+            BOOST_TEST(close(grads[g].ptr<float>(), p.dA.ptr<float>(), p.dA.view().numel()) <=
+                       1e-6f);
+            BOOST_TEST(close(grads[g + 1].ptr<float>(), p.dB.ptr<float>(), p.dB.view().numel()) <=
+                       1e-6f);
+            g += 2;
         }
     }
 }

@@ -5,7 +5,8 @@
 // stores every state (double), on several shapes, also under decay strong enough to underflow
 // e^g; the whole block's dx and the LoRA dA, dB of the q, k, v, o adapters against finite
 // differences of Σ dy ⊙ y on two packed sequences, with both decay gates; the block under extreme
-// decay stays finite; and the block against the torch autograd golden of
+// decay stays finite; its adapters as factor views with gradient views against the host slots;
+// and the block against the torch autograd golden of
 // tests/golden/gen_kda_backward.py. Errors are max|a − b| / max|b| over a whole gradient. Run from
 // the repository root (the golden file is read by relative path).
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "hymoe/core/rng.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/model/kda.h"
+#include "hymoe/model/kda_backward_views.h"
 #include "hymoe/model/lora.h"
 #include "hymoe/model/weights.h"
 
@@ -435,6 +437,52 @@ BOOST_AUTO_TEST_CASE(block_vs_finite_differences) {
         }
         BOOST_TEST_MESSAGE("kda block backward vs finite differences (lower bound "
                            << (lb ? *lb : 0.0) << "): dx " << e_x << ", LoRA dA/dB " << e_lora);
+    }
+}
+
+// The block's adapters as factor views with gradient views (model/lora_views.h, adapter 0's rows
+// the whole batch) through kda_backward on views give the host slots' dx, dA and dB.
+BOOST_AUTO_TEST_CASE(block_factor_views_match_host_slots) {
+    const SeqBatch batch{{0, 7, 13}, {0, 0}, {}};
+    Block b(16, 2, 4, std::nullopt);
+    b.init_random(31);
+    Philox rng(32, 0, 0);
+    std::vector<float> x = random_normal(13 * 16, 1.0f, rng);
+    std::vector<float> dy = random_normal(13 * 16, 1.0f, rng);
+    const std::vector<float> dx = b.backward(x, dy, batch, 4);
+
+    KdaWeightViews v = kda_views(b.w);
+    v.lora = nullptr;
+    std::vector<Buffer> grads;  // [4 × (dA, dB)] zero
+    for (int i = 0; i < 4; ++i) {
+        grads.emplace_back(DType::f32, b.pair(i).A.view().shape);
+        grads.emplace_back(DType::f32, b.pair(i).B.view().shape);
+    }
+    LoraSlotView* sites[4] = {&v.lora_views.q, &v.lora_views.k, &v.lora_views.v, &v.lora_views.o};
+    for (int i = 0; i < 4; ++i)
+        *sites[i] = {{b.pair(i).A.view(),
+                      b.pair(i).B.view(),
+                      b.pair(i).scale,
+                      grads[2 * i].view(),
+                      grads[2 * i + 1].view()}};
+    std::vector<int64_t> all(13);
+    for (int64_t r = 0; r < 13; ++r)
+        all[static_cast<size_t>(r)] = r;
+    const std::vector<LoraRowsView> rows = {{0, Tensor{all.data(), DType::i64, Device::cpu, {13}}}};
+    ops::KdaSeqTable t;
+    t.n_tok = 13;
+    t.n_seq = 2;
+    t.offsets = batch.offsets.data();
+    std::vector<float> dx_views(13 * 16, NAN);
+    Tensor xt{x.data(), DType::f32, Device::cpu, {13, 16}};
+    Tensor dyt{dy.data(), DType::f32, Device::cpu, {13, 16}};
+    Tensor dxt{dx_views.data(), DType::f32, Device::cpu, {13, 16}};
+    kda_backward(backend::cpu_ctx(), b.cfg, v, xt, KdaBatchViews{&batch, t, &rows}, dyt, dxt, 4);
+    BOOST_TEST(rel_err(dx_views, dx) <= 1e-6);
+    for (int i = 0; i < 4; ++i) {
+        BOOST_TEST(rel_err(copy_of(grads[2 * i]), copy_of(b.pair(i).dA)) <= 1e-6, kSlotNames[i]);
+        BOOST_TEST(rel_err(copy_of(grads[2 * i + 1]), copy_of(b.pair(i).dB)) <= 1e-6,
+                   kSlotNames[i]);
     }
 }
 

@@ -1,0 +1,20 @@
+// Whole-tensor reductions as ops on a Ctx (the gradient norm of training,
+// runtime/lora_grads.cpp): CPU forms (src/backend/cpu/reduce.cpp), then the ops on a Ctx: CPU,
+// exactly the CPU forms; CUDA, the kernels of backend/cuda_reduce.h, the result read back to the
+// host (the call waits for ctx's stream). The switch is src/backend/ops.cpp's.
+#pragma once
+
+#include "hymoe/backend/ctx.h"
+#include "hymoe/tensor/tensor.h"
+
+namespace hymoe::ops {
+
+// Σ x² over every element of x (f32), summed in double in element order.
+double sum_of_squares(const Tensor& x);
+
+using backend::Ctx;
+
+// On CUDA the sum's order is the kernel's (per-thread partials, then a tree), still in double.
+double sum_of_squares(const Ctx& ctx, const Tensor& x);
+
+}  // namespace hymoe::ops
