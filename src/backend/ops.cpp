@@ -818,3 +818,157 @@ void moe_route(const Ctx& ctx,
 }  // namespace ops
 
 }  // namespace hymoe
+
+// ---- the vision tower (backend/ops_vision.h) ----------------------------------------------------
+// Its own includes here, so that this section stays one block of the file.
+
+#include <cmath>
+
+#include "hymoe/backend/cuda_vision.h"
+#include "hymoe/backend/ops_vision.h"
+
+namespace hymoe::ops {
+
+void linear_bias(
+    const Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b, BiasAct act, Tensor& y) {
+    check_on(ctx, "linear_bias", {&x, &w, &b, &y});
+    linear(ctx, x, w, y);
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::bias_act(*ctx.stream, y, b, act);
+    bias_act(y, b, act);
+}
+
+void rope_2d(const Ctx& ctx, Tensor& x, int64_t n_head, int64_t head_dim, const Tensor& pos) {
+    check_on(ctx, "rope_2d", {&x, &pos});
+    HYMOE_CHECK(x.dtype == DType::f32 && x.shape.size() == 2 && n_head * head_dim <= x.dim(1) &&
+                    pos.dtype == DType::i32 && pos.numel() == 2 * x.dim(0),
+                "rope_2d: x ",
+                shape_string(x.shape),
+                " of ",
+                n_head,
+                " heads of ",
+                head_dim,
+                ", pos ",
+                to_string(pos.dtype),
+                shape_string(pos.shape));
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::rope_2d(*ctx.stream,
+                               x.ptr<float>(),
+                               x.dim(0),
+                               n_head,
+                               head_dim,
+                               x.dim(1),
+                               pos.ptr<int32_t>());
+    rope_2d(x.ptr<float>(), x.dim(0), n_head, head_dim, x.dim(1), pos.ptr<int32_t>());
+}
+
+int64_t vision_heads_at_once(const Ctx& ctx, int64_t m, int64_t n_head, int64_t scores_bytes) {
+    return ctx.device == Device::cuda ? heads_at_once(m, n_head, scores_bytes) : 1;
+}
+
+// On CUDA the two products of each head are cuBLAS GEMMs on strided views of qkv, the softmax one
+// launch over the scores of the heads taken at once.
+void vision_attention(const Ctx& ctx,
+                      const Tensor& qkv,
+                      const std::vector<int64_t>& lengths,
+                      int64_t n_head,
+                      int64_t scores_bytes,
+                      Tensor& o) {
+    check_on(ctx, "vision_attention", {&qkv, &o});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            const int64_t C = o.dim(1), dh = C / n_head;
+            HYMOE_CHECK(qkv.dtype == DType::f32 && o.dtype == DType::f32 && qkv.dim(1) == 3 * C &&
+                            qkv.dim(0) == o.dim(0) && C % n_head == 0,
+                        "vision_attention: qkv ",
+                        shape_string(qkv.shape),
+                        " o ",
+                        shape_string(o.shape),
+                        " over ",
+                        n_head,
+                        " heads");
+            const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+            int64_t off = 0;
+            for (int64_t m : lengths) {
+                const int64_t at_once = heads_at_once(m, n_head, scores_bytes);
+                const float* q = qkv.ptr<float>() + off * 3 * C;  // [m, 3C] q | k | v
+                backend::Scratch scratch(ctx);
+                Tensor scores = scratch(DType::f32, {at_once * m, m});
+                for (int64_t h0 = 0; h0 < n_head; h0 += at_once) {
+                    const int64_t hn = std::min(at_once, n_head - h0);
+                    for (int64_t i = 0; i < hn; ++i)  // scores [hn, m, m] = τ q_h k_hᵀ
+                        ctx.blas->gemm(DType::f32,
+                                       DType::f32,
+                                       false,
+                                       true,
+                                       m,
+                                       m,
+                                       dh,
+                                       scale,
+                                       q + (h0 + i) * dh,
+                                       3 * C,
+                                       q + C + (h0 + i) * dh,
+                                       3 * C,
+                                       0.0f,
+                                       scores.ptr<float>() + i * m * m,
+                                       m);
+                    Tensor rows = scores;
+                    rows.shape = {hn * m, m};
+                    cu::softmax_rows(*ctx.stream, rows);
+                    for (int64_t i = 0; i < hn; ++i)  // o_h [m, dh] = P_h v_h
+                        ctx.blas->gemm(DType::f32,
+                                       DType::f32,
+                                       false,
+                                       false,
+                                       m,
+                                       dh,
+                                       m,
+                                       1.0f,
+                                       scores.ptr<float>() + i * m * m,
+                                       m,
+                                       q + 2 * C + (h0 + i) * dh,
+                                       3 * C,
+                                       0.0f,
+                                       o.ptr<float>() + (off * C + (h0 + i) * dh),
+                                       C);
+                }
+                off += m;
+            }
+            return;
+        }
+    vision_attention(qkv, lengths, n_head, o);
+}
+
+void gather_mean_rows(const Ctx& ctx, const Tensor& x, const Tensor& idx, Tensor& out) {
+    check_on(ctx, "gather_mean_rows", {&x, &idx, &out});
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda)
+            return cu::gather_mean_rows(*ctx.stream, x, idx, out);
+    gather_mean_rows(x, idx, out);
+}
+
+void download(const Ctx& ctx, const Tensor& src, Tensor& dst) {
+    check_on(ctx, "download", {&src});
+    HYMOE_CHECK(dst.device == Device::cpu && src.dtype == dst.dtype && src.numel() == dst.numel(),
+                "download: a ",
+                to_string(src.dtype),
+                " tensor of ",
+                shape_string(src.shape),
+                " into a ",
+                to_string(dst.device),
+                " ",
+                to_string(dst.dtype),
+                " one of ",
+                shape_string(dst.shape));
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda) {
+            cu::download(src, dst, *ctx.stream);
+            return ctx.stream->synchronize();
+        }
+    if (src.numel() > 0)
+        std::memcpy(dst.data, src.data, src.numel() * dtype_size(src.dtype));
+}
+
+}  // namespace hymoe::ops

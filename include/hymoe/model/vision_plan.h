@@ -42,17 +42,22 @@ std::vector<int64_t> pool_merge_rows(const std::vector<VisionImage>& images, int
 
 // bicubic(pos_emb → [h, w, C]) (model::add_position_embedding's table) by grid, computed once
 // and kept while the kept tables stay within max_bytes (all dropped when a new one would not
-// fit). Holds its own copy of the position table, so the host weights may go.
+// fit). The first form holds its own copy of the position table, so the host weights may go; the
+// second reads `table` (host f32 [S, S, C]), which must outlive it.
 class PositionTables {
 public:
     PositionTables(const VisionConfig& v, const VisionWeights& w, int64_t max_bytes);
+    PositionTables(const VisionConfig& v, const Tensor& table, int64_t max_bytes);
+    PositionTables(const PositionTables&) = delete;
+    PositionTables& operator=(const PositionTables&) = delete;
     // [h·w, C]; valid until the next call.
     const std::vector<float>& get(int64_t grid_h, int64_t grid_w);
     int64_t kept_bytes() const { return kept_bytes_; }
 
 private:
     int64_t side_ = 0, width_ = 0, max_bytes_ = 0, kept_bytes_ = 0;
-    std::vector<float> table_;  // [S, S, C]
+    std::vector<float> own_;        // [S, S, C] the first form's copy
+    const float* table_ = nullptr;  // [S, S, C]
     std::map<std::pair<int64_t, int64_t>, std::vector<float>> kept_;
 };
 
