@@ -105,8 +105,8 @@ int64_t encode_pass(const backend::Ctx& ctx,
         vision_block(ctx, v, b, lengths, rope_pos, scores_bytes, x, flops);
     ops::layer_norm(ctx, x, w.final_w, w.final_b, kLnEps, x);
     // pooled and merged [np, C] = [tokens, m²C], then the projector
-    const Tensor rows =
-        uploaded(ctx, s, pool_merge_rows(images, pool, v.merge), DType::i64, {np, g});
+    const std::vector<int64_t> gather = pool_merge_rows(images, pool, v.merge);
+    const Tensor rows = uploaded(ctx, s, gather, DType::i64, {np, g});
     Tensor merged = s(DType::f32, {np, C}), y = s(DType::f32, {tokens, cfg.hidden_size});
     ops::gather_mean_rows(ctx, x, rows, merged);
     merged.shape = {tokens, m2 * C};
