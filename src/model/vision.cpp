@@ -6,7 +6,6 @@
 
 #include <algorithm>
 
-#include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_vision.h"
 #include "hymoe/backend/resize.h"
 #include "hymoe/core/error.h"

@@ -4,7 +4,7 @@
 // final norm, the pooling + merge (one gather of row means) and the projector; the tokens come
 // back to the host. On a CPU context every step is the host tower's own loop, bit for bit.
 #include <algorithm>
-#include <cmath>
+#include <vector>
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_attention.h"
