@@ -114,6 +114,18 @@ VisionWeightViews vision_views(const ModelConfig& cfg, const VisionWeights& host
     return vision_views(cfg, views);
 }
 
+VisionWeightViews vision_views(
+    const ModelConfig& cfg,
+    const VisionWeights& host,
+    const std::function<Tensor(const TensorSpec& spec, const Buffer& buffer)>& f) {
+    const TensorList specs = vision_tensors(cfg, nullptr);
+    const std::vector<const Buffer*> list = vision_list(cfg, host);
+    std::vector<Tensor> mapped;
+    for (size_t i = 0; i < list.size(); ++i)
+        mapped.push_back(f(specs[i], *list[i]));
+    return vision_views(cfg, mapped);
+}
+
 VisionBlockViews vision_block_views(const VisionConfig& v, const VisionBlockWeights& host) {
     std::vector<Tensor> list;
     visit_block(v, "", &host, [&](const std::string&, const Shape&, Init, const Buffer* b) {

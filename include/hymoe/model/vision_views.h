@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "hymoe/backend/ctx.h"
@@ -27,6 +28,12 @@ VisionWeightViews vision_views(const ModelConfig& cfg, const std::vector<Tensor>
 std::vector<const Buffer*> vision_list(const ModelConfig& cfg, const VisionWeights& host);
 // host's views (vision_views of vision_list's views).
 VisionWeightViews vision_views(const ModelConfig& cfg, const VisionWeights& host);
+// The views of f(spec, buffer) for every tensor of host in vision_tensors(cfg) order, spec its
+// entry in the unbound list (name, shape, init): a device's copies.
+VisionWeightViews vision_views(
+    const ModelConfig& cfg,
+    const VisionWeights& host,
+    const std::function<Tensor(const TensorSpec& spec, const Buffer& buffer)>& f);
 // One block's views.
 VisionBlockViews vision_block_views(const VisionConfig& v, const VisionBlockWeights& host);
 

@@ -25,16 +25,12 @@ DeviceVision::DeviceVision(Gpu& g, const ModelConfig& cfg, const VisionWeights& 
                 " heads (head width a multiple of 4, at most ",
                 4 * backend::cuda::kMaxRope2dFreqs,
                 ")");
-    const TensorList specs = vision_tensors(cfg, nullptr);
-    const std::vector<const Buffer*> list = vision_list(cfg, host);
-    std::vector<Tensor> dev;  // in list order: matrices (and the patch kernel) in cd, others f32
-    for (size_t i = 0; i < list.size(); ++i)
-        if (list[i] == &host.pos_emb)
-            dev.emplace_back();
-        else
-            dev.push_back(
-                upload_weight(g, *list[i], specs[i].init == Init::normal ? cd : DType::f32));
-    w_ = vision_views(cfg, dev);
+    // matrices (and the patch kernel) in cd, the rest in f32; the position table stays here
+    w_ = vision_views(cfg, host, [&](const TensorSpec& spec, const Buffer& b) {
+        if (&b == &host.pos_emb)
+            return Tensor{};
+        return upload_weight(g, b, spec.init == Init::normal ? cd : DType::f32);
+    });
 }
 
 void DeviceVision::encode(const std::vector<VisionImage>& images,

@@ -1,8 +1,11 @@
 // The one vision forward on views (hymoe/model/vision_views.h) on a CPU context: the views are
-// bound by walking vision_tensors' list (every field the Buffer the list names at its place), a
-// list of the wrong length is refused, and the forward in passes of one image with one head at a
+// bound by walking vision_tensors' list (every field the Buffer the list names at its place; a
+// device's mapped copies each made from the Buffer its spec names), a list of the wrong length is
+// refused, and the forward in passes of one image with one head at a
 // time gives the one-pass tokens bit for bit, with the same figures and the GEMM FLOPs the CPU's
 // counter saw.
+#include <map>
+#include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -64,6 +67,27 @@ BOOST_AUTO_TEST_CASE(views_are_bound_by_the_weight_list) {
     BOOST_TEST(b.fc0_w.data == h.blocks[0].fc0_w.view().data);
     tensors.pop_back();
     BOOST_CHECK_THROW(model::vision_views(m.cfg, tensors), Error);
+}
+
+// The form a device builds its copies with: f sees each spec with the Buffer the bound list names.
+BOOST_AUTO_TEST_CASE(mapped_views_pair_each_spec_with_its_buffer) {
+    Model m = make_model(preset_config("tiny"));
+    init_model_random(m, 3);
+    std::map<std::string, const Buffer*> bound;
+    for (const TensorSpec& spec : vision_tensors(m.cfg, m.vision))
+        bound[spec.name] = spec.dest;
+    std::vector<Buffer> copies;
+    copies.reserve(bound.size());
+    const VisionWeightViews w =
+        model::vision_views(m.cfg, m.vision, [&](const TensorSpec& spec, const Buffer& b) {
+            BOOST_TEST(bound.at(spec.name) == &b, spec.name);
+            BOOST_TEST(spec.shape == b.view().shape, spec.name);
+            return copies.emplace_back(DType::f32, spec.shape).view();
+        });
+    BOOST_TEST(copies.size() == bound.size());
+    BOOST_TEST(w.patch_w.data == copies.front().view().data);
+    BOOST_TEST(w.linear_2_b.data == copies.back().view().data);
+    BOOST_TEST(w.blocks[0].norm0_w.data == copies[3].view().data);  // after the patch embedding
 }
 
 BOOST_AUTO_TEST_CASE(passes_of_one_image_give_the_one_pass_tokens_bit_for_bit) {
