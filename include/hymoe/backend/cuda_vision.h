@@ -1,12 +1,14 @@
 // The device kernels of the vision tower's ops on a Ctx (backend/ops_vision.h, whose CUDA forms
 // call them; model/vision_views.h runs the tower) beyond the shared ops of cuda_ops.h: the bias
 // add with the tower's two GELUs, MoonViT's 2-D RoPE over a packed batch of images at once, and
-// the pooling + patch merge as a gather of row means. f32 device tensors, every call asynchronous
-// on `s`, fp32 arithmetic in the CPU forms' order (src/backend/cpu/vision_ops.cpp). CUDA builds
-// only (src/backend/cuda/vision.cu); no CUDA header here.
+// the pooling + patch merge as a gather of row means; and the packed images' attention (cuBLAS
+// and the shared softmax). f32 device tensors, every call asynchronous on `s` (or ctx's stream),
+// fp32 arithmetic in the CPU forms' order (src/backend/cpu/vision_ops.cpp). CUDA builds only
+// (src/backend/cuda/vision.cu, vision_attention.cpp); no CUDA header here.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/ops_vision.h"
@@ -38,5 +40,13 @@ void rope_2d(const Stream& s,
 // idx [r, g] int64 (ops::gather_mean_rows): the pooling's means (g = pool², g = 1 copies) in the
 // merger's row order when idx is model::pool_merge_rows. f32.
 void gather_mean_rows(const Stream& s, const Tensor& x, const Tensor& idx, Tensor& out);
+
+// The CUDA form of ops::vision_attention (src/backend/cuda/vision_attention.cpp).
+void vision_attention(const Ctx& ctx,
+                      const Tensor& qkv,
+                      const std::vector<int64_t>& lengths,
+                      int64_t n_head,
+                      int64_t scores_bytes,
+                      Tensor& o);
 
 }  // namespace hymoe::backend::cuda
