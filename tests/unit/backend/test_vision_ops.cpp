@@ -5,6 +5,7 @@
 // gathered means (sums in double), the copy back; the heads taken at once within a budget.
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -202,6 +203,25 @@ BOOST_AUTO_TEST_CASE(heads_at_once_and_the_copy_back) {
     BOOST_TEST(same(src, dst));
     Buffer small(DType::f32, {11});
     BOOST_CHECK_THROW(ops::download(backend::cpu_ctx(), src.view(), small.view()), Error);
+}
+
+// The switch's checks reach the vision ops: a device tensor on the CPU context, and a CUDA
+// context without its stream (or in a build without CUDA), are refused naming the op.
+BOOST_AUTO_TEST_CASE(a_tensor_or_context_of_another_device_is_refused) {
+    Buffer x = normal({4, 3}, 10), b = normal({3}, 11), out(DType::f32, {4, 3});
+    Tensor on_gpu = x.view();
+    on_gpu.device = Device::cuda;
+    auto names = [](const char* op) {
+        return [op](const Error& e) { return std::string(e.what()).find(op) != std::string::npos; };
+    };
+    BOOST_CHECK_EXCEPTION(
+        ops::linear_bias(
+            backend::cpu_ctx(), on_gpu, x.view(), b.view(), ops::BiasAct::none, out.view()),
+        Error,
+        names("linear_bias"));
+    backend::Ctx gpu;
+    gpu.device = Device::cuda;
+    BOOST_CHECK_EXCEPTION(ops::download(gpu, on_gpu, out.view()), Error, names("download"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
