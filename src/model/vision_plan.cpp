@@ -1,4 +1,4 @@
-// The GPU vision encoder's host-side index math (model/vision_plan.h).
+// The vision forward's host-side index math (model/vision_plan.h).
 #include "hymoe/model/vision_plan.h"
 
 #include <algorithm>
