@@ -1,8 +1,9 @@
-// The GPU vision encoder's host-side index math (model/vision_plan.h).
+// The vision forward's host-side index math (model/vision_plan.h).
 #include "hymoe/model/vision_plan.h"
 
 #include <algorithm>
 
+#include "hymoe/backend/ops_vision.h"
 #include "hymoe/backend/resize.h"
 #include "hymoe/core/error.h"
 
@@ -29,8 +30,7 @@ std::vector<VisionPass> vision_passes(const std::vector<VisionImage>& images,
 }
 
 int64_t vision_heads_at_once(int64_t patches, int64_t n_head, int64_t free_bytes) {
-    const int64_t one = 4 * patches * patches;
-    return std::clamp<int64_t>(free_bytes / std::max<int64_t>(one, 1), 1, n_head);
+    return ops::heads_at_once(patches, n_head, free_bytes);
 }
 
 std::vector<int32_t> patch_positions(const std::vector<VisionImage>& images) {
@@ -63,13 +63,17 @@ std::vector<int64_t> pool_merge_rows(const std::vector<VisionImage>& images, int
 }
 
 PositionTables::PositionTables(const VisionConfig& v, const VisionWeights& w, int64_t max_bytes)
-    : side_(v.pos_emb_size),
-      width_(v.width),
-      max_bytes_(max_bytes),
-      table_(w.pos_emb.ptr<float>(), w.pos_emb.ptr<float>() + w.pos_emb.view().numel()) {
-    HYMOE_CHECK(static_cast<int64_t>(table_.size()) == side_ * side_ * width_,
+    : PositionTables(v, w.pos_emb.view(), max_bytes) {
+    own_.assign(table_, table_ + side_ * side_ * width_);
+    table_ = own_.data();
+}
+
+PositionTables::PositionTables(const VisionConfig& v, const Tensor& table, int64_t max_bytes)
+    : side_(v.pos_emb_size), width_(v.width), max_bytes_(max_bytes), table_(table.ptr<float>()) {
+    HYMOE_CHECK(table.device == Device::cpu && table.dtype == DType::f32 &&
+                    table.numel() == side_ * side_ * width_,
                 "vision: position table of ",
-                table_.size(),
+                table.numel(),
                 " values for a side of ",
                 side_,
                 " and width ",
@@ -87,7 +91,7 @@ const std::vector<float>& PositionTables::get(int64_t grid_h, int64_t grid_w) {
         kept_bytes_ = 0;
     }
     std::vector<float> pos(static_cast<size_t>(grid_h * grid_w * width_));  // [h, w, C]
-    ops::resize_bicubic(table_.data(), side_, side_, width_, pos.data(), grid_h, grid_w);
+    ops::resize_bicubic(table_, side_, side_, width_, pos.data(), grid_h, grid_w);
     kept_bytes_ += bytes;
     return kept_[key] = std::move(pos);
 }

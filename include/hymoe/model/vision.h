@@ -16,6 +16,8 @@
 // Weight names: vision_tower.{patch_embed.proj, patch_embed.pos_emb, encoder.blocks.N.{norm0,
 // wqkv, wo, norm1, mlp.fc0, mlp.fc1}, encoder.final_layernorm}, multi_modal_projector.{pre_norm,
 // linear_1, linear_2}. fp32 throughout; the tower is replicated (never cut over tp).
+// The steps below are the host weights' entry points into the one forward on a Ctx
+// (model/vision_views.h), each run on a CPU context.
 #pragma once
 
 #include <cstdint>
@@ -26,26 +28,33 @@
 
 namespace hymoe::model {
 
-struct VisionBlockWeights {
-    Buffer norm0_w, norm0_b;  // [C] norm0
-    Buffer wqkv_w;            // [3C, C] wqkv.weight: rows [q heads | k heads | v heads]
-    Buffer wqkv_b;            // [3C]
-    Buffer wo_w, wo_b;        // [C, C], [C]
-    Buffer norm1_w, norm1_b;  // [C] norm1
-    Buffer fc0_w, fc0_b;      // [M, C], [M] mlp.fc0
-    Buffer fc1_w, fc1_b;      // [C, M], [C] mlp.fc1
+// The tower's tensors held as T: Buffer for the host weights (VisionWeights), Tensor for views on
+// any one device (model/vision_views.h VisionWeightViews). Fields in vision_tensors' order.
+template <class T>
+struct VisionBlockParts {
+    T norm0_w, norm0_b;  // [C] norm0
+    T wqkv_w;            // [3C, C] wqkv.weight: rows [q heads | k heads | v heads]
+    T wqkv_b;            // [3C]
+    T wo_w, wo_b;        // [C, C], [C]
+    T norm1_w, norm1_b;  // [C] norm1
+    T fc0_w, fc0_b;      // [M, C], [M] mlp.fc0
+    T fc1_w, fc1_b;      // [C, M], [C] mlp.fc1
 };
 
-struct VisionWeights {
-    Buffer patch_w;  // [C, 3, p, p] patch_embed.proj.weight (used as [C, 3·p·p])
-    Buffer patch_b;  // [C]
-    Buffer pos_emb;  // [S, S, C] patch_embed.pos_emb.weight
-    std::vector<VisionBlockWeights> blocks;  // [n_layer]
-    Buffer final_w, final_b;                 // [C] encoder.final_layernorm
-    Buffer proj_norm_w, proj_norm_b;         // [C] multi_modal_projector.pre_norm
-    Buffer linear_1_w, linear_1_b;           // [m²C, m²C], [m²C]
-    Buffer linear_2_w, linear_2_b;           // [d, m²C], [d]
+template <class T>
+struct VisionParts {
+    T patch_w;  // [C, 3, p, p] patch_embed.proj.weight (used as [C, 3·p·p])
+    T patch_b;  // [C]
+    T pos_emb;  // [S, S, C] patch_embed.pos_emb.weight
+    std::vector<VisionBlockParts<T>> blocks;  // [n_layer]
+    T final_w, final_b;                       // [C] encoder.final_layernorm
+    T proj_norm_w, proj_norm_b;               // [C] multi_modal_projector.pre_norm
+    T linear_1_w, linear_1_b;                 // [m²C, m²C], [m²C]
+    T linear_2_w, linear_2_b;                 // [d, m²C], [d]
 };
+
+using VisionBlockWeights = VisionBlockParts<Buffer>;
+using VisionWeights = VisionParts<Buffer>;
 
 // The tower's and projector's tensors with their full HF names (whole on every rank), filling w
 // (null: the shapes alone, model/tensor_list.h).
@@ -76,9 +85,9 @@ void patchify(const VisionConfig& v, const std::vector<VisionImage>& images, Ten
 // x [n, C] += bicubic(pos_emb → [h, w]) for one image of n = h·w patches.
 void add_position_embedding(
     const VisionConfig& v, const VisionWeights& w, int64_t grid_h, int64_t grid_w, Tensor& x);
-// The 2-D RoPE of model-math §8, in place, on n tokens of one image of grid width w (patch t at
-// row t / w, column t mod w): x points at head 0 of token 0, heads head_dim apart, tokens
-// token_stride apart.
+// The 2-D RoPE of model-math §8 (ops::rope_2d), in place, on n tokens of one image of grid width w
+// (patch t at row t / w, column t mod w): x points at head 0 of token 0, heads head_dim apart,
+// tokens token_stride apart.
 void rope_2d(
     float* x, int64_t n, int64_t n_head, int64_t head_dim, int64_t token_stride, int64_t grid_w);
 // One ViT block on x [Σ h·w, C] in place; images' grids give the attention blocks.
@@ -86,7 +95,9 @@ void vision_block(const VisionConfig& v,
                   const VisionBlockWeights& w,
                   const std::vector<VisionImage>& images,
                   Tensor& x);
-// Mean over pool×pool cells: x [Σ h·w, C] → out [Σ h·w / pool², C] (pool = 1 copies).
+// Mean over pool×pool cells: x [Σ h·w, C] → out [Σ h·w / pool², C] (pool = 1 copies). This and
+// patch_merge are ops::gather_mean_rows of pool_merge_rows (model/vision_plan.h), which the
+// forward runs as one gather.
 void vision_pool(const std::vector<VisionImage>& images, int pool, const Tensor& x, Tensor& out);
 // Patch merger: x [Σ h·w, C] (grids of images, already pooled) → out [Σ h·w / m², m²·C].
 void patch_merge(
@@ -106,7 +117,7 @@ struct VisionStats {
     int64_t peak_act_bytes = 0;  // the largest call's activation buffers
 };
 
-// out [Σ vision_tokens, d]: every image's tokens, image after image.
+// out [Σ vision_tokens, d] (host): every image's tokens, image after image, in one pass.
 void vision_forward(const ModelConfig& cfg,
                     const VisionWeights& w,
                     const std::vector<VisionImage>& images,

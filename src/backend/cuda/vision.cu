@@ -92,7 +92,7 @@ void rope_2d(const Stream& s,
     if (total == 0)
         return;
     Rope2dArgs a{};
-    for (int64_t i = 0; i < head_dim / 4; ++i)  // as model::rope_2d: in double, rounded
+    for (int64_t i = 0; i < head_dim / 4; ++i)  // as ops::rope_2d: in double, rounded
         a.theta[i] = static_cast<float>(
             std::pow(10000.0, -4.0 * static_cast<double>(i) / static_cast<double>(head_dim)));
     a.n = n;
