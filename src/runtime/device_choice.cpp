@@ -16,18 +16,6 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     if (d.job.kind != deck::JobKind::infer)
         return cat(deck::to_string(d.job.kind),
                    " jobs run on the CPU only (the GPU runs infer jobs)");
-    if (l.tp != 1 && (model::count_layers(job.model, model::Ffn::moe) +
-                          model::count_layers(job.model, model::Ffn::latent_moe) >
-                      0))
-        return cat(
-            "the GPU model runs MoE layers with each rank's stage whole (parallel.tp = 1; any pp "
-            "and dp, the routed experts whole or split over ep), not tp = ",
-            l.tp);
-    if (l.dp % l.ep != 0)
-        return cat("the GPU model splits the routed experts over ep groups of dp replicas: dp = ",
-                   l.dp,
-                   " is not a multiple of ep = ",
-                   l.ep);
     if (l.ep > 1 && d.parallel.rebalance_every > 0)
         return std::string(
             "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "

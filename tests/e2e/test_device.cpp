@@ -22,9 +22,7 @@ const std::string kOut = "tests/decks/device/out";
 // Why this build's GPU path refuses the deck.
 std::string reason() {
 #ifdef HYMOE_CUDA
-    return "the GPU model runs MoE layers with each rank's stage whole (parallel.tp = 1; any pp "
-           "and "
-           "dp, the routed experts whole or split over ep), not tp = 2";
+    return "the GPU model has no batch-invariant mode (inference.batch_invariant)";
 #else
     return "this hymoe was built without CUDA (make CUDA=1 builds it)";
 #endif

@@ -22,16 +22,15 @@
 // dummy sequence, its metadata moved by one copy into fixed device buffers, its scratch in one
 // fixed workspace, the real rows' logits (or top tokens) copied back (src/model/cuda/
 // device_decode_graphs.h). Any other step runs eagerly, with the same results.
-// Layout: the stage's layers whole on each rank at tp = 1 (dp replicas each hold their own copy;
-// a model without MoE layers may split its heads and widths over tp as the CPU model does, each
-// block's partial output summed over tp through comm::, the whole vocabulary on every rank),
-// the routed experts whole (ep = 1) or split over an ep group of dp replicas (ep > 1: each rank
-// its hosted experts, model/shard.h; src/model/cuda/device_moe_ep.h dispatches and combines over
-// NCCL, the routing on the host, and no decode graphs). Under pp a stage receives its residual
-// stream from the previous one and hands it on (ForwardOptions::stage_out, else sent) through
-// host memory and MPI, as model::forward does; only the last stage returns logits, and there
-// are no decode graphs. ForwardOptions::kda_mode and attn_mode do not apply (one form of each
-// block); with ForwardOptions::stats, each layer is timed between two stream synchronisations.
+// Layout: the rank's part of the model as make_model(cfg, grid) cuts it, run through the
+// model's one layer loop (src/model/layer.h): heads and widths over tp (each block's partial
+// output summed over tp through comm::, the whole vocabulary on every rank), the stage's layers
+// under pp (the residual stream handed between stages through host memory and MPI, as
+// model::forward does, ForwardOptions::stage_out included; only the last stage returns logits),
+// the routed experts over ep and etp (model::moe_forward_parallel on the device's Ctx). Decode
+// graphs only at tp = pp = ep = 1. ForwardOptions::kda_mode and attn_mode do not apply (one form
+// of each block); with ForwardOptions::stats, each layer is timed between two stream
+// synchronisations.
 // The vision tower runs on the device too (src/model/cuda/device_vision.h: the encoder's GEMMs
 // in the matrices' dtype, the rest fp32; patchify and the position tables on the host). LoRA
 // adapters (set_lora_adapters, src/model/cuda/device_lora.h): fp32 factors, each adapter's rows
@@ -79,10 +78,10 @@ struct DecodeGraphCounters {
     int64_t resets = 0;       // times every graph was dropped for a store of another geometry
 };
 
-// Uploads `host` (a whole model: make_model(cfg) with its weights, or a rank's part: its stage's
-// layers, its routed experts split over ep, tp for a model without MoE layers: make_model(cfg,
-// grid)) to the current device (backend::select_device has chosen it). The host model may be
-// freed afterwards; at tp, pp or ep > 1 its comms (the grid) must outlive the device model.
+// Uploads `host` (a whole model: make_model(cfg) with its weights, or a rank's part:
+// make_model(cfg, grid)) to the current device (backend::select_device has chosen it). The host
+// model may be freed afterwards; at tp, pp or ep > 1 its comms (the grid) must outlive the
+// device model.
 std::unique_ptr<DeviceModel> make_cuda_model(const Model& host, const CudaModelOptions& options);
 // The counters of a model make_cuda_model made (all zero while graphs are off).
 DecodeGraphCounters decode_graph_counters(const DeviceModel& model);

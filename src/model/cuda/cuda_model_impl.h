@@ -12,7 +12,6 @@
 #include "device_blocks.h"
 #include "device_decode_graphs.h"
 #include "device_kv_offload.h"
-#include "device_moe_ep.h"
 #include "device_vision.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/cuda_model.h"
@@ -183,7 +182,7 @@ private:
     int n_adapters_ = 0;  // LoRA adapters held (set_lora_adapters)
     DecodeGraphModel graph_model_;
     std::unique_ptr<DecodeGraphRunner> graphs_;  // null when no decode step can qualify
-    std::unique_ptr<MoeEp> moe_ep_;  // the MoE layers over the ep group (ep > 1), else null
+    MoeParallel moe_par_;  // the MoE layers' tp and ep groups (null where of one rank)
 };
 
 }  // namespace gpu

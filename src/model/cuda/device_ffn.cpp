@@ -1,16 +1,15 @@
 // The MoE layer on the GPU (device_blocks.h). Generic: model::moe_forward_parallel, the CPU's
 // own forward, on the device's Ctx (router logits on the device, routing on the host by the CPU's
-// code, the grouped experts on the device), with groups of one (moe_block) or over an ep group
-// (MoeEp, device_moe_ep.h). Fused (bf16 SwiGLU experts, dropless, one rank): routing by
-// ops::moe_route on the device, then the dispatch plan, grouped experts and combine in the fused
-// kernels (cuda_fused.h), with no host round trip; its shared experts are
+// code, the grouped experts on the device), with groups of one (moe_block) or over the rank's tp
+// and ep groups (the caller, device_forward.cpp). Fused (bf16 SwiGLU experts, dropless, one rank):
+// routing by ops::moe_route on the device, then the dispatch plan, grouped experts and combine in
+// the fused kernels (cuda_fused.h), with no host round trip; its shared experts are
 // model::dense_ffn_forward on the device's Ctx.
 #include <utility>
 #include <vector>
 
 #include "../route_rule.h"
 #include "device_blocks.h"
-#include "device_moe_ep.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/backend/moe_route.h"
@@ -156,29 +155,6 @@ void moe_block(Gpu& g,
     one.calls = 1;
     one.tokens_per_expert = std::move(load);
     stats.add(one);
-}
-
-MoeEp::MoeEp(const comm::Comm& ep, bool overlap, bool /*fused*/) : ep_(ep), overlap_(overlap) {}
-
-void MoeEp::forward(Gpu& g,
-                    const ModelConfig& cfg,
-                    const LayerSpec& spec,
-                    const MoeW& w,
-                    const Tensor& x,
-                    DType cd,
-                    Tensor& y,
-                    MoeCommStats& stats) {
-    MoeParallel par;
-    par.ep = &ep_;
-    par.overlap = overlap_;
-    moe_forward_parallel(ctx_of(g),
-                         cfg,
-                         spec,
-                         moe_views_of(w, cd, cfg.moe.n_routed_experts, &ep_),
-                         x,
-                         y,
-                         par,
-                         &stats);
 }
 
 }  // namespace hymoe::model::gpu

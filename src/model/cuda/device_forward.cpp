@@ -81,8 +81,16 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                                   nullptr,
                                   &step_.lora.rows);
                 tp_sum(y);
-            } else if (m_.moe_ep_) {
-                m_.moe_ep_->forward(*m_.g_, m_.cfg_, spec, m_.moe_[i], xn, cd, y, *stats);
+            } else if (m_.moe_par_.tp != nullptr || m_.moe_par_.ep != nullptr) {
+                moe_forward_parallel(
+                    ctx_,
+                    m_.cfg_,
+                    spec,
+                    moe_views_of(m_.moe_[i], cd, m_.cfg_.moe.n_routed_experts, m_.moe_par_.ep),
+                    xn,
+                    y,
+                    m_.moe_par_,
+                    stats);
             } else {
                 moe_block(*m_.g_,
                           m_.cfg_,
@@ -114,8 +122,9 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
         backend::Ctx ctx_;
     };
     Blocks blocks(*this, step, stats, timed);
+    const bool moe_collective = moe_par_.tp != nullptr || moe_par_.ep != nullptr;
     detail::run_layers(
-        cfg_, 0, static_cast<int>(cfg_.layers.size()), moe_ep_ != nullptr, blocks, h, stats, {});
+        cfg_, shard_.first_layer, shard_.end_layer, moe_collective, blocks, h, stats, {});
     if (step.host_kv != nullptr)
         step.host_kv->finish_step();
 }

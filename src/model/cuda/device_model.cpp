@@ -43,9 +43,6 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
         host.shard.ep,
         ") without the grid's comms");
     const bool any_moe = count_layers(cfg_, Ffn::moe) + count_layers(cfg_, Ffn::latent_moe) > 0;
-    HYMOE_CHECK(host.shard.tp == 1 || !any_moe,
-                "make_cuda_model: the GPU model runs MoE layers at tp = 1 only, not tp = ",
-                host.shard.tp);
     HYMOE_CHECK(o.dtype == DType::f32 || o.dtype == DType::bf16,
                 "make_cuda_model: matrices in ",
                 to_string(o.dtype),
@@ -90,8 +87,10 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
                                        static_cast<size_t>(s_floats_ * int64_t{sizeof(float)}) <
                                    static_cast<size_t>(std::numeric_limits<int32_t>::max());
     weight_bytes_ = g_->arena.book().used() - before;
-    if (host.shard.ep > 1)
-        moe_ep_ = std::make_unique<MoeEp>(host.comms->ep, o.ep_overlap, o.fused);
+    moe_par_.tp = shard_.tp > 1 ? &comms_->tp : nullptr;
+    moe_par_.ep = shard_.ep > 1 ? &comms_->ep : nullptr;
+    moe_par_.etp = shard_.etp;
+    moe_par_.overlap = o.ep_overlap && shard_.ep > 1;
     graph_model_.ep = host.shard.ep;
     make_graphs();
 }
@@ -263,10 +262,10 @@ std::string CudaModel::describe() const {
                " GB of a ",
                static_cast<double>(g_->arena.book().capacity()) * gb,
                " GB device arena",
-               moe_ep_ ? cat(", routed experts over ep ",
-                             moe_ep_->size(),
-                             o_.ep_overlap ? " (two micro-batches overlapped)" : "")
-                       : std::string(),
+               shard_.ep > 1 ? cat(", routed experts over ep ",
+                                   shard_.ep,
+                                   o_.ep_overlap ? " (two micro-batches)" : "")
+                             : std::string(),
                shard_.pp > 1 ? cat(", pipeline stage ",
                                    shard_.stage,
                                    " of ",
