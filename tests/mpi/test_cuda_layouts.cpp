@@ -7,9 +7,9 @@
 //   cuda_pp: pp = N (tp = dp = ep = 1), presets tiny (KDA + MLA, MoE) and tiny-deepseek (DSA/MLA,
 //     MoE with shared experts); the stages hand the residual stream over through MPI, so one GPU
 //     shared is enough; the other stages return no logits.
-//   cuda_tp: tp = N, the same presets with dense FFNs (the GPU runs MoE layers at tp = 1 only):
-//     heads and widths split, the partial outputs summed over tp by comm:: (NCCL, or through
-//     the host where the ranks share a GPU).
+//   cuda_tp: tp = N, the same presets: heads and widths split, the partial outputs summed over tp
+//     by comm:: (NCCL, or through the host where the ranks share a GPU), each MoE layer's rows
+//     owned by one rank of the group (model/moe_parallel.h).
 #ifdef HYMOE_CUDA
 
 #include <cmath>
@@ -172,9 +172,7 @@ BOOST_AUTO_TEST_CASE(tp_forward_matches_the_one_rank_cpu) {
     parallel::Grid grid = parallel::make_grid(parallel::Layout{n, 1, 1, 1, 1});
     const std::vector<std::vector<int64_t>> seqs = plan_tokens();
     for (const std::string name : {"tiny", "tiny-deepseek"}) {
-        model::ModelConfig cfg = model::preset_config(name);
-        for (model::LayerSpec& l : cfg.layers)
-            l.ffn = model::Ffn::dense;
+        const model::ModelConfig cfg = model::preset_config(name);
         model::Model whole = model::make_model(cfg);
         model::init_model_random(whole, 7);
         model::Model part = model::make_model(cfg, grid);  // its heads, widths and V/tp rows
