@@ -1,7 +1,10 @@
-// One rank's part of the model (model/shard.h): stage ranges, the local config, hosted experts.
+// One rank's part of the model (model/shard.h): stage ranges, the local config, hosted experts
+// and their local indices.
 #include "hymoe/model/shard.h"
 
 #include <cstdint>
+
+#include "hymoe/core/error.h"
 
 namespace hymoe::model {
 
@@ -59,6 +62,26 @@ std::vector<int> hosted_experts(const ModelConfig& cfg,
         if (expert_rank_of(expert_rank, e, n_exp, shard.ep) == shard.ep_rank)
             hosted.push_back(e);
     return hosted;
+}
+
+std::vector<int> local_expert_index(const std::vector<int>& placement,
+                                    int64_t n_exp,
+                                    int ep,
+                                    int ep_rank) {
+    HYMOE_CHECK(ep >= 1 && n_exp % ep == 0 &&
+                    (placement.empty() || static_cast<int64_t>(placement.size()) == n_exp),
+                "local_expert_index: ",
+                n_exp,
+                " experts over ep ",
+                ep,
+                " with a placement of ",
+                placement.size());
+    std::vector<int> local(static_cast<size_t>(n_exp), -1);
+    int next = 0;
+    for (int64_t e = 0; e < n_exp; ++e)
+        if (expert_rank_of(placement, e, n_exp, ep) == ep_rank)
+            local[static_cast<size_t>(e)] = next++;
+    return local;
 }
 
 }  // namespace hymoe::model

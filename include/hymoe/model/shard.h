@@ -59,5 +59,12 @@ inline int expert_rank_of(const std::vector<int>& placement, int64_t e, int64_t 
 std::vector<int> hosted_experts(const ModelConfig& cfg,
                                 const ModelShard& shard,
                                 const std::vector<int>& expert_rank);
+// The local index of every routed expert on ep rank `ep_rank` ([E]: its position among the
+// experts that rank hosts, ascending ids; −1 elsewhere), under a placement (MoeWeights::
+// expert_rank; empty: blocks of E/ep).
+std::vector<int> local_expert_index(const std::vector<int>& placement,
+                                    int64_t n_exp,
+                                    int ep,
+                                    int ep_rank);
 
 }  // namespace hymoe::model

@@ -16,7 +16,6 @@
 #include "hymoe/core/error.h"
 #include "hymoe/model/batch.h"
 #include "hymoe/model/decode_graph_plan.h"
-#include "hymoe/model/moe_ep_plan.h"
 
 namespace hymoe::model::gpu {
 

@@ -10,7 +10,6 @@
 #include "cuda_model_impl.h"
 #include "hymoe/backend/cuda_ops.h"
 #include "hymoe/model/fused_step.h"
-#include "hymoe/model/moe_ep_plan.h"
 #include "hymoe/parallel/comm.h"
 #include "hymoe/parallel/comms.h"
 

@@ -11,6 +11,7 @@
 
 #include "hymoe/core/rng.h"
 #include "hymoe/model/eplb.h"
+#include "hymoe/model/shard.h"
 
 namespace {
 
@@ -71,6 +72,15 @@ BOOST_AUTO_TEST_CASE(moving_experts_frees_and_fills_them) {
         BOOST_TEST(same(w.experts[e].down_proj, whole.layers[layer].moe.experts[e].down_proj));
     }
     BOOST_TEST(hosted_experts(m.local, m.shard, w.expert_rank) == (std::vector<int>{0, 1, 4, 6}),
+               boost::test_tools::per_element());
+}
+
+// Each expert's position among its rank's experts, ascending ids; −1 elsewhere.
+BOOST_AUTO_TEST_CASE(local_index_of_hosted_experts) {
+    BOOST_TEST(local_expert_index({}, 8, 2, 1) == (std::vector<int>{-1, -1, -1, -1, 0, 1, 2, 3}),
+               boost::test_tools::per_element());
+    const std::vector<int> placement{1, 0, 0, 1, 1, 0};
+    BOOST_TEST(local_expert_index(placement, 6, 2, 1) == (std::vector<int>{0, -1, -1, 1, 2, -1}),
                boost::test_tools::per_element());
 }
 
