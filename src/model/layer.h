@@ -2,8 +2,8 @@
 // with the tp reduction of its partial output, forward and backward, and the one loop over a
 // stage's layers (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h)) that the inference forward
 // (model.cpp), the training pass (train.cpp) and the GPU model (model/cuda) all run, each through
-// its LayerBlocks. Every MoE layer goes through the one MoE path (model/moe_parallel.h; groups of
-// one on one rank).
+// its LayerBlocks, and its reverse for training's backward. Every MoE layer goes through the one
+// MoE path (model/moe_parallel.h; groups of one on one rank).
 #pragma once
 
 #include <functional>
@@ -110,5 +110,18 @@ void run_layers(const Model& m,
                 Tensor& h,
                 ForwardStats& stats,
                 const LayerTaps& taps = {});
+
+// The residual stream a training pass keeps at a stage's block boundaries.
+struct LayerStream {
+    std::vector<Buffer> before_mixer;  // [n_layer] [n, d] layer inputs (this stage's layers)
+    std::vector<Buffer> before_ffn;    // [n_layer] [n, d] (empty with recompute)
+    Buffer out;                        // [n, d] after the stage's last layer
+};
+
+// The reverse of run_layers over m's stage, every sequence fresh (training): dh [n, d], the
+// gradient of the stage's output, becomes the gradient of its input; st's buffers are released
+// as it goes; with recompute, each layer's FFN input is made again by rerunning its mixer.
+void run_layers_backward(
+    const Model& m, const SeqBatch& batch, LayerStream& st, bool recompute, Tensor& dh);
 
 }  // namespace hymoe::model::detail

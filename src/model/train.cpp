@@ -46,12 +46,7 @@ void set_dropout_seed(const TrainOptions& o, const TrainBatch& b) {
         slot->dropout_seed = b.dropout_seed;
 }
 
-// One micro-batch's residual stream at this stage's block boundaries.
-struct Stream {
-    std::vector<Buffer> before_mixer;  // [n_layer] [n, d] layer inputs (this stage's layers)
-    std::vector<Buffer> before_ffn;    // [n_layer] [n, d] (empty with recompute)
-    Buffer out;                        // [n, d] after the stage's last layer
-};
+using Stream = detail::LayerStream;  // one micro-batch's, at the stage's block boundaries
 
 // The stage's input stream [n, d]: the embeddings with the media spliced in (first stage), or the
 // previous stage's output.
@@ -168,42 +163,6 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
     return sums;
 }
 
-// dh += ∂ through x ↦ norm(x; w) of dxn, at the block input x [n, d].
-void add_norm_backward(const Tensor& x, const Buffer& w, float eps, const Tensor& dxn, Tensor& dh) {
-    Buffer dx(DType::f32, x.shape);
-    ops::rms_norm_backward(x, w.view(), eps, dxn, dx.view());
-    ops::add_inplace(dh, dx.view());
-}
-
-// The reverse sweep through this stage's layers: dh [n, d] (the gradient of the stage's output)
-// becomes the gradient of its input; st's buffers are released as it goes.
-void backward_stage(const Model& m, const TrainBatch& b, Stream& st, bool recompute, Buffer& dh) {
-    const int64_t n = b.batch.n_tok(), d = m.cfg.hidden_size;
-    const float eps = static_cast<float>(m.cfg.rms_norm_eps);
-    Buffer xn(DType::f32, {n, d}), xn2(DType::f32, {n, d}), dxn(DType::f32, {n, d});
-    for (int i = m.shard.end_layer - 1; i >= m.shard.first_layer; --i) {
-        const LayerWeights& lw = m.layers[i];
-        Buffer& h_in = st.before_mixer[i];
-        ops::rms_norm(h_in.view(), lw.attn_norm.view(), eps, xn.view());
-        if (recompute) {  // the FFN's input: rerun the mixer
-            st.before_ffn[i] = Buffer(DType::f32, {n, d});
-            detail::mixer_forward(
-                m, i, xn.view(), b.batch, detail::MixerPass{}, st.before_ffn[i].view());
-            ops::add_inplace(st.before_ffn[i].view(), h_in.view());
-        }
-        // h_out = h_mid + ffn(norm h_mid)
-        Buffer& h_mid = st.before_ffn[i];
-        ops::rms_norm(h_mid.view(), lw.ffn_norm.view(), eps, xn2.view());
-        detail::ffn_backward(m, i, xn2.view(), dh.view(), dxn.view());
-        add_norm_backward(h_mid.view(), lw.ffn_norm, eps, dxn.view(), dh.view());
-        h_mid = Buffer();
-        // h_mid = h_in + mixer(norm h_in)
-        detail::mixer_backward(m, i, xn.view(), b.batch, dh.view(), dxn.view());
-        add_norm_backward(h_in.view(), lw.attn_norm, eps, dxn.view(), dh.view());
-        h_in = Buffer();
-    }
-}
-
 // The loss sums of the last stage on every rank of the pipeline.
 LossSums share_over_pipeline(const Model& m, const LossSums& s) {
     if (m.shard.pp == 1)
@@ -298,7 +257,7 @@ LossSums train_forward_backward(const Model& m,
             dh = Buffer(DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
             comm::recv(dh.view(), m.comms->pp_next, m.comms->pp, kGradTag);
         }
-        backward_stage(m, b, in_flight.front(), options.recompute, dh);
+        detail::run_layers_backward(m, b.batch, in_flight.front(), options.recompute, dh.view());
         in_flight.pop_front();
         if (!sh.first_stage())
             outbox.send(std::move(dh), m.comms->pp_prev, m.comms->pp, kGradTag);
