@@ -239,13 +239,13 @@ void route_on_device(Gpu& g,
                      Tensor& idx,
                      Tensor& weight);
 
-// model::moe_forward. Fused (`fused`, cd bf16, SwiGLU, dropless, widths the grouped kernels
-// take, no routed-expert adapters in use): routing, dispatch plan, experts and combine on the
-// device (cuda_fused.h), no host round trip unless `count_load`. Else model::moe_forward_parallel
-// on the device's Ctx with groups of one (router logits on the device, routing on the host, the
-// grouped experts on the device). stats gets the layer's expert load (fused: only with
-// count_load, one download). With lora (rows present): the shared and the routed experts'
-// adapters on each adapter's rows.
+// model::moe_forward over the rank's groups `par` (collective over them). Fused (groups of one,
+// `fused`, cd bf16, SwiGLU, dropless, widths the grouped kernels take, no routed-expert adapters
+// in use): routing, dispatch plan, experts and combine on the device (cuda_fused.h), no host
+// round trip unless `count_load`. Else model::moe_forward_parallel on the device's Ctx over
+// `par` (router logits on the device, routing on the host, the grouped experts on the device).
+// stats gets the layer's expert load (fused: only with count_load, one download). With lora
+// (rows present): the shared and the routed experts' adapters on each adapter's rows.
 void moe_block(Gpu& g,
                const ModelConfig& cfg,
                const LayerSpec& spec,
@@ -256,7 +256,8 @@ void moe_block(Gpu& g,
                bool count_load,
                Tensor& y,
                MoeCommStats& stats,
-               const LoraStep* lora = nullptr);
+               const LoraStep* lora,
+               const MoeParallel& par);
 
 // w's views for model::moe_forward_parallel with the experts' inputs in cd; over an ep group
 // (ep: non-null) the held experts' slices are looked up by local index (expert_slot).

@@ -100,20 +100,22 @@ void moe_block(Gpu& g,
                bool count_load,
                Tensor& y,
                MoeCommStats& stats,
-               const LoraStep* lora) {
+               const LoraStep* lora,
+               const MoeParallel& par) {
     const MoeConfig& m = cfg.moe;
     const int64_t n = x.dim(0), n_exp = m.n_routed_experts;
     const bool has_rows = lora != nullptr && !lora->rows.empty();
     const bool expert_lora = has_rows && !w.experts.lora_views.empty();  // routes on the host
-    if (expert_lora || !moe_runs_fused(cfg, spec, cd, fused, n)) {
+    const bool one_rank = par.tp == nullptr && par.ep == nullptr;
+    if (!one_rank || expert_lora || !moe_runs_fused(cfg, spec, cd, fused, n)) {
         const SeqBatch rows = has_rows ? single_rows(lora->row_adapter) : SeqBatch();
         moe_forward_parallel(ctx_of(g),
                              cfg,
                              spec,
-                             moe_views_of(w, cd, n_exp, nullptr),
+                             moe_views_of(w, cd, n_exp, par.ep),
                              x,
                              y,
-                             MoeParallel{},
+                             par,
                              &stats,
                              has_rows ? &rows : nullptr,
                              nullptr,

@@ -81,16 +81,6 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                                   nullptr,
                                   &step_.lora.rows);
                 tp_sum(y);
-            } else if (m_.moe_par_.tp != nullptr || m_.moe_par_.ep != nullptr) {
-                moe_forward_parallel(
-                    ctx_,
-                    m_.cfg_,
-                    spec,
-                    moe_views_of(m_.moe_[i], cd, m_.cfg_.moe.n_routed_experts, m_.moe_par_.ep),
-                    xn,
-                    y,
-                    m_.moe_par_,
-                    stats);
             } else {
                 moe_block(*m_.g_,
                           m_.cfg_,
@@ -102,7 +92,8 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                           timed_,
                           y,
                           *stats,
-                          &step_.lora);
+                          &step_.lora,
+                          m_.moe_par_);
             }
         }
 
