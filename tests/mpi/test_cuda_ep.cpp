@@ -13,7 +13,6 @@
 // routing choice).
 #ifdef HYMOE_CUDA
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,7 +20,6 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "../cuda/paged_sequences.h"
 #include "../testing.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/config.h"
@@ -30,18 +28,16 @@
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/parallel/device_select.h"
+#include "step_plan.h"
 
 namespace {
 
 using namespace hymoe;
+using cuda_test::rel_error;
+using cuda_test::run_plan;
+using cuda_test::StepRows;
 using hymoe::testing::all_ranks;
 using hymoe::testing::world_size;
-
-constexpr int kPageTokens = 8;
-constexpr int64_t kPages = 64;
-
-// One step of a rank: its sequences' (first token, count); empty: no rows this step.
-using StepRows = std::vector<std::pair<int64_t, int64_t>>;
 
 // Rank r's plan over two sequences of prompt lengths 9 + 4r and 17 + r: the prefill (every row's
 // logits), three decodes (last rows), a step the odd ranks sit out, and one more decode.
@@ -64,60 +60,6 @@ std::vector<std::vector<int64_t>> tokens_of(int rank) {
         for (int i = 0; i < 40; ++i)
             seq.push_back(3 + rng.next_u32() % 253);
     return t;
-}
-
-// Every step's logits of `plan` on the CPU (device null: m whole) or the GPU model.
-std::vector<Buffer> run(const model::Model& m,
-                        model::DeviceModel* device,
-                        const std::vector<StepRows>& plan,
-                        const std::vector<std::vector<int64_t>>& seqs) {
-    cuda_test::PagedSequences paged =
-        cuda_test::paged_sequences(m, device, kPageTokens, kPages, seqs.size());
-    std::unique_ptr<model::KvPool>& pool = paged.pool;
-    std::vector<model::SequenceState>& states = paged.states;
-    std::vector<Buffer> out;
-    for (size_t k = 0; k < plan.size(); ++k) {
-        std::vector<int64_t> tokens;
-        model::SeqBatch batch{{0}, {}, {}};
-        std::vector<model::SequenceState*> ptrs;
-        for (size_t s = 0; s < plan[k].size(); ++s) {
-            const auto [begin, count] = plan[k][s];
-            BOOST_REQUIRE(pool->reserve(states[s].pages, begin + count));
-            tokens.insert(tokens.end(), seqs[s].begin() + begin, seqs[s].begin() + begin + count);
-            batch.pos0.push_back(begin);
-            batch.offsets.push_back(static_cast<int64_t>(tokens.size()));
-            ptrs.push_back(&states[s]);
-        }
-        model::ForwardOptions fo;
-        fo.logits = k == 0 ? model::Logits::all : model::Logits::last;
-        fo.kda_mode = model::KdaMode::recurrent;
-        fo.attn_mode = model::AttnMode::absorbed;
-        Buffer logits;
-        if (device)
-            device->forward(tokens, batch, ptrs, logits, fo, nullptr);
-        else if (!tokens.empty())
-            model::forward(m, tokens, batch, ptrs, logits, fo);
-        else
-            logits = Buffer(DType::f32, {0, m.cfg.vocab_size});
-        out.push_back(std::move(logits));
-    }
-    return out;
-}
-
-// ‖a − b‖ / ‖b‖ over every step (0 when both are empty).
-double rel_error(const std::vector<Buffer>& a, const std::vector<Buffer>& b) {
-    double diff = 0, norm = 0;
-    for (size_t k = 0; k < a.size(); ++k) {
-        const int64_t n = a[k].view().numel();
-        if (n != b[k].view().numel())
-            return INFINITY;
-        for (int64_t i = 0; i < n; ++i) {
-            const double got = a[k].ptr<float>()[i], want = b[k].ptr<float>()[i];
-            diff += (got - want) * (got - want);
-            norm += want * want;
-        }
-    }
-    return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 model::CudaModelOptions options(DType dtype, bool overlap) {
@@ -158,10 +100,10 @@ BOOST_AUTO_TEST_CASE(ep_forward_matches_the_one_rank_cpu) {
         model::init_model_random(whole, 7);
         model::Model part = model::make_model(cfg, grid);  // its hosted experts only
         model::init_model_random(part, 7);
-        const std::vector<Buffer> cpu = run(whole, nullptr, plan, seqs);
+        const std::vector<Buffer> cpu = run_plan(whole, nullptr, plan, seqs);
         for (bool overlap : {false, true}) {
             const auto device = model::make_cuda_model(part, options(DType::f32, overlap));
-            const std::vector<Buffer> gpu = run(part, device.get(), plan, seqs);
+            const std::vector<Buffer> gpu = run_plan(part, device.get(), plan, seqs);
             const double err = rel_error(gpu, cpu);
             BOOST_TEST_MESSAGE("cuda_ep " << name << " rank " << rank << (overlap ? " overlap" : "")
                                           << ": " << device->describe() << ", logits rel. error "
@@ -189,10 +131,10 @@ BOOST_AUTO_TEST_CASE(bf16_ep_forward_is_close_to_the_one_rank_gpu) {
     std::vector<Buffer> one;
     {
         const auto device = model::make_cuda_model(whole, options(DType::bf16, false));
-        one = run(whole, device.get(), plan, seqs);
+        one = run_plan(whole, device.get(), plan, seqs);
     }
     const auto device = model::make_cuda_model(part, options(DType::bf16, true));
-    const double err = rel_error(run(part, device.get(), plan, seqs), one);
+    const double err = rel_error(run_plan(part, device.get(), plan, seqs), one);
     BOOST_TEST_MESSAGE("cuda_ep tiny bf16 rank " << grid.me.dp << ": logits rel. error " << err);
     BOOST_TEST(all_ranks(err <= 1e-2));
 }
