@@ -11,7 +11,9 @@
 #include <boost/test/unit_test.hpp>
 #include <cuda_runtime.h>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/backend/cuda_arena.h"
+#include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/core/types.h"
 #include "hymoe/tensor/tensor.h"
@@ -147,6 +149,30 @@ inline void expect_close(const char* what,
 struct Gpu {
     cu::Stream s;
     cu::DeviceArena arena{size_t{512} << 20};
+};
+
+// A Gpu with its cuBLAS handle and the backend context on them (backend/ctx.h), for the tests of
+// ops and blocks on a CUDA Ctx.
+struct GpuCtx {
+    Gpu g;
+    cu::Blas blas;
+    backend::Ctx ctx;
+    explicit GpuCtx(int max_groups = 1024) : blas(g.s, g.arena, max_groups) {
+        ctx = backend::Ctx{Device::cuda, &g.s, &g.arena, &blas};
+    }
+    // A host tensor's device copy as t (f32 ↔ bf16 converted).
+    Tensor up(const Tensor& host, DType t = DType::f32) { return to_device(host, t, g.arena, g.s); }
+    Tensor up(const Buffer& host, DType t = DType::f32) { return up(host.view(), t); }
+    Tensor f32(Shape shape) { return g.arena.tensor(DType::f32, std::move(shape)); }
+    // A host weight's device copy at its own dtype (an absent one stays empty).
+    Tensor weight(const Buffer& host) {
+        if (host.view().data == nullptr)
+            return {};
+        Tensor dev = g.arena.tensor(host.view().dtype, host.view().shape);
+        cu::upload(host.view(), dev, g.s);
+        g.s.synchronize();
+        return dev;
+    }
 };
 
 }  // namespace hymoe::cuda_test

@@ -76,29 +76,6 @@ struct Layer {
 };
 
 // A CUDA context over a test's stream and arena.
-struct GpuCtx {
-    Gpu g;
-    cu::Blas blas{g.s, g.arena};
-    backend::Ctx ctx;
-    GpuCtx() {
-        ctx.device = Device::cuda;
-        ctx.stream = &g.s;
-        ctx.arena = &g.arena;
-        ctx.blas = &blas;
-    }
-    Tensor up(const Buffer& host) { return to_device(host.view(), DType::f32, g.arena, g.s); }
-    Tensor f32(Shape shape) { return g.arena.tensor(DType::f32, std::move(shape)); }
-    // A host weight's device copy at its own dtype (an absent one stays empty).
-    Tensor weight(const Buffer& host) {
-        if (host.view().data == nullptr)
-            return {};
-        Tensor dev = g.arena.tensor(host.view().dtype, host.view().shape);
-        cu::upload(host.view(), dev, g.s);
-        g.s.synchronize();
-        return dev;
-    }
-};
-
 model::MlaWeightViews upload(GpuCtx& gc, const model::MlaWeights& w) {
     const model::IndexerWeights& x = w.indexer;
     return {gc.weight(w.q_a_proj),

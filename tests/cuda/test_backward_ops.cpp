@@ -30,21 +30,6 @@ Buffer copy_of(const Buffer& b) {
     return c;
 }
 
-struct GpuCtx {
-    Gpu g;
-    cu::Blas blas{g.s, g.arena};
-    backend::Ctx ctx;
-    GpuCtx() {
-        ctx.device = Device::cuda;
-        ctx.stream = &g.s;
-        ctx.arena = &g.arena;
-        ctx.blas = &blas;
-    }
-    Tensor up(const Buffer& host, DType t = DType::f32) {
-        return to_device(host.view(), t, g.arena, g.s);
-    }
-};
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_backward_ops, *utf::label("cuda"))

@@ -45,20 +45,6 @@ struct Layer {
     }
 };
 
-struct GpuCtx {
-    Gpu g;
-    cu::Blas blas{g.s, g.arena};
-    backend::Ctx ctx;
-    GpuCtx() {
-        ctx.device = Device::cuda;
-        ctx.stream = &g.s;
-        ctx.arena = &g.arena;
-        ctx.blas = &blas;
-    }
-    Tensor up(const Buffer& host) { return to_device(host.view(), DType::f32, g.arena, g.s); }
-    Tensor up(const Tensor& host) { return to_device(host, DType::f32, g.arena, g.s); }
-};
-
 model::KdaWeightViews upload(GpuCtx& gc, const model::KdaWeightViews& h) {
     return {gc.up(h.q_proj),
             gc.up(h.k_proj),

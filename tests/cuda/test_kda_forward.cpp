@@ -51,26 +51,6 @@ struct Layer {
 };
 
 // A CUDA context over a test's stream and arena.
-struct GpuCtx {
-    Gpu g;
-    cu::Blas blas{g.s, g.arena};
-    backend::Ctx ctx;
-    GpuCtx() {
-        ctx.device = Device::cuda;
-        ctx.stream = &g.s;
-        ctx.arena = &g.arena;
-        ctx.blas = &blas;
-    }
-    Tensor up(const Buffer& host) { return to_device(host.view(), DType::f32, g.arena, g.s); }
-    // A host weight's device copy at its own dtype.
-    Tensor weight(const Buffer& host) {
-        Tensor dev = g.arena.tensor(host.view().dtype, host.view().shape);
-        cu::upload(host.view(), dev, g.s);
-        g.s.synchronize();
-        return dev;
-    }
-};
-
 // The host weights' device copies, at the weight list's shapes.
 model::KdaWeightViews upload(GpuCtx& gc, const model::KdaWeights& w) {
     return {gc.weight(w.q_proj),

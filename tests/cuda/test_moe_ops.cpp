@@ -36,19 +36,6 @@ using namespace hymoe::cuda_test;
 namespace {
 
 // A CUDA context over a test's stream and arena.
-struct GpuCtx {
-    Gpu g;
-    cu::Blas blas{g.s, g.arena, 16};
-    backend::Ctx ctx;
-    GpuCtx() {
-        ctx.device = Device::cuda;
-        ctx.stream = &g.s;
-        ctx.arena = &g.arena;
-        ctx.blas = &blas;
-    }
-    Tensor up(const Buffer& host, DType t) { return to_device(host.view(), t, g.arena, g.s); }
-};
-
 // Slice e of a stacked [E, rows, cols] device tensor.
 Tensor slice(const Tensor& stacked, int64_t e) {
     const int64_t rows = stacked.dim(1), cols = stacked.dim(2);
@@ -64,7 +51,7 @@ Tensor slice(const Tensor& stacked, int64_t e) {
 BOOST_AUTO_TEST_SUITE(cuda_moe_ops, *utf::label("cuda"))
 
 BOOST_AUTO_TEST_CASE(gather_grouped_product_combine, *utf::precondition(need_gpu)) {
-    GpuCtx gc;
+    GpuCtx gc(16);
     const backend::Ctx cpu = backend::cpu_ctx();
     // 6 rows, k = 2, E = 4: row 2 has no computed slot, expert 3 gets none
     const std::vector<int32_t> expert = {2, 0, 0, 1, -1, -1, 1, 2, 0, -1, 2, 1};
@@ -115,7 +102,7 @@ BOOST_AUTO_TEST_CASE(gather_grouped_product_combine, *utf::precondition(need_gpu
 }
 
 BOOST_AUTO_TEST_CASE(mlp_on_views_with_factor_adapters, *utf::precondition(need_gpu)) {
-    GpuCtx gc;
+    GpuCtx gc(16);
     const backend::Ctx cpu = backend::cpu_ctx();
     const int64_t n = 7, width = 64, inter = 128, r = 4;
     const Buffer A = random({r, width}, 60, DType::f32), B = random({inter, r}, 61, DType::f32);
@@ -152,7 +139,7 @@ BOOST_AUTO_TEST_CASE(mlp_on_views_with_factor_adapters, *utf::precondition(need_
 }
 
 BOOST_AUTO_TEST_CASE(router_logits_and_selection, *utf::precondition(need_gpu)) {
-    GpuCtx gc;
+    GpuCtx gc(16);
     const backend::Ctx cpu = backend::cpu_ctx();
     const int64_t n = 37, d = 64, E = 16, k = 4;
     const Buffer x = random({n, d}, 70, DType::f32), gate = random({E, d}, 71, DType::f32);
@@ -200,7 +187,7 @@ BOOST_AUTO_TEST_CASE(router_logits_and_selection, *utf::precondition(need_gpu)) 
 }
 
 BOOST_AUTO_TEST_CASE(routed_experts_grouped_vs_cpu, *utf::precondition(need_gpu)) {
-    GpuCtx gc;
+    GpuCtx gc(16);
     const int64_t n = 13, k = 2, E = 4, d = 64, inter = 128;
     for (model::ExpertAct act : {model::ExpertAct::swiglu, model::ExpertAct::relu2})
         for (DType t : {DType::f32, DType::bf16}) {

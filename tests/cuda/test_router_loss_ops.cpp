@@ -21,23 +21,6 @@ namespace utf = boost::unit_test;
 using namespace hymoe;
 using namespace hymoe::cuda_test;
 
-namespace {
-
-struct GpuCtx {
-    Gpu g;
-    cu::Blas blas{g.s, g.arena};
-    backend::Ctx ctx;
-    GpuCtx() {
-        ctx.device = Device::cuda;
-        ctx.stream = &g.s;
-        ctx.arena = &g.arena;
-        ctx.blas = &blas;
-    }
-    Tensor up(const Buffer& host) { return to_device(host.view(), DType::f32, g.arena, g.s); }
-};
-
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(cuda_router_loss_ops, *utf::label("cuda"))
 
 BOOST_AUTO_TEST_CASE(router_and_cross_entropy, *utf::precondition(need_gpu)) {

@@ -20,19 +20,6 @@ using namespace hymoe::cuda_test;
 namespace {
 
 // A CUDA context over a test's stream and arena.
-struct GpuCtx {
-    Gpu g;
-    cu::Blas blas{g.s, g.arena};
-    backend::Ctx ctx;
-    GpuCtx() {
-        ctx.device = Device::cuda;
-        ctx.stream = &g.s;
-        ctx.arena = &g.arena;
-        ctx.blas = &blas;
-    }
-    Tensor up(const Buffer& host, DType t) { return to_device(host.view(), t, g.arena, g.s); }
-};
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_vision_ops, *utf::label("cuda"))
