@@ -14,6 +14,7 @@
 #include "hymoe/backend/ops_moe.h"
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/timer.h"
+#include "moe_grouped.h"
 
 namespace hymoe::model::detail {
 
@@ -32,18 +33,6 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& rows) {
     for (size_t i = 0; i < rows.size(); ++i)
         at[i + 1] = at[i] + rows[i];
     return at;
-}
-
-// A ctx copy of host values in `scratch` (ops::upload), as a 1-D tensor of dtype.
-template <class T>
-Tensor copied(const backend::Ctx& ctx,
-              backend::Scratch& scratch,
-              const std::vector<T>& v,
-              DType dtype) {
-    Tensor dst = scratch(dtype, {static_cast<int64_t>(v.size())});
-    const Tensor src{const_cast<T*>(v.data()), dtype, Device::cpu, dst.shape};
-    ops::upload(ctx, src, dst);
-    return dst;
 }
 
 // comm::all_to_all_v of host metadata, or a copy in a group of one.

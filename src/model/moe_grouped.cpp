@@ -13,22 +13,6 @@
 
 namespace hymoe::model::detail {
 
-namespace {
-
-// A device copy of host values in `scratch` (ops::upload), as a 1-D tensor of dtype.
-template <class T>
-Tensor copied(const backend::Ctx& ctx,
-              backend::Scratch& scratch,
-              const std::vector<T>& v,
-              DType dtype) {
-    Tensor dst = scratch(dtype, {static_cast<int64_t>(v.size())});
-    const Tensor src{const_cast<T*>(v.data()), dtype, Device::cpu, dst.shape};
-    ops::upload(ctx, src, dst);
-    return dst;
-}
-
-}  // namespace
-
 ExpertViews expert_views(const MoeWeights& w) {
     ExpertViews v;
     for (const DenseFfnWeights& e : w.experts) {

@@ -13,12 +13,26 @@
 #include <vector>
 
 #include "hymoe/backend/ctx.h"
+#include "hymoe/backend/ops_attention.h"  // ops::upload
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/ffn_views.h"
 #include "hymoe/model/moe_views.h"
 #include "moe_experts.h"
 
 namespace hymoe::model::detail {
+
+// A copy on ctx's device of host values v, in `scratch` (ops::upload): a 1-D tensor of dtype
+// (of T's size).
+template <class T>
+Tensor copied(const backend::Ctx& ctx,
+              backend::Scratch& scratch,
+              const std::vector<T>& v,
+              DType dtype) {
+    Tensor dst = scratch(dtype, {static_cast<int64_t>(v.size())});
+    const Tensor src{const_cast<T*>(v.data()), dtype, Device::cpu, dst.shape};
+    ops::upload(ctx, src, dst);
+    return dst;
+}
 
 // The routed experts' matrices on one device (model/moe_views.h), [E] each from host weights.
 using ExpertViews = MoeExpertViews;
