@@ -7,7 +7,7 @@
 // renormalised u / (Σu + eps), times ρ: model/router.cpp's arithmetic in its order. CUDA form:
 // moe_route.cu, one warp per token (the scores are not kept). Dropless: capacity dropping, which
 // looks at every token of the call, is the caller's (model/router.cpp). The switch is
-// src/backend/ops.cpp's.
+// src/backend/ops_moe.cpp's.
 #pragma once
 
 #include <cstdint>

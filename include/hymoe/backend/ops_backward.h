@@ -4,7 +4,7 @@
 // (=, not +=) unless it takes a beta. The CPU forms first, then the same ops on a Ctx
 // (backend/ctx.h): CPU, exactly the CPU forms; CUDA, the kernels of backend/cuda_backward.h and
 // the products of cuda_gemm.h (tests/cuda compares them). The device switch is
-// src/backend/ops.cpp's.
+// src/backend/ops_train.cpp's.
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,8 @@
 // causal conv's time-reversed backward and σ's backward. fp32 tensors [rows, H·K] with heads of K
 // contiguous values. CPU forms first (src/backend/cpu/kda_backward_ops.cpp: the block's loops,
 // same order), then the ops on a Ctx: CPU, exactly the CPU forms; CUDA, the kernels of
-// backend/cuda_kda_backward.h (tests/cuda compares them). The switch is src/backend/ops.cpp's.
+// backend/cuda_kda_backward.h (tests/cuda compares them). The switch is
+// src/backend/ops_train.cpp's.
 #pragma once
 
 #include <cstdint>

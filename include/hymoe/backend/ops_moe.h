@@ -3,7 +3,7 @@
 // as one grouped product over all groups, and the weighted combine of each row's slots in slot
 // order. CPU forms first (plain host loops, fp32: the arithmetic model/moe_experts.cpp ran
 // inline), then the ops; CUDA forms are moe.cu's permute/unpermute and the grouped cuBLAS GEMM.
-// The switch is src/backend/ops.cpp's.
+// The switch is src/backend/ops_moe.cpp's.
 #pragma once
 
 #include <cstdint>

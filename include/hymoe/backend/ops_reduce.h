@@ -1,7 +1,7 @@
 // Whole-tensor reductions as ops on a Ctx (the gradient norm of training,
 // runtime/lora_grads.cpp): CPU forms (src/backend/cpu/reduce.cpp), then the ops on a Ctx: CPU,
 // exactly the CPU forms; CUDA, the kernels of backend/cuda_reduce.h, the result read back to the
-// host (the call waits for ctx's stream). The switch is src/backend/ops.cpp's.
+// host (the call waits for ctx's stream). The switch is src/backend/ops_train.cpp's.
 #pragma once
 
 #include "hymoe/backend/ctx.h"

@@ -3,7 +3,7 @@
 // head's masked cross-entropy rows (model/train.cpp loss_head). CPU forms first
 // (src/backend/cpu/router_loss.cpp: the loops those files ran, same order), then the ops on a
 // Ctx: CPU, exactly the CPU forms; CUDA, the kernels of backend/cuda_router_loss.h (tests/cuda
-// compares them). The switch is src/backend/ops.cpp's.
+// compares them). The switch is src/backend/ops_train.cpp's.
 #pragma once
 
 #include <cstdint>

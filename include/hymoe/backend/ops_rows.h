@@ -3,7 +3,7 @@
 // scatter by an index list, the copy of a device tensor to the host, and the wait for the queued
 // work. CPU forms are plain host loops (the row moves' in src/backend/cpu/rows.cpp, one memcpy a
 // row); CUDA forms are cuda_model_ops.h's zero, cast, gather_rows and scatter_rows and
-// cuda_arena.h's download. The switch is src/backend/ops.cpp's.
+// cuda_arena.h's download. The switch: src/backend/ops_train.cpp, ops_moe.cpp.
 #pragma once
 
 #include "hymoe/backend/ctx.h"

@@ -4,8 +4,8 @@
 // copy of the result back to the host is ops_rows.h's download). Each CPU form
 // (src/backend/cpu/vision_ops.cpp) keeps the loop order of the CPU tower it replaced, so CPU
 // results are bit for bit what they were; the CUDA forms queue the kernels of
-// backend/cuda_vision.h. The switch is src/backend/ops.cpp's. Every tensor f32 unless said; lengths
-// are host values.
+// backend/cuda_vision.h. The switch is src/backend/ops_vision.cpp's. Every tensor f32 unless said;
+// lengths are host values.
 #pragma once
 
 #include <cstdint>
