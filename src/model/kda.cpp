@@ -42,30 +42,6 @@ int64_t chunk_from(KdaMode mode) {
     return mode == KdaMode::chunked ? 0 : mode == KdaMode::automatic ? 2 : INT64_MAX;
 }
 
-// The table of `arrays` on ctx's device, its arrays copied into scratch.
-ops::KdaSeqTable table_on(const backend::Ctx& ctx,
-                          backend::Scratch& scratch,
-                          const KdaTableArrays& arrays) {
-    ops::KdaSeqTable t = arrays.table();
-    auto put = [&](const auto& v, DType dtype) {
-        const auto n = static_cast<int64_t>(v.size());
-        Tensor dev = scratch(dtype, {n});
-        ops::upload(
-            ctx,
-            Tensor{const_cast<void*>(static_cast<const void*>(v.data())), dtype, Device::cpu, {n}},
-            dev);
-        return dev.data;
-    };
-    static_assert(sizeof(float*) == sizeof(int64_t));  // the pointers travel as i64
-    t.offsets = static_cast<const int64_t*>(put(arrays.offsets, DType::i64));
-    t.row_seq = static_cast<const int32_t*>(put(arrays.row_seq, DType::i32));
-    auto* const* ptrs = static_cast<float* const*>(put(arrays.ptrs, DType::i64));
-    t.state = ptrs;
-    for (int p = 0; p < 3; ++p)
-        t.tail[p] = ptrs + (p + 1) * t.n_seq;
-    return t;
-}
-
 }  // namespace
 
 TensorList kda_tensors(const ModelConfig& cfg, KdaWeights* w) {
@@ -170,6 +146,29 @@ KdaTableArrays kda_table_arrays(const SeqBatch& batch, const std::vector<KdaStat
     return a;
 }
 
+ops::KdaSeqTable kda_table_on(const backend::Ctx& ctx,
+                              backend::Scratch& scratch,
+                              const KdaTableArrays& arrays) {
+    ops::KdaSeqTable t = arrays.table();
+    auto put = [&](const auto& v, DType dtype) {
+        const auto n = static_cast<int64_t>(v.size());
+        Tensor dev = scratch(dtype, {n});
+        ops::upload(
+            ctx,
+            Tensor{const_cast<void*>(static_cast<const void*>(v.data())), dtype, Device::cpu, {n}},
+            dev);
+        return dev.data;
+    };
+    static_assert(sizeof(float*) == sizeof(int64_t));  // the pointers travel as i64
+    t.offsets = static_cast<const int64_t*>(put(arrays.offsets, DType::i64));
+    t.row_seq = static_cast<const int32_t*>(put(arrays.row_seq, DType::i32));
+    auto* const* ptrs = static_cast<float* const*>(put(arrays.ptrs, DType::i64));
+    t.state = ptrs;
+    for (int p = 0; p < 3; ++p)
+        t.tail[p] = ptrs + (p + 1) * t.n_seq;
+    return t;
+}
+
 ops::KdaSeqTable KdaTableArrays::table() const {
     ops::KdaSeqTable t;
     t.n_tok = n_tok;
@@ -200,7 +199,7 @@ void kda_forward(const backend::Ctx& ctx,
                     "kda_forward: a state not made by make_kda_state for this config");
     backend::Scratch scratch(ctx);
     const KdaTableArrays arrays = kda_table_arrays(batch, states);
-    kda_forward(ctx, cfg, w, x, KdaBatchViews{&batch, table_on(ctx, scratch, arrays)}, y, mode);
+    kda_forward(ctx, cfg, w, x, KdaBatchViews{&batch, kda_table_on(ctx, scratch, arrays)}, y, mode);
 }
 
 void kda_forward(const backend::Ctx& ctx,

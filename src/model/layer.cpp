@@ -1,7 +1,6 @@
-// One layer's mixer and FFN, forward and backward, as every pass runs them (layer.h): the block
-// its LayerSpec names on this rank's heads and widths, then the tp sum of the partial output (or
-// input gradient). MoE layers take the one MoE path whatever the layout. The CPU model's
-// LayerBlocks run these.
+// One layer's mixer and FFN as the CPU model's inference pass runs them (layer.h): the block its
+// LayerSpec names on this rank's heads and widths, then the tp sum of the partial output. MoE
+// layers take the one MoE path whatever the layout. The CPU model's LayerBlocks run these.
 #include "layer.h"
 
 #include <algorithm>
@@ -47,17 +46,14 @@ void mixer_forward(const Model& m,
     const LayerSpec& spec = m.local.layers[i];
     const size_t n_seq = static_cast<size_t>(batch.n_seq());
     if (spec.mixer == Mixer::kda) {
-        std::vector<KdaState> fresh(pass.states ? 0 : n_seq);  // [n_seq] training only
         std::vector<KdaState*> states(n_seq);
         for (size_t s = 0; s < n_seq; ++s)
-            states[s] =
-                pass.states ? &(*pass.states)[s]->kda[i] : &(fresh[s] = make_kda_state(m.local));
+            states[s] = &(*pass.states)[s]->kda[i];
         kda_forward(m.ctx, m.local, m.layers[i].kda, xn, batch, states, y, pass.kda_mode);
     } else {
-        std::vector<AttnCache*> caches;  // [n_seq]; empty: no cache (training)
-        if (pass.states)
-            for (SequenceState* s : *pass.states)
-                caches.push_back(&s->attn[i]);
+        std::vector<AttnCache*> caches;  // [n_seq]
+        for (SequenceState* s : *pass.states)
+            caches.push_back(&s->attn[i]);
         attention_forward(m.ctx,
                           m.local,
                           spec,
@@ -73,16 +69,6 @@ void mixer_forward(const Model& m,
     tp_sum(m, y);
 }
 
-void mixer_backward(
-    const Model& m, int i, const Tensor& xn, const SeqBatch& batch, const Tensor& dy, Tensor& dxn) {
-    const LayerSpec& spec = m.local.layers[i];
-    if (spec.mixer == Mixer::kda)
-        kda_backward(m.ctx, m.local, m.layers[i].kda, xn, batch, dy, dxn);
-    else
-        attention_backward(m.ctx, m.local, spec, m.layers[i].attn, xn, batch, dy, dxn, tp_comm(m));
-    tp_sum(m, dxn);
-}
-
 void ffn_forward(
     const Model& m, int i, const Tensor& xn, Tensor& y, const SeqBatch* rows, MoeCommStats* stats) {
     const LayerSpec& spec = m.local.layers[i];
@@ -94,23 +80,11 @@ void ffn_forward(
     }
 }
 
-void ffn_backward(const Model& m, int i, const Tensor& xn, const Tensor& dy, Tensor& dxn) {
-    const LayerSpec& spec = m.local.layers[i];
-    if (spec.ffn == Ffn::dense) {
-        dense_ffn_backward(m.ctx, ffn_views(m.layers[i].dense), ExpertAct::swiglu, xn, dy, dxn);
-        tp_sum(m, dxn);
-    } else {
-        moe_backward_parallel(m.cfg, spec, m.layers[i].moe, xn, dy, dxn, moe_groups(m));
-    }
-}
-
 ModelBlocks::ModelBlocks(const Model& m,
                          const SeqBatch& batch,
                          const MixerPass& pass,
                          const SeqBatch* rows)
     : m_(m), batch_(batch), pass_(pass), rows_(rows) {
-    if (!pass.states)
-        return;
     const ModelShard& sh = m.shard;
     std::vector<std::vector<int32_t>> pages;  // [pool] the step's pages, block tables in order
     for (const SequenceState* s : *pass.states)

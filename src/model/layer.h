@@ -1,8 +1,8 @@
 // One layer of the model as every pass runs it: the mixer and the FFN its LayerSpec names, each
 // with the tp reduction of its partial output, forward and backward, and the one loop over a
 // stage's layers (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h)) that the inference forward
-// (model.cpp), the training pass (train.cpp) and the GPU model (model/cuda) all run, each through
-// its LayerBlocks, and its reverse for training's backward. Every MoE layer goes through the one
+// (model.cpp), the training pass (train.cpp, train_blocks.h, with its reverse) and the GPU model
+// (model/cuda) all run, each through its LayerBlocks. Every MoE layer goes through the one
 // MoE path (model/moe_parallel.h; groups of one on one rank).
 #pragma once
 
@@ -13,11 +13,10 @@
 
 namespace hymoe::model::detail {
 
-// How a pass's mixers see their sequences: an inference step continues each sequence's KDA state
-// and attention cache; a training pass starts every sequence fresh (zero state, no cache, the
-// expanded attention form its backward differentiates).
+// How an inference step's mixers see their sequences: each continues its KDA state and attention
+// cache (a training pass starts every sequence fresh: train_blocks.h).
 struct MixerPass {
-    const std::vector<SequenceState*>* states = nullptr;  // [n_seq]; null: every sequence fresh
+    const std::vector<SequenceState*>* states = nullptr;  // [n_seq]
     KdaMode kda_mode = KdaMode::automatic;
     AttnMode attn_mode = AttnMode::expanded;
     AttnStats* attn_stats = nullptr;  // added to when given
@@ -30,17 +29,11 @@ void mixer_forward(const Model& m,
                    const SeqBatch& batch,
                    const MixerPass& pass,
                    Tensor& y);
-// dxn [n, d] = ∂L/∂xn of layer i's mixer from dy [n, d], every sequence fresh (training).
-void mixer_backward(
-    const Model& m, int i, const Tensor& xn, const SeqBatch& batch, const Tensor& dy, Tensor& dxn);
-
 // y [n, d] = layer i's FFN on xn [n, d], full on every rank of the tp group. rows names each
 // row's adapter (null: adapter 0); stats (MoE layers) gets the layer's phases and expert load.
 // Collective over tp and (MoE) ep: an MoE layer is called with n = 0 too.
 void ffn_forward(
     const Model& m, int i, const Tensor& xn, Tensor& y, const SeqBatch* rows, MoeCommStats* stats);
-// dxn [n, d] = ∂L/∂xn of layer i's FFN from dy [n, d].
-void ffn_backward(const Model& m, int i, const Tensor& xn, const Tensor& dy, Tensor& dxn);
 
 // Copies a training pass keeps of the residual stream as the loop passes (each optional).
 struct LayerTaps {
@@ -110,18 +103,5 @@ void run_layers(const Model& m,
                 Tensor& h,
                 ForwardStats& stats,
                 const LayerTaps& taps = {});
-
-// The residual stream a training pass keeps at a stage's block boundaries.
-struct LayerStream {
-    std::vector<Buffer> before_mixer;  // [n_layer] [n, d] layer inputs (this stage's layers)
-    std::vector<Buffer> before_ffn;    // [n_layer] [n, d] (empty with recompute)
-    Buffer out;                        // [n, d] after the stage's last layer
-};
-
-// The reverse of run_layers over m's stage, every sequence fresh (training): dh [n, d], the
-// gradient of the stage's output, becomes the gradient of its input; st's buffers are released
-// as it goes; with recompute, each layer's FFN input is made again by rerunning its mixer.
-void run_layers_backward(
-    const Model& m, const SeqBatch& batch, LayerStream& st, bool recompute, Tensor& dh);
 
 }  // namespace hymoe::model::detail

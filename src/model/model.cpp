@@ -271,44 +271,6 @@ void run_layers(const Model& m,
     blocks.end_step();
 }
 
-namespace {
-
-// dh += ∂ through x ↦ norm(x; w) of dxn, at the block input x [n, d].
-void add_norm_backward(const Tensor& x, const Tensor& w, float eps, const Tensor& dxn, Tensor& dh) {
-    Buffer dx(DType::f32, x.shape);
-    ops::rms_norm_backward(x, w, eps, dxn, dx.view());
-    ops::add_inplace(dh, dx.view());
-}
-
-}  // namespace
-
-void run_layers_backward(
-    const Model& m, const SeqBatch& batch, LayerStream& st, bool recompute, Tensor& dh) {
-    const int64_t n = batch.n_tok(), d = m.cfg.hidden_size;
-    const float eps = static_cast<float>(m.cfg.rms_norm_eps);
-    Buffer xn(DType::f32, {n, d}), xn2(DType::f32, {n, d}), dxn(DType::f32, {n, d});
-    for (int i = m.shard.end_layer - 1; i >= m.shard.first_layer; --i) {
-        const LayerWeights& lw = m.layers[i];
-        Buffer& h_in = st.before_mixer[i];
-        ops::rms_norm(h_in.view(), lw.attn_norm.view(), eps, xn.view());
-        if (recompute) {  // the FFN's input: rerun the mixer
-            st.before_ffn[i] = Buffer(DType::f32, {n, d});
-            mixer_forward(m, i, xn.view(), batch, MixerPass{}, st.before_ffn[i].view());
-            ops::add_inplace(st.before_ffn[i].view(), h_in.view());
-        }
-        // h_out = h_mid + ffn(norm h_mid)
-        Buffer& h_mid = st.before_ffn[i];
-        ops::rms_norm(h_mid.view(), lw.ffn_norm.view(), eps, xn2.view());
-        ffn_backward(m, i, xn2.view(), dh, dxn.view());
-        add_norm_backward(h_mid.view(), lw.ffn_norm.view(), eps, dxn.view(), dh);
-        h_mid = Buffer();
-        // h_mid = h_in + mixer(norm h_in)
-        mixer_backward(m, i, xn.view(), batch, dh, dxn.view());
-        add_norm_backward(h_in.view(), lw.attn_norm.view(), eps, dxn.view(), dh);
-        h_in = Buffer();
-    }
-}
-
 }  // namespace detail
 
 comm::Request send_to_next_stage(const Model& m, const Buffer& h) {

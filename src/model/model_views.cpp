@@ -118,6 +118,14 @@ NamedTensors named_views(const Model& m) {
     return out;
 }
 
+void add_routing_host_side(ModelViews& v, const Model& m) {
+    for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i)
+        if (m.cfg.layers[i].ffn != Ffn::dense) {
+            v.layers[i].moe.host_bias = m.layers[i].moe.correction_bias.view();
+            v.layers[i].moe.expert_rank = m.layers[i].moe.expert_rank;
+        }
+}
+
 ModelViews host_views(const Model& m) {
     ModelViews v = model_views(m, named_views(m));
     for (int i = m.shard.first_layer; i < m.shard.end_layer; ++i) {

@@ -110,16 +110,26 @@ void experts_grouped(const backend::Ctx& ctx,
             const bool views = !lora_rows[static_cast<size_t>(e)].empty();
             if (rows == 0 || (slot == nullptr && !views))
                 continue;
-            const SeqBatch batch = single_rows(
-                std::vector<int>(adapter_g.begin() + begin, adapter_g.begin() + begin + rows));
-            Tensor y_rows = y.rows(begin, rows);
-            lora_forward(ctx,
-                         slot,
-                         views ? w.lora_views[static_cast<size_t>(e)].*which : LoraSlotView{},
-                         slots.adapter ? batch : single_sequence(rows),
-                         &lora_rows[static_cast<size_t>(e)],
-                         x.rows(begin, rows),
-                         y_rows);
+            if (slot != nullptr) {  // the host slot on the expert's rows
+                const SeqBatch batch = single_rows(
+                    std::vector<int>(adapter_g.begin() + begin, adapter_g.begin() + begin + rows));
+                Tensor y_rows = y.rows(begin, rows);
+                lora_forward(ctx,
+                             slot,
+                             {},
+                             slots.adapter ? batch : single_sequence(rows),
+                             nullptr,
+                             x.rows(begin, rows),
+                             y_rows);
+            }
+            if (views)  // the factor views on their rows, which index the whole grouped buffer
+                lora_forward(ctx,
+                             nullptr,
+                             w.lora_views[static_cast<size_t>(e)].*which,
+                             single_sequence(x.dim(0)),
+                             &lora_rows[static_cast<size_t>(e)],
+                             x,
+                             y);
         }
     };
 

@@ -7,13 +7,15 @@
 #include <cmath>
 #include <deque>
 
+#include "hymoe/backend/held.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
 #include "hymoe/backend/ops_router_loss.h"
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/error.h"
-#include "layer.h"
+#include "hymoe/model/model_views.h"
+#include "train_blocks.h"
 
 namespace hymoe::model {
 
@@ -36,9 +38,12 @@ void check_batch(const TrainBatch& b) {
         HYMOE_CHECK(p == 0, "train: every sequence of a training batch starts at position 0");
 }
 
-void tp_sum(const Model& m, Tensor& x) {  // the head's dnormed partials over tp
-    if (m.shard.tp > 1)
-        comm::all_reduce(x, m.comms->tp);
+// x ← Σ over tp of x (the head's dnormed partials), after the stream's work on it.
+void tp_sum(const TrainOn& on, Tensor& x) {
+    if (on.m.shard.tp == 1)
+        return;
+    ops::synchronize(on.ctx);
+    comm::all_reduce(x, on.m.comms->tp);
 }
 
 void set_dropout_seed(const TrainOptions& o, const TrainBatch& b) {
@@ -46,16 +51,21 @@ void set_dropout_seed(const TrainOptions& o, const TrainBatch& b) {
         slot->dropout_seed = b.dropout_seed;
 }
 
-using Stream = detail::LayerStream;  // one micro-batch's, at the stage's block boundaries
+using Stream = detail::TrainStream;  // one micro-batch's, at the stage's block boundaries
+using backend::Held;
 
-// The stage's input stream [n, d]: the embeddings with the media spliced in (first stage), or the
-// previous stage's output.
-Buffer stage_input(const Model& m, const TrainBatch& b) {
-    Buffer h(DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
+// The stage's input stream [n, d] on the pass's device: the embeddings with the media spliced in
+// (first stage; made on the host from m's table, then uploaded), or the previous stage's output.
+Held stage_input(const TrainOn& on, const TrainBatch& b) {
+    const Model& m = on.m;
+    Held h(on.ctx, DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
     if (m.shard.first_stage()) {
-        embed_tokens(m, b.tokens, h.view());
-        splice_media(b.media, h.view());
+        Buffer host(DType::f32, h.view().shape);
+        embed_tokens(m, b.tokens, host.view());
+        splice_media(b.media, host.view());
+        ops::upload(on.ctx, host.view(), h.view());
     } else {
+        ops::synchronize(on.ctx);
         comm::recv(h.view(), m.comms->pp_prev, m.comms->pp, kStreamTag);
     }
     return h;
@@ -64,18 +74,20 @@ Buffer stage_input(const Model& m, const TrainBatch& b) {
 // This stage's layers on h (the model's one layer loop, every sequence fresh). keep_mid keeps the
 // stream before each FFN; expert_load (when given) adds each MoE layer's expert load; moe_inputs
 // (when given) receives each MoE layer's normed input.
-Stream forward_stage(const Model& m,
+Stream forward_stage(const TrainOn& on,
                      const TrainBatch& b,
-                     Buffer h,
+                     Held h,
                      bool keep_mid,
                      std::vector<std::vector<int64_t>>* expert_load,
-                     std::vector<Buffer>* moe_inputs) {
+                     std::vector<Held>* moe_inputs) {
+    const Model& m = on.m;
+    const ModelShard& sh = m.shard;
     Stream st;
     st.before_mixer.resize(m.cfg.layers.size());
     st.before_ffn.resize(m.cfg.layers.size());
-    auto copy = [](const Tensor& x) {
-        Buffer c(DType::f32, x.shape);
-        std::copy_n(x.ptr<float>(), x.numel(), c.ptr<float>());
+    auto copy = [&](const Tensor& x) {
+        Held c(on.ctx, DType::f32, x.shape);
+        ops::cast(on.ctx, x, c.view());
         return c;
     };
     detail::LayerTaps taps;
@@ -85,8 +97,10 @@ Stream forward_stage(const Model& m,
     if (moe_inputs)
         taps.moe_input = [&](int i, const Tensor& x) { (*moe_inputs)[i] = copy(x); };
     ForwardStats stats;
-    detail::run_layers(m, b.batch, detail::MixerPass{}, nullptr, h.view(), stats, taps);
-    if (expert_load && m.shard.etp_rank == 0)
+    detail::TrainBlocks blocks(on, b.batch);
+    detail::run_layers(
+        m.local, sh.first_layer, sh.end_layer, sh.tp * sh.ep > 1, blocks, h.view(), stats, taps);
+    if (expert_load && sh.etp_rank == 0)
         for (size_t i = 0; i < stats.moe.size(); ++i) {  // empty for the dense layers
             const std::vector<int64_t>& load = stats.moe[i].tokens_per_expert;
             std::vector<int64_t>& acc = (*expert_load)[i];
@@ -98,37 +112,67 @@ Stream forward_stage(const Model& m,
     return st;
 }
 
+// logits [k, V] = x [k, d] · headᵀ on the pass's device; under tp each rank computes its V/tp
+// columns and an all-gather over tp assembles them (rank p's block [k, V/tp] is row p·k + i of
+// the gathered [tp·k, V/tp], row i·tp + p of logits seen as [k·tp, V/tp]).
+void head_logits(const TrainOn& on, const Tensor& x, Tensor& logits) {
+    const Model& m = on.m;
+    const int64_t k = x.dim(0), tp = m.shard.tp;
+    if (tp == 1)
+        return ops::linear(on.ctx, x, on.weights.head, logits);
+    const int64_t part = logits.dim(1) / tp;
+    backend::Scratch s(on.ctx);
+    Tensor mine = s(DType::f32, {k, part}), all = s(DType::f32, {tp * k, part});
+    ops::linear(on.ctx, x, on.weights.head, mine);
+    ops::synchronize(on.ctx);
+    comm::all_gather(mine, all, m.comms->tp);
+    std::vector<int64_t> order(static_cast<size_t>(k * tp));  // [k·tp] gathered row of each
+    for (int64_t i = 0; i < k; ++i)
+        for (int64_t p = 0; p < tp; ++p)
+            order[static_cast<size_t>(i * tp + p)] = p * k + i;
+    Tensor idx = s(DType::i64, {k * tp});
+    ops::upload(on.ctx, Tensor{order.data(), DType::i64, Device::cpu, {k * tp}}, idx);
+    Tensor blocks{logits.data, DType::f32, logits.device, {k * tp, part}};
+    ops::gather_rows(on.ctx, all, idx, blocks);
+}
+
 // The masked cross-entropy over the rows with a target, and (when dh is given) ∂(scale·Σ loss)
 // with respect to the last residual stream h [n, d]. Under tp every rank computes the loss from
 // the gathered logits and the gradient through its V/tp head rows, summed over tp.
-LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double scale, Buffer* dh) {
+LossSums loss_head(
+    const TrainOn& on, const TrainBatch& b, const Tensor& h, double scale, Held* dh) {
+    const Model& m = on.m;
+    const backend::Ctx& ctx = on.ctx;
     const int64_t n = b.batch.n_tok(), d = m.cfg.hidden_size, V = m.cfg.vocab_size;
     const float eps = static_cast<float>(m.cfg.rms_norm_eps);
     std::vector<int64_t> rows;  // rows with a target
     for (int64_t t = 0; t < n; ++t)
         if (b.targets[t] >= 0)
             rows.push_back(t);
-    Buffer normed(DType::f32, {n, d});
-    ops::rms_norm(m.ctx, h, m.final_norm.view(), eps, normed.view());
-    Buffer dnormed(DType::f32, {n, d});  // zero on rows without a target
+    backend::Scratch s(ctx);
+    Tensor normed = s(DType::f32, {n, d});
+    ops::rms_norm(ctx, h, on.weights.final_norm, eps, normed);
+    Held dnormed(ctx, DType::f32, {n, d});  // zero on rows without a target
     std::vector<uint8_t> right(static_cast<size_t>(n), 1);
     LossSums sums;
-    const Tensor head = m.head().view();  // [V/tp, d] this rank's vocabulary rows
+    const Tensor& head = on.weights.head;  // [V/tp, d] this rank's vocabulary rows
     const int64_t part = head.dim(0), lo = part * m.shard.tp_rank;
     for (size_t c = 0; c < rows.size(); c += kHeadRows) {
         const int64_t k = std::min<int64_t>(kHeadRows, static_cast<int64_t>(rows.size() - c));
-        const Tensor chunk_rows{rows.data() + c, DType::i64, Device::cpu, {k}};  // [k]
-        Buffer x(DType::f32, {k, d}), logits;                                    // logits [k, V]
-        ops::gather_rows(m.ctx, normed.view(), chunk_rows, x.view());
-        lm_head(m, x.view(), logits);
+        backend::Scratch cs(ctx);
         std::vector<int64_t> target(static_cast<size_t>(k));  // [k]
         for (int64_t r = 0; r < k; ++r) {
             target[r] = b.targets[rows[c + r]];
             HYMOE_CHECK(target[r] < V, "train: target id ", target[r], " outside the vocabulary");
         }
+        Tensor chunk_rows = cs(DType::i64, {k}), target_dev = cs(DType::i64, {k});  // [k]
+        ops::upload(ctx, Tensor{rows.data() + c, DType::i64, Device::cpu, {k}}, chunk_rows);
+        ops::upload(ctx, Tensor{target.data(), DType::i64, Device::cpu, {k}}, target_dev);
+        Tensor x = cs(DType::f32, {k, d}), logits = cs(DType::f32, {k, V});
+        ops::gather_rows(ctx, normed, chunk_rows, x);
+        head_logits(on, x, logits);
         // the rows' losses; logits ← dlogits = scale·(softmax − onehot)
-        const ops::CrossEntropyRows ce = ops::cross_entropy_rows(
-            m.ctx, logits.view(), Tensor{target.data(), DType::i64, Device::cpu, {k}}, scale);
+        const ops::CrossEntropyRows ce = ops::cross_entropy_rows(ctx, logits, target_dev, scale);
         for (int64_t r = 0; r < k; ++r) {
             sums.loss += ce.loss[r];
             sums.targets += 1;
@@ -138,27 +182,27 @@ LossSums loss_head(const Model& m, const TrainBatch& b, const Tensor& h, double 
         if (!dh)
             continue;
         // dx [k, d] = dlogits[:, lo : lo + part] · head (this rank's columns; all of them at tp 1)
-        Buffer mine;
+        Tensor mine = logits;
         if (part != V) {
-            mine = Buffer(DType::f32, {k, part});
-            ops::copy_cols(m.ctx, logits.view(), lo, mine.view());
+            mine = cs(DType::f32, {k, part});
+            ops::copy_cols(ctx, logits, lo, mine);
         }
-        Buffer dx(DType::f32, {k, d});
-        ops::linear_backward(m.ctx, part != V ? mine.view() : logits.view(), head, dx.view());
-        ops::scatter_rows(m.ctx, dx.view(), chunk_rows, dnormed.view());
+        Tensor dx = cs(DType::f32, {k, d});
+        ops::linear_backward(ctx, mine, head, dx);
+        ops::scatter_rows(ctx, dx, chunk_rows, dnormed.view());
     }
-    for (int64_t s = 0; s < b.batch.n_seq(); ++s) {
+    for (int64_t q = 0; q < b.batch.n_seq(); ++q) {
         bool any = false, all = true;
-        for (int64_t t = b.batch.offsets[s]; t < b.batch.offsets[s + 1]; ++t)
+        for (int64_t t = b.batch.offsets[q]; t < b.batch.offsets[q + 1]; ++t)
             if (b.targets[t] >= 0)
                 any = true, all = all && right[t];
         sums.seqs += any;
         sums.seqs_correct += any && all;
     }
     if (dh) {
-        tp_sum(m, dnormed.view());
-        *dh = Buffer(DType::f32, {n, d});
-        ops::rms_norm_backward(m.ctx, h, m.final_norm.view(), eps, dnormed.view(), dh->view());
+        tp_sum(on, dnormed.view());
+        *dh = Held(ctx, DType::f32, {n, d});
+        ops::rms_norm_backward(ctx, h, on.weights.final_norm, eps, dnormed.view(), dh->view());
     }
     return sums;
 }
@@ -182,12 +226,14 @@ LossSums share_over_pipeline(const Model& m, const LossSums& s) {
     return out;
 }
 
-// Point-to-point sends in flight: each buffer stays alive until its send completes.
+// Point-to-point sends in flight: each tensor stays alive until its send completes.
 class Outbox {
 public:
-    void send(Buffer x, int dest, const comm::Comm& c, int tag) {
+    explicit Outbox(const backend::Ctx& ctx) : ctx_(ctx) {}
+    void send(Held x, int dest, const comm::Comm& c, int tag) {
         Pending& p = pending_.emplace_back();
         p.data = std::move(x);
+        ops::synchronize(ctx_);
         p.request = comm::send_start(p.data.view(), dest, c, tag);
     }
     ~Outbox() {
@@ -197,20 +243,32 @@ public:
 
 private:
     struct Pending {
-        Buffer data;
+        Held data;
         comm::Request request;
     };
+    const backend::Ctx& ctx_;
     std::deque<Pending> pending_;  // stable addresses
 };
 
 // A forward-only pass of one batch through the pipeline; on the last stage, the stream out.
-Stream forward_only(const Model& m, const TrainBatch& b, std::vector<Buffer>* ffn_inputs) {
+Stream forward_only(const TrainOn& on, const TrainBatch& b, std::vector<Held>* ffn_inputs) {
     check_batch(b);
-    Stream st = forward_stage(m, b, stage_input(m, b), false, nullptr, ffn_inputs);
-    if (!m.shard.last_stage())
-        comm::send_start(st.out.view(), m.comms->pp_next, m.comms->pp, kStreamTag).wait();
+    Stream st = forward_stage(on, b, stage_input(on, b), false, nullptr, ffn_inputs);
+    if (!on.m.shard.last_stage()) {
+        ops::synchronize(on.ctx);
+        comm::send_start(st.out.view(), on.m.comms->pp_next, on.m.comms->pp, kStreamTag).wait();
+    }
     return st;
 }
+
+// The CPU's training target: m's own weights, adapters as its host slots.
+struct HostTarget {
+    ModelViews views;
+    TrainOn on;
+    explicit HostTarget(const Model& m) : views(host_views(m)), on{m, m.ctx, views} {}
+    HostTarget(const HostTarget&) = delete;
+    HostTarget& operator=(const HostTarget&) = delete;
+};
 
 }  // namespace
 
@@ -222,42 +280,51 @@ void LossSums::add(const LossSums& o) {
     seqs_correct += o.seqs_correct;
 }
 
-LossSums train_forward_backward(const Model& m,
+LossSums train_forward_backward(const TrainOn& on,
                                 std::span<const TrainBatch> micro,
                                 const TrainOptions& options) {
+    const Model& m = on.m;
     const ModelShard& sh = m.shard;
     const auto n_micro = static_cast<int64_t>(micro.size());
     LossSums sums;
-    Outbox outbox;
-    std::deque<Stream> in_flight;   // forwards whose backward is still to come, oldest first
-    std::deque<Buffer> head_grads;  // last stage: ∂loss/∂(stage output) of those forwards
+    Outbox outbox(on.ctx);
+    std::deque<Stream> in_flight;  // forwards whose backward is still to come, oldest first
+    std::deque<Held> head_grads;   // last stage: ∂loss/∂(stage output) of those forwards
     int64_t next_forward = 0, next_backward = 0;
     auto forward = [&] {
         const TrainBatch& b = micro[next_forward++];
         check_batch(b);
         set_dropout_seed(options, b);
         Stream& st = in_flight.emplace_back(forward_stage(
-            m, b, stage_input(m, b), !options.recompute, options.expert_load, nullptr));
+            on, b, stage_input(on, b), !options.recompute, options.expert_load, nullptr));
         if (sh.last_stage()) {
             sums.add(
-                loss_head(m, b, st.out.view(), options.grad_scale, &head_grads.emplace_back()));
+                loss_head(on, b, st.out.view(), options.grad_scale, &head_grads.emplace_back()));
         } else {
             outbox.send(std::move(st.out), m.comms->pp_next, m.comms->pp, kStreamTag);
         }
-        st.out = Buffer();
+        st.out = Held();
     };
     auto backward = [&] {
         const TrainBatch& b = micro[next_backward++];
         set_dropout_seed(options, b);
-        Buffer dh;
+        Held dh;
         if (sh.last_stage()) {
             dh = std::move(head_grads.front());
             head_grads.pop_front();
         } else {
-            dh = Buffer(DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
+            dh = Held(on.ctx, DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
+            ops::synchronize(on.ctx);
             comm::recv(dh.view(), m.comms->pp_next, m.comms->pp, kGradTag);
         }
-        detail::run_layers_backward(m, b.batch, in_flight.front(), options.recompute, dh.view());
+        detail::TrainBlocks blocks(on, b.batch);
+        detail::run_layers_backward(m.local,
+                                    sh.first_layer,
+                                    sh.end_layer,
+                                    blocks,
+                                    in_flight.front(),
+                                    options.recompute,
+                                    dh.view());
         in_flight.pop_front();
         if (!sh.first_stage())
             outbox.send(std::move(dh), m.comms->pp_prev, m.comms->pp, kGradTag);
@@ -274,17 +341,30 @@ LossSums train_forward_backward(const Model& m,
     return share_over_pipeline(m, sums);
 }
 
-LossSums evaluate_loss(const Model& m, const TrainBatch& b) {
-    const Stream st = forward_only(m, b, nullptr);
+LossSums train_forward_backward(const Model& m,
+                                std::span<const TrainBatch> micro,
+                                const TrainOptions& options) {
+    const HostTarget host(m);
+    return train_forward_backward(host.on, micro, options);
+}
+
+LossSums evaluate_loss(const TrainOn& on, const TrainBatch& b) {
+    const Stream st = forward_only(on, b, nullptr);
     LossSums s;
-    if (m.shard.last_stage())
-        s = loss_head(m, b, st.out.view(), 1.0, nullptr);
-    return share_over_pipeline(m, s);
+    if (on.m.shard.last_stage())
+        s = loss_head(on, b, st.out.view(), 1.0, nullptr);
+    return share_over_pipeline(on.m, s);
+}
+
+LossSums evaluate_loss(const Model& m, const TrainBatch& b) {
+    const HostTarget host(m);
+    return evaluate_loss(host.on, b);
 }
 
 std::vector<Buffer> router_distributions(const Model& m, const TrainBatch& b) {
-    std::vector<Buffer> inputs(m.cfg.layers.size());
-    forward_only(m, b, &inputs);
+    std::vector<Held> inputs(m.cfg.layers.size());
+    const HostTarget host(m);
+    forward_only(host.on, b, &inputs);
     const int64_t n = b.batch.n_tok(), E = m.cfg.moe.n_routed_experts;
     std::vector<Buffer> dist(m.cfg.layers.size());
     for (size_t i = 0; i < inputs.size(); ++i) {

@@ -50,6 +50,10 @@ struct KdaTableArrays {
     ops::KdaSeqTable table() const;
 };
 KdaTableArrays kda_table_arrays(const SeqBatch& batch, const std::vector<KdaStateViews>& states);
+// The table of `arrays` on ctx's device, its arrays copied into scratch (freed with it).
+ops::KdaSeqTable kda_table_on(const backend::Ctx& ctx,
+                              backend::Scratch& scratch,
+                              const KdaTableArrays& arrays);
 
 // One kda_forward call's batch on ctx's device: the host's SeqBatch (checks; host adapters), its
 // sequence table (states and tails in ctx's memory) and, for factor-view adapters, each adapter's

@@ -65,6 +65,11 @@ std::vector<StackSlot> expert_stacks(const TensorList& list);  // [list.size()]
 // list's, fails (Exit::internal) naming it. Host adapters null.
 ModelViews model_views(const Model& m, const NamedTensors& tensors);
 
+// v (m's views, from model_views) with each MoE layer's host side of the routing taken from m:
+// the correction bias on the host and the routed experts' placement (MoeWeightViews::host_bias,
+// expert_rank), which model_views leaves out. m must outlive v.
+void add_routing_host_side(ModelViews& v, const Model& m);
+
 // The views of every tensor of model_tensors(m) on m's own Buffers, by name (weights not yet
 // allocated: null data).
 NamedTensors named_views(const Model& m);

@@ -21,7 +21,9 @@
 #include <span>
 #include <vector>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/model/model.h"
+#include "hymoe/model/model_views.h"
 
 namespace hymoe::model {
 
@@ -55,11 +57,26 @@ struct TrainOptions {
     std::vector<LoraSlot*> dropout_slots;
 };
 
+// Where a training pass runs: this rank's model (its config, shard and communicators; the first
+// stage's embedding is read from its host table) and its weights as views on ctx's device: the
+// CPU's host_views(m) with the adapters as host slots, or a GPU's uploaded weights with the
+// adapters as factor views with gradient views (model/lora_factors.h), which then accumulate the
+// adapters' gradients. Every tensor of `weights` lives on ctx.device.
+struct TrainOn {
+    const Model& m;
+    const backend::Ctx& ctx;
+    const ModelViews& weights;
+};
+
 // Forward and backward of one optimizer step's micro-batches through this rank's stage, in the
 // 1F1B order (warm-up forwards, one forward one backward, cool-down backwards; pp = 1: each
 // micro-batch's forward then its backward): the loss sums of all of them, the same on every rank
 // of the pipeline; the adapters' gradients accumulate. Every rank of the dp replica passes the
 // same micro-batches.
+LossSums train_forward_backward(const TrainOn& on,
+                                std::span<const TrainBatch> micro,
+                                const TrainOptions& options);
+// The same on m's own weights and host adapters (the CPU).
 LossSums train_forward_backward(const Model& m,
                                 std::span<const TrainBatch> micro,
                                 const TrainOptions& options);
@@ -70,6 +87,7 @@ inline LossSums train_forward_backward(const Model& m,
 }
 
 // Forward only: the loss sums (evaluation), the same on every rank of the pipeline.
+LossSums evaluate_loss(const TrainOn& on, const TrainBatch& b);
 LossSums evaluate_loss(const Model& m, const TrainBatch& b);
 
 // The router distribution of every MoE layer of this stage on the batch, p = s/Σs (sigmoid
