@@ -13,9 +13,12 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     const deck::InferenceSection& inf = d.inference;
     if (!cuda_build)
         return std::string("this hymoe was built without CUDA (make CUDA=1 builds it)");
-    if (d.job.kind != deck::JobKind::infer)
+    if (d.job.kind != deck::JobKind::infer && d.job.kind != deck::JobKind::lora)
         return cat(deck::to_string(d.job.kind),
-                   " jobs run on the CPU only (the GPU runs infer jobs)");
+                   " jobs run on the CPU only (the GPU runs infer and lora jobs)");
+    if (d.job.kind == deck::JobKind::lora && d.finetune.lora.dropout > 0)
+        return std::string(
+            "the GPU trainer's adapters have no dropout (finetune.lora.dropout: 0 trains there)");
     if (l.ep > 1 && d.parallel.rebalance_every > 0)
         return std::string(
             "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "

@@ -14,7 +14,10 @@
 #include "hymoe/core/timer.h"
 #include "hymoe/io/checkpoint.h"
 #include "hymoe/io/meta.h"
+#include "hymoe/model/gpu_weights.h"
+#include "hymoe/model/lora_factors.h"
 #include "hymoe/model/lora_model.h"
+#include "hymoe/model/model_views.h"
 #include "hymoe/model/train.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/eval_watch.h"
@@ -76,7 +79,7 @@ struct StepOutcome {
 
 class Trainer {
 public:
-    Trainer(const Job& job, const parallel::Grid& grid);
+    Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu);
     int run();
 
 private:
@@ -92,6 +95,9 @@ private:
     void write_results(const std::string& status) const;  // rank 0
     // The guard: "" when the step is good, else what went wrong (naming layer and rank).
     std::string check(double loss);
+    // Where the passes run: the CPU on m_'s weights and lm_'s host slots, or this rank's GPU on
+    // uploaded weights with lm_'s adapter as device factors (model/lora_factors.h).
+    model::TrainOn on() const { return {m_, gpu_ ? gpu_->ctx() : m_.ctx, views_}; }
 
     const Job& job_;
     const parallel::Grid& grid_;
@@ -113,6 +119,9 @@ private:
     std::vector<double> recent_;  // the last losses (spike guard)
     double run_seconds_ = 0;      // the steps of this run: the ETA of the step lines
     int64_t run_steps_ = 0;
+    std::unique_ptr<model::GpuWeights> gpu_;       // on a GPU: the uploaded weights
+    std::unique_ptr<model::LoraFactors> factors_;  //   and the adapter there
+    model::ModelViews views_;                      // the weights the passes read (on())
 };
 
 model::LoraModel attached(model::Model& m, const deck::FinetuneSection& ft, uint64_t seed) {
@@ -124,7 +133,7 @@ model::LoraModel attached(model::Model& m, const deck::FinetuneSection& ft, uint
     return lm;
 }
 
-Trainer::Trainer(const Job& job, const parallel::Grid& grid)
+Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
     : job_(job),
       grid_(grid),
       ft_(job.deck.finetune),
@@ -144,6 +153,23 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid)
       watch_{ft_.early_stopping_patience, ft_.early_stopping_min_delta},
       ckpt_root_(job.deck.job.output + "/checkpoints"),
       config_sha_(sha256_hex(model::to_json(job.model))) {
+    if (on_gpu) {
+#ifdef HYMOE_CUDA
+        const DType cd = job.deck.model.dtype == DType::bf16 ? DType::bf16 : DType::f32;
+        gpu_ = model::make_gpu_weights(m_, cd, 0.9);
+        factors_ = std::make_unique<model::LoraFactors>(gpu_->ctx(), m_, lm_);
+        views_ = factors_->attach(gpu_->views());
+        log::info(cat("GPU: weights ",
+                      fixed(static_cast<double>(gpu_->weight_bytes()) / 1e9, 2),
+                      " GB in ",
+                      to_string(cd),
+                      "; the adapter's factors and gradients on the GPU, its update on the host"));
+#else
+        HYMOE_FAIL(Exit::internal, "lora: a GPU run in a build without CUDA");
+#endif
+    } else {
+        views_ = model::host_views(m_);
+    }
     const int64_t trainable = model::lora_local_params(lm_);
     const int64_t total = model::count_params(job.model).total;
     log::info(cat("model ready in ",
@@ -203,6 +229,8 @@ int64_t Trainer::resume() {
     std::vector<io::CkptEntry> e = entries();
     std::string state_json;
     io::load_checkpoint(grid_.comms.world, latest, e, state_json);
+    if (factors_)
+        factors_->upload_factors();
     std::vector<DocCursor> cursors;
     for (const auto& c : state["cursors"])
         cursors.push_back({c[0].get<int64_t>(), c[1].get<int64_t>()});
@@ -236,7 +264,7 @@ void Trainer::evaluate_at(int64_t steps_done) {
         l = acc = std::nan("");
         if (e.rows.empty())
             return;
-        const model::LossSums s = evaluate(m_, e, ft_.seq_len, micro_, grid_);
+        const model::LossSums s = evaluate(on(), e, ft_.seq_len, micro_, grid_);
         const auto n = static_cast<double>(std::max<int64_t>(s.targets, 1));
         l = s.loss / n;
         acc = static_cast<double>(s.correct) / n;
@@ -305,6 +333,8 @@ StepOutcome Trainer::train_step(int64_t step) {
     out.tokens = counts[1];
     out.load.resize(job_.model.layers.size());
     zero_grads(lm_);
+    if (factors_)
+        factors_->zero_grads();
     model::TrainOptions o;
     o.recompute = ft_.recompute;
     o.grad_scale = 1.0 / targets;  // the step's mean loss over every replica's targets
@@ -312,7 +342,9 @@ StepOutcome Trainer::train_step(int64_t step) {
     for (model::LoraModule& mod : lm_.modules)
         if (mod.slot->dropout > 0.0f)
             o.dropout_slots.push_back(mod.slot);
-    std::vector<double> loss = {model::train_forward_backward(m_, batches, o).loss};
+    std::vector<double> loss = {model::train_forward_backward(on(), batches, o).loss};
+    if (factors_)
+        factors_->download_grads();
     sum_lora_gradients(lm_, grid_.comms);
     comm::all_reduce_sum(loss, grid_.comms.dp);
     out.loss = loss[0] / targets;
@@ -341,6 +373,8 @@ StepOutcome Trainer::train_step(int64_t step) {
                             ? std::min(1.0, ft_.optimizer.grad_clip / (out.grad_norm + 1e-6))
                             : 1.0;
     opt_.step(learning_rate(ft_.optimizer, step, ft_.steps), clip, step + 1);
+    if (factors_)
+        factors_->upload_factors();
     return out;
 }
 
@@ -536,9 +570,9 @@ int Trainer::run() {
 
 }  // namespace
 
-int run_lora(const Job& job, const parallel::Grid& grid) {
+int run_lora(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     check_train_data_vocab(job);  // before the model is built
-    return Trainer(job, grid).run();
+    return Trainer(job, grid, on_gpu).run();
 }
 
 }  // namespace hymoe::runtime

@@ -92,7 +92,7 @@ int run_job(const Job& job, const parallel::Grid& grid) {
     if (kind == deck::JobKind::infer)
         return run_infer(job, grid, on_gpu);
     if (kind == deck::JobKind::lora)
-        return run_lora(job, grid);
+        return run_lora(job, grid, on_gpu);
     if (kind == deck::JobKind::convert)
         return run_convert(job, grid);
     if (kind == deck::JobKind::tokenize)

@@ -19,7 +19,7 @@ EvalSet eval_set(const std::string& path, int64_t rows, int64_t seq_len) {
     return e;
 }
 
-model::LossSums evaluate(const model::Model& m,
+model::LossSums evaluate(const model::TrainOn& on,
                          const EvalSet& e,
                          int64_t seq_len,
                          int64_t micro,
@@ -30,8 +30,8 @@ model::LossSums evaluate(const model::Model& m,
         const int64_t count = std::min(micro, n - r);
         std::vector<DocImages> images;
         model::TrainBatch b = load_rows(e.rows, r, count, {&*e.stream}, seq_len, &images);
-        splice_images(m, images, b);
-        s.add(model::evaluate_loss(m, b));
+        splice_images(on.m, images, b);
+        s.add(model::evaluate_loss(on, b));
     }
     std::vector<double> v = {s.loss,
                              static_cast<double>(s.targets),

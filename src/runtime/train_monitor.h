@@ -23,7 +23,7 @@ struct EvalSet {
 EvalSet eval_set(const std::string& path, int64_t rows, int64_t seq_len);
 
 // Loss sums over an eval set: each replica takes every dp-th micro-batch, summed over dp.
-model::LossSums evaluate(const model::Model& m,
+model::LossSums evaluate(const model::TrainOn& on,
                          const EvalSet& e,
                          int64_t seq_len,
                          int64_t micro,

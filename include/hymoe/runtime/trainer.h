@@ -7,7 +7,11 @@
 // early stopping (finetune.early_stopping: exit 0, the final checkpoint and adapter written) and
 // the adapters in PEFT format (out/adapters/final, and out/merged with finetune.export_merged).
 // Layouts: any grid. The micro-batches of a step run 1F1B over pp (model/train.h), and each LoRA
-// gradient is summed over the ranks that replicate its adapter (runtime/lora_grads.h).
+// gradient is summed over the ranks that replicate its adapter (runtime/lora_grads.h). On a GPU
+// (on_gpu: job.device, runtime/device_choice.h) the passes run there on the uploaded weights with
+// the adapter's factors and gradients on the device; the gradient sums, the update and the
+// checkpoints stay on the host (the factors go up after each update, the gradients come down
+// after each step's passes), so a run moves between CPU and GPU at any checkpoint.
 #pragma once
 
 #include "hymoe/parallel/grid.h"
@@ -15,6 +19,6 @@
 
 namespace hymoe::runtime {
 
-int run_lora(const Job& job, const parallel::Grid& grid);
+int run_lora(const Job& job, const parallel::Grid& grid, bool on_gpu);
 
 }  // namespace hymoe::runtime
