@@ -1,11 +1,12 @@
 #!/bin/bash
 # The prepared GPU check (issues 12, 13, 24): on a machine with one NVIDIA GPU (sized for an H200:
-# at most 8 minutes in all, the sum of the steps' limits 190 + 80 + 70 + 90 + 50 s), build the
+# at most 8 minutes in all, the sum of the steps' limits 190 + 80 + 70 + 30 + 70 + 50 s), build the
 # CUDA binaries with `make CUDA=1` (hymoe, the parity tests, the MPI tests and the two benchmarks:
 # every source file of the library compiles), run the CUDA parity tests (`make test-cuda`: the
 # kernels, the fused kernels and the whole model against the CPU), the GPU forward over 2 ranks
 # against the CPU (`cuda_comm`: every device collective; `cuda_pp`: two pipeline stages; `cuda_tp`:
-# tp = 2; `cuda_ep`: experts over ep; the ranks may share one GPU), the kernel benchmark
+# tp = 2; `cuda_ep`: experts over ep; the ranks may share one GPU), the GPU trainer against the
+# CPU over 20 steps (scripts/gpu-lora-check.sh), the kernel benchmark
 # (build/cuda/bench_cuda, fused kernels included) and the model benchmark
 # (build/cuda/bench_cuda_model), and write a summary.
 # Usage:
@@ -60,7 +61,11 @@ step cuda-mpi 70 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_comm,cuda_pp,c
 grep -E "cuda_comm|cuda_pp|cuda_tp|cuda_ep|FAILED|error:" "$out/cuda-mpi.log" | head -12 |
     tee -a "$summary"
 
-step bench 90 build/cuda/bench_cuda
+# the GPU trainer against the CPU: 20 steps of a small lora run, loss by loss
+step lora 30 scripts/gpu-lora-check.sh "$out"
+tail -1 "$out/lora.log" | tee -a "$summary"
+
+step bench 70 build/cuda/bench_cuda
 grep -vE "^$" "$out/bench.log" | head -40 | tee -a "$summary"
 
 step bench-model 50 build/cuda/bench_cuda_model
