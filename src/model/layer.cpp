@@ -26,7 +26,8 @@ void tp_sum(const Model& m, Tensor& x) {
         comm::all_reduce(x, m.comms->tp);
 }
 
-// The MoE layer's groups: tp and ep where they have more than one rank (null: a group of one).
+}  // namespace
+
 MoeParallel moe_groups(const Model& m) {
     MoeParallel par;
     par.tp = tp_comm(m);
@@ -34,8 +35,6 @@ MoeParallel moe_groups(const Model& m) {
     par.etp = m.shard.etp;
     return par;
 }
-
-}  // namespace
 
 void mixer_forward(const Model& m,
                    int i,

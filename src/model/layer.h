@@ -35,6 +35,10 @@ void mixer_forward(const Model& m,
 void ffn_forward(
     const Model& m, int i, const Tensor& xn, Tensor& y, const SeqBatch* rows, MoeCommStats* stats);
 
+// The MoE layers' groups of m's rank: tp and ep where they have more than one rank (null: a
+// group of one).
+MoeParallel moe_groups(const Model& m);
+
 // Copies a training pass keeps of the residual stream as the loop passes (each optional).
 struct LayerTaps {
     std::function<void(int, const Tensor&)> before_mixer;  // h [n, d] entering layer i

@@ -19,15 +19,6 @@ namespace {
 
 using backend::Held;
 
-// The MoE layer's groups: tp and ep where they have more than one rank (null: a group of one).
-MoeParallel moe_groups(const Model& m) {
-    MoeParallel par;
-    par.tp = m.shard.tp > 1 ? &m.comms->tp : nullptr;
-    par.ep = m.shard.ep > 1 ? &m.comms->ep : nullptr;
-    par.etp = m.shard.etp;
-    return par;
-}
-
 // Zero KDA states and conv tails [n_seq] of cfg's heads on ctx's device: fresh sequences.
 struct FreshKdaStates {
     std::vector<Held> held;            // [n_seq, 4] S, q, k, v tails
