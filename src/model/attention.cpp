@@ -17,6 +17,7 @@
 #include "hymoe/backend/ops_mla.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
+#include "hymoe/model/attention_backward_views.h"
 #include "hymoe/model/attention_views.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
@@ -237,10 +238,16 @@ void attention_forward(const backend::Ctx& ctx,
     const double start = wall_seconds();
     double indexer_seconds = 0;
     check_call(cfg, spec, x, batch, caches, y, dev != nullptr);
+    if (ctx.device != Device::cpu && dev == nullptr && caches.empty()) {  // fresh: training
+        attention_forward(ctx, cfg, spec, w, x, AttnBatchViews{&batch, {}}, y, tp);
+        if (stats != nullptr)
+            stats->attention_seconds += wall_seconds() - start;
+        return;
+    }
     HYMOE_CHECK(ctx.device == Device::cpu || dev != nullptr,
                 "attention_forward: a ",
                 to_string(ctx.device),
-                " context without the call's rows on the device (DeviceAttnRows)");
+                " context with caches but without the call's rows on the device (DeviceAttnRows)");
     HYMOE_CHECK(w.lora_views.k.empty() && w.lora_views.v.empty(),
                 "attention_forward: LoRA factors on k or v, projections an MLA/DSA block lacks");
     const LoraSlots none;

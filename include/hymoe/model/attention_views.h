@@ -7,7 +7,9 @@
 // site through model::lora_forward as kda_forward's. Every step is an op on the Ctx: the
 // projections, norms, RoPE, the indexer's projections, the cache append and the attention over
 // it (backend/ops_mla.h), the gate and the output projection. A CUDA Ctx takes its pages and its
-// rows' metadata on the device from a DeviceAttnRows (the GPU model's step).
+// rows' metadata on the device from a DeviceAttnRows (the GPU model's step); without one and
+// without caches (training: fresh sequences) it runs the expanded form of
+// model/attention_backward_views.h instead.
 #pragma once
 
 #include <vector>
@@ -82,9 +84,8 @@ void indexer_project(const backend::Ctx& ctx,
                      Tensor& k,       // [n_tok, d_I]
                      Tensor& w_out);  // [n_tok, H_I]
 
-// attention_backward (model/attention.h) on a Ctx: the same gradients, its elementwise, norm,
-// RoPE and weight-product backwards as ops on ctx; the sweep and the host adapters still run on
-// host pointers, so a non-CPU context is refused.
+// attention_backward (model/attention.h) on a Ctx over the host weights: the views form
+// (model/attention_backward_views.h) on attention_views(w), positions built from the batch.
 void attention_backward(const backend::Ctx& ctx,
                         const ModelConfig& cfg,
                         const LayerSpec& spec,
