@@ -7,6 +7,7 @@
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
 #include "hymoe/backend/ops_rows.h"
+#include "hymoe/model/attention_backward_views.h"
 #include "hymoe/model/attention_views.h"
 #include "hymoe/model/ffn_views.h"
 #include "hymoe/model/kda_backward_views.h"
@@ -60,6 +61,18 @@ TrainBlocks::TrainBlocks(const TrainOn& on, const SeqBatch& batch) : on_(on), ba
     ops::upload(
         on.ctx, Tensor{rows.data(), DType::i64, Device::cpu, {batch.n_tok()}}, all_rows_.view());
     lora_rows_.push_back({0, all_rows_.view()});
+    std::vector<int64_t> pos(rows.size());  // [n] every sequence from position 0
+    for (int64_t q = 0; q < batch.n_seq(); ++q)
+        for (int64_t t = batch.offsets[q]; t < batch.offsets[q + 1]; ++t)
+            pos[static_cast<size_t>(t)] = t - batch.offsets[q];
+    pos_ = Held(on.ctx, DType::i64, {batch.n_tok()});
+    ops::upload(on.ctx, Tensor{pos.data(), DType::i64, Device::cpu, {batch.n_tok()}}, pos_.view());
+}
+
+MlaWeightViews TrainBlocks::mla_views(int i) const {
+    MlaWeightViews w = on_.weights.layers[i].mla;
+    w.lora_rows = &lora_rows_;
+    return w;
 }
 
 void TrainBlocks::tp_sum(Tensor& x) const {
@@ -80,18 +93,13 @@ void TrainBlocks::mixer(int i, const Tensor& xn, Tensor& y) {
             kda_table_on(on_.ctx, s, kda_table_arrays(batch_, fresh.views));
         kda_forward(on_.ctx, m.local, w.kda, xn, KdaBatchViews{&batch_, table, &lora_rows_}, y);
     } else {
-        MlaWeightViews aw = w.mla;
-        aw.lora_rows = &lora_rows_;
         attention_forward(on_.ctx,
                           m.local,
                           spec,
-                          aw,
+                          mla_views(i),
                           xn,
-                          batch_,
-                          {},
+                          AttnBatchViews{&batch_, pos_.view()},
                           y,
-                          AttnMode::expanded,
-                          nullptr,
                           m.shard.tp > 1 ? &m.comms->tp : nullptr);
     }
     tp_sum(y);
@@ -112,9 +120,9 @@ void TrainBlocks::mixer_backward(int i, const Tensor& xn, const Tensor& dy, Tens
         attention_backward(on_.ctx,
                            m.local,
                            spec,
-                           m.layers[i].attn,
+                           mla_views(i),
                            xn,
-                           batch_,
+                           AttnBatchViews{&batch_, pos_.view()},
                            dy,
                            dxn,
                            m.shard.tp > 1 ? &m.comms->tp : nullptr);

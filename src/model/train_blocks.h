@@ -28,11 +28,13 @@ public:
     void ffn_backward(int i, const Tensor& xn, const Tensor& dy, Tensor& dxn);
 
 private:
-    void tp_sum(Tensor& x) const;  // x ← Σ over tp (after the stream's work)
+    void tp_sum(Tensor& x) const;           // x ← Σ over tp (after the stream's work)
+    MlaWeightViews mla_views(int i) const;  // layer i's, adapters on every row
     const TrainOn& on_;
     const SeqBatch& batch_;
     backend::Held all_rows_;               // i64 [n] 0 … n−1 on ctx's device
     std::vector<LoraRowsView> lora_rows_;  // adapter 0 on every row (factor-view adapters)
+    backend::Held pos_;                    // i64 [n] each row's position in its sequence
 };
 
 // The stream a training pass keeps at a stage's block boundaries, on the pass's device.
