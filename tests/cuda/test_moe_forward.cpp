@@ -187,8 +187,15 @@ BOOST_AUTO_TEST_CASE(fused_branch_equals_cpu_and_the_generic_path, *utf::precond
         model::moe_forward_parallel(gc.ctx, cfg, spec, l.v, xd, fused, par, &without_load);
         par.fused = false;
         model::moe_forward_parallel(gc.ctx, cfg, spec, l.v, xd, generic, par, &off_stats);
-        expect_close("fused moe_forward_parallel", fused, want, gc.g.s);
-        expect_close("fused against generic", fused, to_host(generic, gc.g.s), gc.g.s);
+        // f32 outputs of bf16 experts (h and the experts' outputs rounded): the bf16 tolerance
+        auto close = [&](const char* what, const Buffer& ref) {
+            const Buffer got = to_host(fused, gc.g.s);
+            const double err = rel_error(got.ptr<float>(), ref.ptr<float>(), n * d);
+            BOOST_TEST_INFO(what << ": normalised error " << err);
+            BOOST_TEST(err < tolerance(DType::bf16));
+        };
+        close("fused against the CPU", want);
+        close("fused against generic", to_host(generic, gc.g.s));
         // the fused branch dispatches nothing; the generic one sends each token once
         BOOST_TEST(with_load.dispatch_rows == 0);
         BOOST_TEST(off_stats.dispatch_rows == n);
