@@ -4,10 +4,10 @@
 
 #include <cstring>
 
-#include "hymoe/backend/cuda_fused.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/fused_step.h"
 #include "hymoe/model/lora_rows.h"
+#include "hymoe/model/moe_parallel.h"
 
 namespace hymoe::model {
 
@@ -16,16 +16,6 @@ int64_t key_bucket(int64_t max_keys) {
     while (b < max_keys)
         b *= 2;
     return b;
-}
-
-bool moe_runs_fused(
-    const ModelConfig& cfg, const LayerSpec& spec, DType cd, bool fused, int64_t n_tok) {
-    const MoeConfig& m = cfg.moe;
-    const int width = spec.ffn == Ffn::latent_moe ? m.latent_size : cfg.hidden_size;
-    return fused && cd == DType::bf16 && m.expert_act == ExpertAct::swiglu &&
-           m.capacity_factor <= 0.0 && m.n_routed_experts <= 1024 &&
-           backend::cuda::moe_plan(n_tok, m.top_k, m.n_routed_experts, width, m.moe_intermediate)
-               .supported;
 }
 
 const char* to_string(GraphRefusal r) {
@@ -93,7 +83,8 @@ GraphRefusal decode_graph_refusal(const ModelConfig& cfg,
     for (const LayerSpec& spec : cfg.layers) {
         if (spec.mixer == Mixer::kda && (!model.kda_slots || cfg.kda.head_dim > 128))
             return GraphRefusal::kda;
-        if (spec.ffn != Ffn::dense && !moe_runs_fused(cfg, spec, model.dtype, true, bucket))
+        if (spec.ffn != Ffn::dense &&  // graphs: tp 1, ep 1 (above), no adapters (above)
+            !moe_runs_fused(Device::cuda, cfg, spec, model.dtype, bucket, MoeParallel{}, false))
             return GraphRefusal::moe;
         if (spec.mixer == Mixer::dsa &&
             (model.dtype != DType::bf16 ||

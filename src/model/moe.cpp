@@ -3,7 +3,8 @@
 // moe_dispatch.cpp (one batch, or two overlapped) with the hosted experts in the grouped form
 // (moe_grouped.h) as its expert stage, then the assembly of y and the one tp all-reduce. One rank
 // (moe_forward, model/ffn.h) is the same path with groups of one: every token owned, every expert
-// hosted, the pipeline's dispatch handing the rows to itself.
+// hosted, the pipeline's dispatch handing the rows to itself; on a CUDA context, where
+// moe_runs_fused allows, the fused kernels' branch (moe_fused.cpp) instead.
 #include <algorithm>
 #include <functional>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "hymoe/model/moe_parallel.h"
 #include "moe_dispatch.h"
 #include "moe_experts.h"
+#include "moe_fused.h"
 #include "moe_grouped.h"
 #include "router.h"
 
@@ -214,6 +216,14 @@ void moe_forward_parallel(const backend::Ctx& ctx,
                         x,
                         y,
                         par);
+    const bool expert_adapters =
+        !local.experts.lora.empty() ||
+        (!local.experts.lora_views.empty() && lora_rows != nullptr && !lora_rows->empty());
+    if (moe_runs_fused(ctx.device, cfg, spec, local.act, x.dim(0), par, expert_adapters)) {
+        detail::moe_forward_fused(
+            ctx, cfg, spec, local, x, y, par.fused_load, stats, rows, lora_rows);
+        return;
+    }
     const int64_t n_tok = x.dim(0), d = cfg.hidden_size;
     const bool latent = spec.ffn == Ffn::latent_moe;
     const int tp = par.tp ? par.tp->size() : 1, tp_rank = par.tp ? par.tp->rank() : 0;

@@ -2,7 +2,10 @@
 // against model::moe_forward on the CPU with the same weights: routed SwiGLU experts with a
 // correction bias, a shared expert and capacity dropping, and LatentMoE ReLU² experts without
 // dropping, the experts' inputs in fp32 (within 1e-5) and bf16 (bf16 copies of the matrices, the
-// CPU on the same rounded values; within 1e-2); the expert load equals the CPU routing's.
+// CPU on the same rounded values; within 1e-2); the expert load equals the CPU routing's. Then
+// the fused branch (moe_runs_fused: bf16 SwiGLU dropless layers at the kernels' widths, plain and
+// LatentMoE, with a shared expert) against the CPU and against the generic path on the same
+// device with fused turned off (MoeParallel::fused); its expert load only when asked.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -69,6 +72,48 @@ std::vector<Tensor> stacked(const model::MoeWeights& w,
     return slices;
 }
 
+// A layer's weights on the host (the matrices the GPU reads in t rounded to t, so the CPU sees the
+// same values; not the router) and their views on g's device, the experts' inputs in t.
+struct Layer {
+    model::MoeWeights w;
+    model::MoeWeightViews v;
+};
+Layer layer(const model::ModelConfig& cfg, const model::LayerSpec& spec, DType t, Gpu& g) {
+    Layer l;
+    model::MoeWeights& w = l.w;
+    model::TensorList list = model::ffn_tensors(cfg, spec, nullptr, &w);
+    for (model::TensorSpec& s : list)
+        if (s.init == model::Init::normal)
+            s.std = 1.0f / std::sqrt(static_cast<float>(s.shape[1]));
+    Philox rng(1234, 0, 0);
+    model::init_random(list, rng);
+    for (model::DenseFfnWeights* mlp : {&w.shared})
+        for (Buffer* b : {&mlp->gate_proj, &mlp->up_proj, &mlp->down_proj})
+            round_to(*b, t);
+    for (model::DenseFfnWeights& e : w.experts)
+        for (Buffer* b : {&e.gate_proj, &e.up_proj, &e.down_proj})
+            round_to(*b, t);
+    round_to(w.fc1_latent_proj, t);
+    round_to(w.fc2_latent_proj, t);
+    auto up = [&](const Buffer& b, DType dt) {
+        return b.view().data ? to_device(b.view(), dt, g.arena, g.s) : Tensor{};
+    };
+    model::MoeWeightViews& v = l.v;
+    v.router = up(w.gate, DType::f32);
+    v.bias = up(w.correction_bias, DType::f32);
+    v.host_bias = w.correction_bias.view();
+    v.fc1 = up(w.fc1_latent_proj, t);
+    v.fc2 = up(w.fc2_latent_proj, t);
+    v.experts.gate = stacked(w, &model::DenseFfnWeights::gate_proj, t, g);
+    v.experts.up = stacked(w, &model::DenseFfnWeights::up_proj, t, g);
+    v.experts.down = stacked(w, &model::DenseFfnWeights::down_proj, t, g);
+    v.shared.gate_proj = up(w.shared.gate_proj, t);
+    v.shared.up_proj = up(w.shared.up_proj, t);
+    v.shared.down_proj = up(w.shared.down_proj, t);
+    v.act = t;
+    return l;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_moe_forward, *utf::label("cuda"))
@@ -85,42 +130,12 @@ BOOST_AUTO_TEST_CASE(moe_forward_on_cuda_equals_cpu, *utf::precondition(need_gpu
             const model::ModelConfig cfg = config(c.act, c.capacity_factor);
             model::LayerSpec spec;
             spec.ffn = c.ffn;
-            model::MoeWeights w;
-            model::TensorList list = model::ffn_tensors(cfg, spec, nullptr, &w);
-            for (model::TensorSpec& s : list)
-                if (s.init == model::Init::normal)
-                    s.std = 1.0f / std::sqrt(static_cast<float>(s.shape[1]));
-            Philox rng(1234, 0, 0);
-            model::init_random(list, rng);
-            // the matrices the GPU reads in t, so the CPU sees the same values (not the router)
-            for (model::DenseFfnWeights* mlp : {&w.shared})
-                for (Buffer* b : {&mlp->gate_proj, &mlp->up_proj, &mlp->down_proj})
-                    round_to(*b, t);
-            for (model::DenseFfnWeights& e : w.experts)
-                for (Buffer* b : {&e.gate_proj, &e.up_proj, &e.down_proj})
-                    round_to(*b, t);
-            round_to(w.fc1_latent_proj, t);
-            round_to(w.fc2_latent_proj, t);
-
             Gpu g;
             cu::Blas blas{g.s, g.arena, 16};
             const backend::Ctx gpu{Device::cuda, &g.s, &g.arena, &blas};
-            auto up = [&](const Buffer& b, DType dt) {
-                return b.view().data ? to_device(b.view(), dt, g.arena, g.s) : Tensor{};
-            };
-            model::MoeWeightViews v;
-            v.router = up(w.gate, DType::f32);
-            v.bias = up(w.correction_bias, DType::f32);
-            v.host_bias = w.correction_bias.view();
-            v.fc1 = up(w.fc1_latent_proj, t);
-            v.fc2 = up(w.fc2_latent_proj, t);
-            v.experts.gate = stacked(w, &model::DenseFfnWeights::gate_proj, t, g);
-            v.experts.up = stacked(w, &model::DenseFfnWeights::up_proj, t, g);
-            v.experts.down = stacked(w, &model::DenseFfnWeights::down_proj, t, g);
-            v.shared.gate_proj = up(w.shared.gate_proj, t);
-            v.shared.up_proj = up(w.shared.up_proj, t);
-            v.shared.down_proj = up(w.shared.down_proj, t);
-            v.act = t;
+            const Layer l = layer(cfg, spec, t, g);
+            const model::MoeWeights& w = l.w;
+            const model::MoeWeightViews& v = l.v;
 
             const int64_t n = 19, d = cfg.hidden_size;
             Buffer x = random({n, d}, 90, t);  // the GPU casts x to t: the CPU sees t's values
@@ -142,6 +157,54 @@ BOOST_AUTO_TEST_CASE(moe_forward_on_cuda_equals_cpu, *utf::precondition(need_gpu
             BOOST_TEST(stats.tokens_per_expert == routing.tokens_per_expert,
                        boost::test_tools::per_element());
         }
+}
+
+BOOST_AUTO_TEST_CASE(fused_branch_equals_cpu_and_the_generic_path, *utf::precondition(need_gpu)) {
+    model::ModelConfig cfg = config(model::ExpertAct::swiglu, 0.0);  // dropless
+    cfg.hidden_size = 128;  // the widths the fused kernels tile
+    cfg.moe.moe_intermediate = 64;
+    cfg.moe.shared_intermediate = 64;
+    cfg.moe.latent_size = 128;
+    for (model::Ffn ffn : {model::Ffn::moe, model::Ffn::latent_moe}) {
+        model::LayerSpec spec;
+        spec.ffn = ffn;
+        const int64_t n = 37, d = cfg.hidden_size;
+        BOOST_TEST_INFO(static_cast<int>(ffn));
+        BOOST_REQUIRE(model::moe_runs_fused(
+            Device::cuda, cfg, spec, DType::bf16, n, model::MoeParallel{}, false));
+        GpuCtx gc;
+        const Layer l = layer(cfg, spec, DType::bf16, gc.g);
+        Buffer x = random({n, d}, 91, DType::bf16);
+        Buffer want(DType::f32, {n, d});
+        model::Routing routing;
+        model::moe_forward(cfg, spec, l.w, x.view(), want.view(), &routing);
+        const Tensor xd = gc.up(x);
+        Tensor fused = gc.f32({n, d}), generic = gc.f32({n, d});
+        model::MoeCommStats with_load, without_load, off_stats;
+        model::MoeParallel par;
+        model::moe_forward_parallel(gc.ctx, cfg, spec, l.v, xd, fused, par, &with_load);
+        par.fused_load = false;
+        model::moe_forward_parallel(gc.ctx, cfg, spec, l.v, xd, fused, par, &without_load);
+        par.fused = false;
+        model::moe_forward_parallel(gc.ctx, cfg, spec, l.v, xd, generic, par, &off_stats);
+        // f32 outputs of bf16 experts (h and the experts' outputs rounded): the bf16 tolerance
+        auto close = [&](const char* what, const Buffer& ref) {
+            const Buffer got = to_host(fused, gc.g.s);
+            const double err = rel_error(got.ptr<float>(), ref.ptr<float>(), n * d);
+            BOOST_TEST_INFO(what << ": normalised error " << err);
+            BOOST_TEST(err < tolerance(DType::bf16));
+        };
+        close("fused against the CPU", want);
+        close("fused against generic", to_host(generic, gc.g.s));
+        // the fused branch dispatches nothing; the generic one sends each token once
+        BOOST_TEST(with_load.dispatch_rows == 0);
+        BOOST_TEST(off_stats.dispatch_rows == n);
+        BOOST_TEST(with_load.calls == 1);
+        BOOST_TEST(with_load.tokens_per_expert == routing.tokens_per_expert,
+                   boost::test_tools::per_element());
+        BOOST_TEST(without_load.calls == 1);
+        BOOST_TEST(without_load.tokens_per_expert.empty());
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -31,12 +31,6 @@ constexpr int64_t kMinKeyBucket = 256;
 // max_keys (≥ 1) rounded up to a power of two, kMinKeyBucket at least.
 int64_t key_bucket(int64_t max_keys);
 
-// Whether the GPU model's MoE layer `spec` runs n_tok rows on the fused kernels, routing on the
-// device (model/cuda/device_ffn.cpp moe_block): `fused` asked, bf16 matrices, SwiGLU experts,
-// dropless, E ≤ 1024 and widths the grouped kernels take (backend/cuda_fused.h moe_plan).
-bool moe_runs_fused(
-    const ModelConfig& cfg, const LayerSpec& spec, DType cd, bool fused, int64_t n_tok);
-
 // What the GPU model fixes at its construction.
 struct DecodeGraphModel {
     bool graphs = false;         // CudaModelOptions::graphs
@@ -62,7 +56,8 @@ enum class GraphRefusal {
     not_decode,  // some sequence has other than one row (prefill, mixed), or no sequence
     too_many,    // more sequences than the largest bucket
     kda,         // a KDA layer would not run the fused decode kernel
-    moe,         // an MoE layer would route on the host at the bucket's size
+    moe,         // an MoE layer off the fused kernels at the bucket's size (moe_parallel.h
+                 //   moe_runs_fused): it would route on the host
     dsa,         // a DSA layer off the fused kernels at the graph's sizes (B rows, key bucket)
     kv_store,    // the KV pages are not plainly resident on the device (or not one store)
     keys,        // the key bucket's scores do not fit the workspace

@@ -61,12 +61,16 @@
 
 namespace hymoe::model {
 
-// The communicators the MoE layer uses. A null comm stands for a group of one.
+// The communicators the MoE layer uses, and how it runs over them. A null comm stands for a group
+// of one.
 struct MoeParallel {
     const comm::Comm* tp = nullptr;  // tokens replicated across it
     const comm::Comm* ep = nullptr;  // ranks with the same etp rank, edp and pp; ep rank = position
     int etp = 1;                     // etp size (divides the tp size)
     bool overlap = false;            // two micro-batches, one dispatching while the other computes
+    bool fused = true;       // fused kernels where moe_runs_fused allows (CudaModelOptions::fused)
+    bool fused_load = true;  // fused: stats get the expert load (one download, which waits for the
+                             //   stream); false keeps the layer free of host waits (decode graphs)
 };
 
 // Summed over calls, for profiles and benches. Seconds are the time each phase kept this rank
@@ -120,7 +124,8 @@ void moe_forward_parallel(const ModelConfig& cfg,
 // pipeline's rows move on the device (device tensors over NCCL, blocking: each all-to-all waits
 // for ctx's stream first and returns complete, so `overlap` changes the order of the work, not
 // what overlaps). lora_rows (null: none) are the step's rows per adapter for the shared experts'
-// factor-view adapters (model/lora_views.h).
+// factor-view adapters (model/lora_views.h). Where moe_runs_fused holds (a CUDA context, groups of
+// one, bf16 SwiGLU dropless layers) it runs the fused kernels instead, routing on the device.
 void moe_forward_parallel(const backend::Ctx& ctx,
                           const ModelConfig& cfg,
                           const LayerSpec& spec,
@@ -132,6 +137,23 @@ void moe_forward_parallel(const backend::Ctx& ctx,
                           const SeqBatch* rows = nullptr,
                           Routing* routing_out = nullptr,
                           const std::vector<LoraRowsView>* lora_rows = nullptr);
+
+// Whether moe_forward_parallel runs layer `spec` on n_tok rows in the fused kernels
+// (backend/ops_moe_fused.h: routing, dispatch plan, grouped SwiGLU experts and combine on the
+// device, no host round trip) rather than the generic path above: a CUDA context (`device`),
+// par.fused, groups of one (par.tp and par.ep null), no routed-expert adapters in use
+// (expert_adapters), and a layer the kernels take (ops::moe_fused_supported: experts' inputs act
+// bf16, SwiGLU, dropless, E ≤ 1024, widths they tile). The GPU decode graphs' planner asks the same
+// (model/decode_graph_plan.h). Fused, y is the one-rank moe_forward up to the kernels' bf16
+// rounding (h and the experts' outputs in bf16); stats get calls and, with par.fused_load, the
+// expert load only.
+bool moe_runs_fused(Device device,
+                    const ModelConfig& cfg,
+                    const LayerSpec& spec,
+                    DType act,
+                    int64_t n_tok,
+                    const MoeParallel& par,
+                    bool expert_adapters);
 
 // The backward of moe_forward_parallel: dx [n_tok, d] (identical on the tp group) from dy [n_tok,
 // d] (identical on the tp group), equal to moe_backward (one rank, whole weights) up to fp32

@@ -138,8 +138,8 @@ NamedTensors upload_weights(Gpu& g, const Model& host, DType cd);
 using MlpW = DenseFfnViews;
 // The MoE layer: model::moe_forward_parallel's views (model/moe_views.h; router f32, fc1, fc2 and
 // the experts in cd, experts.* the held experts' slices [E_held] of gate, up, down, their adapters
-// as lora_views, shared the shared experts) with the stacked matrices the fused kernels read and
-// the host side of the routing.
+// as lora_views, shared the shared experts) with the stacked matrices those slices are (the grouped
+// and fused expert ops read each list as one) and the host side of the routing.
 struct MoeW : MoeWeightViews {
     Tensor gate;      // [E, I, w] cd (swiglu); ep > 1: the hosted experts [E_local, I, w]
     Tensor up;        // [E, I, w] cd
@@ -229,38 +229,9 @@ void attention_block(Gpu& g,
                      Tensor& y,
                      double* indexer_seconds);
 
-// The routing (ops::moe_route, backend/moe_route.h) of router logits [n, E] f32 into idx [n, k]
-// i32 (each token's experts, best first) and weight [n, k] f32 (their combine weights):
-// router.h's choice, dropless, on the device.
-void route_on_device(Gpu& g,
-                     const ModelConfig& cfg,
-                     const MoeW& w,
-                     const Tensor& logits,
-                     Tensor& idx,
-                     Tensor& weight);
-
-// model::moe_forward over the rank's groups `par` (collective over them). Fused (groups of one,
-// `fused`, cd bf16, SwiGLU, dropless, widths the grouped kernels take, no routed-expert adapters
-// in use): routing, dispatch plan, experts and combine on the device (cuda_fused.h), no host
-// round trip unless `count_load`. Else model::moe_forward_parallel on the device's Ctx over
-// `par` (router logits on the device, routing on the host, the grouped experts on the device).
-// stats gets the layer's expert load (fused: only with count_load, one download). With lora
-// (rows present): the shared and the routed experts' adapters on each adapter's rows.
-void moe_block(Gpu& g,
-               const ModelConfig& cfg,
-               const LayerSpec& spec,
-               const MoeW& w,
-               const Tensor& x,
-               DType cd,
-               bool fused,
-               bool count_load,
-               Tensor& y,
-               MoeCommStats& stats,
-               const LoraStep* lora,
-               const MoeParallel& par);
-
-// w's views for model::moe_forward_parallel with the experts' inputs in cd; over an ep group
-// (ep: non-null) the held experts' slices are looked up by local index (expert_slot).
+// w's views for model::moe_forward_parallel with the experts' inputs in cd (device_weights.cpp);
+// over an ep group (ep: non-null) the held experts' slices are looked up by local index
+// (expert_slot).
 MoeWeightViews moe_views_of(const MoeW& w, DType cd, int64_t n_exp, const comm::Comm* ep);
 
 }  // namespace hymoe::model::gpu

@@ -81,19 +81,24 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                                   nullptr,
                                   &step_.lora.rows);
                 tp_sum(y);
-            } else {
-                moe_block(*m_.g_,
-                          m_.cfg_,
-                          spec,
-                          m_.moe_[i],
-                          xn,
-                          cd,
-                          m_.o_.fused,
-                          timed_,
-                          y,
-                          *stats,
-                          &step_.lora,
-                          m_.moe_par_);
+            } else {  // fused where moe_runs_fused allows; the expert load only when timed
+                MoeParallel par = m_.moe_par_;
+                par.fused = m_.o_.fused;
+                par.fused_load = timed_;
+                const bool lora = !step_.lora.rows.empty();
+                const SeqBatch rows = lora ? single_rows(step_.lora.row_adapter) : SeqBatch();
+                moe_forward_parallel(
+                    ctx_,
+                    m_.cfg_,
+                    spec,
+                    moe_views_of(m_.moe_[i], cd, m_.cfg_.moe.n_routed_experts, par.ep),
+                    xn,
+                    y,
+                    par,
+                    stats,
+                    lora ? &rows : nullptr,
+                    nullptr,
+                    lora ? &step_.lora.rows : nullptr);
             }
         }
 

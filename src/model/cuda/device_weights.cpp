@@ -1,7 +1,7 @@
 // Uploading the model's weights to the GPU model (device_blocks.h upload_weights): one walk over
 // the host model's weight list (model/tensor_list.h), each tensor at its list shape in the dtype
 // of its kind, the routed experts stacked per layer and matrix; and the GPU MoE's MoeW over the
-// resulting views.
+// resulting views, with its views for model::moe_forward_parallel.
 #include <cstring>
 #include <map>
 #include <vector>
@@ -9,6 +9,7 @@
 #include "device_blocks.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/model.h"
+#include "hymoe/model/shard.h"
 #include "hymoe/model/tensor_list.h"
 
 namespace hymoe::model::gpu {
@@ -144,6 +145,16 @@ MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host) {
                     host.correction_bias.view().bytes());
     }
     return out;
+}
+
+MoeWeightViews moe_views_of(const MoeW& w, DType cd, int64_t n_exp, const comm::Comm* ep) {
+    MoeWeightViews v = w;
+    v.host_bias = w.host.correction_bias.view();
+    v.expert_rank = w.host.expert_rank;
+    if (ep != nullptr)
+        v.expert_slot = local_expert_index(w.host.expert_rank, n_exp, ep->size(), ep->rank());
+    v.act = cd;
+    return v;
 }
 
 }  // namespace hymoe::model::gpu

@@ -1,9 +1,8 @@
-// The decode graphs' host side (model/decode_graph_plan.h) on the CPU: key buckets; the fused-MoE
-// rule against each of its conditions; every refusal of decode_graph_refusal on a model built to
-// qualify (tiny-kimi widened to the fused MoE kernels' sizes), DSA on and off the fused kernels,
-// LoRA adapters in use or not;
-// the metadata layout (aligned, disjoint arrays) and its packing of 3 rows into a bucket of 4, read
-// back array by array, padding included, with the block-table checks.
+// The decode graphs' host side (model/decode_graph_plan.h) on the CPU: key buckets; every refusal
+// of decode_graph_refusal on a model built to qualify (tiny-kimi widened to the fused MoE kernels'
+// sizes), DSA on and off the fused kernels, LoRA adapters in use or not; the metadata layout
+// (aligned, disjoint arrays) and its packing of 3 rows into a bucket of 4, read back array by
+// array, padding included, with the block-table checks.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -64,31 +63,6 @@ BOOST_AUTO_TEST_CASE(key_buckets_are_powers_of_two_from_256) {
     BOOST_TEST(key_bucket(65536) == 65536);
     BOOST_TEST(table_width(256, 8) == 32);
     BOOST_TEST(table_width(256, 100) == 3);
-}
-
-BOOST_AUTO_TEST_CASE(moe_runs_fused_needs_every_condition) {
-    const ModelConfig c = graph_config();
-    const LayerSpec moe = c.layers[1];
-    BOOST_REQUIRE((moe.ffn == Ffn::moe));
-    BOOST_TEST(moe_runs_fused(c, moe, DType::bf16, true, 1));
-    BOOST_TEST(moe_runs_fused(c, moe, DType::bf16, true, 256));
-    BOOST_TEST(!moe_runs_fused(c, moe, DType::bf16, false, 1));  // fused off
-    BOOST_TEST(!moe_runs_fused(c, moe, DType::f32, true, 1));    // fp32 matrices
-    ModelConfig relu = c;
-    relu.moe.expert_act = ExpertAct::relu2;
-    BOOST_TEST(!moe_runs_fused(relu, moe, DType::bf16, true, 1));
-    ModelConfig capped = c;
-    capped.moe.capacity_factor = 1.25;
-    BOOST_TEST(!moe_runs_fused(capped, moe, DType::bf16, true, 1));
-    const ModelConfig tiny = preset_config("tiny");  // d 64: the kernels need multiples of 128
-    BOOST_TEST(!moe_runs_fused(tiny, tiny.layers[1], DType::bf16, true, 1));
-    ModelConfig latent = c;  // a latent layer's width is the latent's
-    latent.moe.latent_size = 96;
-    LayerSpec lat = moe;
-    lat.ffn = Ffn::latent_moe;
-    BOOST_TEST(!moe_runs_fused(latent, lat, DType::bf16, true, 1));
-    latent.moe.latent_size = 256;
-    BOOST_TEST(moe_runs_fused(latent, lat, DType::bf16, true, 1));
 }
 
 BOOST_AUTO_TEST_CASE(every_refusal) {
