@@ -20,11 +20,6 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
         return std::string(
             "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
             "moves them on the CPU only)");
-    if (l.ep > 1 && !inf.adapters.empty())
-        return cat(
-            "the GPU model applies LoRA adapters with the routed experts whole on each rank "
-            "(inference.adapters need parallel.ep = 1 on the GPU), not ep = ",
-            l.ep);
     if (inf.offload == "file")
         return std::string(
             "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a spill "
