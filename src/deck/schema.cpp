@@ -131,7 +131,7 @@ const std::vector<KeySpec> kSchema = {
 {"inference.kv_cache.offload_path", T::dir, "", 0, 0, {}, "where offload: file makes its spill files; default the job's output folder"},
 {"inference.kv_cache.dtype", T::choice, "model.dtype", 0, 0, kDtypes, "storage of the cached MLA/DSA latent, rope key and indexer key (reads widen to fp32); bf16 also runs the DSA indexer in bf16 (bf16 keys and queries, fp32 sums; docs/guide/precision-fp8-kv.md), fp32 keeps it exact; the KDA state stays fp32; the GPU stores fp32"},
 {"inference.prefix_cache", T::section, "", 0, 0, {}, "reuse the prefill of prompt prefixes shared between requests (KV pages + KDA state snapshots); docs/guide/prefix-cache.md"},
-{"inference.prefix_cache.enabled", T::flag, "false", 0, 0, {}, "look prompts up by block hashes and restore their longest cached prefix; results bit-identical with it off under batch_invariant; not with prompt_logprobs, images or job.device cuda"},
+{"inference.prefix_cache.enabled", T::flag, "false", 0, 0, {}, "look prompts up by block hashes and restore their longest cached prefix; results bit-identical with it off under batch_invariant; not with prompt_logprobs or images; on the GPU its KDA snapshots are host copies of the device states"},
 {"inference.prefix_cache.max_bytes", T::integer, "1073741824", 1, kBig, {}, "KDA state snapshots (and prefix tokens) kept per pipeline lane per rank, least recently used dropped first; their KV pages count in kv_cache.pages"},
 {"inference.images", T::section, "", 0, 0, {}, "image requests"},
 {"inference.images.max_patches", T::integer, "4096", 1, 1 << 24, {}, "patches per image; a larger image is scaled down to about this many"},

@@ -24,10 +24,6 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
         return std::string(
             "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a spill "
             "file (inference.kv_cache.offload: file; host offloads them on the GPU)");
-    if (inf.prefix_cache)
-        return std::string(
-            "the GPU model keeps its KDA states on the GPU, where the prefix cache cannot snapshot "
-            "them (inference.prefix_cache.enabled)");
     if (inf.batch_invariant)
         return std::string("the GPU model has no batch-invariant mode (inference.batch_invariant)");
     return std::nullopt;

@@ -77,6 +77,14 @@ public:
     // adapted projection. Once, before the first forward; host is the model this one was made
     // from (only its slots are read).
     virtual void set_lora_adapters(const Model& host) = 0;
+    // The prefix cache (runtime/prefix_cache.h) on the device: the KDA states of s (every KDA
+    // layer's S and conv tails on this rank, as its latest forward left them) copied into host
+    // memory, f32 in the model's own order; an empty buffer where the rank has no KDA layer.
+    // Between forwards.
+    virtual Buffer save_kda_states(const SequenceState& s) = 0;
+    // The states save_kda_states took (from a sequence of this model) copied into s, one of this
+    // model's sequences (a fresh one included), which goes on from them. Between forwards.
+    virtual void load_kda_states(const Buffer& saved, SequenceState& s) = 0;
     // One line for the log: device, dtype, memory used by the weights.
     virtual std::string describe() const = 0;
 };

@@ -108,6 +108,8 @@ public:
                        Tensor& out,
                        VisionStats* stats) override;
     void set_lora_adapters(const Model& host) override;
+    Buffer save_kda_states(const SequenceState& s) override;
+    void load_kda_states(const Buffer& saved, SequenceState& s) override;
     std::string describe() const override;
     DecodeGraphCounters graph_counters() const {
         return graphs_ ? graphs_->counters() : DecodeGraphCounters{};

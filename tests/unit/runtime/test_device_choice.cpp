@@ -97,6 +97,8 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
     const rt::Job host = job_of(infer_deck("cuda", ", kv_cache: {offload: host}"));
     BOOST_TEST(!rt::device_limit(host, true).has_value());  // the GPU's host tier
     BOOST_TEST(rt::device_limit(host, false).value().starts_with("this hymoe was built without"));
+    const rt::Job cached = job_of(infer_deck("cuda", ", prefix_cache: {enabled: true}"));
+    BOOST_TEST(!rt::device_limit(cached, true).has_value());  // snapshots copied off the GPU
     const rt::Job invariant = job_of(infer_deck("cuda", ", batch_invariant: true"));
     BOOST_TEST(rt::device_limit(invariant, true).value() ==
                "the GPU model has no batch-invariant mode (inference.batch_invariant)");
