@@ -20,10 +20,6 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
         return std::string(
             "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
             "moves them on the CPU only)");
-    if (inf.offload == "file")
-        return std::string(
-            "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a spill "
-            "file (inference.kv_cache.offload: file; host offloads them on the GPU)");
     if (inf.batch_invariant)
         return std::string("the GPU model has no batch-invariant mode (inference.batch_invariant)");
     return std::nullopt;

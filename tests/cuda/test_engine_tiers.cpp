@@ -6,8 +6,13 @@
 //     sequences at a time; the GPU's KDA snapshots are host copies of its states
 //     (DeviceModel::save_kda_states / load_kda_states), and the lookups hit as often as on the
 //     CPU (more than once).
+//   - the file KV tier (inference.kv_cache.offload: file; DeviceModel::file_kv_store): the host
+//     tier's slots over a spill file (runtime/kv_spill.h make_spill_file) instead of pinned
+//     memory, few pages (preemptions); against the CPU's own spill tier, and bit for bit the
+//     GPU's pinned host tier (the same device work; only where the host rows live differs).
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +25,7 @@
 #include "hymoe/model/cuda_model.h"
 #include "hymoe/model/model.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/kv_spill.h"
 
 namespace utf = boost::unit_test;
 using namespace hymoe;
@@ -114,6 +120,52 @@ BOOST_AUTO_TEST_CASE(prefix_cache_matches_the_cpu, *utf::precondition(need_gpu))
     BOOST_TEST(gpu_stats.cache_hits == cpu_stats.cache_hits);
     BOOST_TEST(gpu_stats.cached_tokens == cpu_stats.cached_tokens);
     expect_close(gpu, cpu);
+}
+
+BOOST_AUTO_TEST_CASE(file_tier_matches_the_cpu, *utf::precondition(need_gpu)) {
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, 7);
+    const std::string dir = std::filesystem::temp_directory_path().string();
+    runtime::EngineStats stats;
+    const std::vector<runtime::Finished> cpu = run_engine(
+        m,
+        nullptr,
+        [&](runtime::EngineOptions& o) {
+            o.kv_pages = 10;
+            o.kv_store = [&](const model::KvLayout& l) {
+                return std::make_unique<runtime::SpillKvStore>(l, dir, "k");
+            };
+        },
+        &stats);
+    const auto dm = device_model(m);
+    model::DeviceModel* d = dm.get();
+    const std::vector<runtime::Finished> file = run_engine(
+        m,
+        d,
+        [&](runtime::EngineOptions& o) {
+            o.kv_pages = 10;
+            o.kv_store = [&](const model::KvLayout& l) {
+                return d->file_kv_store(
+                    l, runtime::make_spill_file(dir, "k", runtime::spill_file_bytes(l)));
+            };
+        },
+        &stats);
+    BOOST_TEST_MESSAGE("file tier: " << stats.preemptions << " preemptions");
+    BOOST_TEST(stats.preemptions > 0);
+    expect_close(file, cpu);
+    const std::vector<runtime::Finished> host = run_engine(
+        m,
+        d,
+        [&](runtime::EngineOptions& o) {
+            o.kv_pages = 10;
+            o.kv_store = [&](const model::KvLayout& l) { return d->host_kv_store(l); };
+        },
+        &stats);
+    BOOST_REQUIRE_EQUAL(file.size(), host.size());
+    for (size_t i = 0; i < file.size(); ++i) {
+        BOOST_TEST(file[i].tokens == host[i].tokens, boost::test_tools::per_element());
+        BOOST_TEST(file[i].logprobs == host[i].logprobs, boost::test_tools::per_element());
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -96,6 +96,9 @@ public:
     std::unique_ptr<KvStore> host_kv_store(const KvLayout& layout) override {
         return std::make_unique<HostKvStore>(layout, *g_);
     }
+    std::unique_ptr<KvStore> file_kv_store(const KvLayout& layout, int fd) override {
+        return std::make_unique<HostKvStore>(layout, *g_, fd);
+    }
     int64_t host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) const override;
     void forward(const std::vector<int64_t>& tokens,
                  const SeqBatch& batch,
