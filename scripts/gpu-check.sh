@@ -3,8 +3,9 @@
 # at most 8 minutes in all, the sum of the steps' limits 190 + 80 + 70 + 90 + 50 s), build the
 # CUDA binaries with `make CUDA=1` (hymoe, the parity tests, the MPI tests and the two benchmarks:
 # every source file of the library compiles), run the CUDA parity tests (`make test-cuda`: the
-# kernels, the fused kernels and the whole model against the CPU; `cuda_engine_tiers`: the engine
-# with the prefix cache and with the file KV tier), the GPU forward over 2 ranks against the CPU
+# kernels, the fused kernels and the whole model against the CPU; `cuda_gemm_invariant`: the
+# batch-invariant GEMM; `cuda_engine_tiers`: the engine with the prefix cache, with the file KV
+# tier and under batch_invariant), the GPU forward over 2 ranks against the CPU
 # (`cuda_comm`: every device collective; `cuda_pp`: two pipeline stages; `cuda_tp`: tp = 2;
 # `cuda_ep`: experts over ep, with LoRA adapters too; the ranks may share one GPU), the kernel
 # benchmark (build/cuda/bench_cuda, fused kernels included) and the model benchmark

@@ -106,7 +106,7 @@ const std::vector<KeySpec> kSchema = {
 {"inference.prompt_logprobs", T::flag, "false", 0, 0, {}, "also write the teacher-forced log-probability of every prompt token"},
 {"inference.logprobs", T::integer, "0", 0, 64, {}, "also write the N most likely tokens and their logprobs at every output token"},
 {"inference.on_bad_request", T::choice, "fail", 0, 0, kFailSkip, "a bad request: stop with exit 3, or log a warning and go on"},
-{"inference.batch_invariant", T::flag, "false", 0, 0, {}, "bit-identical results whatever shares a batch (GEMMs in calls of 8 rows); slower prefill"},
+{"inference.batch_invariant", T::flag, "false", 0, 0, {}, "bit-identical results whatever shares a batch (GEMM rows independent of the call: calls of 8 rows on the CPU, the invariant GEMM and no fused kernels on the GPU); slower"},
 {"inference.shards", T::integer, "1", 1, 1e9, {}, "array jobs: the dataset is cut into this many shards by request index"},
 {"inference.shard", T::integer, "0", 0, 1e9, {}, "the shard this job runs (below shards); hymoe --gather merges the shards' results"},
 {"inference.sampling", T::section, "", 0, 0, {}, "token sampling"},

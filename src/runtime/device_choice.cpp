@@ -10,7 +10,6 @@ namespace hymoe::runtime {
 std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     const deck::Deck& d = job.deck;
     const parallel::Layout& l = job.layout;
-    const deck::InferenceSection& inf = d.inference;
     if (!cuda_build)
         return std::string("this hymoe was built without CUDA (make CUDA=1 builds it)");
     if (d.job.kind != deck::JobKind::infer)
@@ -20,8 +19,6 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
         return std::string(
             "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
             "moves them on the CPU only)");
-    if (inf.batch_invariant)
-        return std::string("the GPU model has no batch-invariant mode (inference.batch_invariant)");
     return std::nullopt;
 }
 

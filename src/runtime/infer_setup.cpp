@@ -144,6 +144,9 @@ model::CudaModelOptions cuda_model_options(const Job& job) {
     o.max_tokens = inf.max_tokens;
     o.max_seqs = inf.max_seqs;
     o.logits_all = inf.prompt_logprobs;
+    // inference.batch_invariant: the generic ops, eagerly (their products go to the invariant
+    // GEMM, backend/cuda_gemm.h); the fused kernels and the decode graphs are not made for it
+    o.fused = o.graphs = !inf.batch_invariant;
     return o;
 }
 

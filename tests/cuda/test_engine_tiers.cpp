@@ -10,6 +10,11 @@
 //     tier's slots over a spill file (runtime/kv_spill.h make_spill_file) instead of pinned
 //     memory, few pages (preemptions); against the CPU's own spill tier, and bit for bit the
 //     GPU's pinned host tier (the same device work; only where the host rows live differs).
+//   - batch invariance (inference.batch_invariant: ops::set_batch_invariant, the generic ops
+//     without fused kernels or decode graphs, as runtime's cuda_model_options sets them): every
+//     request's tokens, logprobs and prompt logprobs bit for bit the same one sequence at a time
+//     and four at a time (each prompt prefilled in one call either way); and the tokens and
+//     logprobs with the prefix cache on (prefills cut at the cached prefixes) those with it off.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -21,6 +26,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "cuda_test.h"
+#include "hymoe/backend/ops.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/cuda_model.h"
 #include "hymoe/model/model.h"
@@ -33,11 +39,13 @@ using namespace hymoe::cuda_test;
 
 namespace {
 
-std::unique_ptr<model::DeviceModel> device_model(const model::Model& m) {
+std::unique_ptr<model::DeviceModel> device_model(const model::Model& m, bool invariant = false) {
     model::CudaModelOptions o;
     o.dtype = DType::f32;
     o.max_tokens = 256;
     o.max_seqs = 16;
+    o.logits_all = invariant;  // the invariance case compares prompt logprobs too
+    o.fused = o.graphs = !invariant;
     o.memory_fraction = 0.05;  // a few GB
     return model::make_cuda_model(m, o);
 }
@@ -166,6 +174,46 @@ BOOST_AUTO_TEST_CASE(file_tier_matches_the_cpu, *utf::precondition(need_gpu)) {
         BOOST_TEST(file[i].tokens == host[i].tokens, boost::test_tools::per_element());
         BOOST_TEST(file[i].logprobs == host[i].logprobs, boost::test_tools::per_element());
     }
+}
+
+BOOST_AUTO_TEST_CASE(batch_invariant_results_do_not_depend_on_the_batch,
+                     *utf::precondition(need_gpu)) {
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, 7);
+    ops::set_batch_invariant(true);
+    const auto dm = device_model(m, true);
+    auto seqs = [](int n) {
+        return [n](runtime::EngineOptions& o) {
+            o.max_seqs = n, o.max_tokens = 256, o.prefill_chunk = 64, o.kv_pages = 64;
+            o.prompt_logprobs = true;
+        };
+    };
+    runtime::EngineStats stats;
+    const std::vector<runtime::Finished> one = run_engine(m, dm.get(), seqs(1), &stats);
+    const std::vector<runtime::Finished> four = run_engine(m, dm.get(), seqs(4), &stats);
+    auto cache = [](bool on) {
+        return
+            [on](runtime::EngineOptions& o) { o.prefix_cache_bytes = on ? int64_t{1} << 30 : 0; };
+    };
+    const std::vector<runtime::Finished> uncached = run_engine(m, dm.get(), cache(false), &stats);
+    const std::vector<runtime::Finished> cached = run_engine(m, dm.get(), cache(true), &stats);
+    ops::set_batch_invariant(false);
+    BOOST_TEST(stats.cache_hits > 1);
+    BOOST_REQUIRE_EQUAL(cached.size(), uncached.size());
+    for (size_t i = 0; i < cached.size(); ++i)
+        BOOST_TEST_CONTEXT("request " << cached[i].index << " with the prefix cache") {
+            BOOST_TEST(cached[i].tokens == uncached[i].tokens, boost::test_tools::per_element());
+            BOOST_TEST(cached[i].logprobs == uncached[i].logprobs,
+                       boost::test_tools::per_element());
+        }
+    BOOST_REQUIRE_EQUAL(one.size(), four.size());
+    for (size_t i = 0; i < one.size(); ++i)
+        BOOST_TEST_CONTEXT("request " << one[i].index) {
+            BOOST_TEST(four[i].tokens == one[i].tokens, boost::test_tools::per_element());
+            BOOST_TEST(four[i].logprobs == one[i].logprobs, boost::test_tools::per_element());
+            BOOST_TEST(four[i].prompt_logprobs == one[i].prompt_logprobs,
+                       boost::test_tools::per_element());
+        }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
