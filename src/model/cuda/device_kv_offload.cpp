@@ -22,18 +22,30 @@ int64_t HostKvStore::slot_bytes(const KvLayout& layout) {
     return at.n_slots * at.slot_floats * kF;
 }
 
-HostKvStore::HostKvStore(const KvLayout& layout, Gpu& g, int fd) : at_(layout), g_(g), fd_(fd) {
+HostKvStore::FileRows::~FileRows() {
+    if (map != nullptr)
+        ::munmap(map, bytes);
+    ::close(fd);
+}
+
+HostKvStore::HostKvStore(const KvLayout& layout, Gpu& g, int fd) : at_(layout), g_(g) {
+    if (fd >= 0) {  // owned from here on, also when this throws
+        file_ = std::make_unique<FileRows>();
+        file_->fd = fd;
+    }
     HYMOE_CHECK(layout.dtype == DType::f32, "host-tier KV pages are fp32");
     const auto bytes = static_cast<size_t>(at_.host_floats * kF);
-    if (fd_ >= 0 && bytes > 0) {  // the file tier: the spill file's pages are the host rows
+    if (file_ && bytes > 0) {  // the file tier: the spill file's pages are the host rows
         struct stat st {};
-        HYMOE_CHECK(::fstat(fd_, &st) == 0 && st.st_size >= at_.host_floats * kF,
+        HYMOE_CHECK(::fstat(fd, &st) == 0 && st.st_size >= at_.host_floats * kF,
                     "file-tier KV pages: a spill file shorter than the ",
                     bytes,
                     " bytes of the pool's rows");
-        map_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-        HYMOE_CHECK(map_ != MAP_FAILED, "file-tier KV pages: mmap: ", std::strerror(errno));
-        host_ = static_cast<float*>(map_);
+        void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        HYMOE_CHECK(map != MAP_FAILED, "file-tier KV pages: mmap: ", std::strerror(errno));
+        file_->map = map;
+        file_->bytes = bytes;
+        host_ = static_cast<float*>(map);
     } else if (bytes > 0) {
         pinned_ = std::make_unique<backend::cuda::PinnedBuffer>(bytes);
         host_ = static_cast<float*>(pinned_->data());
@@ -50,10 +62,6 @@ HostKvStore::~HostKvStore() {
     }
     if (slots_ != nullptr)
         g_.arena.free(slots_);
-    if (map_ != nullptr && map_ != MAP_FAILED)
-        ::munmap(map_, static_cast<size_t>(at_.host_floats * kF));
-    if (fd_ >= 0)
-        ::close(fd_);
 }
 
 void HostKvStore::grow(int64_t n) {

@@ -52,7 +52,7 @@ public:
     // The host rows of `page` in `layer` [page_tokens, width], between forwards.
     void* page(int layer, int32_t page, bool write) override;
     int64_t peak_resident_bytes() const override {  // pinned, all at once; a file's: none
-        return fd_ < 0 ? at_.host_floats * static_cast<int64_t>(sizeof(float)) : 0;
+        return file_ ? 0 : at_.host_floats * static_cast<int64_t>(sizeof(float));
     }
 
     bool on(const Gpu& g) const { return &g == &g_; }
@@ -73,9 +73,18 @@ private:
 
     KvTierLayout at_;  // where the rows are, on the host and in the slots
     Gpu& g_;
+    // The spill file and its shared mapping (the file tier), closed and unmapped with the store.
+    struct FileRows {
+        int fd = -1;
+        void* map = nullptr;
+        size_t bytes = 0;
+        FileRows() = default;
+        FileRows(const FileRows&) = delete;
+        FileRows& operator=(const FileRows&) = delete;
+        ~FileRows();
+    };
     std::unique_ptr<backend::cuda::PinnedBuffer> pinned_;  // the host rows, or
-    int fd_ = -1;                                          //   the spill file's
-    void* map_ = nullptr;                                  //   mapping
+    std::unique_ptr<FileRows> file_;                       //   the spill file's
     float* host_ = nullptr;   // the host rows [layer][capacity, page_tokens, width]
     float* slots_ = nullptr;  // [n_slots, capacity, page_tokens, widest]
     backend::cuda::Stream copies_;
