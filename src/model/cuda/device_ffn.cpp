@@ -108,7 +108,13 @@ void moe_block(Gpu& g,
     const bool expert_lora = has_rows && !w.experts.lora_views.empty();  // routes on the host
     const bool one_rank = par.tp == nullptr && par.ep == nullptr;
     if (!one_rank || expert_lora || !moe_runs_fused(cfg, spec, cd, fused, n)) {
-        const SeqBatch rows = has_rows ? single_rows(lora->row_adapter) : SeqBatch();
+        // a model with adapters in a step none of whose rows uses one: every row the base
+        // model's (−1), not adapter 0 (moe_forward_parallel's choice without rows)
+        const bool base_rows = !has_rows && lora != nullptr && lora->n_adapters > 0;
+        const SeqBatch rows = has_rows ? single_rows(lora->row_adapter)
+                              : base_rows
+                                  ? single_rows(std::vector<int>(static_cast<size_t>(n), -1))
+                                  : SeqBatch();
         moe_forward_parallel(ctx_of(g),
                              cfg,
                              spec,
@@ -117,7 +123,7 @@ void moe_block(Gpu& g,
                              y,
                              par,
                              &stats,
-                             has_rows ? &rows : nullptr,
+                             has_rows || base_rows ? &rows : nullptr,
                              nullptr,
                              has_rows ? &lora->rows : nullptr);
         return;
