@@ -14,7 +14,8 @@
 // rank 4 on every target, each routed expert its own, B drawn per factor from its name (so the
 // part and the whole model hold the same factors), the two sequences on adapters 1 and 0; the
 // ep logits against the one-rank CPU forward with the same adapters (1e-5), and not the base
-// model's (the adapters move them by more than 1e-3).
+// model's (the adapters move them by more than 1e-3); with every sequence on the base model (-1),
+// the base model's logits (1e-5).
 #ifdef HYMOE_CUDA
 
 #include <cstdint>
@@ -205,6 +206,10 @@ BOOST_AUTO_TEST_CASE(ep_forward_with_adapters_matches_the_one_rank_cpu) {
                            << rank << (overlap ? " overlap" : "") << ": logits rel. error " << err);
         BOOST_TEST_INFO((overlap ? "overlap" : "no overlap") << " rank " << rank << ": " << err);
         BOOST_TEST(all_ranks(err <= 1e-5));
+        // steps none of whose rows uses an adapter: the base model's logits
+        const double base_err = rel_error(run_plan(part, device.get(), plan, seqs, {-1, -1}), base);
+        BOOST_TEST_INFO("base rows, rank " << rank << ": " << base_err);
+        BOOST_TEST(all_ranks(base_err <= 1e-5));
     }
 }
 
