@@ -3,11 +3,14 @@
 # at most 8 minutes in all, the sum of the steps' limits 190 + 80 + 70 + 30 + 70 + 50 s), build the
 # CUDA binaries with `make CUDA=1` (hymoe, the parity tests, the MPI tests and the two benchmarks:
 # every source file of the library compiles), run the CUDA parity tests (`make test-cuda`: the
-# kernels, the fused kernels and the whole model against the CPU), the GPU forward over 2 ranks
-# against the CPU (`cuda_comm`: every device collective; `cuda_pp`: two pipeline stages; `cuda_tp`:
-# tp = 2; `cuda_ep`: experts over ep; the ranks may share one GPU), the GPU trainer against the
-# CPU over 20 steps (scripts/gpu-lora-check.sh), the kernel benchmark
-# (build/cuda/bench_cuda, fused kernels included) and the model benchmark
+# kernels, the fused kernels and the whole model against the CPU; `cuda_gemm_invariant`: the
+# batch-invariant GEMM; `cuda_engine_tiers`: the engine with the prefix cache, with the file KV
+# tier and under batch_invariant; `cuda_train`: the training pass and 20 trainer steps), the GPU
+# forward over 2 ranks against the CPU (`cuda_comm`: every device collective; `cuda_pp`: two
+# pipeline stages; `cuda_tp`: tp = 2; `cuda_ep`: experts over ep, with LoRA adapters too; the
+# ranks may share one GPU), the GPU trainer against the CPU over 20 steps of a lora job
+# (scripts/gpu-lora-check.sh), the kernel benchmark (build/cuda/bench_cuda, fused kernels
+# included) and the model benchmark
 # (build/cuda/bench_cuda_model), and write a summary.
 # Usage:
 #   scripts/gpu-check.sh [OUT_DIR]      (default build/gpu-check)

@@ -10,7 +10,6 @@ namespace hymoe::runtime {
 std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     const deck::Deck& d = job.deck;
     const parallel::Layout& l = job.layout;
-    const deck::InferenceSection& inf = d.inference;
     if (!cuda_build)
         return std::string("this hymoe was built without CUDA (make CUDA=1 builds it)");
     if (d.job.kind != deck::JobKind::infer && d.job.kind != deck::JobKind::lora)
@@ -23,21 +22,6 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
         return std::string(
             "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
             "moves them on the CPU only)");
-    if (l.ep > 1 && !inf.adapters.empty())
-        return cat(
-            "the GPU model applies LoRA adapters with the routed experts whole on each rank "
-            "(inference.adapters need parallel.ep = 1 on the GPU), not ep = ",
-            l.ep);
-    if (inf.offload == "file")
-        return std::string(
-            "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a spill "
-            "file (inference.kv_cache.offload: file; host offloads them on the GPU)");
-    if (inf.prefix_cache)
-        return std::string(
-            "the GPU model keeps its KDA states on the GPU, where the prefix cache cannot snapshot "
-            "them (inference.prefix_cache.enabled)");
-    if (inf.batch_invariant)
-        return std::string("the GPU model has no batch-invariant mode (inference.batch_invariant)");
     return std::nullopt;
 }
 

@@ -139,7 +139,22 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
     SpillStats spill;  // the spill files' figures, added as each lane's store goes
     const std::string spill_dir = inf.offload_path.empty() ? job.deck.job.output : inf.offload_path;
     auto slots = std::make_shared<SpillSlots>();  // one pair for the rank's lanes
-    if (inf.offload == "file")
+    if (inf.offload == "file" && device) {        // the device's host tier over the spill file
+        o.kv_store = [&](const model::KvLayout& layout) {
+            return device->file_kv_store(
+                layout,
+                make_spill_file(
+                    spill_dir, "inference.kv_cache.offload_path", spill_file_bytes(layout)));
+        };
+        log::info(cat("kv offload: file: ",
+                      o.kv_pages,
+                      " KV pages in a spill file in ",
+                      spill_dir,
+                      " (",
+                      fixed(static_cast<double>(o.kv_pages * page_bytes) / 1e6, 2),
+                      " MB, sparse); the GPU holds a step's pages of two attention layers at a "
+                      "time"));
+    } else if (inf.offload == "file")
         o.kv_store = [&](const model::KvLayout& layout) -> std::unique_ptr<model::KvStore> {
             return std::make_unique<SpillKvStore>(
                 layout, spill_dir, "inference.kv_cache.offload_path", &spill, slots);
@@ -383,7 +398,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
                   " preemptions"));
     if (o.prefix_cache_bytes > 0)
         log::info(prefix_cache_line(s, job.layout.dp, grid));
-    if (inf.offload == "file")
+    if (inf.offload == "file" && !device)
         log::info(cat(
             "kv offload: file in ",
             spill_dir,

@@ -19,8 +19,9 @@ Lane::Lane(const model::Model& m, const EngineOptions& o, int index, int max_seq
       index_(index),
       max_seqs_(max_seqs),
       pool_(m.local, m.shard, o.page_tokens, pages, store_factory(o), o.kv_dtype) {
-    if (o.prefix_cache_bytes > 0 && o.device == nullptr && !o.prompt_logprobs)
-        cache_ = std::make_unique<PrefixCache>(pool_, o.prefill_chunk, o.prefix_cache_bytes);
+    if (o.prefix_cache_bytes > 0 && !o.prompt_logprobs)
+        cache_ = std::make_unique<PrefixCache>(
+            pool_, o.prefill_chunk, o.prefix_cache_bytes, 256, o.device);
 }
 
 model::KvStoreFactory Lane::store_factory(const EngineOptions& o) {

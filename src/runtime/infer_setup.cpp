@@ -99,7 +99,8 @@ int64_t device_kv_pages(const Job& job,
                         const model::DeviceModel& device,
                         int64_t page_bytes,
                         const parallel::Grid& grid) {
-    const bool host_tier = job.deck.inference.offload == "host";
+    const bool host_tier =
+        job.deck.inference.offload == "host" || job.deck.inference.offload == "file";
     const int64_t mine = host_tier ? device.host_kv_page_budget(page_bytes, host_kv_bytes(job))
                                    : device.kv_page_budget(page_bytes);
     const int64_t budget =
@@ -107,8 +108,8 @@ int64_t device_kv_pages(const Job& job,
                                grid.comms.world,
                                comm::ReduceOp::min);
     const std::string where =
-        host_tier ? "in half the host memory available, with two layers' slots of them on the GPU "
-                    "next to the weights and one step's work"
+        host_tier ? "in half the host memory available (host or file tier), with two layers' slots "
+                    "of them on the GPU next to the weights and one step's work"
                   : "on the GPU next to the weights and one step's work";
     const int64_t asked = job.deck.inference.pages;
     if (asked > budget)
@@ -143,6 +144,9 @@ model::CudaModelOptions cuda_model_options(const Job& job) {
     o.max_tokens = inf.max_tokens;
     o.max_seqs = inf.max_seqs;
     o.logits_all = inf.prompt_logprobs;
+    // inference.batch_invariant: the generic ops, eagerly (their products go to the invariant
+    // GEMM, backend/cuda_gemm.h); the fused kernels and the decode graphs are not made for it
+    o.fused = o.graphs = !inf.batch_invariant;
     return o;
 }
 

@@ -26,6 +26,39 @@ void advise(const char* map, int64_t from, int64_t to, int advice) {
 
 }  // namespace
 
+int64_t spill_file_bytes(const model::KvLayout& layout) {
+    int64_t bytes = 0;
+    for (size_t l = 0; l < layout.width.size(); ++l)
+        bytes += layout.capacity * layout.layer_page_bytes(static_cast<int>(l));
+    return bytes;
+}
+
+int make_spill_file(const std::string& dir, const std::string& key, int64_t bytes) {
+    std::string name = dir + "/hymoe-kv-XXXXXX";
+    const int fd = ::mkstemp(name.data());
+    if (fd < 0)
+        HYMOE_FAIL_ONE(Exit::invalid,
+                       key,
+                       ": cannot create a spill file in ",
+                       dir,
+                       ": ",
+                       std::strerror(errno));
+    ::unlink(name.c_str());  // the file goes when the process closes it, even when killed
+    if (bytes > 0 && ::ftruncate(fd, bytes) != 0) {
+        const int err = errno;
+        ::close(fd);
+        HYMOE_FAIL_ONE(Exit::invalid,
+                       key,
+                       ": cannot size a spill file in ",
+                       dir,
+                       " to ",
+                       bytes,
+                       " bytes: ",
+                       std::strerror(err));
+    }
+    return fd;
+}
+
 SpillKvStore::SpillKvStore(const model::KvLayout& layout,
                            const std::string& dir,
                            const std::string& key,
@@ -37,33 +70,15 @@ SpillKvStore::SpillKvStore(const model::KvLayout& layout,
       totals_(totals),
       base_(layout.width.size(), 0),
       rows_(slots ? std::move(slots) : std::make_shared<SpillSlots>()) {
-    std::string name = dir + "/hymoe-kv-XXXXXX";
-    fd_ = ::mkstemp(name.data());
-    if (fd_ < 0)
-        HYMOE_FAIL_ONE(Exit::invalid,
-                       key,
-                       ": cannot create a spill file in ",
-                       dir,
-                       ": ",
-                       std::strerror(errno));
-    ::unlink(name.c_str());  // the file goes when the process closes it, even when killed
     for (size_t l = 0; l < layout.width.size(); ++l) {
         const int64_t bytes = layout.layer_page_bytes(static_cast<int>(l));
         base_[l] = map_bytes_;
         map_bytes_ += layout.capacity * bytes;
         max_page_bytes_ = std::max(max_page_bytes_, bytes);
     }
+    fd_ = make_spill_file(dir, key, map_bytes_);
     stats_.file_bytes = map_bytes_;
     if (map_bytes_ > 0) {
-        if (::ftruncate(fd_, map_bytes_) != 0)
-            HYMOE_FAIL_ONE(Exit::invalid,
-                           key,
-                           ": cannot size a spill file in ",
-                           dir,
-                           " to ",
-                           map_bytes_,
-                           " bytes: ",
-                           std::strerror(errno));
         void* p = ::mmap(nullptr, static_cast<size_t>(map_bytes_), PROT_READ, MAP_SHARED, fd_, 0);
         if (p == MAP_FAILED)
             HYMOE_FAIL_ONE(Exit::invalid,

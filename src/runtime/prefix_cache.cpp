@@ -66,8 +66,13 @@ std::vector<uint64_t> block_hashes(const std::string& adapter,
     return out;
 }
 
-PrefixCache::PrefixCache(model::KvPool& pool, int prefill_chunk, int64_t max_bytes, int recent)
+PrefixCache::PrefixCache(model::KvPool& pool,
+                         int prefill_chunk,
+                         int64_t max_bytes,
+                         int recent,
+                         model::DeviceModel* device)
     : pool_(pool),
+      device_(device),
       prefill_chunk_(prefill_chunk),
       max_bytes_(max_bytes),
       recent_cap_(static_cast<size_t>(recent)) {}
@@ -94,6 +99,8 @@ int64_t PrefixCache::restore(const std::string& adapter,
         if (e.adapter != adapter || !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin()))
             continue;  // a hash collision
         pool_.share(s.pages, e.pages);
+        if (device_ != nullptr)
+            device_->load_kda_states(e.device_kda, s);
         for (size_t l = 0; l < e.kda.size(); ++l)
             if (!e.kda[l].S.view().shape.empty()) {
                 copy_into(e.kda[l].S, s.kda[l].S);
@@ -159,17 +166,22 @@ void PrefixCache::store(const std::string& adapter,
     e.adapter = adapter;
     e.tokens.assign(tokens.begin(), tokens.begin() + n);
     e.bytes = n * static_cast<int64_t>(sizeof(int64_t));
-    e.kda.resize(s.kda.size());
-    for (size_t l = 0; l < s.kda.size(); ++l) {
-        const model::KdaState& k = s.kda[l];
-        e.bytes += buffer_bytes_of(k.S) + buffer_bytes_of(k.q_tail) + buffer_bytes_of(k.k_tail) +
-                   buffer_bytes_of(k.v_tail);
+    if (device_ != nullptr) {  // the states are the device's: their host copy is the snapshot
+        e.device_kda = device_->save_kda_states(s);
+        e.bytes += buffer_bytes_of(e.device_kda);
+    } else {
+        e.kda.resize(s.kda.size());
+        for (size_t l = 0; l < s.kda.size(); ++l) {
+            const model::KdaState& k = s.kda[l];
+            e.bytes += buffer_bytes_of(k.S) + buffer_bytes_of(k.q_tail) +
+                       buffer_bytes_of(k.k_tail) + buffer_bytes_of(k.v_tail);
+        }
     }
     if (e.bytes > max_bytes_)
         return;
     while (stats_.bytes + e.bytes > max_bytes_ && evict_one()) {
     }
-    for (size_t l = 0; l < s.kda.size(); ++l) {
+    for (size_t l = 0; l < e.kda.size(); ++l) {
         const model::KdaState& k = s.kda[l];
         e.kda[l] = {copy_of(k.S), copy_of(k.q_tail), copy_of(k.k_tail), copy_of(k.v_tail)};
     }

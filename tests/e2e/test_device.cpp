@@ -1,8 +1,8 @@
 // job.device through the built binary (runtime/device_choice.h), on a deck the GPU model cannot
-// take in any build (tp = 2 on 2 ranks): `cuda` exits 2 with one sentence naming job.device's
-// line in the deck, before anything is written; `auto` runs the job on the CPU and logs one line
-// saying why. The reason is the first limit the build meets: no CUDA backend in a CPU build, the
-// layout in a CUDA build.
+// take in any build (experts over ep = 2 rebalanced, on 2 ranks): `cuda` exits 2 with one
+// sentence naming job.device's line in the deck, before anything is written; `auto` runs the job
+// on the CPU and logs one line saying why. The reason is the first limit the build meets: no CUDA
+// backend in a CPU build, the rebalancing in a CUDA build.
 #include <filesystem>
 #include <string>
 
@@ -22,7 +22,8 @@ const std::string kOut = "tests/decks/device/out";
 // Why this build's GPU path refuses the deck.
 std::string reason() {
 #ifdef HYMOE_CUDA
-    return "the GPU model has no batch-invariant mode (inference.batch_invariant)";
+    return "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
+           "moves them on the CPU only)";
 #else
     return "this hymoe was built without CUDA (make CUDA=1 builds it)";
 #endif
@@ -43,7 +44,7 @@ BOOST_AUTO_TEST_CASE(cuda_that_cannot_be_had_exits_2_with_one_sentence) {
     const auto lines = r.err_lines();
     BOOST_TEST(lines.size() == 1u, "stderr:\n" << r.err);
     if (!lines.empty())
-        BOOST_TEST(lines[0] == kDeck + ":4:64: job.device: cuda, but " + reason());
+        BOOST_TEST(lines[0] == kDeck + ":5:64: job.device: cuda, but " + reason());
     BOOST_TEST(!fs::exists(kOut));  // refused before the output folder
 }
 

@@ -24,11 +24,13 @@ constexpr int kPlanPageTokens = 8;
 constexpr int64_t kPlanPages = 64;
 
 // Every step's logits of `plan` over the sequences `seqs` (their tokens) on the CPU (device
-// null: m on this rank alone) or on the GPU model made from m (empty where it returns none).
+// null: m on this rank alone) or on the GPU model made from m (empty where it returns none);
+// seq_adapter (empty: none) gives each sequence's LoRA adapter (SeqBatch::adapter).
 inline std::vector<Buffer> run_plan(const model::Model& m,
                                     model::DeviceModel* device,
                                     const std::vector<StepRows>& plan,
-                                    const std::vector<std::vector<int64_t>>& seqs) {
+                                    const std::vector<std::vector<int64_t>>& seqs,
+                                    const std::vector<int>& seq_adapter = {}) {
     PagedSequences paged = paged_sequences(m, device, kPlanPageTokens, kPlanPages, seqs.size());
     std::vector<Buffer> out;
     for (size_t k = 0; k < plan.size(); ++k) {
@@ -41,6 +43,8 @@ inline std::vector<Buffer> run_plan(const model::Model& m,
             tokens.insert(tokens.end(), seqs[s].begin() + begin, seqs[s].begin() + begin + count);
             batch.pos0.push_back(begin);
             batch.offsets.push_back(static_cast<int64_t>(tokens.size()));
+            if (!seq_adapter.empty())
+                batch.adapter.push_back(seq_adapter[s]);
             ptrs.push_back(&paged.states[s]);
         }
         model::ForwardOptions fo;

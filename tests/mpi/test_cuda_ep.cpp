@@ -10,10 +10,16 @@
 // matrices (tiny, overlap on: its MoE layers route on the device's fused kernel), against the
 // one-rank GPU model of the whole model on the same tokens within 1e-2 relative (the same kernels
 // but for the experts' GEMM batches and the combine's regrouping, which may flip a near-tied
-// routing choice).
+// routing choice). With LoRA adapters (tiny-deepseek, fp32, overlap off and on): two adapters of
+// rank 4 on every target, each routed expert its own, B drawn per factor from its name (so the
+// part and the whole model hold the same factors), the two sequences on adapters 1 and 0; the
+// ep logits against the one-rank CPU forward with the same adapters (1e-5), and not the base
+// model's (the adapters move them by more than 1e-3); with every sequence on the base model (-1),
+// the base model's logits (1e-5).
 #ifdef HYMOE_CUDA
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +31,7 @@
 #include "hymoe/model/config.h"
 #include "hymoe/model/cuda_model.h"
 #include "hymoe/model/kv_cache.h"
+#include "hymoe/model/lora_model.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/parallel/device_select.h"
@@ -79,6 +86,35 @@ bool every_rank_has_a_gpu() {
     const backend::DeviceInfo d = parallel::select_device(true);
     return all_ranks(world_size() >= 2 && d.cuda_available);
 }
+
+// m with two adapters of rank 4 (scales 0.5, 1.5) on every target, each routed expert its own;
+// every B drawn from a stream keyed by its name, so that a rank's part holds the whole model's
+// factors of its experts. Held in place: m's blocks point at its slots.
+struct WithAdapters {
+    model::LoraModel lm;
+    explicit WithAdapters(model::Model& m) {
+        lm = model::attach_lora(m,
+                                {"q_proj",
+                                 "k_proj",
+                                 "v_proj",
+                                 "o_proj",
+                                 "gate_proj",
+                                 "up_proj",
+                                 "down_proj",
+                                 "experts",
+                                 "shared_experts"},
+                                true);
+        for (int id = 0; id < 2; ++id) {
+            model::add_lora_adapter(lm, m.shard, 4, 0.5f + static_cast<float>(id), 10 + id, false);
+            for (const model::TensorSpec& t : lm.tensors(id))
+                if (t.name.find("lora_B") != std::string::npos) {
+                    Philox rng(std::hash<std::string>{}(t.name), static_cast<uint32_t>(id), 0);
+                    rng.fill_normal(
+                        t.dest->ptr<float>(), static_cast<size_t>(shape_numel(t.shape)), 0, 0.2f);
+                }
+        }
+    }
+};
 
 }  // namespace
 
@@ -137,6 +173,44 @@ BOOST_AUTO_TEST_CASE(bf16_ep_forward_is_close_to_the_one_rank_gpu) {
     const double err = rel_error(run_plan(part, device.get(), plan, seqs), one);
     BOOST_TEST_MESSAGE("cuda_ep tiny bf16 rank " << grid.me.dp << ": logits rel. error " << err);
     BOOST_TEST(all_ranks(err <= 1e-2));
+}
+
+BOOST_AUTO_TEST_CASE(ep_forward_with_adapters_matches_the_one_rank_cpu) {
+    if (!every_rank_has_a_gpu()) {
+        BOOST_TEST_MESSAGE("cuda_ep: skipped (needs at least 2 ranks that each see a GPU)");
+        return;
+    }
+    const int n = world_size();
+    parallel::Grid grid = parallel::make_grid(parallel::Layout{1, n, 1, n, 1});
+    const int rank = grid.me.dp;
+    const std::vector<StepRows> plan = plan_of(rank);
+    const std::vector<std::vector<int64_t>> seqs = tokens_of(rank);
+    const std::vector<int> adapters = {1, 0};
+    const model::ModelConfig cfg = model::preset_config("tiny-deepseek");
+    model::Model whole = model::make_model(cfg);
+    model::init_model_random(whole, 7);
+    const std::vector<Buffer> base = run_plan(whole, nullptr, plan, seqs);
+    const WithAdapters whole_lora(whole);
+    model::Model part = model::make_model(cfg, grid);
+    model::init_model_random(part, 7);
+    const WithAdapters part_lora(part);
+    const std::vector<Buffer> cpu = run_plan(whole, nullptr, plan, seqs, adapters);
+    const double moved = rel_error(cpu, base);
+    BOOST_TEST_INFO("adapters move the CPU's logits by " << moved);
+    BOOST_TEST(all_ranks(moved > 1e-3));
+    for (bool overlap : {false, true}) {
+        const auto device = model::make_cuda_model(part, options(DType::f32, overlap));
+        device->set_lora_adapters(part);
+        const double err = rel_error(run_plan(part, device.get(), plan, seqs, adapters), cpu);
+        BOOST_TEST_MESSAGE("cuda_ep tiny-deepseek with adapters rank "
+                           << rank << (overlap ? " overlap" : "") << ": logits rel. error " << err);
+        BOOST_TEST_INFO((overlap ? "overlap" : "no overlap") << " rank " << rank << ": " << err);
+        BOOST_TEST(all_ranks(err <= 1e-5));
+        // steps none of whose rows uses an adapter: the base model's logits
+        const double base_err = rel_error(run_plan(part, device.get(), plan, seqs, {-1, -1}), base);
+        BOOST_TEST_INFO("base rows, rank " << rank << ": " << base_err);
+        BOOST_TEST(all_ranks(base_err <= 1e-5));
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

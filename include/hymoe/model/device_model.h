@@ -51,6 +51,13 @@ public:
     // layer each (the running one and the next, prefetched); host reads (KvStore::page) work
     // between forwards.
     virtual std::unique_ptr<KvStore> host_kv_store(const KvLayout& layout) = 0;
+    // The file tier (inference.kv_cache.offload: file): host_kv_store's, its host rows in the
+    // spill file fd (read-write, at least runtime/kv_spill.h spill_file_bytes(layout) long, laid
+    // out as the CPU's tier lays out its file) mapped shared instead of pinned memory; the store
+    // owns fd. The kernel's page cache holds the rows, writes them back to the file and may
+    // reclaim them; the copies between the mapping and the device slots are staged by the
+    // driver (each waits for the host). host_kv_page_budget sizes it.
+    virtual std::unique_ptr<KvStore> file_kv_store(const KvLayout& layout, int fd) = 0;
     // KV pages of page_bytes for host_kv_store: at most host_bytes of them in pinned memory, and
     // their slots (each up to all pages of one layer) on the device as kv_page_budget leaves room.
     virtual int64_t host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) const = 0;
@@ -77,6 +84,14 @@ public:
     // adapted projection. Once, before the first forward; host is the model this one was made
     // from (only its slots are read).
     virtual void set_lora_adapters(const Model& host) = 0;
+    // The prefix cache (runtime/prefix_cache.h) on the device: the KDA states of s (every KDA
+    // layer's S and conv tails on this rank, as its latest forward left them) copied into host
+    // memory, f32 in the model's own order; an empty buffer where the rank has no KDA layer.
+    // Between forwards.
+    virtual Buffer save_kda_states(const SequenceState& s) = 0;
+    // The states save_kda_states took (from a sequence of this model) copied into s, one of this
+    // model's sequences (a fresh one included), which goes on from them. Between forwards.
+    virtual void load_kda_states(const Buffer& saved, SequenceState& s) = 0;
     // One line for the log: device, dtype, memory used by the weights.
     virtual std::string describe() const = 0;
 };

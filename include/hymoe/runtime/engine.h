@@ -96,7 +96,8 @@ struct EngineOptions {
     int image_pool = 1;  // vision feature pooling (inference.images.pool; model/vision.h)
     // Prefix caching (inference.prefix_cache; runtime/prefix_cache.h): each lane keeps up to
     // prefix_cache_bytes of KDA snapshots (and their prompts' shared pages in its pool); 0: off.
-    // Not with a device or prompt_logprobs (every prompt token's logits are needed).
+    // Not with prompt_logprobs (every prompt token's logits are needed); with a device, its KDA
+    // snapshots are host copies of the device's states (DeviceModel::save_kda_states).
     int64_t prefix_cache_bytes = 0;
     model::DeviceModel* device = nullptr;  // the forward on a GPU (model/device_model.h): its
                                            //   sequences, KV pages and forward replace the host

@@ -10,7 +10,9 @@
 // slot and drops the mapping's pages again (MADV_DONTNEED), so the process holds only the slots;
 // write-backs are pwrite()s of the changed pages. The file's pages sit in the kernel's page
 // cache, which the kernel reclaims under memory pressure. The stores of a rank's lanes can share
-// one pair of slots (SpillSlots): only one forward runs at a time on a rank.
+// one pair of slots (SpillSlots): only one forward runs at a time on a rank. On the GPU the file
+// is made the same way (make_spill_file) and the device model's store maps it as its host rows
+// (model/device_model.h file_kv_store).
 #pragma once
 
 #include <condition_variable>
@@ -26,6 +28,14 @@
 #include "hymoe/model/kv_cache.h"
 
 namespace hymoe::runtime {
+
+// The bytes of a spill file for a pool with `layout`: capacity × Σ over layers of a page's bytes.
+int64_t spill_file_bytes(const model::KvLayout& layout);
+
+// A spill file of `bytes` (sparse) in `dir`, made with mkstemp and unlinked at once, open
+// read-write; the caller closes the descriptor. Fails (exit 2, naming `key`) when it cannot be
+// made or sized.
+int make_spill_file(const std::string& dir, const std::string& key, int64_t bytes);
 
 struct SpillStats {
     std::vector<int> loads;     // the layers fetched in the latest step, in the order issued

@@ -21,6 +21,10 @@
 // then bit-identical with the cache on and off.
 // Memory: an entry's pages count in the pool (the lane evicts least recently used entries before
 // it preempts a sequence); its KDA snapshots and tokens count against max_bytes.
+// With a device model (model/device_model.h) the KDA states are the device's: a snapshot is its
+// copy of them into host memory (DeviceModel::save_kda_states, the sequence's host states not
+// read) and a restore copies it back (load_kda_states); the pages are shared in the pool as on
+// the host.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 
@@ -58,8 +63,13 @@ struct PrefixCacheStats {
 class PrefixCache {
 public:
     // Entries share pages of `pool` (which must outlive the cache) and keep at most max_bytes of
-    // snapshots; branch points are looked for among the last `recent` prompts.
-    PrefixCache(model::KvPool& pool, int prefill_chunk, int64_t max_bytes, int recent = 256);
+    // snapshots; branch points are looked for among the last `recent` prompts. device (null:
+    // none): the model whose sequences the cache stores and restores (it must outlive the cache).
+    PrefixCache(model::KvPool& pool,
+                int prefill_chunk,
+                int64_t max_bytes,
+                int recent = 256,
+                model::DeviceModel* device = nullptr);
     ~PrefixCache();
     PrefixCache(const PrefixCache&) = delete;
     PrefixCache& operator=(const PrefixCache&) = delete;
@@ -97,13 +107,16 @@ private:
         std::string adapter;
         std::vector<int64_t> tokens;       // [n] the prefix
         std::vector<int32_t> pages;        // [n / page_tokens] references in the pool
-        std::vector<model::KdaState> kda;  // [n_layer] the KDA layers' states after token n
+        std::vector<model::KdaState> kda;  // [n_layer] the KDA layers' states after token n (no
+                                           //   device)
+        Buffer device_kda;                 // with a device: its copy of them (save_kda_states)
         int64_t bytes = 0;                 // snapshots + tokens
         uint64_t used = 0;                 // last use (LRU)
     };
     void drop(std::unordered_map<uint64_t, Entry>::iterator it);
 
     model::KvPool& pool_;
+    model::DeviceModel* device_;
     int prefill_chunk_;
     int64_t max_bytes_;
     size_t recent_cap_;

@@ -2,13 +2,17 @@
 // row-major C [m, n] is the column-major Cᵀ [n, m], and Cᵀ = op(B)ᵀ op(A)ᵀ, so every call passes
 // B before A with m and n swapped and the same transpose flags. Compute type is always
 // CUBLAS_COMPUTE_32F (fp32 accumulation; with fp32 inputs no TF32, the default math mode).
+// Under ops::set_batch_invariant (inference.batch_invariant) every product goes to
+// gemm_invariant.h instead, whose rows do not depend on the call's other rows or its shape.
 #include <climits>
 #include <cstring>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "../cpu/weight_kernels.h"  // ops::detail::batch_invariant_on
 #include "check.h"
+#include "gemm_invariant.h"
 #include "hymoe/backend/cuda_gemm.h"
 
 namespace hymoe::backend::cuda {
@@ -82,6 +86,11 @@ void Blas::gemm(DType in,
         out == DType::f32 || out == in, "gemm: ", to_string(in), " inputs into ", to_string(out));
     if (m == 0 || n == 0)
         return;
+    if (ops::detail::batch_invariant_on()) {
+        gemm_invariant(
+            stream_, in, out, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     HYMOE_CUBLAS_CHECK(cublasGemmEx(handle_,
@@ -162,6 +171,28 @@ void Blas::grouped_linear(const Tensor& x,
                 total);
     const int64_t out = w.dim(1), in = w.dim(2);
     const size_t es = dtype_size(x.dtype);
+    if (ops::detail::batch_invariant_on()) {  // each expert's rows as a product of its own
+        int64_t row = 0;
+        for (size_t e = 0; e < rows.size(); ++e) {
+            gemm(x.dtype,
+                 y.dtype,
+                 false,
+                 true,
+                 rows[e],
+                 out,
+                 in,
+                 1.0f,
+                 x.ptr<char>() + row * in * static_cast<int64_t>(es),
+                 in,
+                 w.ptr<char>() + static_cast<int64_t>(e) * out * in * static_cast<int64_t>(es),
+                 in,
+                 0.0f,
+                 y.ptr<char>() + row * out * static_cast<int64_t>(es),
+                 out);
+            row += rows[e];
+        }
+        return;
+    }
     // One group of one problem per expert with rows (groups may differ in m); column-major:
     // yᵀ_e [out, r_e] = (w_e as [in, out])ᵀ · (x_e as [in, r_e]).
     std::vector<int> m_arr, n_arr, k_arr, lda, ldb, ldc, group_size;

@@ -96,6 +96,9 @@ public:
     std::unique_ptr<KvStore> host_kv_store(const KvLayout& layout) override {
         return std::make_unique<HostKvStore>(layout, *g_);
     }
+    std::unique_ptr<KvStore> file_kv_store(const KvLayout& layout, int fd) override {
+        return std::make_unique<HostKvStore>(layout, *g_, fd);
+    }
     int64_t host_kv_page_budget(int64_t page_bytes, int64_t host_bytes) const override;
     void forward(const std::vector<int64_t>& tokens,
                  const SeqBatch& batch,
@@ -108,6 +111,8 @@ public:
                        Tensor& out,
                        VisionStats* stats) override;
     void set_lora_adapters(const Model& host) override;
+    Buffer save_kda_states(const SequenceState& s) override;
+    void load_kda_states(const Buffer& saved, SequenceState& s) override;
     std::string describe() const override;
     DecodeGraphCounters graph_counters() const {
         return graphs_ ? graphs_->counters() : DecodeGraphCounters{};

@@ -86,7 +86,14 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                 par.fused = m_.o_.fused;
                 par.fused_load = timed_;
                 const bool lora = !step_.lora.rows.empty();
-                const SeqBatch rows = lora ? single_rows(step_.lora.row_adapter) : SeqBatch();
+                // a model with adapters in a step none of whose rows uses one: every row the
+                // base model's (−1), not adapter 0 (moe_forward_parallel's choice without rows)
+                const bool base_rows = !lora && step_.lora.n_adapters > 0;
+                const int64_t n = xn.dim(0);
+                const SeqBatch rows =
+                    lora        ? single_rows(step_.lora.row_adapter)
+                    : base_rows ? single_rows(std::vector<int>(static_cast<size_t>(n), -1))
+                                : SeqBatch();
                 moe_forward_parallel(
                     ctx_,
                     m_.cfg_,
@@ -96,7 +103,7 @@ void CudaModel::layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bo
                     y,
                     par,
                     stats,
-                    lora ? &rows : nullptr,
+                    lora || base_rows ? &rows : nullptr,
                     nullptr,
                     lora ? &step_.lora.rows : nullptr);
             }

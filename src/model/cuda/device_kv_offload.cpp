@@ -1,6 +1,12 @@
 // The host tier of the GPU model's KV pages (device_kv_offload.h).
 #include "device_kv_offload.h"
 
+#include <cerrno>
+#include <cstring>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "hymoe/core/error.h"
 
 namespace hymoe::model::gpu {
@@ -16,11 +22,34 @@ int64_t HostKvStore::slot_bytes(const KvLayout& layout) {
     return at.n_slots * at.slot_floats * kF;
 }
 
-HostKvStore::HostKvStore(const KvLayout& layout, Gpu& g) : at_(layout), g_(g) {
+HostKvStore::FileRows::~FileRows() {
+    if (map != nullptr)
+        ::munmap(map, bytes);
+    ::close(fd);
+}
+
+HostKvStore::HostKvStore(const KvLayout& layout, Gpu& g, int fd) : at_(layout), g_(g) {
+    if (fd >= 0) {  // owned from here on, also when this throws
+        file_ = std::make_unique<FileRows>();
+        file_->fd = fd;
+    }
     HYMOE_CHECK(layout.dtype == DType::f32, "host-tier KV pages are fp32");
-    if (at_.host_floats > 0)
-        host_ = std::make_unique<backend::cuda::PinnedBuffer>(
-            static_cast<size_t>(at_.host_floats * kF));
+    const auto bytes = static_cast<size_t>(at_.host_floats * kF);
+    if (file_ && bytes > 0) {  // the file tier: the spill file's pages are the host rows
+        struct stat st {};
+        HYMOE_CHECK(::fstat(fd, &st) == 0 && st.st_size >= at_.host_floats * kF,
+                    "file-tier KV pages: a spill file shorter than the ",
+                    bytes,
+                    " bytes of the pool's rows");
+        void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        HYMOE_CHECK(map != MAP_FAILED, "file-tier KV pages: mmap: ", std::strerror(errno));
+        file_->map = map;
+        file_->bytes = bytes;
+        host_ = static_cast<float*>(map);
+    } else if (bytes > 0) {
+        pinned_ = std::make_unique<backend::cuda::PinnedBuffer>(bytes);
+        host_ = static_cast<float*>(pinned_->data());
+    }
     if (at_.n_slots * at_.slot_floats > 0)
         slots_ = static_cast<float*>(
             g_.arena.allocate(static_cast<size_t>(at_.n_slots * at_.slot_floats * kF)));
@@ -47,7 +76,7 @@ void* HostKvStore::page(int layer, int32_t page, bool) {
                 page,
                 " of layer ",
                 layer);
-    return static_cast<float*>(host_->data()) + at_.host_offset[static_cast<size_t>(layer)] +
+    return host_ + at_.host_offset[static_cast<size_t>(layer)] +
            page * at_.kv.layer_page_floats(layer);
 }
 
@@ -85,7 +114,7 @@ void HostKvStore::finish_step() {
 
 void HostKvStore::fetch(int layer) {
     const auto page_bytes = static_cast<size_t>(at_.kv.layer_page_floats(layer) * kF);
-    const auto* host = static_cast<const float*>(host_->data());
+    const float* host = host_;
     for (const KvTierLayout::Copy& c : at_.copies(layer, staging_.fetch))
         backend::cuda::copy_rows_to_device(slots_ + c.slot,
                                            static_cast<size_t>(at_.slot_page_floats * kF),
@@ -99,7 +128,7 @@ void HostKvStore::fetch(int layer) {
 
 void HostKvStore::write_back(int layer) {
     const auto page_bytes = static_cast<size_t>(at_.kv.layer_page_floats(layer) * kF);
-    auto* host = static_cast<float*>(host_->data());
+    float* host = host_;
     for (const KvTierLayout::Copy& c : at_.copies(layer, staging_.write))
         backend::cuda::copy_rows_to_host(host + c.host,
                                          page_bytes,

@@ -21,6 +21,12 @@
 // Copies: one cudaMemcpy2DAsync per run of pages consecutive in both the slot and the pool (the
 // pitches differ where a layer is narrower than the widest); only pages with rows of earlier
 // steps are fetched. The host rows are readable and writable (page()) between forwards.
+// The file tier (inference.kv_cache.offload: file; DeviceModel::file_kv_store): the same store
+// with its host rows in a spill file mapped shared (runtime/kv_spill.h make_spill_file: made in
+// the output folder or offload_path, unlinked, sparse) instead of pinned memory. The rows then
+// live in the kernel's page cache, which writes them back to the file and may reclaim them; the
+// copies read and write the mapping as pageable memory, which the driver stages (a write-back
+// returns once done, so the host waits for the layer there).
 // Invariants: one forward at a time; the store must not outlive its model (it holds its Gpu).
 #pragma once
 
@@ -36,7 +42,8 @@ namespace hymoe::model::gpu {
 
 class HostKvStore final : public KvStore {
 public:
-    HostKvStore(const KvLayout& layout, Gpu& g);
+    // fd < 0: pinned host rows; else the spill file fd (owned) mapped as the host rows.
+    HostKvStore(const KvLayout& layout, Gpu& g, int fd = -1);
     ~HostKvStore() override;
     HostKvStore(const HostKvStore&) = delete;
     HostKvStore& operator=(const HostKvStore&) = delete;
@@ -44,8 +51,8 @@ public:
     void grow(int64_t n) override;
     // The host rows of `page` in `layer` [page_tokens, width], between forwards.
     void* page(int layer, int32_t page, bool write) override;
-    int64_t peak_resident_bytes() const override {  // pinned, all at once
-        return at_.host_floats * static_cast<int64_t>(sizeof(float));
+    int64_t peak_resident_bytes() const override {  // pinned, all at once; a file's: none
+        return file_ ? 0 : at_.host_floats * static_cast<int64_t>(sizeof(float));
     }
 
     bool on(const Gpu& g) const { return &g == &g_; }
@@ -66,8 +73,20 @@ private:
 
     KvTierLayout at_;  // where the rows are, on the host and in the slots
     Gpu& g_;
-    std::unique_ptr<backend::cuda::PinnedBuffer> host_;  // [layer][capacity, page_tokens, width]
-    float* slots_ = nullptr;                             // [n_slots, capacity, page_tokens, widest]
+    // The spill file and its shared mapping (the file tier), closed and unmapped with the store.
+    struct FileRows {
+        int fd = -1;
+        void* map = nullptr;
+        size_t bytes = 0;
+        FileRows() = default;
+        FileRows(const FileRows&) = delete;
+        FileRows& operator=(const FileRows&) = delete;
+        ~FileRows();
+    };
+    std::unique_ptr<backend::cuda::PinnedBuffer> pinned_;  // the host rows, or
+    std::unique_ptr<FileRows> file_;                       //   the spill file's
+    float* host_ = nullptr;   // the host rows [layer][capacity, page_tokens, width]
+    float* slots_ = nullptr;  // [n_slots, capacity, page_tokens, widest]
     backend::cuda::Stream copies_;
     backend::cuda::Event started_, written_, fetched_[2], released_[2];
     KvStaging staging_;  // the running step's

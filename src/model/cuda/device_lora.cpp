@@ -69,13 +69,22 @@ int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerViews& w, MoeW& moe
                       adapters_of(w.mla.lora_views),
                       adapters_of(w.dense.lora_views),
                       adapters_of(moe.shared.lora_views)});
+    // the routed experts' adapters by entry of moe.experts (the held experts, ids ascending: at
+    // ep > 1 the rank's hosted ones, as moe_weights stacks them)
     moe.experts.lora_views.clear();
     bool any_expert = false;
     for (const DenseFfnWeights& e : host.moe.experts) {
+        if (e.up_proj.view().data == nullptr)
+            continue;  // hosted on another ep rank
         moe.experts.lora_views.push_back(upload_mlp(g, e.lora));
         n = std::max(n, adapters_of(moe.experts.lora_views.back()));
         any_expert = any_expert || adapters_of(moe.experts.lora_views.back()) > 0;
     }
+    HYMOE_CHECK(host.moe.experts.empty() || moe.experts.lora_views.size() == moe.experts.up.size(),
+                "GPU model: ",
+                moe.experts.lora_views.size(),
+                " routed experts with adapters where the layer holds ",
+                moe.experts.up.size());
     if (!any_expert)
         moe.experts.lora_views.clear();
     return n;

@@ -47,8 +47,9 @@ struct LoraStep {
 };
 
 // The adapters hooked into host's blocks for layer `host` into its views w (kda, mla, dense) and
-// its MoE's moe (shared and routed experts), as lora_views in permanent arena memory. Returns the
-// most adapters a slot holds.
+// its MoE's moe (shared and routed experts: one entry per held expert, as moe's stacked experts,
+// so at ep > 1 the rank's hosted ones), as lora_views in permanent arena memory. Returns the most
+// adapters a slot holds.
 int upload_layer_lora(Gpu& g, const LayerWeights& host, LayerViews& w, MoeW& moe);
 
 // The segments of r as device row lists (its rows uploaded once, in s), [n_groups] by group.

@@ -1,8 +1,9 @@
 // The GPU model (model/cuda_model.h), its setup: the weights uploaded once (the routed experts
 // this rank hosts at ep > 1), the decode graphs' runner, LoRA adapters, the memory budgets (KV
 // pages next to the weights, max_seqs KDA states and one step; or the host tier's pages), the
-// vision encoder, and the factories. The class is cuda_model_impl.h; a step's batch on the device
-// is device_step.cpp, the forward device_forward.cpp.
+// prefix cache's copies of a sequence's KDA block, the vision encoder, and the factories. The class
+// is cuda_model_impl.h; a step's batch on the device is device_step.cpp, the forward
+// device_forward.cpp.
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -170,6 +171,40 @@ SequenceState CudaModel::new_sequence() {
     s.device = std::make_shared<DeviceSequence>();
     s.device->arena = &g_->arena;
     return s;
+}
+
+Buffer CudaModel::save_kda_states(const SequenceState& s) {
+    HYMOE_CHECK(s.device != nullptr && s.device->arena == &g_->arena,
+                "save_kda_states: a sequence not made by this model's new_sequence()");
+    if (n_kda_ == 0)
+        return Buffer();
+    const DeviceSequence& ds = *s.device;
+    HYMOE_CHECK(ds.block != nullptr, "save_kda_states: a sequence no forward has seen");
+    const int64_t n = n_kda_ * (s_floats_ + tail_floats_);  // the block: S, then the tails
+    Buffer out(DType::f32, {n}, uninit);
+    cu::copy_to_host(
+        out.ptr<float>(), ds.state, static_cast<size_t>(n) * sizeof(float), g_->stream);
+    g_->stream.synchronize();
+    return out;
+}
+
+void CudaModel::load_kda_states(const Buffer& saved, SequenceState& s) {
+    HYMOE_CHECK(s.device != nullptr && s.device->arena == &g_->arena,
+                "load_kda_states: a sequence not made by this model's new_sequence()");
+    const int64_t n = n_kda_ * (s_floats_ + tail_floats_);
+    const int64_t got = saved.view().shape.empty() ? 0 : saved.view().numel();
+    HYMOE_CHECK(got == n && (n == 0 || saved.view().dtype == DType::f32),
+                "load_kda_states: ",
+                got,
+                " values where this model's KDA block holds ",
+                n,
+                " floats");
+    if (n == 0)
+        return;
+    float* state = kda_state_of(*s.device);
+    cu::copy_to_device(
+        state, saved.ptr<float>(), static_cast<size_t>(n) * sizeof(float), g_->stream);
+    g_->stream.synchronize();  // saved may go once this returns
 }
 
 int64_t CudaModel::row_floats() const {

@@ -94,22 +94,19 @@ BOOST_AUTO_TEST_CASE(limits_in_order) {
     BOOST_TEST(!rt::device_limit(adapters, true).has_value());
     BOOST_TEST(
         rt::device_limit(adapters, false).value().starts_with("this hymoe was built without"));
-    rt::Job adapters_ep = adapters;  // the ep MoE path applies no expert adapters
+    rt::Job adapters_ep = adapters;  // and at ep > 1, on the hosted experts
     adapters_ep.layout.dp = 2;
     adapters_ep.layout.ep = 2;
-    BOOST_TEST(rt::device_limit(adapters_ep, true).value() ==
-               "the GPU model applies LoRA adapters with the routed experts whole on each rank "
-               "(inference.adapters need parallel.ep = 1 on the GPU), not ep = 2");
+    BOOST_TEST(!rt::device_limit(adapters_ep, true).has_value());
     const rt::Job offload = job_of(infer_deck("cuda", ", kv_cache: {offload: file}"));
-    BOOST_TEST(rt::device_limit(offload, true).value() ==
-               "the GPU model keeps its KV pages on the GPU or in pinned host memory, not in a "
-               "spill file (inference.kv_cache.offload: file; host offloads them on the GPU)");
+    BOOST_TEST(!rt::device_limit(offload, true).has_value());  // the host tier over the file
     const rt::Job host = job_of(infer_deck("cuda", ", kv_cache: {offload: host}"));
     BOOST_TEST(!rt::device_limit(host, true).has_value());  // the GPU's host tier
     BOOST_TEST(rt::device_limit(host, false).value().starts_with("this hymoe was built without"));
+    const rt::Job cached = job_of(infer_deck("cuda", ", prefix_cache: {enabled: true}"));
+    BOOST_TEST(!rt::device_limit(cached, true).has_value());  // snapshots copied off the GPU
     const rt::Job invariant = job_of(infer_deck("cuda", ", batch_invariant: true"));
-    BOOST_TEST(rt::device_limit(invariant, true).value() ==
-               "the GPU model has no batch-invariant mode (inference.batch_invariant)");
+    BOOST_TEST(!rt::device_limit(invariant, true).has_value());  // the invariant GEMM
 }
 
 BOOST_AUTO_TEST_CASE(cuda_is_refused_in_one_sentence) {

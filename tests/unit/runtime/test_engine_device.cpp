@@ -3,12 +3,14 @@
 // forward (or, given EngineOptions::kv_store, that factory makes the stores), and the engine's
 // results are bit for bit those of the plain engine, with preemptions; so are they when the
 // device reduces the last rows to their top tokens (model::TopLogits) for greedy decoding, top-k
-// sampling and top logprobs; and with requests carrying images, whose tokens the device's vision
-// encoder makes.
+// sampling and top logprobs; with requests carrying images, whose tokens the device's vision
+// encoder makes; and with the prefix cache, whose KDA snapshots the device saves and restores
+// (DeviceModel::save_kda_states, load_kda_states).
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -40,6 +42,10 @@ public:
         return model::make_memory_kv_store(layout);
     }
     int64_t host_kv_page_budget(int64_t, int64_t) const override { return 0; }
+    std::unique_ptr<model::KvStore> file_kv_store(const model::KvLayout& layout, int fd) override {
+        ::close(fd);  // the host rows stay in memory
+        return model::make_memory_kv_store(layout);
+    }
     void forward(const std::vector<int64_t>& tokens,
                  const model::SeqBatch& batch,
                  const std::vector<model::SequenceState*>& states,
@@ -64,11 +70,41 @@ public:
     }
     // the host forward reads the adapters from the model's own slots
     void set_lora_adapters(const model::Model& host) override { BOOST_TEST(&host == &m_); }
+    // the sequence's host KDA states, every layer's S and tails in turn, as one buffer
+    Buffer save_kda_states(const model::SequenceState& s) override {
+        ++saves;
+        std::vector<float> all;
+        for_each_state(const_cast<model::SequenceState&>(s), [&](Buffer& b) {
+            all.insert(all.end(), b.ptr<float>(), b.ptr<float>() + b.view().numel());
+        });
+        Buffer out(DType::f32, {static_cast<int64_t>(all.size())});
+        std::copy(all.begin(), all.end(), out.ptr<float>());
+        return out;
+    }
+    void load_kda_states(const Buffer& saved, model::SequenceState& s) override {
+        ++loads;
+        int64_t at = 0;
+        for_each_state(s, [&](Buffer& b) {
+            std::copy(saved.ptr<float>() + at,
+                      saved.ptr<float>() + at + b.view().numel(),
+                      b.ptr<float>());
+            at += b.view().numel();
+        });
+        BOOST_TEST(at == saved.view().numel());
+    }
     std::string describe() const override { return "host"; }
 
     int sequences = 0, stores = 0, host_stores = 0, forwards = 0, reduced = 0, encodes = 0;
+    int saves = 0, loads = 0;
 
 private:
+    template <class F>
+    static void for_each_state(model::SequenceState& s, F&& f) {
+        for (model::KdaState& k : s.kda)
+            for (Buffer* b : {&k.S, &k.q_tail, &k.k_tail, &k.v_tail})
+                if (!b->view().shape.empty())
+                    f(*b);
+    }
     // Each row's top n in the sampler's order, their logits and log Σ e^{x − max} summed as
     // runtime::token_logprob sums (what the GPU model computes, in another order).
     static void reduce_rows(const Buffer& logits, model::TopLogits& top) {
@@ -171,6 +207,48 @@ void expect_same(const std::vector<runtime::Finished>& dev,
     }
 }
 
+// 10 requests of a shared 16-token system prompt and their own 2..9 tokens through the engine
+// with the prefix cache on (two sequences at a time, so later prompts find earlier prefixes
+// stored); the engine's stats in *stats.
+std::vector<runtime::Finished> run_cached(const model::Model& m,
+                                          model::DeviceModel* device,
+                                          runtime::EngineStats* stats) {
+    runtime::EngineOptions o;
+    o.max_seqs = 2, o.max_tokens = 32, o.prefill_chunk = 8;
+    o.max_new_tokens = 4, o.progress_every_s = 0, o.seed = 3;
+    o.page_tokens = 4, o.kv_pages = 64;
+    o.prompt_logprobs = false;
+    o.prefix_cache_bytes = int64_t{1} << 30;
+    o.device = device;
+    Philox rng(17, 0, 0);
+    std::vector<int64_t> system;
+    for (int t = 0; t < 16; ++t)
+        system.push_back(3 + rng.next_u32() % 250);
+    std::vector<runtime::Pending> reqs(10);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        reqs[i].index = static_cast<int64_t>(i);
+        reqs[i].req.id = "r" + std::to_string(i);
+        reqs[i].req.tokens = system;
+        const uint32_t len = 2 + rng.next_u32() % 8;
+        for (uint32_t t = 0; t < len; ++t)
+            reqs[i].req.tokens.push_back(3 + rng.next_u32() % 250);
+    }
+    size_t next = 0;
+    std::vector<runtime::Finished> out;
+    *stats = runtime::run_engine(
+        m,
+        o,
+        [&](runtime::Pending& p) {
+            if (next == reqs.size())
+                return false;
+            p = reqs[next++];
+            return true;
+        },
+        [&](runtime::Finished&& f) { out.push_back(std::move(f)); });
+    std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.index < b.index; });
+    return out;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(engine_device)
@@ -235,6 +313,23 @@ BOOST_AUTO_TEST_CASE(images_are_encoded_by_the_device_model) {
     HostDevice device(m);
     const std::vector<runtime::Finished> dev = run(m, &device, {}, {}, true);
     BOOST_TEST(device.encodes > 0);
+    expect_same(dev, host);
+}
+
+// The prefix cache with a device: its snapshots are the device's copies of the KDA states, and
+// the results are those of the plain engine with the cache, bit for bit (the same steps).
+BOOST_AUTO_TEST_CASE(the_prefix_cache_saves_and_restores_the_device_states) {
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, 5);
+    runtime::EngineStats host_stats, dev_stats;
+    const std::vector<runtime::Finished> host = run_cached(m, nullptr, &host_stats);
+    HostDevice device(m);
+    const std::vector<runtime::Finished> dev = run_cached(m, &device, &dev_stats);
+    BOOST_TEST(host_stats.cache_hits > 0);
+    BOOST_TEST(dev_stats.cache_hits == host_stats.cache_hits);
+    BOOST_TEST(dev_stats.cached_tokens == host_stats.cached_tokens);
+    BOOST_TEST(device.saves > 0);
+    BOOST_TEST(device.loads == dev_stats.cache_hits);
     expect_same(dev, host);
 }
 

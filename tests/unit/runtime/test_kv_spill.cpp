@@ -2,11 +2,14 @@
 // back in later steps after their layer's slot was reused (round trip through the file, with
 // eviction); fetches are issued a layer ahead, in layer order; memory holds two slots of the
 // step's pages; a page outside the step or a layer not entered is refused; a folder where no file
-// can be made fails naming the key; bf16 pages round trip bit-exact at half the bytes; and the
-// tiny-deepseek model (four DSA layers) paged through the file gives bit for bit the logits of the
-// in-memory pool, with fp32 and with bf16 rows.
+// can be made fails naming the key; the file the GPU's file tier maps (make_spill_file) is
+// unlinked, read-write and of the tier's size, its folder checked as the store's; bf16 pages round
+// trip bit-exact at half the bytes; and the tiny-deepseek model (four DSA layers) paged through the
+// file gives bit for bit the logits of the in-memory pool, with fp32 and with bf16 rows.
 #include <cstring>
 #include <filesystem>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -143,6 +146,31 @@ BOOST_AUTO_TEST_CASE(a_folder_without_room_for_the_file_names_the_key) {
         BOOST_TEST(std::string(e.what()).find("inference.kv_cache.offload_path: cannot create "
                                               "a spill file in /proc") != std::string::npos,
                    e.what());
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_spill_file_for_the_gpu_is_unlinked_and_of_the_tiers_size) {
+    const int64_t bytes = runtime::spill_file_bytes(layout());
+    BOOST_TEST(bytes == 8 * 4 * (5 + 3 + 7) * 4);  // capacity × page_tokens × widths × fp32
+    BOOST_TEST(SpillKvStore(layout(), kDir, "k").stats().file_bytes == bytes);
+    const int fd = runtime::make_spill_file(kDir, "k", bytes);
+    struct stat st {};
+    BOOST_REQUIRE(::fstat(fd, &st) == 0);
+    BOOST_TEST(st.st_size == bytes);
+    BOOST_TEST(st.st_nlink == 0u);  // gone with the process
+    const float x = 2.5f;           // read-write
+    BOOST_TEST(::pwrite(fd, &x, sizeof x, 40) == static_cast<ssize_t>(sizeof x));
+    float y = 0;
+    BOOST_TEST(::pread(fd, &y, sizeof y, 40) == static_cast<ssize_t>(sizeof y));
+    BOOST_TEST(y == x);
+    ::close(fd);
+    try {
+        runtime::make_spill_file("/proc", "inference.kv_cache.offload_path", bytes);
+        BOOST_FAIL("a spill file was made in /proc");
+    } catch (const Error& e) {
+        BOOST_TEST(static_cast<int>(e.code()) == 2);
+        BOOST_TEST(std::string(e.what()).find("inference.kv_cache.offload_path: cannot create "
+                                              "a spill file in /proc") != std::string::npos);
     }
 }
 
