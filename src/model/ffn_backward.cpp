@@ -8,8 +8,6 @@
 // slot, adapter 0 on every row, and the factor views on their rows) get lora_backward beside its
 // backward with the forward's input (model/lora_views.h), so dx includes the adapters' share and
 // the adapters accumulate (+=) their gradients. dx is overwritten (=).
-#include "ffn_backward.h"
-
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
@@ -95,19 +93,6 @@ void dense_ffn_backward(const backend::Ctx& ctx,
         adapter_backward(host.gate, views.gate, x, gate, dx);
     }
 }
-
-namespace detail {
-
-void dense_ffn_backward_with_output(const DenseFfnWeights& w,
-                                    ExpertAct act,
-                                    const Tensor& x,
-                                    const Tensor& dy,
-                                    Tensor& dx,
-                                    Tensor* y) {
-    dense_ffn_backward(backend::cpu_ctx(), ffn_views(w), act, x, dy, dx, y);
-}
-
-}  // namespace detail
 
 void dense_ffn_backward(
     const DenseFfnWeights& w, ExpertAct act, const Tensor& x, const Tensor& dy, Tensor& dx) {
