@@ -24,7 +24,6 @@ void dense_ffn_backward(const backend::Ctx& ctx,
                         const Tensor& x,
                         const Tensor& dy,
                         Tensor& dx,
-                        Tensor* y,
                         const std::vector<LoraRowsView>* lora_rows) {
     const int64_t n = x.dim(0);
     const int64_t inter = w.up_proj.dim(0);
@@ -69,10 +68,6 @@ void dense_ffn_backward(const backend::Ctx& ctx,
         ops::copy_cols(ctx, up, 0, h);
         ops::relu2_inplace(ctx, h);
     }
-    if (y) {
-        ops::linear(ctx, h, w.down_proj, *y);
-        adapter(host.down, views.down, h, *y);
-    }
 
     // dh [n, I] = dy [n, w] · W_down [w, I], plus the down adapter's share.
     Tensor dh = scratch(DType::f32, {n, inter});
@@ -96,7 +91,7 @@ void dense_ffn_backward(const backend::Ctx& ctx,
 
 void dense_ffn_backward(
     const DenseFfnWeights& w, ExpertAct act, const Tensor& x, const Tensor& dy, Tensor& dx) {
-    dense_ffn_backward(backend::cpu_ctx(), ffn_views(w), act, x, dy, dx, nullptr);
+    dense_ffn_backward(backend::cpu_ctx(), ffn_views(w), act, x, dy, dx);
 }
 
 }  // namespace hymoe::model

@@ -260,7 +260,7 @@ void moe_backward_parallel(const backend::Ctx& ctx,
     if (m.n_shared_experts > 0 && n_tok > 0) {
         ScopedTimer timer(s.shared_seconds);
         Tensor shared = scratch(DType::f32, {n_tok, d});  // [n_tok, d]
-        dense_ffn_backward(ctx, local.shared, m.expert_act, x, dy, shared, nullptr, lora_rows);
+        dense_ffn_backward(ctx, local.shared, m.expert_act, x, dy, shared, lora_rows);
         ops::add_inplace(ctx, dx, shared);
     }
     if (tp > 1) {

@@ -174,6 +174,58 @@ BOOST_AUTO_TEST_CASE(factor_views_match_host_slots) {
     }
 }
 
+// Views whose expert lists are in another order (MoeWeightViews::expert_slot, as the GPU model
+// holds an ep rank's experts) give the same dx bit for bit and the same load per expert.
+BOOST_AUTO_TEST_CASE(expert_slots_map_the_lists) {
+    ModelConfig cfg;
+    cfg.model_type = "hymoe";
+    cfg.hidden_size = 32;
+    MoeConfig& m = cfg.moe;
+    m.n_routed_experts = 8;
+    m.top_k = 3;
+    m.n_shared_experts = 0;
+    m.moe_intermediate = 16;
+    m.correction_bias = true;
+    const LayerSpec spec{Mixer::kda, false, Ffn::moe};
+    MoeWeights w;
+    TensorList list = ffn_tensors(cfg, spec, nullptr, &w);
+    for (TensorSpec& s : list)
+        if (s.init == Init::normal)
+            s.std = 1.0f / std::sqrt(static_cast<float>(s.shape[1]));
+    Philox rng(15, 0, 0);
+    init_random(list, rng);
+    const int64_t n = 13, d = cfg.hidden_size;
+    const Buffer x = random_buffer({n, d}, 17), dy = random_buffer({n, d}, 18);
+    Buffer want(DType::f32, {n, d}), got(DType::f32, {n, d});
+    Tensor want_t = want.view(), got_t = got.view();
+    MoeCommStats want_stats, got_stats;
+    const MoeWeightViews v = moe_views(w);
+    moe_backward_parallel(
+        backend::cpu_ctx(), cfg, spec, v, x.view(), dy.view(), want_t, MoeParallel{}, &want_stats);
+    MoeWeightViews reversed = v;  // entry i holds expert E − 1 − i
+    for (auto* l : {&reversed.experts.gate, &reversed.experts.up, &reversed.experts.down})
+        std::reverse(l->begin(), l->end());
+    std::reverse(reversed.experts.lora.begin(), reversed.experts.lora.end());
+    for (int e = 0; e < 8; ++e)
+        reversed.expert_slot.push_back(7 - e);
+    moe_backward_parallel(backend::cpu_ctx(),
+                          cfg,
+                          spec,
+                          reversed,
+                          x.view(),
+                          dy.view(),
+                          got_t,
+                          MoeParallel{},
+                          &got_stats);
+    BOOST_TEST(std::memcmp(got.view().data, want.view().data, want.view().bytes()) == 0);
+    BOOST_TEST(got_stats.tokens_per_expert == want_stats.tokens_per_expert,
+               boost::test_tools::per_element());
+    int64_t load = 0;
+    for (int64_t t : want_stats.tokens_per_expert)
+        load += t;
+    BOOST_TEST(load == n * m.top_k);  // no capacity: every slot computed
+}
+
 // The backward's expert-side ops on the CPU context, against hand-computed values.
 BOOST_AUTO_TEST_CASE(ops_on_the_cpu) {
     const backend::Ctx cpu = backend::cpu_ctx();
