@@ -8,8 +8,6 @@
 // slot, adapter 0 on every row, and the factor views on their rows) get lora_backward beside its
 // backward with the forward's input (model/lora_views.h), so dx includes the adapters' share and
 // the adapters accumulate (+=) their gradients. dx is overwritten (=).
-#include "ffn_backward.h"
-
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
@@ -26,7 +24,6 @@ void dense_ffn_backward(const backend::Ctx& ctx,
                         const Tensor& x,
                         const Tensor& dy,
                         Tensor& dx,
-                        Tensor* y,
                         const std::vector<LoraRowsView>* lora_rows) {
     const int64_t n = x.dim(0);
     const int64_t inter = w.up_proj.dim(0);
@@ -71,10 +68,6 @@ void dense_ffn_backward(const backend::Ctx& ctx,
         ops::copy_cols(ctx, up, 0, h);
         ops::relu2_inplace(ctx, h);
     }
-    if (y) {
-        ops::linear(ctx, h, w.down_proj, *y);
-        adapter(host.down, views.down, h, *y);
-    }
 
     // dh [n, I] = dy [n, w] · W_down [w, I], plus the down adapter's share.
     Tensor dh = scratch(DType::f32, {n, inter});
@@ -96,22 +89,9 @@ void dense_ffn_backward(const backend::Ctx& ctx,
     }
 }
 
-namespace detail {
-
-void dense_ffn_backward_with_output(const DenseFfnWeights& w,
-                                    ExpertAct act,
-                                    const Tensor& x,
-                                    const Tensor& dy,
-                                    Tensor& dx,
-                                    Tensor* y) {
-    dense_ffn_backward(backend::cpu_ctx(), ffn_views(w), act, x, dy, dx, y);
-}
-
-}  // namespace detail
-
 void dense_ffn_backward(
     const DenseFfnWeights& w, ExpertAct act, const Tensor& x, const Tensor& dy, Tensor& dx) {
-    dense_ffn_backward(backend::cpu_ctx(), ffn_views(w), act, x, dy, dx, nullptr);
+    dense_ffn_backward(backend::cpu_ctx(), ffn_views(w), act, x, dy, dx);
 }
 
 }  // namespace hymoe::model

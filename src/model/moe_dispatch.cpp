@@ -235,19 +235,14 @@ const int* received_adapters(const MoeBatch& b) {
     return std::any_of(a, a + n, [](int32_t id) { return id != 0; }) ? a : nullptr;
 }
 
-void add_partials(const MoeBatch& b, Tensor& acc /*[n_own, w]*/) {
-    const int64_t width = acc.dim(1), stride = b.back.view().dim(1);
-    // back is ordered by source rank (= the destination order the rows were sent in), so
-    // walking it forward adds each token's partials in ascending source rank.
-    for (size_t row = 0; row < b.token.size(); ++row) {
-        const float* p = b.back.ptr<float>() + static_cast<int64_t>(row) * stride;
-        float* y = acc.ptr<float>() + b.token[row] * width;
-        for (int64_t j = 0; j < width; ++j)
-            y[j] += p[j];
-    }
+void sum_partials(const backend::Ctx& ctx, const MoeBatch& b, Tensor& acc /*[n_own, w]*/) {
+    sum_partials(ctx, b, b.back.view(), acc);
 }
 
-void sum_partials(const backend::Ctx& ctx, const MoeBatch& b, Tensor& acc /*[n_own, w]*/) {
+void sum_partials(const backend::Ctx& ctx,
+                  const MoeBatch& b,
+                  const Tensor& back /*[n_send, w]*/,
+                  Tensor& acc /*[n_own, w]*/) {
     if (b.n_tok == 0)
         return;
     backend::Scratch scratch(ctx);
@@ -256,7 +251,7 @@ void sum_partials(const backend::Ctx& ctx, const MoeBatch& b, Tensor& acc /*[n_o
     const Tensor ones =
         copied(ctx, scratch, std::vector<float>(static_cast<size_t>(n), 1.0f), DType::f32);
     Tensor part = acc.rows(b.first, b.n_tok);  // [n_tok, w]
-    ops::moe_combine(ctx, b.back.view(), row, ones, n / b.n_tok, part);
+    ops::moe_combine(ctx, back, row, ones, n / b.n_tok, part);
 }
 
 }  // namespace hymoe::model::detail

@@ -111,13 +111,15 @@ void run_pipeline(const ExpertHosting& hosting,
 // adapter 0 (training), so the experts run as without adapters chosen per row.
 const int* received_adapters(const MoeBatch& b);
 
-// Owner side, in an owner stage: acc[token] += the first acc.dim(1) columns of each returned row,
-// in ascending source-rank order (host tensors).
-void add_partials(const MoeBatch& b, Tensor& acc /*[n_own, w]*/);
-
 // Owner side on ctx's device: acc rows [b.first, b.first + b.n_tok) = the sum of each token's
 // returned rows in ascending source-rank order (ops::moe_combine; zero for a token sent nowhere),
-// b.back as wide as acc. Equals add_partials on rows that were zero.
+// b.back as wide as acc.
 void sum_partials(const backend::Ctx& ctx, const MoeBatch& b, Tensor& acc /*[n_own, w]*/);
+// The same with the returned rows' first acc.dim(1) columns as back [n_send, w] (the backward's
+// input-gradient partials, split from their combine-weight gradients).
+void sum_partials(const backend::Ctx& ctx,
+                  const MoeBatch& b,
+                  const Tensor& back /*[n_send, w]*/,
+                  Tensor& acc /*[n_own, w]*/);
 
 }  // namespace hymoe::model::detail

@@ -1,13 +1,11 @@
 // The routed experts on grouped rows (moe_experts.h): group the computed slots by expert
-// (backend/moe_groups.h), run each expert once on its group (dense_ffn_forward, or the dense
-// backward with the recomputed output), then sum each row's slots in slot order (the CPU forms of
-// backend/ops_moe.h); the latent projections' backward GEMMs.
+// (backend/moe_groups.h), run each expert once on its group (dense_ffn_forward), then sum each
+// row's weighted slots in slot order (the CPU form of backend/ops_moe.h's combine).
 #include "moe_experts.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "ffn_backward.h"
 #include "hymoe/backend/moe_groups.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_moe.h"
@@ -42,11 +40,6 @@ Tensor row_map(const Groups& g) {
                   {static_cast<int64_t>(g.row.size())}};
 }
 
-// dst [n_assign, w] grouped row of slot a = src row a / k, times the slot's weight if `weighted`.
-void gather(const Groups& g, const RowSlots& s, const Tensor& src, Tensor& dst, bool weighted) {
-    ops::moe_gather(src, row_map(g), weighted ? s.weight : nullptr, s.k, dst);
-}
-
 // f(e, begin, rows) for each expert with rows, then poll(); counts the rows per expert.
 template <typename F>
 void for_each_expert(const Groups& g,
@@ -63,10 +56,9 @@ void for_each_expert(const Groups& g,
     }
 }
 
-// out [n, w] row t = Σ over its computed slots in slot order of scale_i · grouped row.
-void sum_slots(
-    const Groups& g, const RowSlots& s, const Tensor& grouped, bool weighted, Tensor& out) {
-    ops::moe_combine(grouped, row_map(g), weighted ? s.weight : nullptr, s.k, out);
+// out [n, w] row t = Σ over its computed slots in slot order of weight_i · grouped row.
+void sum_slots(const Groups& g, const RowSlots& s, const Tensor& grouped, Tensor& out) {
+    ops::moe_combine(grouped, row_map(g), s.weight, s.k, out);
 }
 
 }  // namespace
@@ -116,80 +108,7 @@ void experts_forward(const MoeWeights& w,
                           out_rows,
                           slots.adapter ? &row_batch : nullptr);
     });
-    sum_slots(g, slots, out_g.view(), true, out);
-}
-
-void experts_backward(const MoeWeights& w,
-                      ExpertAct act,
-                      const RowSlots& slots,
-                      const Tensor& in,
-                      const Tensor& g,
-                      Tensor& d_in,
-                      float* dw,
-                      const std::function<void()>& poll,
-                      std::vector<int64_t>& tokens_per_expert) {
-    const Groups gr = group_by_expert(w, slots);
-    const int64_t width = in.dim(1), n_assign = gr.offset.back();
-    Buffer in_g(DType::f32, {n_assign, width});     // [n_assign, w] rows grouped by expert
-    Buffer d_out_g(DType::f32, {n_assign, width});  // [n_assign, w] weight · g
-    Buffer out_g(DType::f32, {n_assign, width});    // [n_assign, w] recomputed expert outputs
-    Buffer d_in_g(DType::f32, {n_assign, width});   // [n_assign, w] the experts' input gradients
-    gather(gr, slots, in, in_g.view(), false);
-    gather(gr, slots, g, d_out_g.view(), true);
-    for_each_expert(gr, poll, tokens_per_expert, [&](size_t e, int64_t begin, int64_t rows) {
-        Tensor out_rows = out_g.view().rows(begin, rows);
-        Tensor d_in_rows = d_in_g.view().rows(begin, rows);
-        dense_ffn_backward_with_output(w.experts[e],
-                                       act,
-                                       in_g.view().rows(begin, rows),
-                                       d_out_g.view().rows(begin, rows),
-                                       d_in_rows,
-                                       &out_rows);
-    });
-    sum_slots(gr, slots, d_in_g.view(), false, d_in);
-    for (int64_t a = 0; a < slots.n * slots.k; ++a) {
-        const int64_t row = gr.row[static_cast<size_t>(a)];
-        float dot = 0.0f;
-        if (row >= 0) {
-            const float* gt = g.ptr<float>() + a / slots.k * width;
-            const float* o = out_g.ptr<float>() + row * width;
-            for (int64_t c = 0; c < width; ++c)
-                dot += gt[c] * o[c];
-        }
-        dw[a] = dot;
-    }
-}
-
-void latent_output_backward(const Tensor& fc2, const Tensor& dy, Tensor& dy_lat) {
-    const int64_t n = dy.dim(0), d = dy.dim(1), ell = dy_lat.dim(1);
-    ops::gemm_w(false,
-                n,
-                ell,
-                d,
-                1.0f,
-                dy.ptr<float>(),
-                d,
-                ops::weight_ref(fc2),
-                ell,
-                0.0f,
-                dy_lat.ptr<float>(),
-                ell);
-}
-
-void latent_input_backward(const Tensor& fc1, const Tensor& dz, Tensor& dx) {
-    const int64_t n = dz.dim(0), ell = dz.dim(1), d = dx.dim(1);
-    ops::gemm_w(false,
-                n,
-                d,
-                ell,
-                1.0f,
-                dz.ptr<float>(),
-                ell,
-                ops::weight_ref(fc1),
-                d,
-                0.0f,
-                dx.ptr<float>(),
-                d);
+    sum_slots(g, slots, out_g.view(), out);
 }
 
 }  // namespace hymoe::model::detail

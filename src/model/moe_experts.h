@@ -1,7 +1,7 @@
-// The routed experts' computation on a set of rows one expert at a time: the backward of the MoE
-// layer's expert side (moe_backward.cpp), the latent projections' backward, and experts_forward,
-// the per-expert forward that the layer's grouped expert stage (moe_grouped.h, run by moe.cpp)
-// equals bit for bit on a CPU context (its reference in the tests). Private to src/model.
+// The routed experts' computation on a set of rows one expert at a time: experts_forward, the
+// per-expert forward that the layer's grouped expert stage (moe_grouped.h, run by moe.cpp) equals
+// bit for bit on a CPU context (its reference in the tests), and the rows' slots that the grouped
+// stages of the forward and the backward (moe_grouped_backward.h) read. Private to src/model.
 // Each row carries top_k slots: the slot's expert (−1: not computed here, i.e. dropped by
 // capacity or hosted on another rank) and its combine weight. The (row, slot) assignments are
 // grouped by expert, rows ascending within each expert, and each expert runs once on its group
@@ -37,25 +37,5 @@ void experts_forward(const MoeWeights& w,
                      Tensor& out,       // [n, w]
                      const std::function<void()>& poll,
                      std::vector<int64_t>& tokens_per_expert);
-
-// The backward of experts_forward for the output gradient g [n, w]: d_in [n, w] = Σ over each
-// row's slots (slot order) of the expert's input gradient for weight · g; dw [n, k] = g ·
-// Expert(in row) per computed slot, 0 elsewhere (the gradient of the combine weight). The
-// experts' adapters accumulate their gradients. poll and tokens_per_expert as the forward's.
-void experts_backward(const MoeWeights& w,
-                      ExpertAct act,
-                      const RowSlots& slots,
-                      const Tensor& in,  // [n, w]
-                      const Tensor& g,   // [n, w]
-                      Tensor& d_in,      // [n, w]
-                      float* dw,         // [n, k]
-                      const std::function<void()>& poll,
-                      std::vector<int64_t>& tokens_per_expert);
-
-// latent_moe: dy_lat [n, ℓ] = dy [n, d] · fc2 [d, ℓ], the gradient through y = y_lat fc2ᵀ.
-void latent_output_backward(const Tensor& fc2, const Tensor& dy, Tensor& dy_lat);
-
-// latent_moe: dx [n, d] = dz [n, ℓ] · fc1 [ℓ, d], the gradient through z = x fc1ᵀ.
-void latent_input_backward(const Tensor& fc1, const Tensor& dz, Tensor& dx);
 
 }  // namespace hymoe::model::detail

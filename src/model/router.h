@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "hymoe/backend/ctx.h"
 #include "hymoe/model/ffn.h"
 
 namespace hymoe::model::detail {
@@ -30,10 +31,13 @@ struct WeightRule {
 };
 WeightRule weight_rule(const ModelConfig& cfg);
 
-// dx [n_tok, d] += dlogit Wᵍ for the combine-weight gradients dw [n_tok·top_k] of routing r,
-// through the weight rule and the scores s [n_tok, E] r was decided on. Linear in dw.
-void router_backward(const ModelConfig& cfg,
-                     const MoeWeights& w,
+// dx [n_tok, d] += dlogit Wᵍ on ctx's device for the combine-weight gradients dw [n_tok·top_k]
+// (host) of routing r, through the weight rule and the scores s [n_tok, E] (host) r was decided
+// on; gate [E, d] f32 and the correction bias [E] f32 (empty: none) on ctx's device. Linear in dw.
+void router_backward(const backend::Ctx& ctx,
+                     const ModelConfig& cfg,
+                     const Tensor& gate,
+                     const Tensor& bias,
                      const Tensor& s,  // [n_tok, E]
                      const Routing& r,
                      const std::vector<float>& dw,

@@ -177,8 +177,8 @@ BOOST_AUTO_TEST_CASE(lora_rows_and_ffn_backward, *utf::precondition(need_gpu)) {
         }
         const std::vector<model::LoraRowsView> hrows = {{0, idx_h.view()}}, drows = {{0, didx}};
         Tensor hdx = dxs.view();
-        model::dense_ffn_backward(cpu, hv, act, xs.view(), dys.view(), hdx, nullptr, &hrows);
-        model::dense_ffn_backward(gc.ctx, dv, act, gc.up(xs), gc.up(dys), ddxs, nullptr, &drows);
+        model::dense_ffn_backward(cpu, hv, act, xs.view(), dys.view(), hdx, &hrows);
+        model::dense_ffn_backward(gc.ctx, dv, act, gc.up(xs), gc.up(dys), ddxs, &drows);
         expect_close("dense_ffn_backward dx", ddxs, dxs, gc.g.s);
         expect_close("ffn up dA", dgAu, gAu, gc.g.s);
         expect_close("ffn up dB", dgBu, gBu, gc.g.s);

@@ -43,8 +43,7 @@ void dense_ffn_forward(const backend::Ctx& ctx,
                        const std::vector<LoraRowsView>* lora_rows = nullptr);
 
 // dense_ffn_backward (model/ffn.h) on views, f32 activations: dx [n_tok, w] (overwritten) for
-// dy [n_tok, w], the hidden activations recomputed from x; y, when not null, receives the
-// recomputed output (the MoE backward's combine weights). The host adapters (w.lora, adapter 0 on
+// dy [n_tok, w], the hidden activations recomputed from x. The host adapters (w.lora, adapter 0 on
 // every row; a CPU context only) and the factor views on their lora_rows (null: none; those with
 // gradient views) accumulate (+=) their gradients, on either device (model/lora_views.h).
 void dense_ffn_backward(const backend::Ctx& ctx,
@@ -53,7 +52,6 @@ void dense_ffn_backward(const backend::Ctx& ctx,
                         const Tensor& x /*[n_tok, w]*/,
                         const Tensor& dy /*[n_tok, w]*/,
                         Tensor& dx /*[n_tok, w]*/,
-                        Tensor* y = nullptr /*[n_tok, w]*/,
                         const std::vector<LoraRowsView>* lora_rows = nullptr);
 
 }  // namespace hymoe::model

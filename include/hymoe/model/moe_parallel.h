@@ -189,4 +189,27 @@ void moe_backward_parallel(const ModelConfig& cfg,
                            const MoeParallel& par,
                            MoeCommStats* stats = nullptr);
 
+// The same on ctx's device, the one MoE backward of both backends (the overload above is this one
+// on a CPU context with moe_views(local)): x, dy, dx [n_tok, d] and the weights' views f32 on
+// ctx's device (local.act f32). The routing is the forward's Ctx path's (logits by
+// ops::router_logits, routed on the host); the dispatch's [u | g] rows and the returned
+// [d_u | dw] rows move on the device; the experts' recompute and backward run grouped
+// (ops_moe.h, ops_moe_backward.h); each owned token's slot gradients dw come to the host for the
+// placement, then the router's backward (ops::router_scores_backward) runs on the device. rows
+// (null: adapter 0 everywhere) names each token's adapter for the routed experts' adapters, as
+// the forward's; lora_rows (null: none) are the step's rows per adapter for the shared experts'
+// factor-view adapters. Adapters: host slots (a CPU context) and factor views with gradient views
+// (model/lora_views.h) on the shared and the routed experts, accumulated (+=) as above.
+void moe_backward_parallel(const backend::Ctx& ctx,
+                           const ModelConfig& cfg,
+                           const LayerSpec& spec,
+                           const MoeWeightViews& local,
+                           const Tensor& x /*[n_tok, d]*/,
+                           const Tensor& dy /*[n_tok, d]*/,
+                           Tensor& dx /*[n_tok, d]*/,
+                           const MoeParallel& par,
+                           MoeCommStats* stats = nullptr,
+                           const SeqBatch* rows = nullptr,
+                           const std::vector<LoraRowsView>* lora_rows = nullptr);
+
 }  // namespace hymoe::model

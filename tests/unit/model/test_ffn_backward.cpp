@@ -340,8 +340,7 @@ BOOST_AUTO_TEST_CASE(dense_factor_views_match_host_slots) {
         const std::vector<LoraRowsView> rows = {
             {0, Tensor{all.data(), DType::i64, Device::cpu, {n}}}};
         Tensor dxv = dx_views.view();
-        dense_ffn_backward(
-            backend::cpu_ctx(), views, act, x.view(), dy.view(), dxv, nullptr, &rows);
+        dense_ffn_backward(backend::cpu_ctx(), views, act, x.view(), dy.view(), dxv, &rows);
 
         auto close = [](const float* a, const float* b, int64_t count) {
             float e = 0;
