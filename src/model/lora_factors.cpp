@@ -30,7 +30,7 @@ LoraSlotView LoraFactors::view_of(const LoraSlot* slot) const {
     if (it == pairs_.end())
         return {};
     const Pair& p = it->second;
-    return {LoraFactorsView{p.A.view(), p.B.view(), p.scale, p.dA.view(), p.dB.view()}};
+    return {LoraFactorsView{p.A.view(), p.B.view(), p.scale, p.dA.view(), p.dB.view(), slot}};
 }
 
 ModelViews LoraFactors::attach(ModelViews v) const {

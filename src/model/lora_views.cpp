@@ -1,9 +1,13 @@
 // LoRA adapters on a Ctx (model/lora_views.h): the host slot's run-wise form on the CPU, then
 // each adapter's factors on its rows through ops::lora_rows_add (forward) and
-// ops::lora_rows_backward (backward).
+// ops::lora_rows_backward (backward), on the dropped-out input when the factors train with
+// dropout (ops::dropout_rows, the host slots' masks).
 #include "hymoe/model/lora_views.h"
 
+#include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_dropout.h"
 #include "hymoe/backend/ops_lora.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/lora.h"
 
@@ -34,6 +38,13 @@ void for_each_factors(const LoraSlotView& factors, const std::vector<LoraRowsVie
     }
 }
 
+// The dropout of f's inputs (p = 0: none).
+ops::DropoutKey dropout_key(const LoraFactorsView& f) {
+    if (f.dropout == nullptr)
+        return {};
+    return {f.dropout->dropout, f.dropout->dropout_seed, f.dropout->dropout_stream};
+}
+
 }  // namespace
 
 void lora_forward(const backend::Ctx& ctx,
@@ -48,7 +59,13 @@ void lora_forward(const backend::Ctx& ctx,
         lora_forward(host, batch, x, y);
     }
     for_each_factors(factors, rows, [&](const LoraRowsView& r, const LoraFactorsView& f) {
-        ops::lora_rows_add(ctx, r.rows, f.A, f.B, f.scale, x, y);
+        const ops::DropoutKey key = dropout_key(f);
+        if (key.p == 0)
+            return ops::lora_rows_add(ctx, r.rows, f.A, f.B, f.scale, x, y);
+        backend::Scratch s(ctx);
+        Tensor xd = s(DType::f32, x.shape);  // [n, in] drop(x)
+        ops::dropout_rows(ctx, x, key, xd);
+        ops::lora_rows_add(ctx, r.rows, f.A, f.B, f.scale, xd, y);
     });
 }
 
@@ -66,7 +83,17 @@ void lora_backward(const backend::Ctx& ctx,
     }
     for_each_factors(factors, rows, [&](const LoraRowsView& r, const LoraFactorsView& f) {
         Tensor dA = f.dA, dB = f.dB;  // views: the gradients are written through them
-        ops::lora_rows_backward(ctx, r.rows, f.A, f.B, f.scale, x, dy, dA, dB, dx);
+        const ops::DropoutKey key = dropout_key(f);
+        if (key.p == 0)
+            return ops::lora_rows_backward(ctx, r.rows, f.A, f.B, f.scale, x, dy, dA, dB, dx);
+        // the adapter saw drop(x): its gradients from drop(x), dx += drop(∂/∂ drop(x))
+        backend::Scratch s(ctx);
+        Tensor xd = s(DType::f32, x.shape), dxd = s(DType::f32, x.shape);  // [n, in]
+        ops::dropout_rows(ctx, x, key, xd);
+        ops::fill_zero(ctx, dxd);
+        ops::lora_rows_backward(ctx, r.rows, f.A, f.B, f.scale, xd, dy, dA, dB, dxd);
+        ops::dropout_rows(ctx, dxd, key, dxd);
+        ops::add_inplace(ctx, dx, dxd);
     });
 }
 

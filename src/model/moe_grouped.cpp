@@ -85,7 +85,10 @@ void experts_grouped(const backend::Ctx& ctx,
                 token_adapter[static_cast<size_t>(a / k)];
     std::vector<std::vector<LoraRowsView>> lora_rows(static_cast<size_t>(n_exp));  // [E]
     if (!w.lora_views.empty()) {
-        const LoraRows r = expert_adapter_rows(g.row, k, token_adapter, g.offset, n_adapters);
+        LoraRows r = expert_adapter_rows(g.row, k, token_adapter, g.offset, n_adapters);
+        for (const LoraSegment& seg : r.segments)  // each expert's rows from its block's start
+            for (int64_t i = seg.begin; i < seg.begin + seg.count; ++i)
+                r.rows[static_cast<size_t>(i)] -= g.offset[static_cast<size_t>(seg.group)];
         if (!r.rows.empty()) {
             const Tensor all = copied(ctx, scratch, r.rows, DType::i64);
             for (const LoraSegment& seg : r.segments)
@@ -110,26 +113,16 @@ void experts_grouped(const backend::Ctx& ctx,
             const bool views = !lora_rows[static_cast<size_t>(e)].empty();
             if (rows == 0 || (slot == nullptr && !views))
                 continue;
-            if (slot != nullptr) {  // the host slot on the expert's rows
-                const SeqBatch batch = single_rows(
-                    std::vector<int>(adapter_g.begin() + begin, adapter_g.begin() + begin + rows));
-                Tensor y_rows = y.rows(begin, rows);
-                lora_forward(ctx,
-                             slot,
-                             {},
-                             slots.adapter ? batch : single_sequence(rows),
-                             nullptr,
-                             x.rows(begin, rows),
-                             y_rows);
-            }
-            if (views)  // the factor views on their rows, which index the whole grouped buffer
-                lora_forward(ctx,
-                             nullptr,
-                             w.lora_views[static_cast<size_t>(e)].*which,
-                             single_sequence(x.dim(0)),
-                             &lora_rows[static_cast<size_t>(e)],
-                             x,
-                             y);
+            const SeqBatch batch = single_rows(
+                std::vector<int>(adapter_g.begin() + begin, adapter_g.begin() + begin + rows));
+            Tensor y_rows = y.rows(begin, rows);
+            lora_forward(ctx,
+                         slot,
+                         views ? w.lora_views[static_cast<size_t>(e)].*which : LoraSlotView{},
+                         slots.adapter ? batch : single_sequence(rows),
+                         &lora_rows[static_cast<size_t>(e)],
+                         x.rows(begin, rows),
+                         y_rows);
         }
     };
 

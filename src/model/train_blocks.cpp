@@ -155,17 +155,21 @@ void TrainBlocks::ffn_backward(int i, const Tensor& xn, const Tensor& dy, Tensor
     const Model& m = on_.m;
     const LayerSpec& spec = m.local.layers[i];
     if (spec.ffn == Ffn::dense) {
-        dense_ffn_backward(on_.ctx,
-                           on_.weights.layers[i].dense,
-                           ExpertAct::swiglu,
-                           xn,
-                           dy,
-                           dxn,
-                           nullptr,
-                           &lora_rows_);
+        dense_ffn_backward(
+            on_.ctx, on_.weights.layers[i].dense, ExpertAct::swiglu, xn, dy, dxn, &lora_rows_);
         tp_sum(dxn);
     } else {
-        moe_backward_parallel(m.cfg, spec, m.layers[i].moe, xn, dy, dxn, moe_groups(m));
+        moe_backward_parallel(on_.ctx,
+                              m.cfg,
+                              spec,
+                              on_.weights.layers[i].moe,
+                              xn,
+                              dy,
+                              dxn,
+                              moe_groups(m),
+                              nullptr,
+                              nullptr,
+                              &lora_rows_);
     }
 }
 

@@ -15,9 +15,6 @@ std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     if (d.job.kind != deck::JobKind::infer && d.job.kind != deck::JobKind::lora)
         return cat(deck::to_string(d.job.kind),
                    " jobs run on the CPU only (the GPU runs infer and lora jobs)");
-    if (d.job.kind == deck::JobKind::lora && d.finetune.lora.dropout > 0)
-        return std::string(
-            "the GPU trainer's adapters have no dropout (finetune.lora.dropout: 0 trains there)");
     if (l.ep > 1 && d.parallel.rebalance_every > 0)
         return std::string(
             "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "

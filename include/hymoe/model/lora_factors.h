@@ -4,8 +4,9 @@
 // them as factor views (model/lora_views.h, on all rows: a training pass uses adapter 0), and the
 // copies between the host slots and the device. The host slots stay the state of record (the
 // optimizer, the gradient sums over ranks and the checkpoints read them): the factors go up after
-// each update, the gradients come down after each pass. Dropout is a host slots' feature: factor
-// views have none (the caller refuses finetune.lora.dropout > 0 with them).
+// each update, the gradients come down after each pass. The factor views drop out their input as
+// the host slots do, reading each slot's dropout, seed and stream at every call (the masks are the
+// host slots' bit for bit: lora_views.h).
 #pragma once
 
 #include <unordered_map>

@@ -22,6 +22,10 @@ struct LoraFactorsView {
     float scale = 1.0f;
     Tensor dA{};  // [r, in] f32 gradient, accumulated (+=) by lora_backward; empty: frozen
     Tensor dB{};  // [out, r] f32 (default-initialised: the aggregate initialisers name A, B, scale)
+    // Training: the host slot whose dropout (p, seed, stream: lora.h) the factors apply to their
+    // f32 input, read at each call (ops::dropout_rows, each row keyed by its index in the call);
+    // null or p = 0: none.
+    const LoraSlot* dropout = nullptr;
 };
 using LoraSlotView = std::vector<LoraFactorsView>;  // by adapter id; empty: none
 

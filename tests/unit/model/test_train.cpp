@@ -4,7 +4,8 @@
 // every path carries gradient; an entry whose ±ε straddles a discrete switch, a token's expert or
 // DSA top-k choice, is recognised by the jump and left out); recompute gives the same gradients; a
 // packed batch gives the sum of its sequences alone; and a fresh adapter (B = 0) leaves the base
-// model's loss unchanged.
+// model's loss unchanged; and the same pass with the adapters as factor views on a Ctx (the GPU
+// trainer's path) gives the host slots' loss and gradients.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -14,6 +15,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "hymoe/core/rng.h"
+#include "hymoe/model/lora_factors.h"
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/train.h"
 
@@ -219,6 +221,29 @@ BOOST_AUTO_TEST_CASE(media_rows_splice_as_in_the_forward) {
     BOOST_TEST(std::abs(ce - loss) <= 1e-4 * loss);
     b.media = MediaSplice{};
     BOOST_TEST(std::abs(evaluate_loss(m, b).loss - loss) > 1e-3);  // the splice mattered
+}
+
+// The pass on weight views with the adapters as factor views on a Ctx (model/lora_factors.h: the
+// GPU trainer's path, here on a CPU context) gives the host slots' loss and gradients, each
+// projection's adapter applied to its rows by one op instead of lora.h's run-wise loop, with the
+// same dropout masks.
+BOOST_DATA_TEST_CASE(factor_views_match_host_slots, data::make(kPresets), preset) {
+    Setup s;
+    make(s, preset, 0.1f);  // with dropout: the factor views draw the host slots' masks
+    const TrainBatch b = two_docs(s.m.cfg.vocab_size);
+    zero(s.lm);
+    const LossSums host = train_forward_backward(s.m, b, {});
+    const std::vector<float> want = grads(s.lm);
+    zero(s.lm);
+    const backend::Ctx ctx = backend::cpu_ctx();
+    LoraFactors factors(ctx, s.m, s.lm);
+    ModelViews views = factors.attach(model_views(s.m, named_views(s.m)));
+    add_routing_host_side(views, s.m);
+    const LossSums dev = train_forward_backward(TrainOn{s.m, ctx, views}, {&b, 1}, {});
+    factors.download_grads();
+    BOOST_TEST(std::abs(dev.loss - host.loss) <= 1e-6 * std::abs(host.loss));
+    BOOST_TEST(dev.targets == host.targets);
+    BOOST_TEST(max_rel(grads(s.lm), want) <= 1e-5);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
