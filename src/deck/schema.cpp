@@ -35,7 +35,7 @@ const std::vector<KeySpec> kSchema = {
 {"job.name", T::text, "the deck's folder name", 0, 0, {}, "job name, used in the log"},
 {"job.seed", T::integer, "0", 0, kInt64, {}, "seeds every random stream (model.init: random, sampling, dropout, data order)"},
 {"job.output", T::text, "out", 0, 0, {}, "output folder, relative to the deck's folder; created only after validation"},
-{"job.device", T::choice, "auto", 0, 0, {"auto", "cpu", "cuda"}, "where infer runs its forward: cuda on each rank's GPU, cpu, or auto (the GPU when the job can have one, else the CPU with one log line saying why); cuda that cannot be had exits 2 naming this key; other kinds ignore it"},
+{"job.device", T::choice, "auto", 0, 0, {"auto", "cpu", "cuda"}, "where infer and lora run their passes: cuda on each rank's GPU, cpu, or auto (the GPU when the job can have one, else the CPU with one log line saying why); cuda that cannot be had exits 2 naming this key; other kinds ignore it"},
 {"job.max_hours", T::number, "0", 0, 1e5, {}, "infer and lora: stop cleanly (exit 75, resumable) at 99% of this wall time; 0 = no limit"},
 {"job.overwrite", T::flag, "false", 0, 0, {}, "infer: replace a finished output made by a different deck (otherwise such a rerun is refused; the same deck is \"already complete\", exit 0)"},
 {"model", T::section, "", 0, 0, {}, "the model: a built-in preset or a config file, and its weights; required"},

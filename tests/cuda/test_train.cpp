@@ -1,10 +1,12 @@
 // LoRA training on the GPU (model/gpu_weights.h, model/lora_factors.h, model/train.h TrainOn)
 // against the CPU, fp32 matrices, for each tiny preset with adapters on every target (attention
 // q/k/v/o, dense and shared-expert FFNs, routed experts; B nonzero so every path carries
-// gradient, no dropout): one pass's loss (≤ 1e-6 relative) and adapter gradients (≤ 1e-4 of their
-// largest), and the trainer's loop over 20 AdamW steps (the GPU's gradients brought down, the
-// update on the host, the factors put back up) whose losses follow the CPU run's (≤ 1e-4).
+// gradient; dropout 0.1, the GPU drawing the CPU's masks): one pass's loss (≤ 1e-6 relative) and
+// adapter gradients (≤ 1e-4 of their largest), and the trainer's loop over 20 AdamW steps (the
+// GPU's gradients brought down, the update on the host, the factors put back up) whose losses
+// follow the CPU run's (≤ 1e-4); and the dropout kernel's masks against the CPU's, bit for bit.
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -14,6 +16,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include "cuda_test.h"
+#include "hymoe/backend/ops_dropout.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/gpu_weights.h"
 #include "hymoe/model/lora_factors.h"
@@ -62,6 +66,8 @@ struct Setup {
             if (t.name.find("lora_B") != std::string::npos)
                 rng.fill_normal(
                     t.dest->ptr<float>(), static_cast<size_t>(shape_numel(t.shape)), 0, 0.05f);
+        for (LoraModule& mod : lm.modules)
+            mod.slot->dropout = 0.1f, mod.slot->dropout_seed = 9;
     }
     void zero_grads() {
         for (const TensorSpec& g : lm.tensors(0, true))
@@ -141,6 +147,20 @@ BOOST_DATA_TEST_CASE(twenty_steps_follow_the_cpu, data::make(kPresets), preset) 
     }
     BOOST_TEST_MESSAGE(preset << ": 20 steps, worst loss difference " << worst);
     BOOST_TEST(worst <= 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(dropout_masks_are_the_cpus) {
+    const int64_t n = 37, in = 301;  // rows and a width that is no multiple of 4
+    Buffer x(DType::f32, {n, in}), want(DType::f32, {n, in}), got(DType::f32, {n, in});
+    Philox(3, 0, 0).fill_normal(x.ptr<float>(), static_cast<size_t>(n * in), 0, 1);
+    const ops::DropoutKey key{0.3f, 0x123456789abcull, 77};
+    ops::dropout_rows(x.view(), key, want.view());
+    hymoe::cuda_test::GpuCtx g;
+    const Tensor dx = g.up(x);
+    Tensor dy = g.f32({n, in});
+    ops::dropout_rows(g.ctx, dx, key, dy);
+    ops::download(g.ctx, dy, got.view());
+    BOOST_TEST(std::memcmp(got.view().data, want.view().data, want.view().bytes()) == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
