@@ -45,6 +45,47 @@ MoeWeightViews moe_views(const MoeWeights& w) {
 
 namespace hymoe::model::detail {
 
+ExpertAdapterRows expert_adapter_calls(const backend::Ctx& ctx,
+                                       backend::Scratch& scratch,
+                                       const backend::MoeGroups& g,
+                                       const RowSlots& slots,
+                                       int64_t n_exp,
+                                       bool views) {
+    const int64_t n = slots.n, k = slots.k;
+    ExpertAdapterRows out;
+    out.adapter.assign(static_cast<size_t>(g.n_rows()), 0);
+    out.lora_rows.resize(static_cast<size_t>(n_exp));
+    std::vector<int> token_adapter(static_cast<size_t>(n), 0);  // [n]
+    int n_adapters = 1;
+    if (slots.adapter)
+        for (int64_t t = 0; t < n; ++t) {
+            token_adapter[static_cast<size_t>(t)] = slots.adapter[t];
+            n_adapters = std::max(n_adapters, slots.adapter[t] + 1);
+        }
+    for (int64_t a = 0; a < n * k; ++a)
+        if (g.row[static_cast<size_t>(a)] >= 0)
+            out.adapter[static_cast<size_t>(g.row[static_cast<size_t>(a)])] =
+                token_adapter[static_cast<size_t>(a / k)];
+    if (!views)
+        return out;
+    LoraRows r = expert_adapter_rows(g.row, k, token_adapter, g.offset, n_adapters);
+    if (r.rows.empty())
+        return out;
+    for (const LoraSegment& seg : r.segments)  // each expert's rows from its group's start
+        for (int64_t i = seg.begin; i < seg.begin + seg.count; ++i)
+            r.rows[static_cast<size_t>(i)] -= g.offset[static_cast<size_t>(seg.group)];
+    const Tensor all = copied(ctx, scratch, r.rows, DType::i64);
+    for (const LoraSegment& seg : r.segments)
+        out.lora_rows[static_cast<size_t>(seg.group)].push_back(
+            {seg.adapter,
+             Tensor{
+                 static_cast<char*>(all.data) + seg.begin * static_cast<int64_t>(sizeof(int64_t)),
+                 DType::i64,
+                 all.device,
+                 {seg.count}}});
+    return out;
+}
+
 void experts_grouped(const backend::Ctx& ctx,
                      const ExpertViews& w,
                      ExpertAct act,
@@ -69,38 +110,10 @@ void experts_grouped(const backend::Ctx& ctx,
     const Tensor weight =
         copied(ctx, scratch, std::vector<float>(slots.weight, slots.weight + n * k), DType::f32);
 
-    // each expert's rows as a call of its own: the host adapters' batch (each row's adapter) and,
-    // for factor views, each adapter's rows in the grouped buffers
-    std::vector<int> adapter_g(static_cast<size_t>(g.n_rows()), 0);  // [n_rows]
-    std::vector<int> token_adapter(static_cast<size_t>(n), 0);       // [n]
-    int n_adapters = 1;
-    if (slots.adapter)
-        for (int64_t t = 0; t < n; ++t) {
-            token_adapter[static_cast<size_t>(t)] = slots.adapter[t];
-            n_adapters = std::max(n_adapters, slots.adapter[t] + 1);
-        }
-    for (int64_t a = 0; a < n * k; ++a)
-        if (g.row[static_cast<size_t>(a)] >= 0)
-            adapter_g[static_cast<size_t>(g.row[static_cast<size_t>(a)])] =
-                token_adapter[static_cast<size_t>(a / k)];
-    std::vector<std::vector<LoraRowsView>> lora_rows(static_cast<size_t>(n_exp));  // [E]
-    if (!w.lora_views.empty()) {
-        LoraRows r = expert_adapter_rows(g.row, k, token_adapter, g.offset, n_adapters);
-        for (const LoraSegment& seg : r.segments)  // each expert's rows from its block's start
-            for (int64_t i = seg.begin; i < seg.begin + seg.count; ++i)
-                r.rows[static_cast<size_t>(i)] -= g.offset[static_cast<size_t>(seg.group)];
-        if (!r.rows.empty()) {
-            const Tensor all = copied(ctx, scratch, r.rows, DType::i64);
-            for (const LoraSegment& seg : r.segments)
-                lora_rows[static_cast<size_t>(seg.group)].push_back(
-                    {seg.adapter,
-                     Tensor{static_cast<char*>(all.data) +
-                                seg.begin * static_cast<int64_t>(sizeof(int64_t)),
-                            DType::i64,
-                            all.device,
-                            {seg.count}}});
-        }
-    }
+    const ExpertAdapterRows calls =
+        expert_adapter_calls(ctx, scratch, g, slots, n_exp, !w.lora_views.empty());
+    const std::vector<int>& adapter_g = calls.adapter;
+    const std::vector<std::vector<LoraRowsView>>& lora_rows = calls.lora_rows;
     // y += expert e's adapters on projection `which` of its rows of x, for each expert with rows
     auto adapters = [&](LoraSlot* LoraSlots::*host,
                         LoraSlotView MlpLoraViews::*which,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hymoe/backend/ctx.h"
+#include "hymoe/backend/moe_groups.h"
 #include "hymoe/backend/ops_attention.h"  // ops::upload
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/ffn_views.h"
@@ -33,6 +34,21 @@ Tensor copied(const backend::Ctx& ctx,
     ops::upload(ctx, src, dst);
     return dst;
 }
+
+// Each expert's rows of a grouped call (groups g of the call's slots) as a call of its own, for
+// its adapters: each grouped row's adapter (slots.adapter; null: 0), for the host slots' batch,
+// and, when `views` (factor-view adapters), each expert's rows per adapter numbered from its
+// group's first row, on ctx's device (in scratch).
+struct ExpertAdapterRows {
+    std::vector<int> adapter;                          // [n_rows]
+    std::vector<std::vector<LoraRowsView>> lora_rows;  // [E] by adapter (empty without views)
+};
+ExpertAdapterRows expert_adapter_calls(const backend::Ctx& ctx,
+                                       backend::Scratch& scratch,
+                                       const backend::MoeGroups& g,
+                                       const RowSlots& slots,
+                                       int64_t n_exp,
+                                       bool views);
 
 // The routed experts' matrices on one device (model/moe_views.h), [E] each from host weights.
 using ExpertViews = MoeExpertViews;

@@ -11,7 +11,6 @@
 #include "hymoe/backend/ops_moe_backward.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/lora.h"
-#include "hymoe/model/lora_rows.h"
 #include "hymoe/model/lora_views.h"
 
 namespace hymoe::model::detail {
@@ -58,38 +57,10 @@ void experts_grouped_backward(const backend::Ctx& ctx,
         copied(ctx, scratch, std::vector<float>(slots.weight, slots.weight + n * k), DType::f32);
     const int64_t n_rows = gr.n_rows();
 
-    // Each expert's rows as a call of its own: the host adapters' batch and the factor views'
-    // rows per adapter, numbered within the expert's group.
-    std::vector<int> adapter_g(static_cast<size_t>(n_rows), 0);  // [n_rows]
-    std::vector<int> token_adapter(static_cast<size_t>(n), 0);   // [n]
-    int n_adapters = 1;
-    if (slots.adapter)
-        for (int64_t t = 0; t < n; ++t) {
-            token_adapter[static_cast<size_t>(t)] = slots.adapter[t];
-            n_adapters = std::max(n_adapters, slots.adapter[t] + 1);
-        }
-    for (int64_t a = 0; a < n * k; ++a)
-        if (gr.row[static_cast<size_t>(a)] >= 0)
-            adapter_g[static_cast<size_t>(gr.row[static_cast<size_t>(a)])] =
-                token_adapter[static_cast<size_t>(a / k)];
-    std::vector<std::vector<LoraRowsView>> lora_rows(static_cast<size_t>(n_exp));  // [E]
-    if (!w.lora_views.empty()) {
-        LoraRows r = expert_adapter_rows(gr.row, k, token_adapter, gr.offset, n_adapters);
-        for (const LoraSegment& seg : r.segments)  // rows of the expert's own call
-            for (int64_t i = seg.begin; i < seg.begin + seg.count; ++i)
-                r.rows[static_cast<size_t>(i)] -= gr.offset[static_cast<size_t>(seg.group)];
-        if (!r.rows.empty()) {
-            const Tensor all = copied(ctx, scratch, r.rows, DType::i64);
-            for (const LoraSegment& seg : r.segments)
-                lora_rows[static_cast<size_t>(seg.group)].push_back(
-                    {seg.adapter,
-                     Tensor{static_cast<char*>(all.data) +
-                                seg.begin * static_cast<int64_t>(sizeof(int64_t)),
-                            DType::i64,
-                            all.device,
-                            {seg.count}}});
-        }
-    }
+    const ExpertAdapterRows calls =
+        expert_adapter_calls(ctx, scratch, gr, slots, n_exp, !w.lora_views.empty());
+    const std::vector<int>& adapter_g = calls.adapter;
+    const std::vector<std::vector<LoraRowsView>>& lora_rows = calls.lora_rows;
     // f(e, begin, rows) for each expert with rows
     auto each_expert = [&](auto&& f) {
         for (int64_t e = 0; e < n_exp; ++e)

@@ -6,8 +6,8 @@
 // GPU's gradients brought down, the update on the host, the factors put back up) whose losses
 // follow the CPU run's (≤ 1e-4); and the dropout kernel's masks against the CPU's, bit for bit.
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
