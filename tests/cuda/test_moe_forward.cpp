@@ -152,8 +152,11 @@ BOOST_AUTO_TEST_CASE(moe_forward_on_cuda_equals_cpu, *utf::precondition(need_gpu
                                         dy,
                                         model::MoeParallel{},
                                         &stats);
-            BOOST_TEST_INFO(static_cast<int>(c.ffn));
-            expect_close("moe_forward_parallel", dy, want, g.s);
+            // f32 outputs of experts run in t: t's tolerance (bf16: h and the outputs rounded)
+            const Buffer got = to_host(dy, g.s);
+            const double err = rel_error(got.ptr<float>(), want.ptr<float>(), n * d);
+            BOOST_TEST_INFO(static_cast<int>(c.ffn) << " " << to_string(t) << ": error " << err);
+            BOOST_TEST(err < tolerance(t));
             BOOST_TEST(stats.tokens_per_expert == routing.tokens_per_expert,
                        boost::test_tools::per_element());
         }
