@@ -35,6 +35,16 @@ void mixer_forward(const Model& m,
 void ffn_forward(
     const Model& m, int i, const Tensor& xn, Tensor& y, const SeqBatch* rows, MoeCommStats* stats);
 
+// logits [k, V] = x [k, d] · headᵀ on ctx's device. Under tp (tp: the group; null: one rank)
+// head [V/tp, d] holds this rank's vocabulary rows, and an all-gather over tp assembles the
+// columns (rank p's block [k, V/tp] is row p·k + i of the gathered [tp·k, V/tp] and row i·tp + p
+// of logits seen as [k·tp, V/tp]).
+void vocab_logits(const backend::Ctx& ctx,
+                  const Tensor& x,
+                  const Tensor& head,
+                  const comm::Comm* tp,
+                  Tensor& logits);
+
 // The MoE layers' groups of m's rank: tp and ep where they have more than one rank (null: a
 // group of one).
 MoeParallel moe_groups(const Model& m);

@@ -7,7 +7,9 @@
 #include <algorithm>
 
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_backward.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/allocator.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
@@ -165,24 +167,10 @@ void splice_media(const MediaSplice& media, Tensor& h) {
     }
 }
 
-// logits [r, V] = normed [r, d] · headᵀ; under tp each rank computes its V/tp columns and an
-// all-gather over tp assembles them.
 void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
-    const int64_t r = normed.dim(0), V = m.cfg.vocab_size, tp = m.shard.tp;
-    logits = Buffer(DType::f32, {r, V});
-    if (tp == 1) {
-        ops::linear(m.ctx, normed, m.head().view(), logits.view());
-        return;
-    }
-    const int64_t part = V / tp;
-    Buffer mine(DType::f32, {r, part}), all(DType::f32, {tp * r, part});  // all: [tp, r, V/tp]
-    ops::linear(m.ctx, normed, m.head().view(), mine.view());
-    comm::all_gather(mine.view(), all.view(), m.comms->tp);
-    for (int64_t p = 0; p < tp; ++p)
-        for (int64_t i = 0; i < r; ++i)
-            std::copy_n(all.ptr<float>() + (p * r + i) * part,
-                        part,
-                        logits.ptr<float>() + i * V + p * part);
+    logits = Buffer(DType::f32, {normed.dim(0), m.cfg.vocab_size});
+    detail::vocab_logits(
+        m.ctx, normed, m.head().view(), m.shard.tp > 1 ? &m.comms->tp : nullptr, logits.view());
 }
 
 namespace {
@@ -203,6 +191,29 @@ struct FlopSpan {
 }  // namespace
 
 namespace detail {
+
+void vocab_logits(const backend::Ctx& ctx,
+                  const Tensor& x,
+                  const Tensor& head,
+                  const comm::Comm* tp,
+                  Tensor& logits) {
+    if (tp == nullptr)
+        return ops::linear(ctx, x, head, logits);
+    const int64_t k = x.dim(0), n = tp->size(), part = head.dim(0);
+    backend::Scratch s(ctx);
+    Tensor mine = s(DType::f32, {k, part}), all = s(DType::f32, {n * k, part});
+    ops::linear(ctx, x, head, mine);
+    ops::synchronize(ctx);
+    comm::all_gather(mine, all, *tp);
+    std::vector<int64_t> order(static_cast<size_t>(k * n));  // [k·tp] gathered row of each
+    for (int64_t i = 0; i < k; ++i)
+        for (int64_t p = 0; p < n; ++p)
+            order[static_cast<size_t>(i * n + p)] = p * k + i;
+    Tensor idx = s(DType::i64, {k * n});
+    ops::upload(ctx, Tensor{order.data(), DType::i64, Device::cpu, {k * n}}, idx);
+    Tensor blocks{logits.data, DType::f32, logits.device, {k * n, part}};
+    ops::gather_rows(ctx, all, idx, blocks);
+}
 
 double LayerBlocks::clock() const {
     return wall_seconds();

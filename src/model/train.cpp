@@ -54,6 +54,29 @@ void set_dropout_seed(const TrainOptions& o, const TrainBatch& b) {
 using Stream = detail::TrainStream;  // one micro-batch's, at the stage's block boundaries
 using backend::Held;
 
+// The pipeline's messages go through host memory over MPI, whatever the pass's device: the sends
+// must not block (in 1F1B a stage sends its next stream while its neighbour sends a gradient
+// back), which device sends over NCCL would. A device tensor is staged in `staged` first.
+comm::Request send_start(const backend::Ctx& ctx,
+                         const Tensor& x,
+                         Buffer& staged,
+                         int dest,
+                         const comm::Comm& c,
+                         int tag) {
+    if (x.device == Device::cpu)
+        return comm::send_start(x, dest, c, tag);
+    staged = Buffer(x.dtype, x.shape, Uninit{});
+    ops::download(ctx, x, staged.view());
+    return comm::send_start(staged.view(), dest, c, tag);
+}
+void recv(const backend::Ctx& ctx, Tensor& x, int src, const comm::Comm& c, int tag) {
+    if (x.device == Device::cpu)
+        return comm::recv(x, src, c, tag);
+    Buffer staged(x.dtype, x.shape, Uninit{});
+    comm::recv(staged.view(), src, c, tag);
+    ops::upload(ctx, staged.view(), x);
+}
+
 // The stage's input stream [n, d] on the pass's device: the embeddings with the media spliced in
 // (first stage; made on the host from m's table, then uploaded), or the previous stage's output.
 Held stage_input(const TrainOn& on, const TrainBatch& b) {
@@ -65,8 +88,7 @@ Held stage_input(const TrainOn& on, const TrainBatch& b) {
         splice_media(b.media, host.view());
         ops::upload(on.ctx, host.view(), h.view());
     } else {
-        ops::synchronize(on.ctx);
-        comm::recv(h.view(), m.comms->pp_prev, m.comms->pp, kStreamTag);
+        recv(on.ctx, h.view(), m.comms->pp_prev, m.comms->pp, kStreamTag);
     }
     return h;
 }
@@ -112,30 +134,6 @@ Stream forward_stage(const TrainOn& on,
     return st;
 }
 
-// logits [k, V] = x [k, d] · headᵀ on the pass's device; under tp each rank computes its V/tp
-// columns and an all-gather over tp assembles them (rank p's block [k, V/tp] is row p·k + i of
-// the gathered [tp·k, V/tp], row i·tp + p of logits seen as [k·tp, V/tp]).
-void head_logits(const TrainOn& on, const Tensor& x, Tensor& logits) {
-    const Model& m = on.m;
-    const int64_t k = x.dim(0), tp = m.shard.tp;
-    if (tp == 1)
-        return ops::linear(on.ctx, x, on.weights.head, logits);
-    const int64_t part = logits.dim(1) / tp;
-    backend::Scratch s(on.ctx);
-    Tensor mine = s(DType::f32, {k, part}), all = s(DType::f32, {tp * k, part});
-    ops::linear(on.ctx, x, on.weights.head, mine);
-    ops::synchronize(on.ctx);
-    comm::all_gather(mine, all, m.comms->tp);
-    std::vector<int64_t> order(static_cast<size_t>(k * tp));  // [k·tp] gathered row of each
-    for (int64_t i = 0; i < k; ++i)
-        for (int64_t p = 0; p < tp; ++p)
-            order[static_cast<size_t>(i * tp + p)] = p * k + i;
-    Tensor idx = s(DType::i64, {k * tp});
-    ops::upload(on.ctx, Tensor{order.data(), DType::i64, Device::cpu, {k * tp}}, idx);
-    Tensor blocks{logits.data, DType::f32, logits.device, {k * tp, part}};
-    ops::gather_rows(on.ctx, all, idx, blocks);
-}
-
 // The masked cross-entropy over the rows with a target, and (when dh is given) ∂(scale·Σ loss)
 // with respect to the last residual stream h [n, d]. Under tp every rank computes the loss from
 // the gathered logits and the gradient through its V/tp head rows, summed over tp.
@@ -170,7 +168,7 @@ LossSums loss_head(
         ops::upload(ctx, Tensor{target.data(), DType::i64, Device::cpu, {k}}, target_dev);
         Tensor x = cs(DType::f32, {k, d}), logits = cs(DType::f32, {k, V});
         ops::gather_rows(ctx, normed, chunk_rows, x);
-        head_logits(on, x, logits);
+        detail::vocab_logits(ctx, x, head, m.shard.tp > 1 ? &m.comms->tp : nullptr, logits);
         // the rows' losses; logits ← dlogits = scale·(softmax − onehot)
         const ops::CrossEntropyRows ce = ops::cross_entropy_rows(ctx, logits, target_dev, scale);
         for (int64_t r = 0; r < k; ++r) {
@@ -233,8 +231,7 @@ public:
     void send(Held x, int dest, const comm::Comm& c, int tag) {
         Pending& p = pending_.emplace_back();
         p.data = std::move(x);
-        ops::synchronize(ctx_);
-        p.request = comm::send_start(p.data.view(), dest, c, tag);
+        p.request = send_start(ctx_, p.data.view(), p.staged, dest, c, tag);
     }
     ~Outbox() {
         for (Pending& p : pending_)
@@ -244,6 +241,7 @@ public:
 private:
     struct Pending {
         Held data;
+        Buffer staged;  // a device tensor's host copy
         comm::Request request;
     };
     const backend::Ctx& ctx_;
@@ -255,8 +253,9 @@ Stream forward_only(const TrainOn& on, const TrainBatch& b, std::vector<Held>* f
     check_batch(b);
     Stream st = forward_stage(on, b, stage_input(on, b), false, nullptr, ffn_inputs);
     if (!on.m.shard.last_stage()) {
-        ops::synchronize(on.ctx);
-        comm::send_start(st.out.view(), on.m.comms->pp_next, on.m.comms->pp, kStreamTag).wait();
+        Buffer staged;
+        send_start(on.ctx, st.out.view(), staged, on.m.comms->pp_next, on.m.comms->pp, kStreamTag)
+            .wait();
     }
     return st;
 }
@@ -314,8 +313,7 @@ LossSums train_forward_backward(const TrainOn& on,
             head_grads.pop_front();
         } else {
             dh = Held(on.ctx, DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
-            ops::synchronize(on.ctx);
-            comm::recv(dh.view(), m.comms->pp_next, m.comms->pp, kGradTag);
+            recv(on.ctx, dh.view(), m.comms->pp_next, m.comms->pp, kGradTag);
         }
         detail::TrainBlocks blocks(on, b.batch);
         detail::run_layers_backward(m.local,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -63,6 +64,26 @@ void zero_grads(model::LoraModel& lm) {
     for (const model::TensorSpec& g : lm.tensors(0, true))
         std::fill_n(g.dest->ptr<float>(), shape_numel(g.shape), 0.0f);
 }
+
+// The adapters without dropout while it lives (the evaluations and the routing-drift probe), as
+// in PEFT's eval mode.
+class NoDropout {
+public:
+    explicit NoDropout(model::LoraModel& lm) : lm_(lm) {
+        for (model::LoraModule& mod : lm_.modules)
+            kept_.push_back(std::exchange(mod.slot->dropout, 0.0f));
+    }
+    ~NoDropout() {
+        for (size_t i = 0; i < kept_.size(); ++i)
+            lm_.modules[i].slot->dropout = kept_[i];
+    }
+    NoDropout(const NoDropout&) = delete;
+    NoDropout& operator=(const NoDropout&) = delete;
+
+private:
+    model::LoraModel& lm_;
+    std::vector<float> kept_;  // [modules]
+};
 
 // The adapter's factor scale: alpha / r, or alpha / √r with rsLoRA.
 double lora_scale(const deck::LoraSection& l) {
@@ -155,15 +176,14 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
       config_sha_(sha256_hex(model::to_json(job.model))) {
     if (on_gpu) {
 #ifdef HYMOE_CUDA
-        const DType cd = job.deck.model.dtype == DType::bf16 ? DType::bf16 : DType::f32;
-        gpu_ = model::make_gpu_weights(m_, cd, 0.9);
+        // fp32 matrices whatever model.dtype: the MoE backward's grouped products take f32
+        gpu_ = model::make_gpu_weights(m_, DType::f32, 0.9);
         factors_ = std::make_unique<model::LoraFactors>(gpu_->ctx(), m_, lm_);
         views_ = factors_->attach(gpu_->views());
-        log::info(cat("GPU: weights ",
-                      fixed(static_cast<double>(gpu_->weight_bytes()) / 1e9, 2),
-                      " GB in ",
-                      to_string(cd),
-                      "; the adapter's factors and gradients on the GPU, its update on the host"));
+        log::info(
+            cat("GPU: fp32 weights, ",
+                fixed(static_cast<double>(gpu_->weight_bytes()) / 1e9, 2),
+                " GB; the adapter's factors and gradients on the GPU, its update on the host"));
 #else
         HYMOE_FAIL(Exit::internal, "lora: a GPU run in a build without CUDA");
 #endif
@@ -260,6 +280,7 @@ void Trainer::save(int64_t steps_done, bool best) {
 }
 
 void Trainer::evaluate_at(int64_t steps_done) {
+    const NoDropout eval_mode(lm_);
     auto measure = [&](const EvalSet& e, double& l, double& acc) {
         l = acc = std::nan("");
         if (e.rows.empty())
@@ -399,6 +420,7 @@ void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
     }
     std::vector<double> ov(static_cast<size_t>(L)), kl(static_cast<size_t>(L));
     if (L > 0) {
+        const NoDropout eval_mode(lm_);
         drift(base_dist_,
               model::router_distributions(m_, probe_batch_),
               hist_.moe_layers,

@@ -73,7 +73,8 @@ TensorList routed_expert_tensors(const ModelConfig& cfg,
 // y [n_tok, w] = down(act(x)) for one MLP on x [n_tok, w], on ctx's device (backend-neutral ops):
 //   swiglu: down(SiLU(gate x) ⊙ up x),  relu2: down(ReLU(up x)²).
 // rows names each row's adapter (its sequences are runs of rows, model/lora.h); null: adapter 0
-// on every row. Adapters run on the CPU only (the GPU model applies its own: model/cuda/).
+// on every row. The host slots (w's LoraSlots) run on CPU contexts; on a device, adapters are
+// factor views (model/ffn_views.h).
 void dense_ffn_forward(const backend::Ctx& ctx,
                        const DenseFfnWeights& w,
                        ExpertAct act,

@@ -1,9 +1,10 @@
 // Where a job computes: the deck's job.device (auto | cpu | cuda) against what this build, the
 // job and the machine allow. Decided once, before the job's output folder is made, for the kinds
-// that run the model (infer, lora). The GPU model (model/cuda_model.h) runs infer jobs with every
-// layer whole on each rank's GPU: tp = pp = 1, any dp, the routed experts whole or split over
-// ep (dp a multiple of ep, no rebalancing), LoRA adapters at ep = 1 only, KV offload none or
-// host (no spill file), no batch-invariant mode. `cuda` that cannot be had is an invalid deck
+// that run the model (infer, lora). The GPU runs infer jobs (model/cuda_model.h) and lora jobs
+// (model/train.h on model/gpu_weights.h) at every layout the CPU runs, but expert rebalancing at
+// ep > 1 (parallel.rebalance_every: the GPU keeps each routed expert where it was loaded), with
+// every inference option (adapters, KV offload host or file, the prefix cache,
+// batch_invariant). `cuda` that cannot be had is an invalid deck
 // (exit 2, one sentence naming job.device's place in the deck); `auto` then runs on the CPU and
 // logs one line saying why. Each rank takes GPU local_rank mod the GPUs it sees (backend/device.h).
 #pragma once
