@@ -45,14 +45,27 @@ MoeWeightViews moe_views(const MoeWeights& w) {
 
 namespace hymoe::model::detail {
 
-ExpertAdapterRows expert_adapter_calls(const backend::Ctx& ctx,
-                                       backend::Scratch& scratch,
-                                       const backend::MoeGroups& g,
-                                       const RowSlots& slots,
-                                       int64_t n_exp,
-                                       bool views) {
+GroupedCall grouped_call(const backend::Ctx& ctx,
+                         backend::Scratch& scratch,
+                         const MoeExpertViews& w,
+                         const RowSlots& slots,
+                         std::vector<int64_t>& tokens_per_expert) {
+    const auto n_exp = static_cast<int64_t>(w.up.size());
     const int64_t n = slots.n, k = slots.k;
-    ExpertAdapterRows out;
+    GroupedCall out;
+    out.g = backend::moe_group_rows(slots.expert, n, k, n_exp);
+    const backend::MoeGroups& g = out.g;
+    out.counts = g.rows_per_expert();
+    for (int64_t e = 0; e < n_exp; ++e) {
+        HYMOE_CHECK(out.counts[e] == 0 || w.up[e].data != nullptr,
+                    "expert ",
+                    e,
+                    " reached a rank that does not host it");
+        tokens_per_expert[static_cast<size_t>(e)] += out.counts[e];
+    }
+    out.row = copied(ctx, scratch, g.row, DType::i64);
+    out.weight =
+        copied(ctx, scratch, std::vector<float>(slots.weight, slots.weight + n * k), DType::f32);
     out.adapter.assign(static_cast<size_t>(g.n_rows()), 0);
     out.lora_rows.resize(static_cast<size_t>(n_exp));
     std::vector<int> token_adapter(static_cast<size_t>(n), 0);  // [n]
@@ -66,7 +79,7 @@ ExpertAdapterRows expert_adapter_calls(const backend::Ctx& ctx,
         if (g.row[static_cast<size_t>(a)] >= 0)
             out.adapter[static_cast<size_t>(g.row[static_cast<size_t>(a)])] =
                 token_adapter[static_cast<size_t>(a / k)];
-    if (!views)
+    if (w.lora_views.empty())
         return out;
     LoraRows r = expert_adapter_rows(g.row, k, token_adapter, g.offset, n_adapters);
     if (r.rows.empty())
@@ -95,25 +108,14 @@ void experts_grouped(const backend::Ctx& ctx,
                      const std::function<void()>& poll,
                      std::vector<int64_t>& tokens_per_expert) {
     const auto n_exp = static_cast<int64_t>(w.up.size());
-    const int64_t n = slots.n, k = slots.k, width = in.dim(1);
-    const backend::MoeGroups g = backend::moe_group_rows(slots.expert, n, k, n_exp);
-    const std::vector<int64_t> counts = g.rows_per_expert();
-    for (int64_t e = 0; e < n_exp; ++e) {
-        HYMOE_CHECK(counts[e] == 0 || w.up[e].data != nullptr,
-                    "expert ",
-                    e,
-                    " reached a rank that does not host it");
-        tokens_per_expert[static_cast<size_t>(e)] += counts[e];
-    }
+    const int64_t k = slots.k, width = in.dim(1);
     backend::Scratch scratch(ctx);
-    const Tensor row = copied(ctx, scratch, g.row, DType::i64);  // [n·k]
-    const Tensor weight =
-        copied(ctx, scratch, std::vector<float>(slots.weight, slots.weight + n * k), DType::f32);
-
-    const ExpertAdapterRows calls =
-        expert_adapter_calls(ctx, scratch, g, slots, n_exp, !w.lora_views.empty());
-    const std::vector<int>& adapter_g = calls.adapter;
-    const std::vector<std::vector<LoraRowsView>>& lora_rows = calls.lora_rows;
+    const GroupedCall call = grouped_call(ctx, scratch, w, slots, tokens_per_expert);
+    const backend::MoeGroups& g = call.g;
+    const std::vector<int64_t>& counts = call.counts;
+    const Tensor &row = call.row, &weight = call.weight;
+    const std::vector<int>& adapter_g = call.adapter;
+    const std::vector<std::vector<LoraRowsView>>& lora_rows = call.lora_rows;
     // y += expert e's adapters on projection `which` of its rows of x, for each expert with rows
     auto adapters = [&](LoraSlot* LoraSlots::*host,
                         LoraSlotView MlpLoraViews::*which,

@@ -35,20 +35,25 @@ Tensor copied(const backend::Ctx& ctx,
     return dst;
 }
 
-// Each expert's rows of a grouped call (groups g of the call's slots) as a call of its own, for
-// its adapters: each grouped row's adapter (slots.adapter; null: 0), for the host slots' batch,
-// and, when `views` (factor-view adapters), each expert's rows per adapter numbered from its
-// group's first row, on ctx's device (in scratch).
-struct ExpertAdapterRows {
+// One grouped call's plan on ctx's device (its tensors in scratch): the expert groups
+// (backend/moe_groups.h) of the slots, each expert's rows (added to tokens_per_expert; an expert
+// with rows must be held), the row map and combine weights uploaded, and each expert's rows as a
+// call of its own for its adapters: each grouped row's adapter (slots.adapter; null: 0), the host
+// slots' batch, and, when w has factor-view adapters, each expert's rows per adapter numbered
+// from its group's first row.
+struct GroupedCall {
+    backend::MoeGroups g;
+    std::vector<int64_t> counts;                       // [E] rows of each expert
+    Tensor row;                                        // i64 [n·k] g.row on the device
+    Tensor weight;                                     // f32 [n·k] the slots' combine weights
     std::vector<int> adapter;                          // [n_rows]
     std::vector<std::vector<LoraRowsView>> lora_rows;  // [E] by adapter (empty without views)
 };
-ExpertAdapterRows expert_adapter_calls(const backend::Ctx& ctx,
-                                       backend::Scratch& scratch,
-                                       const backend::MoeGroups& g,
-                                       const RowSlots& slots,
-                                       int64_t n_exp,
-                                       bool views);
+GroupedCall grouped_call(const backend::Ctx& ctx,
+                         backend::Scratch& scratch,
+                         const MoeExpertViews& w,
+                         const RowSlots& slots,
+                         std::vector<int64_t>& tokens_per_expert);
 
 // The routed experts' matrices on one device (model/moe_views.h), [E] each from host weights.
 using ExpertViews = MoeExpertViews;

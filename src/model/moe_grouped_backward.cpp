@@ -42,25 +42,14 @@ void experts_grouped_backward(const backend::Ctx& ctx,
                 " rows of ",
                 k,
                 " slots");
-    const backend::MoeGroups gr = backend::moe_group_rows(slots.expert, n, k, n_exp);
-    const std::vector<int64_t> counts = gr.rows_per_expert();
-    for (int64_t e = 0; e < n_exp; ++e) {
-        HYMOE_CHECK(counts[e] == 0 || w.up[e].data != nullptr,
-                    "expert ",
-                    e,
-                    " reached a rank that does not host it");
-        tokens_per_expert[static_cast<size_t>(e)] += counts[e];
-    }
     backend::Scratch scratch(ctx);
-    const Tensor row = copied(ctx, scratch, gr.row, DType::i64);  // [n·k]
-    const Tensor weight =
-        copied(ctx, scratch, std::vector<float>(slots.weight, slots.weight + n * k), DType::f32);
+    const GroupedCall call = grouped_call(ctx, scratch, w, slots, tokens_per_expert);
+    const backend::MoeGroups& gr = call.g;
+    const std::vector<int64_t>& counts = call.counts;
+    const Tensor &row = call.row, &weight = call.weight;
     const int64_t n_rows = gr.n_rows();
-
-    const ExpertAdapterRows calls =
-        expert_adapter_calls(ctx, scratch, gr, slots, n_exp, !w.lora_views.empty());
-    const std::vector<int>& adapter_g = calls.adapter;
-    const std::vector<std::vector<LoraRowsView>>& lora_rows = calls.lora_rows;
+    const std::vector<int>& adapter_g = call.adapter;
+    const std::vector<std::vector<LoraRowsView>>& lora_rows = call.lora_rows;
     // f(e, begin, rows) for each expert with rows
     auto each_expert = [&](auto&& f) {
         for (int64_t e = 0; e < n_exp; ++e)

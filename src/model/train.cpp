@@ -83,10 +83,14 @@ Held stage_input(const TrainOn& on, const TrainBatch& b) {
     const Model& m = on.m;
     Held h(on.ctx, DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
     if (m.shard.first_stage()) {
-        Buffer host(DType::f32, h.view().shape);
-        embed_tokens(m, b.tokens, host.view());
-        splice_media(b.media, host.view());
-        ops::upload(on.ctx, host.view(), h.view());
+        Buffer staged;  // a device pass's host rows
+        Tensor rows = h.view().device == Device::cpu
+                          ? h.view()
+                          : (staged = Buffer(DType::f32, h.view().shape)).view();
+        embed_tokens(m, b.tokens, rows);
+        splice_media(b.media, rows);
+        if (staged.view().data != nullptr)
+            ops::upload(on.ctx, rows, h.view());
     } else {
         recv(on.ctx, h.view(), m.comms->pp_prev, m.comms->pp, kStreamTag);
     }

@@ -15,6 +15,7 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "../unit/model/train_setup.h"
 #include "cuda_test.h"
 #include "hymoe/backend/ops_dropout.h"
 #include "hymoe/backend/ops_rows.h"
@@ -30,57 +31,9 @@ namespace utf = boost::unit_test;
 using namespace hymoe;
 using namespace hymoe::model;
 using hymoe::cuda_test::need_gpu;
+using namespace hymoe::train_test;
 
 namespace {
-
-const std::vector<std::string> kPresets = {"tiny", "tiny-kimi", "tiny-deepseek"};
-
-// Two documents packed (11 and 7 tokens), targets on every next token but a masked prefix.
-TrainBatch two_docs(int64_t vocab) {
-    TrainBatch b;
-    b.batch = SeqBatch{{0, 11, 18}, {0, 0}, {}};
-    for (int64_t s = 0; s < 2; ++s) {
-        const int64_t begin = b.batch.offsets[s], end = b.batch.offsets[s + 1];
-        for (int64_t t = begin; t < end; ++t)
-            b.tokens.push_back((t * 29 + s * 7 + 3) % vocab);
-        for (int64_t t = begin; t < end; ++t)
-            b.targets.push_back(t + 1 < end && t - begin >= 2 ? b.tokens[t + 1] : -1);
-    }
-    return b;
-}
-
-// A model with adapters on every target, B drawn small and nonzero: the same values every call.
-struct Setup {
-    Model m;
-    LoraModel lm;
-    explicit Setup(const std::string& preset) : m(make_model(preset_config(preset))) {
-        init_model_random(m, 11);
-        std::vector<std::string> targets = {
-            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-        if (m.cfg.moe.n_routed_experts > 0)
-            targets.insert(targets.end(), {"experts", "shared_experts"});
-        lm = attach_lora(m, targets, false);
-        add_lora_adapter(lm, m.shard, 4, 0.5f, 3, true);
-        Philox rng(5, 0, 0);
-        for (const TensorSpec& t : lm.tensors(0))
-            if (t.name.find("lora_B") != std::string::npos)
-                rng.fill_normal(
-                    t.dest->ptr<float>(), static_cast<size_t>(shape_numel(t.shape)), 0, 0.05f);
-        for (LoraModule& mod : lm.modules)
-            mod.slot->dropout = 0.1f, mod.slot->dropout_seed = 9;
-    }
-    void zero_grads() {
-        for (const TensorSpec& g : lm.tensors(0, true))
-            std::fill_n(g.dest->ptr<float>(), shape_numel(g.shape), 0.0f);
-    }
-    std::vector<float> grads() {
-        std::vector<float> out;
-        for (const TensorSpec& g : lm.tensors(0, true))
-            out.insert(
-                out.end(), g.dest->ptr<float>(), g.dest->ptr<float>() + shape_numel(g.shape));
-        return out;
-    }
-};
 
 // The GPU side of a Setup: its weights uploaded, its adapter as device factors.
 struct OnGpu {
@@ -108,24 +61,28 @@ double max_abs_rel(const std::vector<float>& got, const std::vector<float>& want
 BOOST_AUTO_TEST_SUITE(cuda_train, *utf::label("cuda") * utf::precondition(need_gpu))
 
 BOOST_DATA_TEST_CASE(one_pass_matches_the_cpu, data::make(kPresets), preset) {
-    Setup cpu(preset), gpu(preset);
+    Setup cpu, gpu;
+    make(cpu, preset, 0.1f);
+    make(gpu, preset, 0.1f);
     const TrainBatch b = two_docs(cpu.m.cfg.vocab_size);
-    cpu.zero_grads();
+    zero(cpu.lm);
     const LossSums want = train_forward_backward(cpu.m, b, {});
     OnGpu dev(gpu);
-    gpu.zero_grads();
+    zero(gpu.lm);
     const LossSums got = train_forward_backward(dev.on(gpu), {&b, 1}, {});
     dev.factors->download_grads();
     BOOST_TEST(std::abs(got.loss - want.loss) <= 1e-6 * want.loss);
     BOOST_TEST(got.targets == want.targets);
     BOOST_TEST(got.correct == want.correct);
-    const std::vector<float> g = gpu.grads(), w = cpu.grads();
+    const std::vector<float> g = grads(gpu.lm), w = grads(cpu.lm);
     BOOST_REQUIRE_EQUAL(g.size(), w.size());
     BOOST_TEST(max_abs_rel(g, w) <= 1e-4);
 }
 
 BOOST_DATA_TEST_CASE(twenty_steps_follow_the_cpu, data::make(kPresets), preset) {
-    Setup cpu(preset), gpu(preset);
+    Setup cpu, gpu;
+    make(cpu, preset, 0.1f);
+    make(gpu, preset, 0.1f);
     const TrainBatch b = two_docs(cpu.m.cfg.vocab_size);
     deck::OptimizerSection o;
     o.lr = 1e-2;
@@ -134,10 +91,10 @@ BOOST_DATA_TEST_CASE(twenty_steps_follow_the_cpu, data::make(kPresets), preset) 
     OnGpu dev(gpu);
     double worst = 0;
     for (int step = 1; step <= 20; ++step) {
-        cpu.zero_grads();
+        zero(cpu.lm);
         const double want = train_forward_backward(cpu.m, b, {}).loss;
         opt_cpu.step(o.lr, 1.0, step);
-        gpu.zero_grads();
+        zero(gpu.lm);
         dev.factors->zero_grads();
         const double got = train_forward_backward(dev.on(gpu), {&b, 1}, {}).loss;
         dev.factors->download_grads();
