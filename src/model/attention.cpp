@@ -15,6 +15,7 @@
 #include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_kda.h"
 #include "hymoe/backend/ops_mla.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/attention_backward_views.h"
@@ -347,6 +348,7 @@ void attention_forward(const backend::Ctx& ctx,
     ops::linear(ctx, o, w.o_proj, y);
     lora_forward(ctx, lora.o, w.lora_views.o, batch, w.lora_rows, o, y);
     if (stats != nullptr) {
+        ops::synchronize(ctx);  // a device's seconds are its work's, not its queueing's
         stats->indexer_seconds += indexer_seconds;
         stats->attention_seconds += wall_seconds() - start - indexer_seconds;
     }

@@ -182,6 +182,16 @@ ops::KdaSeqTable KdaTableArrays::table() const {
     return t;
 }
 
+void check_kda_states(const ModelConfig& cfg, const std::vector<KdaStateViews>& states) {
+    const KdaDims n(cfg);
+    for (const KdaStateViews& st : states)
+        HYMOE_CHECK(st.S.shape == (Shape{n.H, n.K, n.K}) && st.S.dtype == DType::f32 &&
+                        st.q_tail.numel() == (n.W - 1) * n.D &&
+                        st.k_tail.numel() == st.q_tail.numel() &&
+                        st.v_tail.numel() == st.q_tail.numel(),
+                    "kda_forward: a state not made by make_kda_state for this config");
+}
+
 void kda_forward(const backend::Ctx& ctx,
                  const ModelConfig& cfg,
                  const KdaWeightViews& w,
@@ -190,13 +200,7 @@ void kda_forward(const backend::Ctx& ctx,
                  const std::vector<KdaStateViews>& states,
                  Tensor& y,
                  KdaMode mode) {
-    const KdaDims n(cfg);
-    for (const KdaStateViews& st : states)
-        HYMOE_CHECK(st.S.shape == (Shape{n.H, n.K, n.K}) && st.S.dtype == DType::f32 &&
-                        st.q_tail.numel() == (n.W - 1) * n.D &&
-                        st.k_tail.numel() == st.q_tail.numel() &&
-                        st.v_tail.numel() == st.q_tail.numel(),
-                    "kda_forward: a state not made by make_kda_state for this config");
+    check_kda_states(cfg, states);
     backend::Scratch scratch(ctx);
     const KdaTableArrays arrays = kda_table_arrays(batch, states);
     kda_forward(ctx, cfg, w, x, KdaBatchViews{&batch, kda_table_on(ctx, scratch, arrays)}, y, mode);

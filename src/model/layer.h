@@ -1,39 +1,21 @@
-// One layer of the model as every pass runs it: the mixer and the FFN its LayerSpec names, each
-// with the tp reduction of its partial output, forward and backward, and the one loop over a
-// stage's layers (h += mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h)) that the inference forward
-// (model.cpp), the training pass (train.cpp, train_blocks.h, with its reverse) and the GPU model
-// (model/cuda) all run, each through its LayerBlocks. Every MoE layer goes through the one
-// MoE path (model/moe_parallel.h; groups of one on one rank).
+// One layer of the model as every pass runs it, and the one loop over a stage's layers (h +=
+// mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h)) that the inference forward (model.cpp, on any Ctx: the
+// CPU model and the GPU model of model/cuda alike) and the training pass (train.cpp,
+// train_blocks.h, with its reverse) run, each through its LayerBlocks. An inference step reaches
+// its sequences' states through a StepStates: the host's SequenceStates, or the GPU model's step
+// tables. Every MoE layer goes through the one MoE path (model/moe_parallel.h; groups of one on
+// one rank).
 #pragma once
 
 #include <functional>
 #include <vector>
 
+#include "hymoe/model/attention_views.h"
+#include "hymoe/model/kda_views.h"
 #include "hymoe/model/model.h"
+#include "hymoe/model/model_on.h"
 
 namespace hymoe::model::detail {
-
-// How an inference step's mixers see their sequences: each continues its KDA state and attention
-// cache (a training pass starts every sequence fresh: train_blocks.h).
-struct MixerPass {
-    const std::vector<SequenceState*>* states = nullptr;  // [n_seq]
-    KdaMode kda_mode = KdaMode::automatic;
-    AttnMode attn_mode = AttnMode::expanded;
-    AttnStats* attn_stats = nullptr;  // added to when given
-};
-
-// y [n, d] = layer i's mixer on xn [n, d] (input-normed), full on every rank of the tp group.
-void mixer_forward(const Model& m,
-                   int i,
-                   const Tensor& xn,
-                   const SeqBatch& batch,
-                   const MixerPass& pass,
-                   Tensor& y);
-// y [n, d] = layer i's FFN on xn [n, d], full on every rank of the tp group. rows names each
-// row's adapter (null: adapter 0); stats (MoE layers) gets the layer's phases and expert load.
-// Collective over tp and (MoE) ep: an MoE layer is called with n = 0 too.
-void ffn_forward(
-    const Model& m, int i, const Tensor& xn, Tensor& y, const SeqBatch* rows, MoeCommStats* stats);
 
 // logits [k, V] = x [k, d] · headᵀ on ctx's device. Under tp (tp: the group; null: one rank)
 // head [V/tp, d] holds this rank's vocabulary rows, and an all-gather over tp assembles the
@@ -56,9 +38,8 @@ struct LayerTaps {
     std::function<void(int, const Tensor&)> moe_input;     // xn [n, d] into an MoE layer's FFN
 };
 
-// How one pass runs a stage's blocks on its device, for the layer loop: the CPU model's blocks
-// on its Buffers and host states (ModelBlocks below), or the GPU model's on its device weights
-// and step (model/cuda). Every tensor lives on ctx().device.
+// How one pass runs a stage's blocks on its device, for the layer loop: an inference step's
+// (layer.cpp) or a training pass's (train_blocks.h). Every tensor lives on ctx().device.
 class LayerBlocks {
 public:
     virtual ~LayerBlocks() = default;
@@ -71,28 +52,6 @@ public:
     virtual void ffn(int i, const Tensor& xn, Tensor& y, MoeCommStats* stats) = 0;
     // Wall seconds now, with the device caught up when the pass is timed (the layers' seconds).
     virtual double clock() const;
-};
-
-// The CPU model's blocks for one pass: mixer_forward and ffn_forward on m's weights, the batch's
-// states as pass says, rows naming the FFN adapters' rows (null: adapter 0), and each
-// attention layer announced to the step's KV pools (the offload tier's prefetch) as it starts.
-class ModelBlocks final : public LayerBlocks {
-public:
-    // The step's pages told to its KV pools (each page once, in order of first use).
-    ModelBlocks(const Model& m, const SeqBatch& batch, const MixerPass& pass, const SeqBatch* rows);
-    const backend::Ctx& ctx() const override { return m_.ctx; }
-    const Tensor& attn_norm(int i) const override { return m_.layers[i].attn_norm.view(); }
-    const Tensor& ffn_norm(int i) const override { return m_.layers[i].ffn_norm.view(); }
-    void mixer(int i, const Tensor& xn, Tensor& y) override;
-    void ffn(int i, const Tensor& xn, Tensor& y, MoeCommStats* stats) override;
-    void end_step() const;  // the step's end, told to its KV pools
-
-private:
-    const Model& m_;
-    const SeqBatch& batch_;
-    const MixerPass& pass_;
-    const SeqBatch* rows_;
-    std::vector<KvPool*> pools_;  // the pools the step's caches page into
 };
 
 // The layers [first, end) of cfg (the rank's local config) on h [n, d] in place through blocks:
@@ -108,14 +67,94 @@ void run_layers(const ModelConfig& cfg,
                 ForwardStats& stats,
                 const LayerTaps& taps = {});
 
-// The stage's layers of m on h [n, d] in place, as forward() (model.h) runs them: run_layers
-// through m's ModelBlocks. Collective as forward().
-void run_layers(const Model& m,
-                const SeqBatch& batch,
-                const MixerPass& pass,
-                const SeqBatch* rows,
-                Tensor& h,
-                ForwardStats& stats,
-                const LayerTaps& taps = {});
+// How one inference step's mixers reach its sequences' states on the pass's device: each KDA
+// layer's states, each attention layer's cache (host KvPool pages, or the layer's rows and pages
+// on the device), the adapters' rows, and the step's hooks (a KV tier's prefetch and release).
+class StepStates {
+public:
+    // Attention layer i's cache of every sequence: caches [n_seq] (host pages, advanced by the
+    // call) or, with a device's rows, `dev` (the caller's end_step advances the counts).
+    struct Attention {
+        std::vector<AttnCache*> caches;
+        const DeviceAttnRows* dev = nullptr;
+    };
+    virtual ~StepStates() = default;
+    // kda_forward's batch for KDA layer i (valid until the next call).
+    virtual KdaBatchViews kda(int i) = 0;
+    // Attention layer i's caches, right before it runs (its pages made ready); leave_attention
+    // right after.
+    virtual Attention attention(int i) = 0;
+    virtual void leave_attention(int i) = 0;
+    // The factor-view adapters' rows of each adapter (null: none).
+    virtual const std::vector<LoraRowsView>* lora_rows() const = 0;
+    // Each row's adapter for the FFNs' host adapters and routed experts (null: adapter 0).
+    virtual const SeqBatch* ffn_rows() const = 0;
+    // The step's end: its sequences' attention caches hold its rows.
+    virtual void end_step() = 0;
+};
+
+// The stage's layers of on.m on h [n, d] in place for one inference step over batch (n = 0: the
+// MoE layers' collectives alone), through step's states: run_layers on the one inference blocks.
+// timed: the blocks' wall times with the device caught up at each (options.stats).
+void run_step_layers(const ModelOn& on,
+                     const SeqBatch& batch,
+                     StepStates& step,
+                     const ForwardOptions& options,
+                     Tensor& h,
+                     ForwardStats& stats,
+                     bool timed);
+
+// The checks of a forward call (model_on.h): tokens and states for the batch, each state at its
+// sequence's position, the rows for `top` (null: none).
+void check_forward(const ModelConfig& cfg,
+                   const std::vector<int64_t>& tokens,
+                   const SeqBatch& batch,
+                   const std::vector<SequenceState*>& states,
+                   const ForwardOptions& options,
+                   const TopLogits* top);
+// Every token id within cfg's vocabulary (Exit::internal naming the first that is not).
+void check_tokens(const ModelConfig& cfg, const std::vector<int64_t>& tokens);
+
+// top ← out [r, V]'s rows (on ctx's device) reduced to top.n tokens each (TopLogits), copied to
+// the host.
+void download_top(const backend::Ctx& ctx, backend::Scratch& s, const Tensor& out, TopLogits& top);
+
+// h [n, d] f32 = the first stage's input: the embedding rows of tokens (each checked against the
+// vocabulary) with media's rows spliced in (null: none).
+void embed_input(const ModelOn& on,
+                 const std::vector<int64_t>& tokens,
+                 const MediaSplice* media,
+                 Tensor& h);
+
+// The pipeline's messages of a pass on ctx's device go through host memory over MPI: the sends
+// must not block (in 1F1B a stage sends its next stream while its neighbour sends a gradient
+// back), which device sends over NCCL would. A device tensor is staged in `staged` first (keep it
+// until the request completes); recv_on uploads what it received.
+comm::Request send_start_on(const backend::Ctx& ctx,
+                            const Tensor& x,
+                            Buffer& staged,
+                            int dest,
+                            const comm::Comm& c,
+                            int tag);
+void recv_on(const backend::Ctx& ctx, Tensor& x, int src, const comm::Comm& c, int tag);
+
+// h [n, d] f32 = the embedding rows of ids (i64 [n] on on.ctx's device, checked against the
+// vocabulary), vocab-parallel under tp (each rank writes the rows it holds; an all-reduce
+// completes h).
+void embed_ids(const ModelOn& on, const Tensor& ids, Tensor& h);
+
+// out [r, V] f32 = the head of final_norm(rows [r, d]) (vocab_logits under tp).
+void head_logits(const ModelOn& on, const Tensor& rows, Tensor& out);
+
+// forward (model_on.h) with the step's states as `step` addresses them; the call checked
+// (check_forward) by the caller.
+void forward_step(const ModelOn& on,
+                  const std::vector<int64_t>& tokens,
+                  const SeqBatch& batch,
+                  StepStates& step,
+                  const std::vector<SequenceState*>& states,
+                  Buffer& logits,
+                  const ForwardOptions& options,
+                  TopLogits* top);
 
 }  // namespace hymoe::model::detail

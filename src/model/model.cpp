@@ -1,7 +1,7 @@
 // The model of one rank: random init and loading of its part of the weight list
-// (model/tensor_list.h, the cut of model/shard.h), and the forward: the vocab-parallel embedding,
-// the one loop over the stage's layers (layer.h, shared with training and the GPU model) and its
-// reverse (training's backward), the head, and the residual stream's hand-over between stages.
+// (model/tensor_list.h, the cut of model/shard.h), the one loop over a stage's layers (layer.h,
+// shared by inference on any device and training), the vocab-parallel head and the residual
+// stream's hand-over between stages. The inference forward is forward.cpp.
 #include "hymoe/model/model.h"
 
 #include <algorithm>
@@ -124,55 +124,6 @@ void attach_kv_pool(const Model& m, SequenceState& s, KvPool& pool) {
             s.attn[i].pool = &pool, s.attn[i].pages = &s.pages, s.attn[i].layer = i;
 }
 
-// h [n_tok, d] = the embedding rows of tokens; under tp each rank holds V/tp rows, writes the
-// rows of its tokens, and an all-reduce (one nonzero term per element: exact) completes h.
-void embed_tokens(const Model& m, const std::vector<int64_t>& tokens, Tensor& h) {
-    const int64_t d = m.cfg.hidden_size, V = m.cfg.vocab_size, rows = m.embed.view().dim(0);
-    const int64_t lo = rows * m.shard.tp_rank;
-    for (size_t t = 0; t < tokens.size(); ++t) {
-        HYMOE_CHECK(tokens[t] >= 0 && tokens[t] < V,
-                    "forward: token id ",
-                    tokens[t],
-                    " outside the vocabulary [0, ",
-                    V,
-                    ")");
-        float* out = h.ptr<float>() + static_cast<int64_t>(t) * d;
-        if (tokens[t] >= lo && tokens[t] < lo + rows)  // the row widened from its storage
-            load_floats(ops::weight_ref(m.embed.view()).at((tokens[t] - lo) * d).data,
-                        d,
-                        m.embed.view().dtype,
-                        out);
-        else
-            std::fill_n(out, d, 0.0f);
-    }
-    if (m.shard.tp > 1)
-        comm::all_reduce(h, m.comms->tp);
-}
-
-// h [n_tok, d]: rows media.rows replaced by media.embeds.
-void splice_media(const MediaSplice& media, Tensor& h) {
-    const int64_t d = h.dim(1), n = static_cast<int64_t>(media.rows.size());
-    HYMOE_CHECK(n == 0 || (media.embeds.view().dim(0) == n && media.embeds.view().dim(1) == d),
-                "forward: ",
-                n,
-                " media rows for embeds of ",
-                media.embeds.view().numel(),
-                " floats");
-    for (int64_t i = 0; i < n; ++i) {
-        HYMOE_CHECK(media.rows[i] >= 0 && media.rows[i] < h.dim(0),
-                    "forward: media row ",
-                    media.rows[i],
-                    " outside the batch");
-        std::copy_n(media.embeds.ptr<float>() + i * d, d, h.ptr<float>() + media.rows[i] * d);
-    }
-}
-
-void lm_head(const Model& m, const Tensor& normed, Buffer& logits) {
-    logits = Buffer(DType::f32, {normed.dim(0), m.cfg.vocab_size});
-    detail::vocab_logits(
-        m.ctx, normed, m.head().view(), m.shard.tp > 1 ? &m.comms->tp : nullptr, logits.view());
-}
-
 namespace {
 
 // Adds the GEMM FLOPs and GEMM seconds of its lifetime to a layer's totals (per-layer profile).
@@ -269,103 +220,12 @@ void run_layers(const ModelConfig& cfg,
     }
 }
 
-void run_layers(const Model& m,
-                const SeqBatch& batch,
-                const MixerPass& pass,
-                const SeqBatch* rows,
-                Tensor& h,
-                ForwardStats& stats,
-                const LayerTaps& taps) {
-    const ModelShard& sh = m.shard;
-    ModelBlocks blocks(m, batch, pass, rows);
-    run_layers(m.local, sh.first_layer, sh.end_layer, sh.tp * sh.ep > 1, blocks, h, stats, taps);
-    blocks.end_step();
-}
-
 }  // namespace detail
 
 comm::Request send_to_next_stage(const Model& m, const Buffer& h) {
     if (m.shard.last_stage() || h.view().numel() == 0)
         return comm::Request();
     return comm::send_start(h.view(), m.comms->pp_next, m.comms->pp, 0);
-}
-
-void forward(const Model& m,
-             const std::vector<int64_t>& tokens,
-             const SeqBatch& batch,
-             const std::vector<SequenceState*>& states,
-             Buffer& logits,
-             const ForwardOptions& options) {
-    const ModelConfig& cfg = m.local;
-    const ModelShard& sh = m.shard;
-    const int64_t n = batch.n_tok(), d = cfg.hidden_size;
-    HYMOE_CHECK(static_cast<int64_t>(tokens.size()) == n &&
-                    static_cast<int64_t>(states.size()) == batch.n_seq(),
-                "forward: ",
-                tokens.size(),
-                " tokens / ",
-                states.size(),
-                " states for a batch of ",
-                n,
-                " tokens / ",
-                batch.n_seq(),
-                " sequences");
-    for (int64_t s = 0; s < batch.n_seq(); ++s)
-        HYMOE_CHECK(states[s]->n_tokens == batch.pos0[s],
-                    "forward: sequence ",
-                    s,
-                    " state holds ",
-                    states[s]->n_tokens,
-                    " tokens but the batch continues at ",
-                    batch.pos0[s]);
-
-    reserve_huge_page_heap();  // the activations' heap in 2 MiB pages (core/allocator.h)
-    ForwardStats scratch;      // where timings go when the caller asked for none
-    ForwardStats& stats = options.stats ? *options.stats : scratch;
-    const float eps = static_cast<float>(cfg.rms_norm_eps);
-    Buffer h(DType::f32, {n, d});  // [n_tok, d] the residual stream
-    if (sh.first_stage()) {
-        ScopedTimer timer(stats.head_seconds);
-        embed_tokens(m, tokens, h.view());
-        if (options.media)
-            splice_media(*options.media, h.view());
-    } else if (n > 0) {
-        ScopedTimer timer(stats.pipeline_seconds);
-        comm::recv(h.view(), m.comms->pp_prev, m.comms->pp, 0);
-    }
-    detail::MixerPass pass;
-    pass.states = &states;
-    pass.kda_mode = options.kda_mode;
-    pass.attn_mode = options.attn_mode;
-    pass.attn_stats = &stats.attn;
-    const SeqBatch* ffn_rows = batch.adapter.empty() ? nullptr : &batch;  // FFN adapters' choice
-    detail::run_layers(m, batch, pass, ffn_rows, h.view(), stats);
-    for (int64_t s = 0; s < batch.n_seq(); ++s)
-        states[s]->n_tokens += batch.length(s);
-    if (!sh.last_stage()) {
-        logits = Buffer();
-        if (options.stage_out) {
-            *options.stage_out = std::move(h);
-        } else {
-            send_to_next_stage(m, h).wait();
-        }
-        return;
-    }
-
-    // Final norm and head, on every row or only the last row of each sequence.
-    ScopedTimer timer(stats.head_seconds);
-    Buffer rows;
-    const Tensor* hv = &h.view();
-    if (options.logits == Logits::last) {
-        rows = Buffer(DType::f32, {batch.n_seq(), d});
-        for (int64_t s = 0; s < batch.n_seq(); ++s)
-            std::copy_n(
-                h.ptr<float>() + (batch.offsets[s + 1] - 1) * d, d, rows.ptr<float>() + s * d);
-        hv = &rows.view();
-    }
-    Buffer normed(DType::f32, hv->shape);
-    ops::rms_norm(m.ctx, *hv, m.final_norm.view(), eps, normed.view());
-    lm_head(m, normed.view(), logits);
 }
 
 }  // namespace hymoe::model

@@ -54,46 +54,15 @@ void set_dropout_seed(const TrainOptions& o, const TrainBatch& b) {
 using Stream = detail::TrainStream;  // one micro-batch's, at the stage's block boundaries
 using backend::Held;
 
-// The pipeline's messages go through host memory over MPI, whatever the pass's device: the sends
-// must not block (in 1F1B a stage sends its next stream while its neighbour sends a gradient
-// back), which device sends over NCCL would. A device tensor is staged in `staged` first.
-comm::Request send_start(const backend::Ctx& ctx,
-                         const Tensor& x,
-                         Buffer& staged,
-                         int dest,
-                         const comm::Comm& c,
-                         int tag) {
-    if (x.device == Device::cpu)
-        return comm::send_start(x, dest, c, tag);
-    staged = Buffer(x.dtype, x.shape, Uninit{});
-    ops::download(ctx, x, staged.view());
-    return comm::send_start(staged.view(), dest, c, tag);
-}
-void recv(const backend::Ctx& ctx, Tensor& x, int src, const comm::Comm& c, int tag) {
-    if (x.device == Device::cpu)
-        return comm::recv(x, src, c, tag);
-    Buffer staged(x.dtype, x.shape, Uninit{});
-    comm::recv(staged.view(), src, c, tag);
-    ops::upload(ctx, staged.view(), x);
-}
-
 // The stage's input stream [n, d] on the pass's device: the embeddings with the media spliced in
-// (first stage; made on the host from m's table, then uploaded), or the previous stage's output.
+// (first stage), or the previous stage's output.
 Held stage_input(const TrainOn& on, const TrainBatch& b) {
     const Model& m = on.m;
     Held h(on.ctx, DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
-    if (m.shard.first_stage()) {
-        Buffer staged;  // a device pass's host rows
-        Tensor rows = h.view().device == Device::cpu
-                          ? h.view()
-                          : (staged = Buffer(DType::f32, h.view().shape)).view();
-        embed_tokens(m, b.tokens, rows);
-        splice_media(b.media, rows);
-        if (staged.view().data != nullptr)
-            ops::upload(on.ctx, rows, h.view());
-    } else {
-        recv(on.ctx, h.view(), m.comms->pp_prev, m.comms->pp, kStreamTag);
-    }
+    if (m.shard.first_stage())
+        detail::embed_input(on, b.tokens, &b.media, h.view());
+    else
+        detail::recv_on(on.ctx, h.view(), m.comms->pp_prev, m.comms->pp, kStreamTag);
     return h;
 }
 
@@ -235,7 +204,7 @@ public:
     void send(Held x, int dest, const comm::Comm& c, int tag) {
         Pending& p = pending_.emplace_back();
         p.data = std::move(x);
-        p.request = send_start(ctx_, p.data.view(), p.staged, dest, c, tag);
+        p.request = detail::send_start_on(ctx_, p.data.view(), p.staged, dest, c, tag);
     }
     ~Outbox() {
         for (Pending& p : pending_)
@@ -258,7 +227,8 @@ Stream forward_only(const TrainOn& on, const TrainBatch& b, std::vector<Held>* f
     Stream st = forward_stage(on, b, stage_input(on, b), false, nullptr, ffn_inputs);
     if (!on.m.shard.last_stage()) {
         Buffer staged;
-        send_start(on.ctx, st.out.view(), staged, on.m.comms->pp_next, on.m.comms->pp, kStreamTag)
+        detail::send_start_on(
+            on.ctx, st.out.view(), staged, on.m.comms->pp_next, on.m.comms->pp, kStreamTag)
             .wait();
     }
     return st;
@@ -317,7 +287,7 @@ LossSums train_forward_backward(const TrainOn& on,
             head_grads.pop_front();
         } else {
             dh = Held(on.ctx, DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
-            recv(on.ctx, dh.view(), m.comms->pp_next, m.comms->pp, kGradTag);
+            detail::recv_on(on.ctx, dh.view(), m.comms->pp_next, m.comms->pp, kGradTag);
         }
         detail::TrainBlocks blocks(on, b.batch);
         detail::run_layers_backward(m.local,

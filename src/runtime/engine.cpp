@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -354,6 +355,10 @@ EngineStats run_engine(const model::Model& m,
     model::TopLogits top;          // the device's reduced last rows (last stage)
     top.n = static_cast<int>(o.device ? device_top_n(o, V) : 0);
     comm::Request sending;
+    // the CPU forward's views of m's weights: made once, and again when a rebalance moves experts
+    std::optional<model::ModelViews> views;
+    if (o.device == nullptr)
+        views = model::host_views(m);
     for (int64_t tick = 0;; ++tick) {
         flight.push_back(launch(lanes[static_cast<size_t>(tick % pp)], queue, stats, m));
         stats.pages_in_use = 0;
@@ -393,7 +398,7 @@ EngineStats run_engine(const model::Model& m,
             o.device->forward(
                 work.tokens, work.batch, work.states, logits, fo, reduced ? &top : nullptr);
         else
-            model::forward(m, work.tokens, work.batch, work.states, logits, fo);
+            model::forward({m, m.ctx, *views}, work.tokens, work.batch, work.states, logits, fo);
         if (n_flight == static_cast<size_t>(pp)) {  // the oldest step leaves the last stage
             Step& done = flight.front();
             StepOut out;
@@ -412,8 +417,11 @@ EngineStats run_engine(const model::Model& m,
         sending.wait();  // the previous tick's residual stream has left: its buffer is free
         std::swap(h_out, h_sent);
         sending = model::send_to_next_stage(m, h_sent);
-        if (o.rebalance && o.rebalance_every > 0 && (tick + 1) % o.rebalance_every == 0)
+        if (o.rebalance && o.rebalance_every > 0 && (tick + 1) % o.rebalance_every == 0) {
             o.rebalance();
+            if (views)
+                views = model::host_views(m);
+        }
         stats.seconds = wall_seconds() - t0;
         if (v.progress && progress) {
             int64_t n_running = 0;

@@ -24,6 +24,7 @@
 #include "hymoe/core/timer.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
+#include "hymoe/model/model_on.h"
 #include "hymoe/runtime/kv_spill.h"
 
 namespace {
@@ -52,6 +53,7 @@ Run run(const model::Model& m, const model::KvStoreFactory& store) {
         model::attach_kv_pool(m, s, pool);
         ptrs.push_back(&s);
     }
+    const model::ModelViews views = model::host_views(m);
     auto step = [&](int64_t n) {  // n new tokens for every sequence
         model::SeqBatch batch{{0}, {}, {}};
         std::vector<int64_t> tokens;
@@ -63,7 +65,7 @@ Run run(const model::Model& m, const model::KvStoreFactory& store) {
             batch.offsets.push_back(static_cast<int64_t>(tokens.size()));
         }
         hymoe::Buffer logits;
-        model::forward(m, tokens, batch, ptrs, logits, {model::Logits::last});
+        model::forward({m, m.ctx, views}, tokens, batch, ptrs, logits, {model::Logits::last});
     };
     for (int64_t at = 0; at < kPrompt; at += kChunk)
         step(kChunk);

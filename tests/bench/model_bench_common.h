@@ -26,6 +26,7 @@
 #include "hymoe/model/config.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
+#include "hymoe/model/model_on.h"
 
 namespace hymoe_bench {
 
@@ -188,12 +189,13 @@ inline Span prefill(const model::Model& m,
     for (int64_t s = 0; s < n_seq; ++s)
         states.push_back(model::make_sequence_state(m));
     Buffer logits;
+    const model::ModelViews views = model::host_views(m);  // made once, outside the span
     Probe probe;
     stats = model::ForwardStats{};
     model::ForwardOptions options;
     options.logits = model::Logits::last;
     options.stats = &stats;
-    model::forward(m, tokens, batch, pointers(states), logits, options);
+    model::forward({m, m.ctx, views}, tokens, batch, pointers(states), logits, options);
     return probe.stop();
 }
 
@@ -204,6 +206,7 @@ inline Span decode(const model::Model& m,
     const int64_t n_seq = static_cast<int64_t>(states.size()), V = m.cfg.vocab_size;
     std::vector<int64_t> tokens(static_cast<size_t>(n_seq), 3);
     Buffer logits;
+    const model::ModelViews views = model::host_views(m);
     Probe probe;
     for (int64_t step = 0; step < steps; ++step) {
         model::SeqBatch batch;
@@ -211,7 +214,8 @@ inline Span decode(const model::Model& m,
             batch.offsets.push_back(s);
         for (const model::SequenceState& s : states)
             batch.pos0.push_back(s.n_tokens);
-        model::forward(m, tokens, batch, pointers(states), logits, {model::Logits::last});
+        model::forward(
+            {m, m.ctx, views}, tokens, batch, pointers(states), logits, {model::Logits::last});
         for (int64_t s = 0; s < n_seq; ++s) {
             const float* row = logits.ptr<float>() + s * V;
             tokens[static_cast<size_t>(s)] = std::max_element(row, row + V) - row;

@@ -18,20 +18,9 @@
 #include "hymoe/model/batch.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
+#include "hymoe/model/model_on.h"
 
 namespace hymoe::model {
-
-// The last row of each sequence reduced on the device, so that a step sends the host a few
-// numbers a row instead of [n_seq, V] logits: the row's n best tokens in the sampler's order
-// (logit descending, ties to the smaller id), their logits, and log Σ_j e^{x_j − max} summed in
-// double (max = the first logit), from which runtime/sampler.h's rules give the same tokens
-// and logprobs as from the whole row (greedy n ≥ 1, top-k sampling n ≥ top_k, top logprobs n ≥ N).
-struct TopLogits {
-    int n = 0;                    // tokens kept a row: set by the caller
-    std::vector<int64_t> tokens;  // [rows, n]
-    std::vector<float> logits;    // [rows, n]
-    std::vector<double> log_sum;  // [rows]
-};
 
 class DeviceModel {
 public:

@@ -55,6 +55,9 @@ ops::KdaSeqTable kda_table_on(const backend::Ctx& ctx,
                               backend::Scratch& scratch,
                               const KdaTableArrays& arrays);
 
+// Fails (Exit::internal) unless every state is make_kda_state's for cfg.
+void check_kda_states(const ModelConfig& cfg, const std::vector<KdaStateViews>& states);
+
 // One kda_forward call's batch on ctx's device: the host's SeqBatch (checks; host adapters), its
 // sequence table (states and tails in ctx's memory) and, for factor-view adapters, each adapter's
 // rows (null: none).

@@ -164,14 +164,6 @@ void forward(const Model& m,
              Buffer& logits,
              const ForwardOptions& options = {});
 
-// The pieces of forward the training pass (model/train.h) shares. First stage: h [n_tok, d] = the
-// embedding rows of tokens (vocab-parallel under tp: each rank writes the rows it holds, and an
-// all-reduce completes h), then media rows spliced in. Last stage: logits [r, V] = normed [r, d] ·
-// headᵀ, each tp rank computing its V/tp columns and an all-gather assembling them.
-void embed_tokens(const Model& m, const std::vector<int64_t>& tokens, Tensor& h);
-void splice_media(const MediaSplice& media, Tensor& h);
-void lm_head(const Model& m, const Tensor& normed, Buffer& logits);
-
 // Starts sending a residual stream left in ForwardOptions::stage_out to the next stage (nothing
 // when it is empty or this is the last stage). h must stay untouched until the Request completes.
 comm::Request send_to_next_stage(const Model& m, const Buffer& h);

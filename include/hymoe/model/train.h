@@ -23,6 +23,7 @@
 
 #include "hymoe/backend/ctx.h"
 #include "hymoe/model/model.h"
+#include "hymoe/model/model_on.h"
 #include "hymoe/model/model_views.h"
 
 namespace hymoe::model {
@@ -62,11 +63,7 @@ struct TrainOptions {
 // CPU's host_views(m) with the adapters as host slots, or a GPU's uploaded weights with the
 // adapters as factor views with gradient views (model/lora_factors.h), which then accumulate the
 // adapters' gradients. Every tensor of `weights` lives on ctx.device.
-struct TrainOn {
-    const Model& m;
-    const backend::Ctx& ctx;
-    const ModelViews& weights;
-};
+using TrainOn = ModelOn;
 
 // Forward and backward of one optimizer step's micro-batches through this rank's stage, in the
 // 1F1B order (warm-up forwards, one forward one backward, cool-down backwards; pp = 1: each

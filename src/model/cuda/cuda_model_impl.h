@@ -120,11 +120,8 @@ public:
     void set_graphs(bool on) { graph_model_.graphs = on && o_.graphs; }
 
 private:
-    void check_call(const std::vector<int64_t>& tokens,
-                    const SeqBatch& batch,
-                    const std::vector<SequenceState*>& states) const;
-    // out's rows reduced to top.n tokens each (TopLogits), their copies queued to the host.
-    void download_top(Scratch& s, const Tensor& out, TopLogits& top);
+    // Every sequence made by new_sequence() and given rows.
+    void check_sequences(const SeqBatch& batch, const std::vector<SequenceState*>& states) const;
     StepBatch make_step(Scratch& s,
                         const SeqBatch& batch,
                         const std::vector<SequenceState*>& states);
@@ -132,13 +129,8 @@ private:
     void check_experts(const Model& host, int i) const;
     // The sequence's KDA block (its layer-0 S), made and zeroed by the first call.
     float* kda_state_of(DeviceSequence& ds);
-    // h [n, d] f32 = the embedding rows of ids (i64 [n] on the device).
-    void embed(Scratch& s, const Tensor& ids, Tensor& h);
-    // The layers over the step's rows, h [n, d] updated in place: the eager forward and the
-    // captured decode step share it. timed: the blocks' wall times, a synchronisation each.
-    void layers(const StepBatch& step, Tensor& h, ForwardStats& stats, bool timed);
-    // out [r, V] = the head of final_norm(rows [r, d]).
-    void head(Scratch& s, const Tensor& rows, Tensor& out);
+    // The model's one forward's view of this one (model_on.h): its weights on the device.
+    ModelOn on() const { return ModelOn{shell_, ctx_, views_, o_.dtype, o_.fused, o_.ep_overlap}; }
     // The step as a decode graph (device_decode_graphs.h) when it qualifies
     // (decode_graph_plan.h); false: it did not run.
     bool forward_graph(const std::vector<int64_t>& tokens,
@@ -165,16 +157,15 @@ private:
     }
 
     ModelConfig cfg_;
-    CudaModelOptions o_;  // graphs off under pp (a stage holds a part of a decode step)
-    ModelShard shard_;    // the stage's layers [first_layer, end_layer); tp = 1
-    const parallel::Comms* comms_ = nullptr;  // pp's and ep's groups (null: one rank)
+    CudaModelOptions o_;  // graphs off under pp and tp (a step holds collectives or a part)
+    ModelShard shard_;    // the stage's layers [first_layer, end_layer)
+    const parallel::Comms* comms_ = nullptr;  // the grid's groups (null: one rank)
+    Model shell_;  // the host model's config, shard and comms without its weights (ModelOn::m)
     std::unique_ptr<Gpu> g_;
-    Tensor embed_;                    // [V, d] cd (first stage; the last too when tied)
-    Tensor head_;                     // [V, d] cd (last stage; embed_ when tied)
-    Tensor final_norm_;               // [d] (last stage)
-    std::vector<LayerViews> layers_;  // [n_layer] views of the uploaded weights (model_views.h),
-                                      //   the stage's layers only
-    std::vector<MoeW> moe_;           // [n_layer] the GPU MoE's weights of the MoE layers
+    backend::Ctx ctx_;       // g_'s
+    ModelViews views_;       // the rank's part of the model on the device (model_views.h over the
+                             //   uploaded weights), each MoE layer's as moe_views_of(moe_[i])
+    std::vector<MoeW> moe_;  // [n_layer] the GPU MoE's weights of the MoE layers
     std::unique_ptr<DeviceVision> vision_;  // the vision tower (cfg.vision.present)
     std::vector<int> kda_index_;  // [n_layer] the layer's rank among the stage's KDA layers, −1
                                   //   otherwise
@@ -187,7 +178,6 @@ private:
     int n_adapters_ = 0;  // LoRA adapters held (set_lora_adapters)
     DecodeGraphModel graph_model_;
     std::unique_ptr<DecodeGraphRunner> graphs_;  // null when no decode step can qualify
-    MoeParallel moe_par_;  // the MoE layers' tp and ep groups (null where of one rank)
 };
 
 }  // namespace gpu

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "../layer.h"
 #include "../moe_grouped.h"
 #include "device_lora.h"
 #include "hymoe/backend/cuda_arena.h"
@@ -21,8 +22,10 @@
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/backend/stack_alloc.h"
 #include "hymoe/model/attention.h"
+#include "hymoe/model/attention_views.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/ffn.h"
+#include "hymoe/model/fused_step.h"
 #include "hymoe/model/kda_views.h"
 #include "hymoe/model/model.h"
 #include "hymoe/model/model_views.h"
@@ -213,21 +216,42 @@ struct StepBatch {
 // of kda_slots (so the CUDA backend may run its fused kernels), and the step's adapter rows.
 KdaBatchViews kda_batch(const StepBatch& step, int j);
 
-// model::attention_forward (mla or dsa, gated or not) in the absorbed form over the pages of
-// `layer`, on this rank's heads (tp: the group that sums the DSA indexer's scores before its
-// top-k; null at tp = 1); indexer_seconds gets the DSA indexer's time when `timed` (a stream
-// synchronisation around it).
-void attention_block(Gpu& g,
-                     const ModelConfig& cfg,
-                     const LayerSpec& spec,
-                     const MlaWeightViews& w,
-                     const Tensor& x,
-                     const StepBatch& step,
-                     int layer,
-                     DType cd,
-                     const comm::Comm* tp,
-                     Tensor& y,
-                     double* indexer_seconds);
+// A step's sequences as the one forward's StepStates (src/model/layer.h) see them on the device:
+// each KDA layer's rows of the step's state table (kda_batch), each attention layer's pages and
+// rows on the device (DeviceAttnRows; the fused DSA kernels where the step and its sizes allow:
+// model/fused_step.h), awaited and released on the host tier; the step's adapter rows; at the
+// end, the sequences' caches advanced by their rows (states null: a decode graph's step, which
+// its runner advances).
+class CudaStep final : public detail::StepStates {
+public:
+    // kda_index: [n_layer] each layer's rank among the stage's KDA layers; cd: the matrices'.
+    CudaStep(const ModelConfig& cfg,
+             const ModelShard& shard,
+             const std::vector<int>& kda_index,
+             const StepBatch& step,
+             DType cd,
+             const std::vector<SequenceState*>* states);
+    KdaBatchViews kda(int i) override { return kda_batch(step_, kda_index_[i]); }
+    Attention attention(int i) override;
+    void leave_attention(int i) override;
+    const std::vector<LoraRowsView>* lora_rows() const override {
+        return step_.lora.rows.empty() ? nullptr : &step_.lora.rows;
+    }
+    const SeqBatch* ffn_rows() const override { return has_rows_ ? &rows_ : nullptr; }
+    void end_step() override;
+
+private:
+    const ModelConfig& cfg_;
+    const ModelShard& shard_;
+    const std::vector<int>& kda_index_;
+    const StepBatch& step_;
+    DType cd_;
+    const std::vector<SequenceState*>* states_;
+    SeqBatch rows_;  // each row's adapter (a sequence a row) for the FFNs, when has_rows_
+    bool has_rows_ = false;
+    DsaFusedPlan fused_;  // the last attention layer's fused DSA plans, which dev_ points to
+    DeviceAttnRows dev_;  // the last attention layer's rows
+};
 
 // w's views for model::moe_forward_parallel with the experts' inputs in cd (device_weights.cpp);
 // over an ep group (ep: non-null) the held experts' slices are looked up by local index

@@ -144,7 +144,7 @@ StepBatch DecodeGraphRunner::step_of(const Graph& gr) const {
     s.row_seq = at(L.row_seq, DType::i32, {B});
     s.positions = at(L.positions, DType::i64, {B});
     s.n_kda = kda_.n_kda;
-    s.kda_states = at(L.kda_states, DType::i64, {2 * L.n_kda * B});
+    s.kda_states = at(L.kda_states, DType::i64, {4 * L.n_kda * B});
     s.kda_pool = kda_pool_;
     if (kda_pool_)
         s.kda_slots = at(L.kda_slots, DType::i32, {L.n_kda, B});

@@ -18,19 +18,6 @@ namespace hymoe::model {
 
 namespace gpu {
 
-namespace {
-
-// The whole [V, d] table of a vocab-parallel one (each tp rank holds its V/tp rows, in rank
-// order), gathered over tp on the host and uploaded in `dtype`.
-Tensor upload_whole_vocab(Gpu& g, const Buffer& part, const comm::Comm& tp, DType dtype) {
-    const Tensor& p = part.view();
-    Buffer whole(p.dtype, {p.dim(0) * tp.size(), p.dim(1)}, uninit);
-    comm::all_gather(p, whole.view(), tp);
-    return upload_weight(g, whole, dtype);
-}
-
-}  // namespace
-
 CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
     : cfg_(host.local), o_(o), shard_(host.shard), comms_(host.comms) {
     HYMOE_CHECK(
@@ -48,30 +35,26 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
                 to_string(o.dtype),
                 " (f32 or bf16)");
     // a decode graph captures a whole step, embedding to head (one stage holds a part of it),
-    // and no tp sums
+    // and no tp collectives
     o_.graphs = o.graphs && shard_.pp == 1 && shard_.tp == 1;
+    shell_.cfg = host.cfg;
+    shell_.shard = host.shard;
+    shell_.local = host.local;
+    shell_.comms = host.comms;
     const size_t arena_bytes =
         static_cast<size_t>(static_cast<double>(cu::device_free_bytes()) * o.memory_fraction);
     g_ = std::make_unique<Gpu>(arena_bytes, any_moe ? std::max(cfg_.moe.n_routed_experts, 1) : 1);
+    ctx_ = ctx_of(*g_);
     const size_t before = g_->arena.book().used();
-    ModelViews views = model_views(host, upload_weights(*g_, host, o.dtype));  // the rank's part
-    embed_ = views.embed;
-    head_ = views.head;
-    if (shard_.tp > 1) {  // the whole vocabulary on every tp rank: no collective at either end
-        if (embed_.data != nullptr)
-            embed_ = upload_whole_vocab(*g_, host.embed, comms_->tp, o.dtype);
-        if (head_.data != nullptr)
-            head_ = cfg_.tie_word_embeddings
-                        ? embed_
-                        : upload_whole_vocab(*g_, host.lm_head, comms_->tp, o.dtype);
-    }
-    final_norm_ = views.final_norm;
-    layers_ = std::move(views.layers);
+    views_ = model_views(host, upload_weights(*g_, host, o.dtype));  // the rank's part
     moe_.resize(cfg_.layers.size());
     kda_index_.assign(cfg_.layers.size(), -1);
     for (int i = shard_.first_layer; i < shard_.end_layer; ++i) {
-        if (cfg_.layers[i].ffn != Ffn::dense)
-            moe_[i] = moe_weights(layers_[i].moe, host.layers[i].moe);
+        if (cfg_.layers[i].ffn != Ffn::dense) {
+            moe_[i] = moe_weights(views_.layers[i].moe, host.layers[i].moe);
+            views_.layers[i].moe = moe_views_of(
+                moe_[i], o.dtype, cfg_.moe.n_routed_experts, shard_.ep > 1 ? &comms_->ep : nullptr);
+        }
         check_experts(host, i);
         if (cfg_.layers[i].mixer == Mixer::kda)
             kda_index_[i] = n_kda_++;
@@ -87,10 +70,6 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
                                        static_cast<size_t>(s_floats_ * int64_t{sizeof(float)}) <
                                    static_cast<size_t>(std::numeric_limits<int32_t>::max());
     weight_bytes_ = g_->arena.book().used() - before;
-    moe_par_.tp = shard_.tp > 1 ? &comms_->tp : nullptr;
-    moe_par_.ep = shard_.ep > 1 ? &comms_->ep : nullptr;
-    moe_par_.etp = shard_.etp;
-    moe_par_.overlap = o.ep_overlap && shard_.ep > 1;
     graph_model_.ep = host.shard.ep;
     make_graphs();
 }
@@ -145,22 +124,30 @@ void CudaModel::make_graphs() {
         KdaBlockShape{n_kda_, s_floats_, tail_floats_},
         kda_slots_ ? reinterpret_cast<float*>(g_->arena.base()) : nullptr,
         [this](const StepBatch& step, const Tensor& ids, Tensor& logits) {
-            Scratch s(g_->arena);
+            const ModelOn model = on();
+            backend::Scratch s(ctx_);
             Tensor h = s(DType::f32, {step.n_tok, cfg_.hidden_size});  // [B, d]
-            embed(s, ids, h);
+            detail::embed_ids(model, ids, h);
+            CudaStep states(cfg_, shard_, kda_index_, step, o_.dtype, nullptr);
             ForwardStats unused;  // no timings in a captured step
-            layers(step, h, unused, false);
-            head(s, h, logits);
+            detail::run_step_layers(model, *step.batch, states, {}, h, unused, false);
+            detail::head_logits(model, h, logits);
         });
 }
 
 void CudaModel::set_lora_adapters(const Model& host) {
-    HYMOE_CHECK(n_adapters_ == 0 && host.layers.size() == layers_.size(),
+    HYMOE_CHECK(n_adapters_ == 0 && host.layers.size() == views_.layers.size(),
                 "set_lora_adapters: once, from the model this one was made from");
     const size_t before = g_->arena.book().used();
-    for (int i = shard_.first_layer; i < shard_.end_layer; ++i)
-        n_adapters_ =
-            std::max(n_adapters_, upload_layer_lora(*g_, host.layers[i], layers_[i], moe_[i]));
+    for (int i = shard_.first_layer; i < shard_.end_layer; ++i) {
+        n_adapters_ = std::max(n_adapters_,
+                               upload_layer_lora(*g_, host.layers[i], views_.layers[i], moe_[i]));
+        if (cfg_.layers[i].ffn != Ffn::dense)  // the experts' adapters: their views anew
+            views_.layers[i].moe = moe_views_of(moe_[i],
+                                                o_.dtype,
+                                                cfg_.moe.n_routed_experts,
+                                                shard_.ep > 1 ? &comms_->ep : nullptr);
+    }
     weight_bytes_ += g_->arena.book().used() - before;
     graph_model_.n_adapters = n_adapters_;
 }

@@ -1,7 +1,8 @@
-// A step's packed batch on the GPU (CudaModel::make_step, cuda_model_impl.h): the call checked
-// against the states, each sequence's KDA block made at its first step, and the step's offsets,
+// A step's packed batch on the GPU (CudaModel::make_step, cuda_model_impl.h): the sequences checked
+// to be this model's, each sequence's KDA block made at its first step, and the step's offsets,
 // positions, KDA state pointers and slots, and block tables (for the host KV tier, remapped to
-// its slots) uploaded, one small copy each.
+// its slots) uploaded, one small copy each; and the step as the one forward's StepStates
+// (CudaStep: device_blocks.h).
 #include <algorithm>
 
 #include "cuda_model_impl.h"
@@ -9,44 +10,15 @@
 
 namespace hymoe::model::gpu {
 
-void CudaModel::check_call(const std::vector<int64_t>& tokens,
-                           const SeqBatch& batch,
-                           const std::vector<SequenceState*>& states) const {
-    HYMOE_CHECK(static_cast<int64_t>(tokens.size()) == batch.n_tok() &&
-                    static_cast<int64_t>(states.size()) == batch.n_seq(),
-                "GPU forward: ",
-                tokens.size(),
-                " tokens / ",
-                states.size(),
-                " states for a batch of ",
-                batch.n_tok(),
-                " tokens / ",
-                batch.n_seq(),
-                " sequences");
+void CudaModel::check_sequences(const SeqBatch& batch,
+                                const std::vector<SequenceState*>& states) const {
     for (int64_t s = 0; s < batch.n_seq(); ++s) {
-        const SequenceState& st = *states[s];
-        HYMOE_CHECK(st.n_tokens == batch.pos0[s] && batch.length(s) >= 1,
-                    "GPU forward: sequence ",
-                    s,
-                    " state holds ",
-                    st.n_tokens,
-                    " tokens but the batch continues at ",
-                    batch.pos0[s],
-                    " with ",
-                    batch.length(s),
-                    " rows");
-        HYMOE_CHECK(st.device && st.device->arena == &g_->arena,
+        HYMOE_CHECK(batch.length(s) >= 1, "GPU forward: sequence ", s, " has no rows");
+        HYMOE_CHECK(states[s]->device && states[s]->device->arena == &g_->arena,
                     "GPU forward: sequence ",
                     s,
                     " was not made by this model's new_sequence()");
     }
-    for (int64_t t : tokens)
-        HYMOE_CHECK(t >= 0 && t < cfg_.vocab_size,
-                    "forward: token id ",
-                    t,
-                    " outside the vocabulary [0, ",
-                    cfg_.vocab_size,
-                    ")");
 }
 
 float* CudaModel::kda_state_of(DeviceSequence& ds) {
@@ -208,6 +180,96 @@ KdaBatchViews kda_batch(const StepBatch& step, int j) {
         t.slot = step.kda_slots.ptr<int32_t>() + j * step.n_seq;
     }
     return b;
+}
+
+}  // namespace hymoe::model::gpu
+
+namespace hymoe::model::gpu {
+
+namespace {
+
+// The most keys a row of the step sees: the longest sequence's length after the step.
+int64_t max_visible(const StepBatch& step) {
+    const SeqBatch& batch = *step.batch;
+    int64_t most = 0;
+    for (int64_t q = 0; q < step.n_seq; ++q)
+        most = std::max(most, batch.pos0[q] + batch.length(q));
+    return most;
+}
+
+}  // namespace
+
+CudaStep::CudaStep(const ModelConfig& cfg,
+                   const ModelShard& shard,
+                   const std::vector<int>& kda_index,
+                   const StepBatch& step,
+                   DType cd,
+                   const std::vector<SequenceState*>* states)
+    : cfg_(cfg), shard_(shard), kda_index_(kda_index), step_(step), cd_(cd), states_(states) {
+    // a model with adapters in a step none of whose rows uses one: every row the base model's
+    // (−1), not adapter 0 (moe_forward_parallel's choice without rows)
+    const bool lora = !step.lora.rows.empty();
+    if (lora)
+        rows_ = single_rows(step.lora.row_adapter);
+    else if (step.lora.n_adapters > 0)
+        rows_ = single_rows(std::vector<int>(static_cast<size_t>(step.n_tok), -1));
+    has_rows_ = lora || step.lora.n_adapters > 0;
+}
+
+detail::StepStates::Attention CudaStep::attention(int i) {
+    if (step_.host_kv != nullptr)
+        step_.host_kv->await_layer(i);
+    const bool dsa = cfg_.layers[i].mixer == Mixer::dsa;
+    const cu::KvPages kv = step_.pages_of(i);
+    dev_ = DeviceAttnRows{};
+    dev_.pages.dtype = DType::f32;
+    dev_.pages.r_kv = cfg_.mla.kv_lora_rank;
+    dev_.pages.d_r = cfg_.mla.qk_rope_head_dim;
+    dev_.pages.d_i = dsa ? cfg_.indexer.head_dim : 0;
+    dev_.pages.page_tokens = kv.page_tokens;
+    dev_.pages.row_stride = kv.row_stride;
+    dev_.pages.base = kv.pages;
+    dev_.pages.page_stride = kv.page_stride;
+    dev_.pages.block_table = kv.block_table;
+    dev_.pages.max_pages = kv.max_pages;
+    dev_.pos = step_.positions;
+    dev_.row_seq = step_.row_seq;
+    ops::MlaDeviceRows& r = dev_.rows;
+    r.row_seq = step_.row_seq.ptr<int32_t>();
+    r.visible = step_.visible.ptr<int32_t>();
+    r.n_one = step_.n_one;
+    r.one_rows = step_.n_one > 0 ? step_.one_rows.ptr<int64_t>() : nullptr;
+    r.one_table = step_.n_one > 0 ? step_.one_table.ptr<int32_t>() : nullptr;
+    r.one_keys = step_.n_one > 0 ? step_.one_keys.ptr<int32_t>() : nullptr;
+    r.one_max_keys = step_.one_max_keys;
+    fused_ =
+        dsa && step_.fused && cd_ == DType::bf16
+            ? dsa_fused_plan(
+                  cfg_, step_.n_tok, max_visible(step_), step_.n_seq == 1, cu::device_sm_count())
+            : DsaFusedPlan{};
+    if (fused_.supported) {
+        r.indexer_plan = &fused_.indexer;
+        r.sparse_plan = &fused_.attention;
+        r.fused_top_k = fused_.top_k;
+    }
+    return Attention{{}, &dev_};
+}
+
+void CudaStep::leave_attention(int i) {
+    if (step_.host_kv != nullptr)
+        step_.host_kv->release_layer(i);
+}
+
+void CudaStep::end_step() {
+    if (step_.host_kv != nullptr)
+        step_.host_kv->finish_step();
+    if (states_ == nullptr)
+        return;
+    const SeqBatch& batch = *step_.batch;
+    for (int64_t q = 0; q < batch.n_seq(); ++q)
+        for (int i = shard_.first_layer; i < shard_.end_layer; ++i)
+            if (cfg_.layers[i].mixer != Mixer::kda)
+                (*states_)[q]->attn[i].n += batch.length(q);
 }
 
 }  // namespace hymoe::model::gpu
