@@ -13,7 +13,7 @@
 #include <cmath>
 #include <vector>
 
-#include "../kda_backward_args.h"
+#include "../kda_scan_args.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "kda_chunk.h"

@@ -5,7 +5,7 @@
 // of S evolves on its own), then swept back with ∂L/∂S [K, V] carried across chunks: the per-row
 // sums (dq, dk, dg) with threads over rows of K, du = dSᵀk with threads over columns (summed over
 // K in the CPU's order), dβ by one thread. fp32; expf as the CPU's std::exp.
-#include "../kda_backward_args.h"
+#include "../kda_scan_args.h"
 #include "hymoe/backend/cuda_kda_backward.h"
 #include "kernels.h"
 

@@ -4,9 +4,9 @@
 // kda_gated_norm_backward against central differences of double-precision forwards;
 // causal_conv_backward as the adjoint of ops::causal_conv over two packed sequences
 // (⟨dc, conv(u)⟩ = ⟨du, u⟩); sigmoid_backward by its formula; and each op on the CPU Ctx
-// bit-identical to its CPU form; the scan backwards' argument checks (an empty sequence is
-// nothing to do, no chunk or a missing array is refused). The same ops on a CUDA context against
-// these are tests/cuda/test_kda_backward_ops.cpp.
+// bit-identical to its CPU form; the scans' argument checks, forward and backward (an empty
+// sequence is nothing to do; no state, no chunk or a missing array is refused). The same ops on a
+// CUDA context against these are tests/cuda/test_kda_backward_ops.cpp.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -249,7 +249,17 @@ BOOST_AUTO_TEST_CASE(sigmoid_backward_formula) {
     BOOST_TEST(rel_err(d, ref) < 1e-6);
 }
 
-BOOST_AUTO_TEST_CASE(scan_backwards_check_their_arguments) {
+BOOST_AUTO_TEST_CASE(scans_check_their_arguments) {
+    ops::KdaScanParams f;  // the forwards: a state is needed, and the arrays once T > 0
+    f.n_head = 1, f.d_k = 2, f.d_v = 2;
+    BOOST_CHECK_THROW(ops::kda_recurrent(f), Error);
+    std::vector<float> S(4, 0.0f);
+    f.S = S.data();
+    BOOST_CHECK_NO_THROW(ops::kda_recurrent(f));
+    BOOST_CHECK_NO_THROW(ops::kda_chunked(f, 16));
+    f.n_tok = 3;
+    BOOST_CHECK_THROW(ops::kda_recurrent(f), Error);
+    BOOST_CHECK_THROW(ops::kda_chunked(f, 16), Error);
     using Backward =
         void (*)(const ops::KdaScanParams&, const float*, const ops::KdaScanGrads&, int);
     for (Backward backward :
