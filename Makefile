@@ -42,6 +42,7 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl 
 TEST_LIBS := -lboost_unit_test_framework
 
 # ---- sources -------------------------------------------------------------------------------------
+# Found once, when make starts: a file created while a make runs joins at the next make.
 # C++ under a cuda/ folder (the GPU model, src/model/cuda/) calls the CUDA backend: CUDA builds only
 CUDA_CPP  := $(shell find src -path '*/cuda/*' -name '*.cpp' | sort)
 LIB_SRC   := $(filter-out src/main.cpp $(if $(filter 1,$(CUDA)),,$(CUDA_CPP)), \

@@ -31,6 +31,7 @@
 #include "hymoe/backend/scratch_stand_in.h"
 #include "hymoe/core/error.h"
 #include "ops_switch.h"
+#include "stacked.h"
 
 namespace hymoe::ops {
 
@@ -160,22 +161,7 @@ void grouped_linear(const Ctx& ctx,
             // the experts' matrices as one stacked [E, out, in] tensor (consecutive slices)
             if (w.empty())
                 return;
-            const Tensor& first = w.front();
-            check_on(ctx, "grouped_linear", {&first});
-            const auto stride = static_cast<int64_t>(first.bytes());
-            for (size_t e = 0; e < w.size(); ++e)
-                HYMOE_CHECK(w[e].data == static_cast<const char*>(first.data) +
-                                             static_cast<int64_t>(e) * stride &&
-                                w[e].shape == first.shape && first.data != nullptr,
-                            "grouped_linear: expert ",
-                            e,
-                            "'s matrix is not slice ",
-                            e,
-                            " of one stacked tensor");
-            const Tensor stacked{first.data,
-                                 first.dtype,
-                                 Device::cuda,
-                                 {static_cast<int64_t>(w.size()), first.dim(0), first.dim(1)}};
+            const Tensor stacked = stacked_slices(ctx, w, "grouped_linear", "matrix");
             return ctx.blas->grouped_linear(x, stacked, rows, y);
         }
     int64_t begin = 0;

@@ -10,37 +10,11 @@
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/core/error.h"
 #include "ops_switch.h"
+#include "stacked.h"
 
 namespace hymoe::ops {
 
 using namespace backend::detail;
-
-namespace {
-
-// The experts' list [E] of [rows, cols] as the one stacked [E, rows, cols] tensor its slices are.
-Tensor stacked(const backend::Ctx& ctx, const std::vector<Tensor>& w, const char* what) {
-    HYMOE_CHECK(!w.empty() && w.front().data != nullptr, "moe_fused_experts: no ", what, " matrix");
-    const Tensor& first = w.front();
-    check_on(ctx, "moe_fused_experts", {&first});
-    const auto stride = static_cast<int64_t>(first.bytes());
-    for (size_t e = 0; e < w.size(); ++e)
-        HYMOE_CHECK(
-            w[e].data == static_cast<const char*>(first.data) + static_cast<int64_t>(e) * stride &&
-                w[e].shape == first.shape && w[e].dtype == DType::bf16,
-            "moe_fused_experts: expert ",
-            e,
-            "'s ",
-            what,
-            " matrix is not bf16 slice ",
-            e,
-            " of one stacked tensor");
-    return Tensor{first.data,
-                  first.dtype,
-                  first.device,
-                  {static_cast<int64_t>(w.size()), first.dim(0), first.dim(1)}};
-}
-
-}  // namespace
 
 bool moe_fused_supported(const MoeFusedShape& s) {
     return s.act == DType::bf16 && s.swiglu && s.dropless && s.n_exp <= 1024 &&
@@ -62,8 +36,17 @@ void moe_fused_experts(const backend::Ctx& ctx,
     check_on(ctx, "moe_fused_experts", {&idx, &weight, &z, &acc});
     HYMOE_CHECK(ctx.device == Device::cuda,
                 "moe_fused_experts: the fused MoE kernels run on a CUDA context only");
-    const Tensor w1 = stacked(ctx, gate, "gate"), w3 = stacked(ctx, up, "up"),
-                 w2 = stacked(ctx, down, "down");
+    const Tensor w1 = stacked_slices(ctx, gate, "moe_fused_experts", "gate matrix"),
+                 w3 = stacked_slices(ctx, up, "moe_fused_experts", "up matrix"),
+                 w2 = stacked_slices(ctx, down, "moe_fused_experts", "down matrix");
+    HYMOE_CHECK(w1.dtype == DType::bf16 && w3.dtype == DType::bf16 && w2.dtype == DType::bf16,
+                "moe_fused_experts: the experts' gate, up and down matrices are ",
+                to_string(w1.dtype),
+                ", ",
+                to_string(w3.dtype),
+                " and ",
+                to_string(w2.dtype),
+                ", not bf16");
     const int64_t n = z.dim(0), w = z.dim(1), k = idx.dim(1), n_exp = w1.dim(0), inter = w1.dim(1);
     HYMOE_CHECK(z.dtype == DType::bf16 && idx.dtype == DType::i32 && weight.dtype == DType::f32 &&
                     acc.dtype == DType::f32 && idx.shape == Shape({n, k}) &&

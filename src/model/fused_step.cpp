@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "hymoe/model/moe_parallel.h"
+
 namespace hymoe::model {
 
 namespace cu = backend::cuda;
@@ -56,14 +58,14 @@ int64_t dsa_fused_bytes(const ModelConfig& cfg, int64_t max_tokens, int n_sm) {
 int64_t moe_fused_bytes(const ModelConfig& cfg, int64_t max_tokens) {
     const MoeConfig& m = cfg.moe;
     int64_t most = 0;
-    for (Ffn kind : {Ffn::moe, Ffn::latent_moe}) {
-        if (count_layers(cfg, kind) == 0)
+    for (const LayerSpec& spec : cfg.layers) {
+        // the MoE layers the fused kernels take at max_tokens rows (bf16 experts, groups of one)
+        if ((spec.ffn != Ffn::moe && spec.ffn != Ffn::latent_moe) ||
+            !moe_runs_fused(Device::cuda, cfg, spec, DType::bf16, max_tokens, MoeParallel{}, false))
             continue;
-        const int64_t width = kind == Ffn::latent_moe ? m.latent_size : cfg.hidden_size;
+        const int64_t width = spec.ffn == Ffn::latent_moe ? m.latent_size : cfg.hidden_size;
         const cu::MoePlan plan = cu::moe_plan(
             max_tokens, m.top_k, m.n_routed_experts, static_cast<int>(width), m.moe_intermediate);
-        if (!plan.supported)
-            continue;
         const int64_t assignments = max_tokens * m.top_k;
         most = std::max(most,
                         plan.scratch_bytes + assignments * (m.moe_intermediate + width) * 2 +

@@ -140,24 +140,13 @@ Routing route_rows(const backend::Ctx& ctx,
 
 namespace detail {
 
-namespace {
-
-// check_moe_layer for a layer whose weights name n_slots expert slots.
-void check_layer(const ModelConfig& cfg,
-                 const LayerSpec& spec,
-                 int64_t n_slots,
-                 const Tensor& x,
-                 const Tensor& out,
-                 const MoeParallel& par) {
+void check_moe_layout(const ModelConfig& cfg,
+                      const LayerSpec& spec,
+                      int64_t n_slots,
+                      const MoeParallel& par) {
     const MoeConfig& m = cfg.moe;
     const int tp = par.tp ? par.tp->size() : 1, ep = par.ep ? par.ep->size() : 1;
     HYMOE_CHECK(spec.ffn == Ffn::moe || spec.ffn == Ffn::latent_moe, "not an MoE layer");
-    HYMOE_CHECK(x.shape.size() == 2 && x.dim(1) == cfg.hidden_size && out.shape == x.shape &&
-                    out.data != x.data,
-                "x ",
-                shape_string(x.shape),
-                " out ",
-                shape_string(out.shape));
     HYMOE_CHECK(
         n_slots == m.n_routed_experts, n_slots, " expert slots, config has ", m.n_routed_experts);
     HYMOE_CHECK(m.n_routed_experts % ep == 0 && par.etp >= 1 && tp % par.etp == 0,
@@ -169,6 +158,29 @@ void check_layer(const ModelConfig& cfg,
                 par.etp,
                 " in tp ",
                 tp);
+}
+
+int64_t expert_slots(const MoeWeightViews& local) {
+    return static_cast<int64_t>(local.expert_slot.empty() ? local.experts.up.size()
+                                                          : local.expert_slot.size());
+}
+
+namespace {
+
+// check_moe_layer for a layer whose weights name n_slots expert slots.
+void check_layer(const ModelConfig& cfg,
+                 const LayerSpec& spec,
+                 int64_t n_slots,
+                 const Tensor& x,
+                 const Tensor& out,
+                 const MoeParallel& par) {
+    check_moe_layout(cfg, spec, n_slots, par);
+    HYMOE_CHECK(x.shape.size() == 2 && x.dim(1) == cfg.hidden_size && out.shape == x.shape &&
+                    out.data != x.data,
+                "x ",
+                shape_string(x.shape),
+                " out ",
+                shape_string(out.shape));
 }
 
 }  // namespace
@@ -209,13 +221,7 @@ void moe_forward_parallel(const backend::Ctx& ctx,
                           Routing* routing_out,
                           const std::vector<LoraRowsView>* lora_rows) {
     const MoeConfig& m = cfg.moe;
-    detail::check_layer(cfg,
-                        spec,
-                        local.expert_slot.empty() ? static_cast<int64_t>(local.experts.up.size())
-                                                  : static_cast<int64_t>(local.expert_slot.size()),
-                        x,
-                        y,
-                        par);
+    detail::check_layer(cfg, spec, detail::expert_slots(local), x, y, par);
     const bool expert_adapters =
         !local.experts.lora.empty() ||
         (!local.experts.lora_views.empty() && lora_rows != nullptr && !lora_rows->empty());

@@ -146,8 +146,8 @@ void routed_backward_parallel(const backend::Ctx& ctx,
                          ctx);
 }
 
-// The layer's arguments against each other (as the forward's): an MoE layer, x, dy and dx
-// [n_tok, d] f32, dx aliasing neither, E expert slots, E divisible by ep, etp dividing tp.
+// The layer's arguments against each other (as the forward's): its layout (check_moe_layout),
+// x, dy and dx [n_tok, d] f32, dx aliasing neither.
 void check_backward(const ModelConfig& cfg,
                     const LayerSpec& spec,
                     const MoeWeightViews& local,
@@ -155,11 +155,7 @@ void check_backward(const ModelConfig& cfg,
                     const Tensor& dy,
                     const Tensor& dx,
                     const MoeParallel& par) {
-    const MoeConfig& m = cfg.moe;
-    const int tp = par.tp ? par.tp->size() : 1, ep = par.ep ? par.ep->size() : 1;
-    const auto n_slots = static_cast<int64_t>(local.expert_slot.empty() ? local.experts.up.size()
-                                                                        : local.expert_slot.size());
-    HYMOE_CHECK(spec.ffn == Ffn::moe || spec.ffn == Ffn::latent_moe, "not an MoE layer");
+    detail::check_moe_layout(cfg, spec, detail::expert_slots(local), par);
     HYMOE_CHECK(x.shape.size() == 2 && x.dim(1) == cfg.hidden_size && dy.shape == x.shape &&
                     dx.shape == x.shape && dx.data != x.data && dx.data != dy.data &&
                     x.dtype == DType::f32 && dy.dtype == DType::f32 && dx.dtype == DType::f32 &&
@@ -171,17 +167,6 @@ void check_backward(const ModelConfig& cfg,
                 " dx ",
                 shape_string(dx.shape),
                 " (f32, the experts' inputs too; dx must not alias x or dy)");
-    HYMOE_CHECK(
-        n_slots == m.n_routed_experts, n_slots, " expert slots, config has ", m.n_routed_experts);
-    HYMOE_CHECK(m.n_routed_experts % ep == 0 && par.etp >= 1 && tp % par.etp == 0,
-                "E ",
-                m.n_routed_experts,
-                " over ep ",
-                ep,
-                ", etp ",
-                par.etp,
-                " in tp ",
-                tp);
 }
 
 }  // namespace

@@ -73,8 +73,17 @@ using ExpertStage = std::function<void(MoeBatch& b, const std::function<void()>&
 // The owner side's use of one batch's returned rows b.back [n_send, w_out].
 using OwnerStage = std::function<void(const MoeBatch& b)>;
 
-// The layer's arguments against each other: an MoE layer, x [n_tok, d] and out of x's shape and
-// not aliasing it, E expert slots, E divisible by ep, etp dividing tp (moe_parallel.cpp).
+// The layer against its layout, as the forward and the backward check it (moe.cpp): an MoE
+// layer, n_slots = E expert slots, E divisible by ep, etp dividing tp.
+void check_moe_layout(const ModelConfig& cfg,
+                      const LayerSpec& spec,
+                      int64_t n_slots,
+                      const MoeParallel& par);
+// The expert slots local's weights name: local.expert_slot's, else one per expert held.
+int64_t expert_slots(const MoeWeightViews& local);
+
+// The layer's arguments against each other: check_moe_layout, and x [n_tok, d] and out of x's
+// shape and not aliasing it (moe.cpp).
 void check_moe_layer(const ModelConfig& cfg,
                      const LayerSpec& spec,
                      const MoeWeights& local,

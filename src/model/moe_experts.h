@@ -1,7 +1,5 @@
-// The routed experts' computation on a set of rows one expert at a time: experts_forward, the
-// per-expert forward that the layer's grouped expert stage (moe_grouped.h, run by moe.cpp) equals
-// bit for bit on a CPU context (its reference in the tests), and the rows' slots that the grouped
-// stages of the forward and the backward (moe_grouped_backward.h) read. Private to src/model.
+// The rows' slots of a routed-expert call, read by the grouped expert stages of the forward
+// (moe_grouped.h) and the backward (moe_grouped_backward.h). Private to src/model.
 // Each row carries top_k slots: the slot's expert (−1: not computed here, i.e. dropped by
 // capacity or hosted on another rank) and its combine weight. The (row, slot) assignments are
 // grouped by expert, rows ascending within each expert, and each expert runs once on its group
@@ -11,11 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <vector>
-
-#include "hymoe/model/ffn.h"
-#include "hymoe/tensor/tensor.h"
 
 namespace hymoe::model::detail {
 
@@ -27,15 +20,5 @@ struct RowSlots {
     const int* adapter = nullptr;  // [n] each row's LoRA adapter id (inference's per-request
                                    //   choice); null: adapter 0 on every row
 };
-
-// out [n, w] = Σ over each row's slots (slot order) of weight · Expert(in row). poll() runs after
-// each expert (to progress requests in flight); tokens_per_expert [E] += rows each expert ran on.
-void experts_forward(const MoeWeights& w,
-                     ExpertAct act,
-                     const RowSlots& slots,
-                     const Tensor& in,  // [n, w]
-                     Tensor& out,       // [n, w]
-                     const std::function<void()>& poll,
-                     std::vector<int64_t>& tokens_per_expert);
 
 }  // namespace hymoe::model::detail

@@ -2,10 +2,10 @@
 // (backend/moe_groups.h) planned on the host from the rows' slots, their row map and weights
 // copied to ctx's device, then the gather into groups, one grouped product per matrix over every
 // expert (backend/ops_moe.h), the activation over every grouped row, each expert's adapters on
-// its own rows, and the slot-ordered combine. On a CPU context it equals experts_forward
-// (moe_experts.h, one dense_ffn_forward per expert) bit for bit: each expert's products and
-// adapters are the same calls on the same rows. The GPU model's routed experts; private to
-// src/model.
+// its own rows, and the slot-ordered combine. On a CPU context it equals one dense_ffn_forward
+// per expert on its rows bit for bit (tests/unit/model/test_moe_grouped.cpp): each expert's
+// products and adapters are the same calls on the same rows. The routed experts of every
+// MoE forward (moe.cpp) on any Ctx; private to src/model.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "host_view.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/log.h"
 #include "hymoe/core/timer.h"
@@ -20,13 +21,6 @@
 namespace hymoe::runtime {
 
 namespace {
-
-Tensor view_of(std::vector<float>& v) {
-    return Tensor{v.data(), DType::f32, Device::cpu, {static_cast<int64_t>(v.size())}};
-}
-Tensor view_of(std::vector<int64_t>& v, Shape shape) {
-    return Tensor{v.data(), DType::i64, Device::cpu, std::move(shape)};
-}
 
 bool any_moe(const model::ModelConfig& cfg) {
     return count_layers(cfg, model::Ffn::moe) + count_layers(cfg, model::Ffn::latent_moe) > 0;
@@ -47,7 +41,7 @@ void gather_vision(const Job& job,
                             static_cast<float>(mine.images),
                             static_cast<float>(mine.patches),
                             static_cast<float>(mine.tokens)};
-    Tensor t = view_of(sums);
+    Tensor t = view_of(sums, DType::f32);
     comm::all_reduce(t, all);
     const auto tp = static_cast<float>(job.layout.tp);
     model::VisionStats& v = p.vision;
@@ -140,10 +134,10 @@ JobProfile gather_profile(const Job& job,
     std::copy(secs.begin(), secs.begin() + 4 * L, p.rank_layer_seconds.begin() + grid.rank * 4 * L);
     std::copy(
         secs.begin() + 4 * L, secs.begin() + 4 * L + 4, p.rank_seconds.begin() + grid.rank * 4);
-    Tensor rl = view_of(p.rank_layer_seconds), rs = view_of(p.rank_seconds);
+    Tensor rl = view_of(p.rank_layer_seconds, DType::f32), rs = view_of(p.rank_seconds, DType::f32);
     comm::all_reduce(rl, all);
     comm::all_reduce(rs, all);
-    Tensor st = view_of(secs);
+    Tensor st = view_of(secs, DType::f32);
     comm::all_reduce(st, all);
     const float per_stage = static_cast<float>(job.layout.tp * job.layout.dp);
     for (float& s : secs)
@@ -162,7 +156,7 @@ JobProfile gather_profile(const Job& job,
     // another length would give the ranks different profile.h5 layouts)
     std::vector<float> peak{static_cast<float>(peaks.gemm_gflops),
                             static_cast<float>(peaks.read_gb_s)};
-    Tensor pt = view_of(peak);
+    Tensor pt = view_of(peak, DType::f32);
     comm::broadcast(pt, 0, all);
     p.peaks = {peak[0], peak[1]};
     const double steps =
@@ -183,7 +177,8 @@ JobProfile gather_profile(const Job& job,
     p.memory = memory;
     p.memory.kv_bytes.resize(static_cast<size_t>(L), 0);
     p.memory.kda_state_bytes.resize(static_cast<size_t>(L), 0);
-    Tensor kv = view_of(p.memory.kv_bytes, {L}), kda = view_of(p.memory.kda_state_bytes, {L});
+    Tensor kv = view_of(p.memory.kv_bytes, DType::i64, {L}),
+           kda = view_of(p.memory.kda_state_bytes, DType::i64, {L});
     comm::all_reduce(kv, all, comm::ReduceOp::max);
     comm::all_reduce(kda, all, comm::ReduceOp::max);
     if (!any_moe(job.model))
@@ -206,8 +201,9 @@ JobProfile gather_profile(const Job& job,
             p.remote_bytes[i] =
                 2 * (s.dispatch_rows - s.self_rows) * (s.dispatch_bytes / s.dispatch_rows);
     }
-    Tensor te = view_of(p.tokens_per_expert, {L * E}), tr = view_of(p.tokens_per_rank, {L * world});
-    Tensor tb = view_of(p.remote_bytes, {L});
+    Tensor te = view_of(p.tokens_per_expert, DType::i64, {L * E}),
+           tr = view_of(p.tokens_per_rank, DType::i64, {L * world});
+    Tensor tb = view_of(p.remote_bytes, DType::i64, {L});
     comm::all_reduce(te, all);
     comm::all_reduce(tr, all);
     comm::all_reduce(tb, all);
@@ -355,7 +351,7 @@ void write_profile(const Job& job,
     file.strings("/layers/ffn", ffn);
     auto seconds = [&](const std::string& name, const std::vector<double>& v) {
         std::vector<float> f(v.begin(), v.end());
-        file.array(name, view_of(f));
+        file.array(name, view_of(f, DType::f32));
         file.attr(name, "unit", "s");
     };
     seconds("/layers/mixer_seconds", p.mean.mixer_seconds);
@@ -366,33 +362,33 @@ void write_profile(const Job& job,
     seconds("/head_seconds", {p.mean.head_seconds});
     seconds("/pipeline_seconds", {p.mean.pipeline_seconds});
     std::vector<float> gflops = p.gflops, gb_s = p.weight_gb_s;
-    file.array("/layers/gflops", view_of(gflops));
+    file.array("/layers/gflops", view_of(gflops, DType::f32));
     file.attr("/layers/gflops", "unit", "GFLOP/s");
-    file.array("/layers/weight_gb_s", view_of(gb_s));
+    file.array("/layers/weight_gb_s", view_of(gb_s, DType::f32));
     file.attr("/layers/weight_gb_s", "unit", "GB/s");
     file.strings("/layers/bound", p.bound);
     std::vector<int64_t> kv = p.memory.kv_bytes, kda = p.memory.kda_state_bytes;
-    file.array("/layers/kv_bytes", view_of(kv, {L}));
+    file.array("/layers/kv_bytes", view_of(kv, DType::i64, {L}));
     file.attr("/layers/kv_bytes", "unit", "bytes");
-    file.array("/layers/kda_state_bytes", view_of(kda, {L}));
+    file.array("/layers/kda_state_bytes", view_of(kda, DType::i64, {L}));
     file.attr("/layers/kda_state_bytes", "unit", "bytes");
     std::vector<float> peaks{static_cast<float>(p.peaks.gemm_gflops),
                              static_cast<float>(p.peaks.read_gb_s)};
-    file.array("/peaks", view_of(peaks));
+    file.array("/peaks", view_of(peaks, DType::f32));
     file.attr("/peaks", "columns", "gemm_gflops read_gb_s");
     if (!p.imbalance.empty() && job.deck.profile.experts) {
         std::vector<int64_t> tpe = p.tokens_per_expert, tpr = p.tokens_per_rank;
         file.array("/experts/tokens_per_expert",
-                   view_of(tpe, {L, static_cast<int64_t>(tpe.size()) / L}));
-        file.array("/experts/tokens_per_rank", view_of(tpr, {L, job.layout.world()}));
+                   view_of(tpe, DType::i64, {L, static_cast<int64_t>(tpe.size()) / L}));
+        file.array("/experts/tokens_per_rank", view_of(tpr, DType::i64, {L, job.layout.world()}));
         std::vector<int64_t> remote = p.remote_bytes;
-        file.array("/experts/remote_bytes", view_of(remote, {L}));
+        file.array("/experts/remote_bytes", view_of(remote, DType::i64, {L}));
         file.attr("/experts/remote_bytes", "unit", "bytes");
         std::vector<float> imb = p.imbalance, disp = p.dispatch_seconds, comb = p.combine_seconds;
-        file.array("/experts/imbalance", view_of(imb));
-        file.array("/experts/dispatch_seconds", view_of(disp));
+        file.array("/experts/imbalance", view_of(imb, DType::f32));
+        file.array("/experts/dispatch_seconds", view_of(disp, DType::f32));
         file.attr("/experts/dispatch_seconds", "unit", "s");
-        file.array("/experts/combine_seconds", view_of(comb));
+        file.array("/experts/combine_seconds", view_of(comb, DType::f32));
         file.attr("/experts/combine_seconds", "unit", "s");
     }
     std::vector<float> layer_secs = p.rank_layer_seconds, secs = p.rank_seconds;
@@ -412,7 +408,7 @@ void write_profile(const Job& job,
         for (int i = 0; i < 3; ++i)
             file.array(names[i], Tensor{&counts[i], DType::i64, Device::cpu, {1}});
         std::vector<float> gflop{static_cast<float>(v.flops / 1e9)};
-        file.array("/vision/gflop", view_of(gflop));
+        file.array("/vision/gflop", view_of(gflop, DType::f32));
         std::vector<int64_t> bytes{v.peak_act_bytes, p.vision_weight_bytes};
         file.array("/vision/activation_bytes", Tensor{&bytes[0], DType::i64, Device::cpu, {1}});
         file.attr("/vision/activation_bytes", "unit", "bytes");

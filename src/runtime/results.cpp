@@ -11,6 +11,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "host_view.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/core/timer.h"
@@ -24,11 +25,6 @@ namespace hymoe::runtime {
 namespace fs = std::filesystem;
 
 namespace {
-
-template <typename T>
-Tensor view_of(const std::vector<T>& v, DType dtype) {
-    return Tensor{const_cast<T*>(v.data()), dtype, Device::cpu, {static_cast<int64_t>(v.size())}};
-}
 
 // The generated tokens as text, through the streaming detokenizer (what a client streaming the
 // output would have shown; ill-formed bytes as U+FFFD).

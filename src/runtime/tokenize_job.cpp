@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host_view.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/core/sha256.h"
@@ -25,11 +26,6 @@ namespace hymoe::runtime {
 namespace fs = std::filesystem;
 
 namespace {
-
-template <typename T>
-Tensor view_of(const std::vector<T>& v, DType dtype) {
-    return Tensor{const_cast<T*>(v.data()), dtype, Device::cpu, {static_cast<int64_t>(v.size())}};
-}
 
 // The documents of one chunk of lines.
 struct Chunk {

@@ -1,24 +1,17 @@
 // The lora job's history (runtime/train_results.h): checkpoint entries and results.h5.
 #include "hymoe/runtime/train_results.h"
 
+#include "host_view.h"
 #include "hymoe/io/h5.h"
 #include "hymoe/parallel/comm.h"
 
 namespace hymoe::runtime {
 
-namespace {
-
-Tensor view_of(std::vector<double>& v) {
-    // doubles travel as int64 bit patterns: checkpoints store them bit-exact
-    return Tensor{v.data(), DType::i64, Device::cpu, {static_cast<int64_t>(v.size())}};
-}
-
-}  // namespace
-
 std::vector<io::CkptEntry> TrainHistory::entries() {
     std::vector<io::CkptEntry> e;
     auto add = [&](const char* name, std::vector<double>& v) {
-        e.push_back({std::string("history/") + name, view_of(v), -1, 0, 0, true, ""});
+        // doubles travel as int64 bit patterns: checkpoints store them bit-exact
+        e.push_back({std::string("history/") + name, view_of(v, DType::i64), -1, 0, 0, true, ""});
     };
     add("step", step), add("loss", loss), add("lr", lr), add("grad_norm", grad_norm);
     add("tokens", tokens), add("seconds", seconds), add("tokens_per_s", tokens_per_s);

@@ -8,15 +8,15 @@
 // CUDA) within 1e-5, and its selection on the same logits: equal experts, weights within 1e-5,
 // for sigmoid with a bias and a group limit, softmax, and kimi_linear's 0.0 fill with biased
 // weights. The GPU model's routed expert stage (moe_grouped.h experts_grouped over slices of the
-// stacked experts, adapters as factor views on one expert's rows of adapter 1) against the CPU's
-// experts_forward with the same adapters as host slots, SwiGLU and ReLU², fp32 and bf16.
+// stacked experts, adapters as factor views on one expert's rows of adapter 1) against the same
+// call on the CPU context with the same adapters as host slots (which equals one dense_ffn_forward
+// per expert bit for bit: tests/unit/model/test_moe_grouped.cpp), SwiGLU and ReLU², fp32 and bf16.
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
-#include "../../src/model/moe_experts.h"
 #include "../../src/model/moe_grouped.h"
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_gemm.h"
@@ -254,8 +254,16 @@ BOOST_AUTO_TEST_CASE(routed_experts_grouped_vs_cpu, *utf::precondition(need_gpu)
             const Buffer x = random({n, d}, 80, t);
             Buffer want(DType::f32, {n, d});
             std::vector<int64_t> load(E, 0), dev_load(E, 0);
-            model::detail::experts_forward(
-                w, act, slots, x.view(), want.view(), [] {}, load);
+            Tensor want_y = want.view();
+            model::detail::experts_grouped(
+                backend::cpu_ctx(),
+                model::detail::expert_views(w),
+                act,
+                slots,
+                x.view(),
+                want_y,
+                [] {},
+                load);
             Tensor d_y = gc.g.arena.tensor(DType::f32, {n, d});
             model::detail::experts_grouped(
                 gc.ctx, dev, act, slots, gc.up(x, t), d_y, [] {}, dev_load);

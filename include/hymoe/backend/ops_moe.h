@@ -1,8 +1,8 @@
 // The routed experts' data movement and products as ops on a Ctx (backend/moe_groups.h's layout):
 // the gather of each computed assignment's input row into its expert's group, the experts' matrix
 // as one grouped product over all groups, and the weighted combine of each row's slots in slot
-// order. CPU forms first (plain host loops, fp32: the arithmetic model/moe_experts.cpp ran
-// inline), then the ops; CUDA forms are moe.cu's permute/unpermute and the grouped cuBLAS GEMM.
+// order. CPU forms first (plain host loops, fp32: the arithmetic the CPU's expert stage
+// ran inline), then the ops; CUDA forms are moe.cu's permute/unpermute and the grouped cuBLAS GEMM.
 // The switch is src/backend/ops_moe.cpp's.
 #pragma once
 

@@ -3,7 +3,7 @@
 // its expert's group, the combine weights' gradient (each slot's output gradient · its expert's
 // recomputed output), and the column placement that joins and splits the dispatch's [u | g] and
 // [d_u | dw] rows. CPU forms first (src/backend/cpu/moe_backward_ops.cpp, the loops
-// model/moe_experts.cpp and moe_backward.cpp ran), then the ops: CPU, exactly the CPU forms;
+// the CPU's expert stage and moe_backward.cpp ran), then the ops: CPU, exactly the CPU forms;
 // CUDA, the kernels of backend/cuda_moe_backward.h and cuda_model_ops.h's copy_2d (tests/cuda
 // compares them). The switch is src/backend/ops_moe_backward.cpp's.
 #pragma once

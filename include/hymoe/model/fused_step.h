@@ -32,7 +32,8 @@ int64_t dsa_fused_bytes(const ModelConfig& cfg, int64_t max_tokens, int n_sm);
 
 // The most bytes the fused MoE path allocates for a step of up to max_tokens rows, over the
 // model's MoE layer kinds: the dispatch plan's scratch, h [n·k, I] and out [n·k, w] bf16, and the
-// routing's idx [n, k] int32 and weights [n, k] fp32. 0 when no MoE layer has a fused plan.
+// routing's idx [n, k] int32 and weights [n, k] fp32. 0 when no MoE layer runs fused
+// (model/moe_parallel.h moe_runs_fused, the predicate the layer itself asks).
 int64_t moe_fused_bytes(const ModelConfig& cfg, int64_t max_tokens);
 
 }  // namespace hymoe::model

@@ -10,7 +10,7 @@
 // different dp replicas carry different tokens, and different n_tok (0 included).
 //
 // The algorithm, per layer (the pipeline of phases 3-5 in moe_dispatch.cpp, shared with the
-// backward; the experts' computation in moe_experts.cpp):
+// backward; the experts' computation in moe_grouped.cpp):
 //  1. ownership: the tp group is cut into tp/etp "etp blocks" of etp consecutive tp ranks
 //     (block b = tp_rank / etp; etp_rank = tp_rank mod etp because etp divides tp). Block b owns
 //     the contiguous rows moe_owned_rows() gives it (chunk b of tp/etp near-equal chunks); all

@@ -15,10 +15,6 @@ namespace hymoe::ops::kda_chunk {
 
 constexpr int64_t sub = 16;  // sub-chunk: the diagonal blocks of A and of the WY inverse
 
-// The argument checks both scan backwards share (op names them): false for an empty sequence.
-bool backward_args_ok(
-    const char* op, const KdaScanParams& p, const float* ckpt, const KdaScanGrads& d, int chunk);
-
 // Scratch for one chunk of one head, sized for chunks of up to C tokens (row strides K, V, C).
 struct ChunkScratch {
     std::vector<float> eg;   // [C, K] e^g

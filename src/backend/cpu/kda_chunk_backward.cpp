@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../kda_scan_args.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "kda_chunk.h"
@@ -248,7 +249,7 @@ void kda_scan_backward(const KdaScanParams& p,
                        const float* ckpt,
                        const KdaScanGrads& d,
                        int chunk) {
-    if (!backward_args_ok("kda_scan_backward", p, ckpt, d, chunk))
+    if (!detail::kda_backward_args_ok("kda_scan_backward", p, ckpt, d, chunk))
         return;
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v, C = chunk;
     const int64_t n_chunk = (p.n_tok + C - 1) / C;

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../kda_scan_args.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "kda_chunk.h"
@@ -31,20 +32,6 @@
 namespace hymoe::ops {
 
 namespace {
-
-void check_params(const KdaScanParams& p) {
-    HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && p.S != nullptr,
-                "kda scan: T ",
-                p.n_tok,
-                " H ",
-                p.n_head,
-                " K ",
-                p.d_k,
-                " V ",
-                p.d_v);
-    HYMOE_CHECK(p.n_tok == 0 || (p.q && p.k && p.v && p.g && p.beta && p.o),
-                "kda scan: missing input or output array");
-}
 
 // c [L, n] = a b + beta c for a [L, L] lower triangular (zero above the diagonal): the first
 // half of the rows against the first half of b's rows only, the rest against all of b.
@@ -213,7 +200,7 @@ void chunk_step(const ChunkView& c, int64_t C, ChunkScratch& s) {
 }  // namespace
 
 void kda_recurrent(const KdaScanParams& p) {
-    check_params(p);
+    detail::kda_scan_check("kda_recurrent", p);
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v;
     std::vector<float> work(K + V);  // kda_token_step's scratch
     // tokens outer: a token's rows of every head lie together, read once in order (heads outer
@@ -237,7 +224,7 @@ void kda_recurrent(const KdaScanParams& p) {
 }
 
 void kda_chunked(const KdaScanParams& p, int chunk) {
-    check_params(p);
+    detail::kda_scan_check("kda_chunked", p);
     HYMOE_CHECK(chunk > 0, "kda_chunked: chunk ", chunk);
     const int64_t H = p.n_head, C = chunk;
     ChunkScratch scratch(C, p.d_k, p.d_v);

@@ -13,34 +13,12 @@
 #include <cmath>
 #include <vector>
 
+#include "../kda_scan_args.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/error.h"
 #include "kda_chunk.h"
 
 namespace hymoe::ops {
-
-bool kda_chunk::backward_args_ok(
-    const char* op, const KdaScanParams& p, const float* ckpt, const KdaScanGrads& d, int chunk) {
-    HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && chunk > 0,
-                op,
-                ": T ",
-                p.n_tok,
-                " H ",
-                p.n_head,
-                " K ",
-                p.d_k,
-                " V ",
-                p.d_v,
-                " chunk ",
-                chunk);
-    if (p.n_tok == 0)
-        return false;
-    HYMOE_CHECK(p.q && p.k && p.v && p.g && p.beta && ckpt && d.dO && d.dq && d.dk && d.dv &&
-                    d.dg && d.dbeta,
-                op,
-                ": missing input or gradient array");
-    return true;
-}
 
 namespace {
 
@@ -174,7 +152,7 @@ void kda_scan_backward_tokens(const KdaScanParams& p,
                               const float* ckpt,
                               const KdaScanGrads& d,
                               int chunk) {
-    if (!kda_chunk::backward_args_ok("kda_scan_backward_tokens", p, ckpt, d, chunk))
+    if (!detail::kda_backward_args_ok("kda_scan_backward_tokens", p, ckpt, d, chunk))
         return;
     const int64_t H = p.n_head, K = p.d_k, V = p.d_v, C = chunk;
     const int64_t n_chunk = (p.n_tok + C - 1) / C;

@@ -1,5 +1,5 @@
-// The CPU form of the combine weights' gradient (hymoe/backend/ops_moe_backward.h): the plain
-// loop model/moe_experts.cpp ran, fp32, columns in order.
+// The CPU form of the combine weights' gradient (hymoe/backend/ops_moe_backward.h): a plain
+// loop, fp32, columns in order.
 #include "hymoe/backend/ops_moe_backward.h"
 #include "hymoe/core/error.h"
 

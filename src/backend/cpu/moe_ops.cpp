@@ -1,5 +1,5 @@
 // The CPU forms of the MoE ops (hymoe/backend/ops_moe.h) and the host plan of the expert groups
-// (backend/moe_groups.h): plain loops in the order model/moe_experts.cpp ran them, fp32.
+// (backend/moe_groups.h): plain loops, fp32, each row's slots in slot order.
 #include <algorithm>
 #include <vector>
 

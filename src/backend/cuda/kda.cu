@@ -6,6 +6,7 @@
 // (cuda_kda_batch.h kda_scan_batch) picks its kernel here: the fused decode step or chunked
 // prefill (cuda_fused.h) where they apply, else the same column recurrence for every sequence of
 // the table in one launch.
+#include "../kda_scan_args.h"
 #include "hymoe/backend/cuda_fused.h"
 #include "hymoe/backend/cuda_kda_batch.h"
 #include "hymoe/backend/cuda_ops.h"
@@ -138,17 +139,7 @@ void kda_decay_gate(const Stream& s,
 }
 
 void kda_recurrent(const Stream& s, const ops::KdaScanParams& p) {
-    HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && p.S != nullptr,
-                "kda_recurrent: T ",
-                p.n_tok,
-                " H ",
-                p.n_head,
-                " K ",
-                p.d_k,
-                " V ",
-                p.d_v);
-    HYMOE_CHECK(p.n_tok == 0 || (p.q && p.k && p.v && p.g && p.beta && p.o),
-                "kda_recurrent: missing input or output array");
+    ops::detail::kda_scan_check("kda_recurrent", p);
     if (p.n_tok == 0)
         return;
     const int64_t columns = static_cast<int64_t>(p.n_head) * p.d_v;

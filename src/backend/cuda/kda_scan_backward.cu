@@ -5,6 +5,7 @@
 // of S evolves on its own), then swept back with ∂L/∂S [K, V] carried across chunks: the per-row
 // sums (dq, dk, dg) with threads over rows of K, du = dSᵀk with threads over columns (summed over
 // K in the CPU's order), dβ by one thread. fp32; expf as the CPU's std::exp.
+#include "../kda_scan_args.h"
 #include "hymoe/backend/cuda_kda_backward.h"
 #include "kernels.h"
 
@@ -136,22 +137,9 @@ void kda_scan_backward(const Stream& s,
                        const ops::KdaScanGrads& d,
                        int chunk,
                        float* work) {
-    HYMOE_CHECK(p.n_tok >= 0 && p.n_head > 0 && p.d_k > 0 && p.d_v > 0 && chunk > 0,
-                "kda_scan_backward: T ",
-                p.n_tok,
-                " H ",
-                p.n_head,
-                " K ",
-                p.d_k,
-                " V ",
-                p.d_v,
-                " chunk ",
-                chunk);
-    if (p.n_tok == 0)
+    if (!ops::detail::kda_backward_args_ok("kda_scan_backward", p, ckpt, d, chunk))
         return;
-    HYMOE_CHECK(p.q && p.k && p.v && p.g && p.beta && ckpt && d.dO && d.dq && d.dk && d.dv &&
-                    d.dg && d.dbeta && work,
-                "kda_scan_backward: missing input, gradient or workspace array");
+    HYMOE_CHECK(work, "kda_scan_backward: no workspace array");
     scan_backward_kernel<<<static_cast<unsigned>(p.n_head), 128, 0, s.get()>>>(
         p, ckpt, d, chunk, work);
     check_launch("kda_scan_backward");

@@ -4,8 +4,9 @@
 // kda_gated_norm_backward against central differences of double-precision forwards;
 // causal_conv_backward as the adjoint of ops::causal_conv over two packed sequences
 // (⟨dc, conv(u)⟩ = ⟨du, u⟩); sigmoid_backward by its formula; and each op on the CPU Ctx
-// bit-identical to its CPU form. The same ops on a CUDA context against these are
-// tests/cuda/test_kda_backward_ops.cpp.
+// bit-identical to its CPU form; the scans' argument checks, forward and backward (an empty
+// sequence is nothing to do; no state, no chunk or a missing array is refused). The same ops on a
+// CUDA context against these are tests/cuda/test_kda_backward_ops.cpp.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -15,6 +16,7 @@
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_kda_backward.h"
+#include "hymoe/core/error.h"
 #include "hymoe/core/rng.h"
 
 using namespace hymoe;
@@ -245,6 +247,31 @@ BOOST_AUTO_TEST_CASE(sigmoid_backward_formula) {
     ops::sigmoid_backward(backend::cpu_ctx(), s.view(), dc.view());
     BOOST_TEST(same_bits(d, dc));
     BOOST_TEST(rel_err(d, ref) < 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(scans_check_their_arguments) {
+    ops::KdaScanParams f;  // the forwards: a state is needed, and the arrays once T > 0
+    f.n_head = 1, f.d_k = 2, f.d_v = 2;
+    BOOST_CHECK_THROW(ops::kda_recurrent(f), Error);
+    std::vector<float> S(4, 0.0f);
+    f.S = S.data();
+    BOOST_CHECK_NO_THROW(ops::kda_recurrent(f));
+    BOOST_CHECK_NO_THROW(ops::kda_chunked(f, 16));
+    f.n_tok = 3;
+    BOOST_CHECK_THROW(ops::kda_recurrent(f), Error);
+    BOOST_CHECK_THROW(ops::kda_chunked(f, 16), Error);
+    using Backward =
+        void (*)(const ops::KdaScanParams&, const float*, const ops::KdaScanGrads&, int);
+    for (Backward backward :
+         {Backward{&ops::kda_scan_backward}, Backward{&ops::kda_scan_backward_tokens}}) {
+        ops::KdaScanParams p;
+        p.n_head = 1, p.d_k = 2, p.d_v = 2;
+        const ops::KdaScanGrads none;
+        BOOST_CHECK_NO_THROW(backward(p, nullptr, none, 16));     // T = 0: nothing to do
+        BOOST_CHECK_THROW(backward(p, nullptr, none, 0), Error);  // no chunk
+        p.n_tok = 3;
+        BOOST_CHECK_THROW(backward(p, nullptr, none, 16), Error);  // arrays missing
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,7 +5,8 @@
 // and the flagship; its top_k is min(top_k, the longest context); one sequence ranks two queries a
 // block. dsa_fused_bytes bounds idx plus the indexer scratch of every plan of up to max_tokens
 // rows (scanned over rows, contexts, top-k, SM counts). moe_fused_bytes: the plan's scratch,
-// h, out, idx and weights of the widest MoE kind; 0 where no MoE layer has a fused plan.
+// h, out, idx and weights of the widest MoE kind; 0 where no MoE layer runs fused (no plan,
+// ReLU² experts, capacity dropping).
 #include <algorithm>
 #include <cstdint>
 
@@ -114,6 +115,12 @@ BOOST_AUTO_TEST_CASE(moe_bytes_of_the_widest_kind) {
     const cu::MoePlan narrow = cu::moe_plan(T, mid.moe.top_k, mid.moe.n_routed_experts, 128, 512);
     BOOST_TEST(moe_fused_bytes(latent, T) ==
                narrow.scratch_bytes + n * 512 * 2 + n * 128 * 2 + n * 8);
+    ModelConfig relu2 = mid;  // layers the fused kernels do not run (moe_runs_fused): nothing
+    relu2.moe.expert_act = ExpertAct::relu2;
+    BOOST_TEST(moe_fused_bytes(relu2, T) == 0);
+    ModelConfig dropping = mid;
+    dropping.moe.capacity_factor = 1.25;
+    BOOST_TEST(moe_fused_bytes(dropping, T) == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

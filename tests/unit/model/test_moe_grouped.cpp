@@ -1,25 +1,26 @@
 // The routed experts in the grouped form the GPU model runs (moe_grouped.h experts_grouped: the
 // backend/moe_groups.h plan, then the Ctx ops of backend/ops_moe.h: gather, one grouped product
 // per matrix, the activation over every grouped row, the slot-ordered combine) on a CPU context
-// equal the CPU's own expert stage (moe_experts.h experts_forward, one dense_ffn_forward per
-// expert) bit for bit, with the same expert load, for SwiGLU and relu2 experts with a dropped slot
-// and a row without any, and with host adapters chosen per row (two ids, dropout) on two experts:
-// so one expert stage written with the grouped ops keeps every CPU result.
-// The router's logits and selection as Ctx ops (backend/moe_route.h) under the config's rule
-// (route_rule.h) equal route() bit for bit, and leave route()'s scores behind: sigmoid with a bias
-// and a group limit, softmax, kimi_linear's 0.0 group fill and biased weights.
+// equal the per-expert reference below (each expert once on its rows by dense_ffn_forward, the
+// CPU's expert stage before the grouped ops) bit for bit, with the same expert load, for SwiGLU and
+// relu2 experts with a dropped slot and a row without any, and with host adapters chosen per row
+// (two ids, dropout) on two experts: so one expert stage written with the grouped ops keeps every
+// CPU result. The router's logits and selection as Ctx ops (backend/moe_route.h) under the config's
+// rule (route_rule.h) equal route() bit for bit, and leave route()'s scores behind: sigmoid with a
+// bias and a group limit, softmax, kimi_linear's 0.0 group fill and biased weights.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
-#include "../../../src/model/moe_experts.h"
 #include "../../../src/model/moe_grouped.h"
 #include "../../../src/model/route_rule.h"
 #include "../../../src/model/router.h"
+#include "hymoe/backend/moe_groups.h"
 #include "hymoe/backend/moe_route.h"
 #include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_moe.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/lora.h"
@@ -48,11 +49,57 @@ Buffer normal(Shape shape, uint64_t seed) {
     return b;
 }
 
+// The reference expert stage: out [n, w] = Σ over each row's slots (slot order, ops::moe_combine)
+// of weight · Expert(in row), each expert run once by dense_ffn_forward on its rows (ascending,
+// so dropout masks number them as the grouped call does) with those rows' adapters;
+// tokens_per_expert [E] += the rows each expert ran on.
+void per_expert(const MoeWeights& w,
+                ExpertAct act,
+                const detail::RowSlots& s,
+                const Tensor& in,  // [n, w]
+                Tensor& out,       // [n, w]
+                std::vector<int64_t>& tokens_per_expert) {
+    const backend::MoeGroups g =
+        backend::moe_group_rows(s.expert, s.n, s.k, static_cast<int64_t>(w.experts.size()));
+    const int64_t width = in.dim(1);
+    Buffer grouped(DType::f32, {g.n_rows(), width});  // [n_rows, w] rows grouped by expert
+    for (size_t e = 0; e < w.experts.size(); ++e) {
+        const int64_t begin = g.offset[e], rows = g.offset[e + 1] - begin;
+        if (rows == 0)
+            continue;
+        tokens_per_expert[e] += rows;
+        Buffer in_e(DType::f32, {rows, width});  // [rows, w] the expert's input rows
+        std::vector<int> adapter(static_cast<size_t>(rows));
+        for (int64_t a = 0; a < s.n * s.k; ++a) {
+            const int64_t r = g.row[static_cast<size_t>(a)] - begin;
+            if (r < 0 || r >= rows)
+                continue;
+            std::memcpy(in_e.ptr<float>() + r * width,
+                        in.ptr<float>() + a / s.k * width,
+                        static_cast<size_t>(width) * sizeof(float));
+            adapter[static_cast<size_t>(r)] = s.adapter ? s.adapter[a / s.k] : 0;
+        }
+        const SeqBatch batch = single_rows(adapter);
+        Tensor out_e = grouped.view().rows(begin, rows);
+        dense_ffn_forward(backend::cpu_ctx(),
+                          w.experts[e],
+                          act,
+                          in_e.view(),
+                          out_e,
+                          s.adapter ? &batch : nullptr);
+    }
+    const Tensor map{const_cast<int64_t*>(g.row.data()),
+                     DType::i64,
+                     Device::cpu,
+                     {static_cast<int64_t>(g.row.size())}};
+    ops::moe_combine(grouped.view(), map, s.weight, s.k, out);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(moe_grouped)
 
-BOOST_AUTO_TEST_CASE(grouped_ops_equal_experts_forward_bitwise) {
+BOOST_AUTO_TEST_CASE(grouped_ops_equal_per_expert_forward_bitwise) {
     for (ExpertAct act : {ExpertAct::swiglu, ExpertAct::relu2}) {
         const ModelConfig cfg = tiny(act);
         const LayerSpec spec{Mixer::kda, false, Ffn::moe};
@@ -74,8 +121,7 @@ BOOST_AUTO_TEST_CASE(grouped_ops_equal_experts_forward_bitwise) {
         Buffer want(DType::f32, {n, d}), got(DType::f32, {n, d});
         std::vector<int64_t> load(5, 0);
         const detail::RowSlots slots{expert.data(), weight.data(), n, k};
-        detail::experts_forward(
-            w, act, slots, x.view(), want.view(), [] {}, load);
+        per_expert(w, act, slots, x.view(), want.view(), load);
         std::vector<int64_t> grouped_load(5, 0);
         detail::experts_grouped(
             backend::cpu_ctx(),
@@ -112,8 +158,7 @@ BOOST_AUTO_TEST_CASE(grouped_ops_equal_experts_forward_bitwise) {
         for (int64_t t = 0; t < n; ++t)
             row_adapter[static_cast<size_t>(t)] = static_cast<int>(t % 3 == 1);
         const detail::RowSlots adapted{expert.data(), weight.data(), n, k, row_adapter.data()};
-        detail::experts_forward(
-            w, act, adapted, x.view(), want.view(), [] {}, load);
+        per_expert(w, act, adapted, x.view(), want.view(), load);
         detail::experts_grouped(
             backend::cpu_ctx(),
             detail::expert_views(w),
@@ -125,11 +170,9 @@ BOOST_AUTO_TEST_CASE(grouped_ops_equal_experts_forward_bitwise) {
             grouped_load);
         BOOST_TEST(std::memcmp(want.view().data, got.view().data, want.view().bytes()) == 0);
         Buffer plain(DType::f32, {n, d});  // the adapters change the result
-        detail::experts_forward(
-            w, act, slots, x.view(), plain.view(), [] {}, load);
+        per_expert(w, act, slots, x.view(), plain.view(), load);
         w.experts[1].lora.up = w.experts[3].lora.down = nullptr;
-        detail::experts_forward(
-            w, act, slots, x.view(), plain.view(), [] {}, load);
+        per_expert(w, act, slots, x.view(), plain.view(), load);
         BOOST_TEST(std::memcmp(plain.view().data, got.view().data, got.view().bytes()) != 0);
         BOOST_TEST_INFO(static_cast<int>(act));
         BOOST_TEST(std::memcmp(want.view().data, got.view().data, want.view().bytes()) == 0);
