@@ -51,7 +51,9 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
     // and no tp sums
     o_.graphs = o.graphs && shard_.pp == 1 && shard_.tp == 1;
     const size_t arena_bytes =
-        static_cast<size_t>(static_cast<double>(cu::device_free_bytes()) * o.memory_fraction);
+        o.arena_bytes > 0
+            ? o.arena_bytes
+            : static_cast<size_t>(static_cast<double>(cu::device_free_bytes()) * o.memory_fraction);
     g_ = std::make_unique<Gpu>(arena_bytes, any_moe ? std::max(cfg_.moe.n_routed_experts, 1) : 1);
     const size_t before = g_->arena.book().used();
     ModelViews views = model_views(host, upload_weights(*g_, host, o.dtype));  // the rank's part
