@@ -68,7 +68,7 @@ grep -E "cuda_comm|cuda_pp|cuda_tp|cuda_ep|FAILED|error:" "$out/cuda-mpi.log" | 
 # the infer job on 2 ranks sharing the GPU (each takes half of job.device_memory) at tp2 and pp2
 # against one CPU rank: tokens equal, log-probabilities within 1e-4
 step infer 25 scripts/gpu-infer-check.sh "$out"
-grep -E "^infer " "$out/infer.log" | tail -7 | tee -a "$summary"
+grep -E "^infer " "$out/infer.log" | tail -6 | tee -a "$summary"
 
 # the GPU trainer against the CPU, loss by loss: 20 steps of a small lora run on one rank, then 5
 # steps on 2 ranks sharing the GPU at tp2 and pp2

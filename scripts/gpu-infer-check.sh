@@ -11,15 +11,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out=$(realpath -m "$1")
 mkdir -p "$out"
-run() {  # run NAME NP DEVICE [--set ...]: infer-NAME/ and infer-NAME.log under OUT_DIR
+run() {  # run NAME NP DEVICE [--set ...]: OUT_DIR/infer-NAME/, .log, .err
     local name=$1 np=$2 device=$3
     shift 3
     rm -rf "$out/infer-$name"
     timeout 30 mpirun -np "$np" build/cuda/hymoe tests/decks/score/deck.yaml \
         --set job.device="$device" --set job.output="$out/infer-$name" \
-        --set inference.max_new_tokens=8 "$@" >"$out/infer-$name.log" 2>&1 || {
-        echo "infer $name ($np ranks, $device): exit $? (log: $out/infer-$name.log)"
-        tail -3 "$out/infer-$name.log"
+        --set inference.max_new_tokens=8 "$@" >"$out/infer-$name.log" 2>"$out/infer-$name.err" || {
+        echo "infer $name ($np ranks, $device): exit $? (log: $out/infer-$name.log), stderr:"
+        head -1 "$out/infer-$name.err" | sed 's/^/infer   /'
         return 1
     }
 }
@@ -32,7 +32,8 @@ compare() {  # compare NAME: against infer-cpu
     for set in /requests/output_tokens /requests/prompt_logprobs /requests/output_logprobs; do
         paste <(values cpu "$set") <(values "$1" "$set") | awk -v got="$1" -v set="$set" '
             { d = $1 - $2; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
-            END { printf "infer cpu vs %s %s: %d values, worst difference %.2e\n", got, set, n, worst
+            END { printf "infer cpu vs %s %s: %d values, worst difference %.2e\n",
+                         got, set, n, worst
                   exit !(n > 0 && worst <= (set ~ /tokens/ ? 0 : 1e-4)) }' || return 1
     done
 }

@@ -14,15 +14,15 @@ out=$(realpath -m "$1")
 mkdir -p "$out"
 layouts="--set finetune.steps=5 --set finetune.lora.dropout=0 --set finetune.batch.micro_batch=1 \
 --set finetune.batch.grad_accum=4 --set finetune.eval.every=5"
-run() {  # run NAME NP DEVICE [--set ...]: lora-NAME/ and lora-NAME.log under OUT_DIR
+run() {  # run NAME NP DEVICE [--set ...]: OUT_DIR/lora-NAME/, .log, .err
     local name=$1 np=$2 device=$3
     shift 3
     rm -rf "$out/lora-$name"
     timeout 60 mpirun -np "$np" build/cuda/hymoe tests/decks/lora/small.yaml \
         --set job.device="$device" --set job.output="$out/lora-$name" "$@" \
-        >"$out/lora-$name.log" 2>&1 || {
-        echo "lora $name ($np ranks, $device): exit $? (log: $out/lora-$name.log)"
-        tail -3 "$out/lora-$name.log"
+        >"$out/lora-$name.log" 2>"$out/lora-$name.err" || {
+        echo "lora $name ($np ranks, $device): exit $? (log: $out/lora-$name.log), stderr:"
+        head -1 "$out/lora-$name.err" | sed 's/^/lora   /'
         return 1
     }
 }
