@@ -1,16 +1,17 @@
 #!/bin/bash
 # The prepared GPU check (issues 12, 13, 24): on a machine with one NVIDIA GPU (sized for an H200:
-# at most 8 minutes in all, the sum of the steps' limits 190 + 80 + 70 + 30 + 70 + 50 s), build the
-# CUDA binaries with `make CUDA=1` (hymoe, the parity tests, the MPI tests and the two benchmarks:
-# every source file of the library compiles), run the CUDA parity tests (`make test-cuda`: the
-# kernels, the fused kernels and the whole model against the CPU; `cuda_gemm_invariant`: the
-# batch-invariant GEMM; `cuda_engine_tiers`: the engine with the prefix cache, with the file KV
-# tier and under batch_invariant; `cuda_train`: the training pass and 20 trainer steps), the GPU
-# forward over 2 ranks against the CPU (`cuda_comm`: every device collective; `cuda_pp`: two
-# pipeline stages; `cuda_tp`: tp = 2; `cuda_ep`: experts over ep, with LoRA adapters too; the
-# ranks may share one GPU), the GPU trainer against the CPU over 20 steps of a lora job
-# (scripts/gpu-lora-check.sh), the kernel benchmark (build/cuda/bench_cuda, fused kernels
-# included) and the model benchmark
+# under 8 minutes in all, the sum of the steps' limits 180 + 75 + 60 + 25 + 45 + 50 + 40 s), build
+# the CUDA binaries with `make CUDA=1` (hymoe, the parity tests, the MPI tests and the two
+# benchmarks: every source file of the library compiles), run the CUDA parity tests (`make
+# test-cuda`: the kernels, the fused kernels and the whole model against the CPU;
+# `cuda_gemm_invariant`: the batch-invariant GEMM; `cuda_engine_tiers`: the engine with the prefix
+# cache, with the file KV tier and under batch_invariant; `cuda_train`: the training pass and 20
+# trainer steps), the GPU forward over 2 ranks against the CPU (`cuda_comm`: every device
+# collective; `cuda_pp`: two pipeline stages; `cuda_tp`: tp = 2; `cuda_ep`: experts over ep, with
+# LoRA adapters too; the ranks may share one GPU), the infer job on 2 ranks sharing the GPU at tp2
+# and pp2 against one CPU rank (scripts/gpu-infer-check.sh), the GPU trainer against the CPU over
+# 20 steps of a lora job and on 2 ranks sharing the GPU at tp2 and pp2 (scripts/gpu-lora-check.sh),
+# the kernel benchmark (build/cuda/bench_cuda, fused kernels included) and the model benchmark
 # (build/cuda/bench_cuda_model), and write a summary.
 # Usage:
 #   scripts/gpu-check.sh [OUT_DIR]      (default build/gpu-check)
@@ -49,29 +50,35 @@ else
 fi
 
 n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
-step build 190 make -j"$jobs" CUDA=1 build/cuda/hymoe build/cuda/test_cuda build/cuda/bench_cuda \
+step build 180 make -j"$jobs" CUDA=1 build/cuda/hymoe build/cuda/test_cuda build/cuda/bench_cuda \
     build/cuda/bench_cuda_model build/cuda/test_mpi
 grep -E "warning:|error:|undefined reference|\*\*\*" "$out/build.log" | head -10 | tee -a "$summary"
 
-step test-cuda 80 make --no-print-directory test-cuda NPROC="$jobs"
+step test-cuda 75 make --no-print-directory test-cuda NPROC="$jobs"
 grep -E "FAILED|error:|^[0-9]+ passed, [0-9]+ failed" "$out/test-cuda.log" | head -20 |
     tee -a "$summary"
 
 # the GPU forward over 2 ranks (they may share the GPU: comm:: then stages device collectives
 # through host memory, as NCCL refuses two ranks on one GPU): collectives, pp, tp and ep
-step cuda-mpi 70 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_comm,cuda_pp,cuda_tp,cuda_ep \
+step cuda-mpi 60 mpirun -np 2 build/cuda/test_mpi --run_test=cuda_comm,cuda_pp,cuda_tp,cuda_ep \
     --log_level=message
 grep -E "cuda_comm|cuda_pp|cuda_tp|cuda_ep|FAILED|error:" "$out/cuda-mpi.log" | head -12 |
     tee -a "$summary"
 
-# the GPU trainer against the CPU: 20 steps of a small lora run, loss by loss
-step lora 30 scripts/gpu-lora-check.sh "$out"
-tail -1 "$out/lora.log" | tee -a "$summary"
+# the infer job on 2 ranks sharing the GPU (each takes half of job.device_memory) at tp2 and pp2
+# against one CPU rank: tokens equal, log-probabilities within 1e-4
+step infer 25 scripts/gpu-infer-check.sh "$out"
+grep -E "^infer " "$out/infer.log" | tail -6 | tee -a "$summary"
 
-step bench 70 build/cuda/bench_cuda
+# the GPU trainer against the CPU, loss by loss: 20 steps of a small lora run on one rank, then 5
+# steps on 2 ranks sharing the GPU at tp2 and pp2
+step lora 45 scripts/gpu-lora-check.sh "$out"
+grep -E "^lora " "$out/lora.log" | tail -4 | tee -a "$summary"
+
+step bench 50 build/cuda/bench_cuda
 grep -vE "^$" "$out/bench.log" | head -40 | tee -a "$summary"
 
-step bench-model 50 build/cuda/bench_cuda_model
+step bench-model 40 build/cuda/bench_cuda_model
 grep -vE "^$" "$out/bench-model.log" | head -20 | tee -a "$summary"
 
 note "gpu-check: $([ "$failed" -eq 0 ] && echo passed || echo FAILED)"

@@ -1,5 +1,5 @@
-// visible_devices and open_device (hymoe/backend/device.h). Plain C++ in every build; the CUDA
-// calls (CUDA builds only) sit behind cuda/device_api.h.
+// visible_devices, open_device, current_device and free_device_bytes (hymoe/backend/device.h).
+// Plain C++ in every build; the CUDA calls (CUDA builds only) sit behind cuda/device_api.h.
 #include "hymoe/backend/device.h"
 
 #ifdef HYMOE_CUDA
@@ -30,6 +30,22 @@ DeviceInfo open_device(int local_rank, int n_devices, bool all_have_gpu) {
     info.memory_gb = cuda::device_memory_gb(info.device);
 #endif
     return info;
+}
+
+int current_device() {
+#ifdef HYMOE_CUDA
+    return cuda::current_device();
+#else
+    return -1;
+#endif
+}
+
+size_t free_device_bytes() {
+#ifdef HYMOE_CUDA
+    return cuda::free_bytes();
+#else
+    return 0;
+#endif
 }
 
 }  // namespace hymoe::backend

@@ -42,6 +42,7 @@ void read_job(Section s, JobSection& job, const std::string& deck_dir) {
     job.device = device == "cpu"    ? DeviceChoice::cpu
                  : device == "cuda" ? DeviceChoice::cuda
                                     : DeviceChoice::automatic;
+    job.device_memory = s.number("device_memory");
     job.max_hours = s.number("max_hours");
     job.overwrite = s.flag("overwrite");
     s.finish();

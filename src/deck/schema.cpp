@@ -36,6 +36,7 @@ const std::vector<KeySpec> kSchema = {
 {"job.seed", T::integer, "0", 0, kInt64, {}, "seeds every random stream (model.init: random, sampling, dropout, data order)"},
 {"job.output", T::text, "out", 0, 0, {}, "output folder, relative to the deck's folder; created only after validation"},
 {"job.device", T::choice, "auto", 0, 0, {"auto", "cpu", "cuda"}, "where infer and lora run their passes: cuda on each rank's GPU, cpu, or auto (the GPU when the job can have one, else the CPU with one log line saying why); cuda that cannot be had exits 2 naming this key; other kinds ignore it"},
+{"job.device_memory", T::number, "0.9", 0.01, 1, {}, "infer and lora on a GPU: the share of each GPU's free memory (measured when the model is uploaded) that the ranks computing on it take for their arenas, divided evenly among them (several ranks of one node may share a GPU: rank r takes GPU local rank mod the GPU count)"},
 {"job.max_hours", T::number, "0", 0, 1e5, {}, "infer and lora: stop cleanly (exit 75, resumable) at 99% of this wall time; 0 = no limit"},
 {"job.overwrite", T::flag, "false", 0, 0, {}, "infer: replace a finished output made by a different deck (otherwise such a rerun is refused; the same deck is \"already complete\", exit 0)"},
 {"model", T::section, "", 0, 0, {}, "the model: a built-in preset or a config file, and its weights; required"},

@@ -1,11 +1,23 @@
-// job.device against the build, the job and the machine (runtime/device_choice.h).
+// job.device against the build, the job and the machine, and job.device_memory's share of the GPU
+// (runtime/device_choice.h).
 #include "hymoe/runtime/device_choice.h"
+
+#include <cmath>
 
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/parallel/device_select.h"
+#include "hymoe/parallel/device_share.h"
 
 namespace hymoe::runtime {
+
+namespace {
+
+double gb(size_t bytes) {  // to two decimals
+    return std::round(static_cast<double>(bytes) / 1e7) / 100;
+}
+
+}  // namespace
 
 std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     const deck::Deck& d = job.deck;
@@ -66,6 +78,38 @@ DeviceDecision choose_device(const Job& job) {
     if (!decision.note.empty())
         log::info(decision.note);
     return decision;
+}
+
+size_t arena_share(size_t free_bytes, double fraction, int sharers) {
+    HYMOE_CHECK(fraction > 0 && fraction <= 1 && sharers >= 1,
+                "arena_share: a fraction of ",
+                fraction,
+                " among ",
+                sharers,
+                " ranks");
+    return static_cast<size_t>(static_cast<double>(free_bytes) * fraction / sharers);
+}
+
+size_t device_arena_bytes(const Job& job) {
+    const parallel::DeviceShare share =
+        parallel::share_device(backend::current_device(), backend::free_device_bytes);
+    const double fraction = job.deck.job.device_memory;
+    const size_t bytes = arena_share(share.free_bytes, fraction, share.sharers);
+    if (share.sharers > 1)
+        log::info(cat("job.device_memory: ",
+                      share.sharers,
+                      " ranks share GPU ",
+                      backend::current_device(),
+                      ": each takes ",
+                      fraction,
+                      " / ",
+                      share.sharers,
+                      " of its ",
+                      gb(share.free_bytes),
+                      " GB free (",
+                      gb(bytes),
+                      " GB)"));
+    return bytes;
 }
 
 }  // namespace hymoe::runtime

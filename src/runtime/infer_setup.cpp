@@ -10,6 +10,7 @@
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/io/safetensors.h"
+#include "hymoe/runtime/device_choice.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/model_checkpoint.h"
 
@@ -144,6 +145,7 @@ model::CudaModelOptions cuda_model_options(const Job& job) {
     o.max_tokens = inf.max_tokens;
     o.max_seqs = inf.max_seqs;
     o.logits_all = inf.prompt_logprobs;
+    o.arena_bytes = device_arena_bytes(job);  // collective
     // inference.batch_invariant: the generic ops, eagerly (their products go to the invariant
     // GEMM, backend/cuda_gemm.h); the fused kernels and the decode graphs are not made for it
     o.fused = o.graphs = !inf.batch_invariant;

@@ -20,6 +20,7 @@
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/model_views.h"
 #include "hymoe/model/train.h"
+#include "hymoe/runtime/device_choice.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/eval_watch.h"
 #include "hymoe/runtime/lora_adapters.h"
@@ -177,7 +178,7 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
     if (on_gpu) {
 #ifdef HYMOE_CUDA
         // fp32 matrices whatever model.dtype: the MoE backward's grouped products take f32
-        gpu_ = model::make_gpu_weights(m_, DType::f32, 0.9);
+        gpu_ = model::make_gpu_weights(m_, DType::f32, device_arena_bytes(job));
         factors_ = std::make_unique<model::LoraFactors>(gpu_->ctx(), m_, lm_);
         views_ = factors_->attach(gpu_->views());
         log::info(

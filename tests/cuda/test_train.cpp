@@ -17,6 +17,7 @@
 
 #include "../unit/model/train_setup.h"
 #include "cuda_test.h"
+#include "hymoe/backend/device.h"
 #include "hymoe/backend/ops_dropout.h"
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/rng.h"
@@ -41,7 +42,7 @@ struct OnGpu {
     std::unique_ptr<LoraFactors> factors;
     ModelViews views;
     explicit OnGpu(Setup& s)
-        : weights(make_gpu_weights(s.m, DType::f32, 0.3)),
+        : weights(make_gpu_weights(s.m, DType::f32, backend::free_device_bytes() * 3 / 10)),
           factors(std::make_unique<LoraFactors>(weights->ctx(), s.m, s.lm)),
           views(factors->attach(weights->views())) {}
     TrainOn on(const Setup& s) const { return {s.m, weights->ctx(), views}; }

@@ -3,7 +3,8 @@
 // over a plan of steps on two sequences (a prefill with every row's logits, three decodes with
 // the last rows', a step with no rows) against the one-rank CPU forward of the whole model on the
 // same tokens (recurrent KDA, absorbed attention: the GPU's forms), fp32 matrices, relative error
-// ≤ 1e-5.
+// ≤ 1e-5. Each rank's arena is its share of 0.3 of the GPU's free memory (parallel::share_device,
+// runtime::arena_share: half each where 2 ranks share one GPU), as an infer or lora job's.
 //   cuda_pp: pp = N (tp = dp = ep = 1), presets tiny (KDA + MLA, MoE) and tiny-deepseek (DSA/MLA,
 //     MoE with shared experts); the stages hand the residual stream over through MPI, so one GPU
 //     shared is enough; the other stages return no logits.
@@ -20,6 +21,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "../testing.h"
+#include "hymoe/backend/device.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/cuda_model.h"
@@ -27,6 +29,8 @@
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/parallel/device_select.h"
+#include "hymoe/parallel/device_share.h"
+#include "hymoe/runtime/device_choice.h"
 #include "step_plan.h"
 
 namespace {
@@ -59,14 +63,17 @@ bool every_rank_has_a_gpu() {
 
 }  // namespace
 
-// The options of a model on a GPU that N ranks may share.
-model::CudaModelOptions options(int n) {
+// The options of a model on a GPU that the ranks may share: 0.3 of its free memory split evenly
+// among the ranks on it, as a job's device_memory is (collective).
+model::CudaModelOptions options() {
     model::CudaModelOptions o;
     o.dtype = DType::f32;
     o.max_tokens = 256;
     o.max_seqs = 16;
     o.logits_all = true;
-    o.memory_fraction = 0.3 / n;
+    const parallel::DeviceShare share =
+        parallel::share_device(backend::current_device(), backend::free_device_bytes);
+    o.arena_bytes = runtime::arena_share(share.free_bytes, 0.3, share.sharers);
     return o;
 }
 
@@ -88,7 +95,7 @@ BOOST_AUTO_TEST_CASE(pp_forward_matches_the_one_rank_cpu) {
         model::init_model_random(whole, 7);
         model::Model stage = model::make_model(cfg, grid);  // its layers only
         model::init_model_random(stage, 7);
-        const auto device = model::make_cuda_model(stage, options(n));
+        const auto device = model::make_cuda_model(stage, options());
         const std::vector<Buffer> gpu = run_plan(stage, device.get(), kPlan, seqs);
         if (!stage.shard.last_stage()) {
             for (const Buffer& b : gpu)
@@ -122,7 +129,7 @@ BOOST_AUTO_TEST_CASE(tp_forward_matches_the_one_rank_cpu) {
         model::init_model_random(whole, 7);
         model::Model part = model::make_model(cfg, grid);  // its heads, widths and V/tp rows
         model::init_model_random(part, 7);
-        const auto device = model::make_cuda_model(part, options(n));
+        const auto device = model::make_cuda_model(part, options());
         const double err = rel_error(run_plan(part, device.get(), kPlan, seqs),
                                      run_plan(whole, nullptr, kPlan, seqs));
         BOOST_TEST_MESSAGE("cuda_tp " << name << " rank " << grid.me.tp << ": "

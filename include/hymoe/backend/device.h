@@ -1,10 +1,12 @@
 // The device a rank computes on, found in two local steps around one agreement that the parallel
 // layer makes (parallel/device_select.h: select_device): visible_devices counts this process's
-// GPUs, open_device sets and describes the chosen one. CUDA is used only if it was asked for,
-// this is a CUDA build and every rank sees at least one GPU; otherwise every rank stays on the
-// CPU, without an error. No MPI or CUDA header here, and no collective.
+// GPUs, open_device sets and describes the chosen one; current_device and free_device_bytes tell
+// it and its free memory later. CUDA is used only if it was asked for, this is a CUDA build and
+// every rank sees at least one GPU; otherwise every rank stays on the CPU, without an error. No MPI
+// or CUDA header here, and no collective.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace hymoe::backend {
@@ -26,5 +28,10 @@ int visible_devices(bool want_cuda);
 // otherwise the CPU. Several ranks on one GPU are allowed here, but NCCL refuses two ranks of one
 // communicator on the same GPU.
 DeviceInfo open_device(int local_rank, int n_devices, bool all_have_gpu);
+
+// The GPU this process computes on (the one open_device set): -1 in a CPU build.
+int current_device();
+// Its free memory in bytes (other processes' and this one's allocations taken): 0 in a CPU build.
+size_t free_device_bytes();
 
 }  // namespace hymoe::backend

@@ -24,8 +24,9 @@ struct JobSection {
     uint64_t seed = 0;   // keys every random stream (core/rng.h)
     std::string output;  // resolved path of the output folder (created after validation)
     DeviceChoice device = DeviceChoice::automatic;
-    double max_hours = 0;    // stop cleanly before this wall time (0 = no limit)
-    bool overwrite = false;  // infer: rerun and replace a finished results.h5 (runtime/rerun.h)
+    double device_memory = 0.9;  // of each GPU's free memory, split among the ranks sharing it
+    double max_hours = 0;        // stop cleanly before this wall time (0 = no limit)
+    bool overwrite = false;      // infer: rerun and replace a finished results.h5 (runtime/rerun.h)
 };
 
 struct ModelSection {

@@ -40,6 +40,7 @@
 // the header is plain C++.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "hymoe/core/types.h"
@@ -49,11 +50,15 @@
 namespace hymoe::model {
 
 struct CudaModelOptions {
-    DType dtype = DType::bf16;     // the matrices on the device: bf16 or f32
-    int max_tokens = 8192;         // rows of the largest step (workspace kept free for it)
-    int max_seqs = 64;             // sequences running at once (their KDA states kept room for)
-    bool logits_all = false;       // steps may ask for every row's logits (prompt logprobs)
-    double memory_fraction = 0.9;  // of the device's free memory taken for the arena
+    DType dtype = DType::bf16;  // the matrices on the device: bf16 or f32
+    int max_tokens = 8192;      // rows of the largest step (workspace kept free for it)
+    int max_seqs = 64;          // sequences running at once (their KDA states kept room for)
+    bool logits_all = false;    // steps may ask for every row's logits (prompt logprobs)
+    // The arena: arena_bytes when > 0 (a job's share of a GPU that several ranks may share,
+    // runtime/device_choice.h device_arena_bytes), else memory_fraction of the device's free
+    // memory when the model is made.
+    size_t arena_bytes = 0;
+    double memory_fraction = 0.9;
     // The fused kernels (backend/cuda_fused.h) where their constraints hold, the generic ops
     // otherwise; false: the generic ops throughout (for comparison).
     bool fused = true;

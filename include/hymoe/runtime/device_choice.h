@@ -6,9 +6,11 @@
 // every inference option (adapters, KV offload host or file, the prefix cache,
 // batch_invariant). `cuda` that cannot be had is an invalid deck
 // (exit 2, one sentence naming job.device's place in the deck); `auto` then runs on the CPU and
-// logs one line saying why. Each rank takes GPU local_rank mod the GPUs it sees (backend/device.h).
+// logs one line saying why. Each rank takes GPU local_rank mod the GPUs it sees (backend/device.h);
+// the ranks that share one split job.device_memory of its free memory evenly (device_arena_bytes).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -35,5 +37,15 @@ DeviceDecision decide_device(const deck::Deck& deck,
 // Collective over the world: device_limit, then (when a GPU may be used) backend::select_device,
 // which sets this rank's GPU, then decide_device; logs the note.
 DeviceDecision choose_device(const Job& job);
+
+// The bytes of a GPU's free memory that one rank's arena takes: `fraction` (job.device_memory) of
+// free_bytes, divided evenly among the `sharers` ranks that compute on that GPU.
+size_t arena_share(size_t free_bytes, double fraction, int sharers);
+
+// This rank's arena on its GPU (the GPU model's and the GPU trainer's): arena_share of the least
+// free memory the ranks sharing the GPU read, among that many (parallel::share_device on the
+// current device). Collective over the world, once, before the first allocation of an arena;
+// logs one line (rank 0's share) when ranks share a GPU.
+size_t device_arena_bytes(const Job& job);
 
 }  // namespace hymoe::runtime

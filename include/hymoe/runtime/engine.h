@@ -185,7 +185,8 @@ int64_t device_kv_pages(const Job& job,
                         int64_t page_bytes,
                         const parallel::Grid& grid);
 // The GPU model's settings for the job: matrices in bf16 (model.dtype bf16) or fp32 (fp32, and
-// fp16, which has no GEMM path of its own there), workspace for inference.batch.
+// fp16, which has no GEMM path of its own there), workspace for inference.batch, the arena
+// job.device_memory's share of the GPU (device_arena_bytes: collective over the world).
 model::CudaModelOptions cuda_model_options(const Job& job);
 // Streams inference.dataset through the engine into out/results.h5 (runtime/results.h), resuming
 // an interrupted run of the same deck; logs progress and a three-line summary. on_gpu: the

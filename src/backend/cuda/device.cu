@@ -1,4 +1,5 @@
-// The CUDA runtime side of select_device: count, set and describe devices. device_count() turns
+// The CUDA runtime side of select_device: count, set and describe devices, and the current
+// device's free memory. device_count() turns
 // any error into "no GPU": without the NVIDIA driver cudaGetDeviceCount returns
 // cudaErrorInsufficientDriver (the stub libcuda is never loaded), which is a CPU machine, not a
 // failure. The other calls run only on a device that was counted, and throw on error.
@@ -32,6 +33,18 @@ double device_memory_gb(int device) {
     cudaDeviceProp prop{};
     HYMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device), "memory of device ", device);
     return static_cast<double>(prop.totalGlobalMem) / 1e9;
+}
+
+int current_device() {
+    int device = -1;
+    HYMOE_CUDA_CHECK(cudaGetDevice(&device), "current device");
+    return device;
+}
+
+size_t free_bytes() {
+    size_t free = 0, total = 0;
+    HYMOE_CUDA_CHECK(cudaMemGetInfo(&free, &total), "free memory of the current device");
+    return free;
 }
 
 }  // namespace hymoe::backend::cuda

@@ -2,6 +2,7 @@
 // CUDA header so that src/backend/device.cpp, compiled by mpicxx, calls them (#ifdef HYMOE_CUDA).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace hymoe::backend::cuda {
@@ -10,5 +11,7 @@ int device_count();                   // GPUs visible; 0 on any error (no driver
 void set_device(int device);          // cudaSetDevice
 std::string device_name(int device);  // "NVIDIA H200"
 double device_memory_gb(int device);  // total global memory, GB = 1e9 bytes
+int current_device();                 // cudaGetDevice
+size_t free_bytes();                  // the current device's free memory (cudaMemGetInfo)
 
 }  // namespace hymoe::backend::cuda

@@ -42,7 +42,9 @@ CudaModel::CudaModel(const Model& host, const CudaModelOptions& o)
     shell_.local = host.local;
     shell_.comms = host.comms;
     const size_t arena_bytes =
-        static_cast<size_t>(static_cast<double>(cu::device_free_bytes()) * o.memory_fraction);
+        o.arena_bytes > 0
+            ? o.arena_bytes
+            : static_cast<size_t>(static_cast<double>(cu::device_free_bytes()) * o.memory_fraction);
     g_ = std::make_unique<Gpu>(arena_bytes, any_moe ? std::max(cfg_.moe.n_routed_experts, 1) : 1);
     ctx_ = ctx_of(*g_);
     const size_t before = g_->arena.book().used();

@@ -16,11 +16,8 @@ namespace {
 
 class TrainWeights final : public GpuWeights {
 public:
-    TrainWeights(const Model& host, DType dtype, double memory_fraction)
-        : g_(static_cast<size_t>(static_cast<double>(backend::cuda::device_free_bytes()) *
-                                 memory_fraction),
-             std::max(host.cfg.moe.n_routed_experts, 1)),
-          ctx_(gpu::ctx_of(g_)) {
+    TrainWeights(const Model& host, DType dtype, size_t arena_bytes)
+        : g_(arena_bytes, std::max(host.cfg.moe.n_routed_experts, 1)), ctx_(gpu::ctx_of(g_)) {
         HYMOE_CHECK(dtype == DType::f32 || dtype == DType::bf16,
                     "make_gpu_weights: matrices in ",
                     to_string(dtype),
@@ -52,10 +49,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<GpuWeights> make_gpu_weights(const Model& host,
-                                             DType dtype,
-                                             double memory_fraction) {
-    return std::make_unique<TrainWeights>(host, dtype, memory_fraction);
+std::unique_ptr<GpuWeights> make_gpu_weights(const Model& host, DType dtype, size_t arena_bytes) {
+    return std::make_unique<TrainWeights>(host, dtype, arena_bytes);
 }
 
 }  // namespace hymoe::model

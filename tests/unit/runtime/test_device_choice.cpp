@@ -2,7 +2,9 @@
 // in order (build, kind; every layout is taken; experts moved at ep > 1, adapters at ep >
 // 1, offload, batch invariance; adapters at ep = 1 are no limit), and for each choice (cpu, auto,
 // cuda) what a limit or a missing GPU does: cuda is Exit::invalid with the one sentence naming
-// job.device's place in the deck, auto is the CPU with the log line, cpu says nothing.
+// job.device's place in the deck, auto is the CPU with the log line, cpu says nothing; and
+// job.device_memory (0.9 unless given) split evenly among the ranks sharing a GPU (arena_share;
+// tests/mpi/test_device_share.cpp gathers the sharers).
 #include <optional>
 #include <string>
 
@@ -136,6 +138,22 @@ BOOST_AUTO_TEST_CASE(auto_falls_back_with_a_line_and_cpu_stays_quiet) {
     d = rt::decide_device(cpu.deck, std::string("a reason"), true);
     BOOST_TEST(!d.cuda);
     BOOST_TEST(d.note.empty());
+}
+
+BOOST_AUTO_TEST_CASE(device_memory_is_split_among_the_ranks_sharing_a_gpu) {
+    BOOST_TEST(job_of(infer_deck("cuda")).deck.job.device_memory == 0.9);
+    const rt::Job half = job_of(
+        "job: {kind: infer, device: cuda, device_memory: 0.5}\n"
+        "model: {preset: tiny, init: random}\n"
+        "inference: {dataset: data/quickstart.jsonl}\n");
+    BOOST_TEST(half.deck.job.device_memory == 0.5);
+    const size_t free = 1000;
+    BOOST_TEST(rt::arena_share(free, 0.9, 1) == 900u);
+    BOOST_TEST(rt::arena_share(free, 0.9, 2) == 450u);  // two ranks on one GPU: half each
+    BOOST_TEST(rt::arena_share(free, 1.0, 3) == 333u);  // three: never more than the whole
+    BOOST_TEST(rt::arena_share(free, 0.5, 4) == 125u);
+    BOOST_CHECK_THROW(rt::arena_share(free, 0.9, 0), hymoe::Error);
+    BOOST_CHECK_THROW(rt::arena_share(free, 0.0, 1), hymoe::Error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
