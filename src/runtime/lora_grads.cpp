@@ -83,13 +83,15 @@ LoraGradNorm lora_grad_norm(model::LoraModel& lm,
                             const parallel::Comms& comms) {
     const std::vector<std::vector<Group>> groups = gradient_groups(lm, grads.size());
     LoraGradNorm norm;
+    std::vector<double> squares(grads.size());  // per gradient: one wait for all of them
+    ops::sums_of_squares(ctx, grads, squares);
     std::vector<double> sum = {0};
     for (size_t i = 0; i < grads.size(); ++i) {
         double copies = 1;  // the slice is held by `copies` ranks: count it once
         for (Group group : groups[i])
             copies *= comms.of(group).size();
         // f32 squares summed in double stay finite: non-finite iff an element is
-        const double s = ops::sum_of_squares(ctx, grads[i]);
+        const double s = squares[i];
         if (!std::isfinite(s) && norm.nonfinite_layer < 0)
             norm.nonfinite_layer = lm.modules[i / 2].layer;
         sum[0] += s / copies;

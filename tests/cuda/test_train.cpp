@@ -3,7 +3,7 @@
 // q/k/v/o, dense and shared-expert FFNs, routed experts; B nonzero so every path carries
 // gradient; dropout 0.1, the GPU drawing the CPU's masks): one pass's loss (≤ 1e-6 relative) and
 // adapter gradients (≤ 1e-4 of their largest); the trainer's step over 20 steps on the device
-// (the gradients zeroed there, the pass, the clipping scale from ops::sum_of_squares on the Ctx,
+// (the gradients zeroed there, the pass, the clipping scale from ops::sums_of_squares on the Ctx,
 // AdamW on the device's factors and moments: only scalars come down) whose losses follow the same
 // code on the CPU Ctx over the host slots (≤ 1e-4); a checkpoint written after step 10 (factors
 // and moments brought down) and resumed into a fresh model (put back up) giving the uninterrupted
@@ -68,9 +68,11 @@ double trainer_step(
     for (Tensor g : t.grads)
         ops::fill_zero(on.ctx, g);
     const double loss = train_forward_backward(on, {&b, 1}, {}).loss;
+    std::vector<double> squares(t.grads.size());
+    ops::sums_of_squares(on.ctx, t.grads, squares);
     double sq = 0;
-    for (const Tensor& g : t.grads)
-        sq += ops::sum_of_squares(on.ctx, g);
+    for (double s : squares)
+        sq += s;
     const deck::OptimizerSection o = options();
     opt.step(runtime::learning_rate(o, step - 1, kSteps),
              std::min(1.0, o.grad_clip / (std::sqrt(sq) + 1e-6)),
