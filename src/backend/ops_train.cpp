@@ -166,6 +166,26 @@ double sum_of_squares(const Ctx& ctx, const Tensor& x) {
     return sum_of_squares(x);
 }
 
+// On CUDA each sum lands in its slot of one i64 scratch, read back at once.
+void sums_of_squares(const Ctx& ctx, std::span<const Tensor> xs, std::span<double> out) {
+    HYMOE_CHECK(
+        xs.size() == out.size(), "sums_of_squares: ", xs.size(), " tensors, ", out.size(), " sums");
+    if constexpr (kCudaBuild)
+        if (ctx.device == Device::cuda && !xs.empty()) {
+            backend::Scratch scratch(ctx);
+            Tensor slots = scratch(DType::i64, {static_cast<int64_t>(xs.size())});
+            for (size_t i = 0; i < xs.size(); ++i) {
+                check_on(ctx, "sums_of_squares", {&xs[i]});
+                cu::sum_of_squares(*ctx.stream, xs[i], static_cast<double*>(slots.data) + i);
+            }
+            cu::copy_to_host(out.data(), slots.data, xs.size() * sizeof(double), *ctx.stream);
+            ctx.stream->synchronize();
+            return;
+        }
+    for (size_t i = 0; i < xs.size(); ++i)
+        out[i] = sum_of_squares(ctx, xs[i]);
+}
+
 // ---- row moves (backend/ops_rows.h)
 // --------------------------------------------------------------
 

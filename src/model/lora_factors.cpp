@@ -2,7 +2,7 @@
 #include "hymoe/model/lora_factors.h"
 
 #include "hymoe/backend/ops_attention.h"
-#include "hymoe/backend/ops_rows.h"
+#include "hymoe/backend/ops_bulk.h"
 #include "hymoe/core/error.h"
 
 namespace hymoe::model {
@@ -66,6 +66,26 @@ ModelViews LoraFactors::attach(ModelViews v) const {
     return v;
 }
 
+TrainableLora LoraFactors::trainable() const {
+    TrainableLora t;
+    for (const LoraModule& mod : lm_.modules) {
+        const Pair& d = pairs_.at(mod.slot);
+        t.factors.insert(t.factors.end(), {d.A.view(), d.B.view()});
+        t.grads.insert(t.grads.end(), {d.dA.view(), d.dB.view()});
+    }
+    return t;
+}
+
+TrainableLora host_trainable(LoraModel& lm) {
+    TrainableLora t;
+    for (const LoraModule& mod : lm.modules) {
+        LoraPair& p = mod.slot->adapters[0];
+        t.factors.insert(t.factors.end(), {p.A.view(), p.B.view()});
+        t.grads.insert(t.grads.end(), {p.dA.view(), p.dB.view()});
+    }
+    return t;
+}
+
 void LoraFactors::upload_factors() {
     for (const LoraModule& mod : lm_.modules) {
         const LoraPair& p = mod.slot->adapters[0];
@@ -75,20 +95,14 @@ void LoraFactors::upload_factors() {
     }
 }
 
-void LoraFactors::download_grads() {
-    for (const LoraModule& mod : lm_.modules) {
-        LoraPair& p = mod.slot->adapters[0];
-        const Pair& d = pairs_.at(mod.slot);
-        ops::download(ctx_, d.dA.view(), p.dA.view());
-        ops::download(ctx_, d.dB.view(), p.dB.view());
-    }
+void LoraFactors::download_factors() {
+    std::vector<Tensor> dst = host_trainable(lm_).factors;
+    ops::download_all(ctx_, trainable().factors, dst);
 }
 
-void LoraFactors::zero_grads() {
-    for (auto& [slot, d] : pairs_) {
-        ops::fill_zero(ctx_, d.dA.view());
-        ops::fill_zero(ctx_, d.dB.view());
-    }
+void LoraFactors::download_grads() {
+    std::vector<Tensor> dst = host_trainable(lm_).grads;
+    ops::download_all(ctx_, trainable().grads, dst);
 }
 
 }  // namespace hymoe::model

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/error.h"
 #include "hymoe/core/log.h"
 #include "hymoe/core/sha256.h"
@@ -47,23 +48,6 @@ std::string sci(double x) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.3e", x);
     return buf;
-}
-
-// The first layer (in layer order) with a non-finite adapter gradient on this rank, or −1.
-int nonfinite_layer(model::LoraModel& lm) {
-    for (const model::LoraModule& mod : lm.modules) {
-        const model::LoraPair& p = mod.slot->adapters[0];
-        for (const Buffer* g : {&p.dA, &p.dB})
-            for (int64_t i = 0; i < g->view().numel(); ++i)
-                if (!std::isfinite(g->ptr<float>()[i]))
-                    return mod.layer;
-    }
-    return -1;
-}
-
-void zero_grads(model::LoraModel& lm) {
-    for (const model::TensorSpec& g : lm.tensors(0, true))
-        std::fill_n(g.dest->ptr<float>(), shape_numel(g.shape), 0.0f);
 }
 
 // The adapters without dropout while it lives (the evaluations and the routing-drift probe), as
@@ -115,11 +99,16 @@ private:
     // The step line for the log interval ending at steps_done (steps read from the history).
     void log_line(int64_t steps_done) const;
     void write_results(const std::string& status) const;  // rank 0
-    // The guard: "" when the step is good, else what went wrong (naming layer and rank).
-    std::string check(double loss);
+    // The guard: "" when the step is good, else what went wrong (naming layer and rank);
+    // bad_layer: this rank's first layer with a non-finite gradient, or −1.
+    std::string check(double loss, int bad_layer);
+    // The host slots' factors made current (on a GPU, brought down once after each update) for
+    // what reads them: a checkpoint, the adapters written out, the routing-drift probe.
+    void factors_to_host();
     // Where the passes run: the CPU on m_'s weights and lm_'s host slots, or this rank's GPU on
     // uploaded weights with lm_'s adapter as device factors (model/lora_factors.h).
-    model::TrainOn on() const { return {m_, gpu_ ? gpu_->ctx() : m_.ctx, views_}; }
+    model::TrainOn on() const { return {m_, ctx(), views_}; }
+    const backend::Ctx& ctx() const { return gpu_ ? gpu_->ctx() : m_.ctx; }
 
     const Job& job_;
     const parallel::Grid& grid_;
@@ -128,7 +117,6 @@ private:
     const std::string started_ = log::utc_timestamp();
     model::Model m_;
     model::LoraModel lm_;
-    AdamW opt_;
     TrainMix mix_;
     const int64_t micro_, dp_, accum_;
     EvalSet eval_domain_, eval_general_, probe_;
@@ -143,7 +131,10 @@ private:
     int64_t run_steps_ = 0;
     std::unique_ptr<model::GpuWeights> gpu_;       // on a GPU: the uploaded weights
     std::unique_ptr<model::LoraFactors> factors_;  //   and the adapter there
-    model::ModelViews views_;                      // the weights the passes read (on())
+    bool host_behind_ = false;        // an update since the host slots' factors were brought down
+    model::ModelViews views_;         // the weights the passes read (on())
+    model::TrainableLora trainable_;  // the adapter's factors and gradients on ctx()
+    std::unique_ptr<AdamW> opt_;      // their update on ctx()
 };
 
 model::LoraModel attached(model::Model& m, const deck::FinetuneSection& ft, uint64_t seed) {
@@ -161,7 +152,6 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
       ft_(job.deck.finetune),
       m_(build_model(job, grid)),
       lm_(attached(m_, ft_, job.deck.job.seed)),
-      opt_(ft_.optimizer, lm_.tensors(0), lm_.tensors(0, true)),
       mix_(ft_.domain_data,
            ft_.general_ratio > 0 ? ft_.general_data : "",
            ft_.domain_ratio,
@@ -181,16 +171,19 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
         gpu_ = model::make_gpu_weights(m_, DType::f32, device_arena_bytes(job));
         factors_ = std::make_unique<model::LoraFactors>(gpu_->ctx(), m_, lm_);
         views_ = factors_->attach(gpu_->views());
-        log::info(
-            cat("GPU: fp32 weights, ",
-                fixed(static_cast<double>(gpu_->weight_bytes()) / 1e9, 2),
-                " GB; the adapter's factors and gradients on the GPU, its update on the host"));
+        log::info(cat("GPU: fp32 weights, ",
+                      fixed(static_cast<double>(gpu_->weight_bytes()) / 1e9, 2),
+                      " GB; the adapter's factors, gradients and AdamW moments on the GPU"));
 #else
         HYMOE_FAIL(Exit::internal, "lora: a GPU run in a build without CUDA");
 #endif
+        trainable_ = factors_->trainable();
     } else {
         views_ = model::host_views(m_);
+        trainable_ = model::host_trainable(lm_);
     }
+    opt_ = std::make_unique<AdamW>(
+        ft_.optimizer, ctx(), lm_.tensors(0), trainable_.factors, trainable_.grads);
     const int64_t trainable = model::lora_local_params(lm_);
     const int64_t total = model::count_params(job.model).total;
     log::info(cat("model ready in ",
@@ -224,7 +217,7 @@ std::vector<io::CkptEntry> Trainer::entries() {
     std::vector<io::CkptEntry> e;
     for (const model::TensorSpec& t : lm_.tensors(0))
         e.push_back(checkpoint_entry(t, m_.shard));
-    for (const model::TensorSpec& t : opt_.state())
+    for (const model::TensorSpec& t : opt_->state())
         e.push_back(checkpoint_entry(t, m_.shard));
     for (io::CkptEntry& h : hist_.entries())
         e.push_back(h);
@@ -252,6 +245,7 @@ int64_t Trainer::resume() {
     io::load_checkpoint(grid_.comms.world, latest, e, state_json);
     if (factors_)
         factors_->upload_factors();
+    opt_->upload_state();
     std::vector<DocCursor> cursors;
     for (const auto& c : state["cursors"])
         cursors.push_back({c[0].get<int64_t>(), c[1].get<int64_t>()});
@@ -269,6 +263,8 @@ void Trainer::save(int64_t steps_done, bool best) {
     state["dropout"] = "keyed by (seed, step, micro-batch, module): no other random state";
     for (const DocCursor& c : mix_.cursors())
         state["cursors"].push_back({c.epoch, c.pos});
+    factors_to_host();
+    opt_->download_state();
     io::save_checkpoint(grid_.comms.world,
                         ckpt_root_,
                         steps_done,
@@ -313,8 +309,13 @@ double Trainer::metric(size_t eval_index) const {
     return (ft_.eval_metric == "general_loss" ? hist_.general_loss : hist_.domain_loss)[eval_index];
 }
 
-std::string Trainer::check(double loss) {
-    const int bad_layer = nonfinite_layer(lm_);
+void Trainer::factors_to_host() {
+    if (factors_ && host_behind_)
+        factors_->download_factors();
+    host_behind_ = false;
+}
+
+std::string Trainer::check(double loss, int bad_layer) {
     const int64_t world = grid_.layout.world();
     const int64_t worst =
         comm::all_reduce_value(bad_layer < 0 ? INT64_MAX : int64_t{bad_layer} * world + grid_.rank,
@@ -354,9 +355,8 @@ StepOutcome Trainer::train_step(int64_t step) {
     StepOutcome out;
     out.tokens = counts[1];
     out.load.resize(job_.model.layers.size());
-    zero_grads(lm_);
-    if (factors_)
-        factors_->zero_grads();
+    for (Tensor& g : trainable_.grads)
+        ops::fill_zero(ctx(), g);
     model::TrainOptions o;
     o.recompute = ft_.recompute;
     o.grad_scale = 1.0 / targets;  // the step's mean loss over every replica's targets
@@ -365,13 +365,12 @@ StepOutcome Trainer::train_step(int64_t step) {
         if (mod.slot->dropout > 0.0f)
             o.dropout_slots.push_back(mod.slot);
     std::vector<double> loss = {model::train_forward_backward(on(), batches, o).loss};
-    if (factors_)
-        factors_->download_grads();
-    sum_lora_gradients(lm_, grid_.comms);
+    sum_lora_gradients(lm_, ctx(), trainable_.grads, grid_.comms);
     comm::all_reduce_sum(loss, grid_.comms.dp);
     out.loss = loss[0] / targets;
-    out.grad_norm = std::sqrt(lora_grad_sum_of_squares(lm_, grid_.comms));
-    const std::string bad = check(out.loss);
+    const LoraGradNorm norm = lora_grad_norm(lm_, ctx(), trainable_.grads, grid_.comms);
+    out.grad_norm = std::sqrt(norm.sum_of_squares);
+    const std::string bad = check(out.loss, norm.nonfinite_layer);
     if (!bad.empty()) {
         if (ft_.on_nonfinite == "stop")
             HYMOE_FAIL(Exit::bad_input,
@@ -394,9 +393,8 @@ StepOutcome Trainer::train_step(int64_t step) {
     const double clip = ft_.optimizer.grad_clip > 0
                             ? std::min(1.0, ft_.optimizer.grad_clip / (out.grad_norm + 1e-6))
                             : 1.0;
-    opt_.step(learning_rate(ft_.optimizer, step, ft_.steps), clip, step + 1);
-    if (factors_)
-        factors_->upload_factors();
+    opt_->step(learning_rate(ft_.optimizer, step, ft_.steps), clip, step + 1);
+    host_behind_ = true;
     return out;
 }
 
@@ -421,6 +419,7 @@ void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
     }
     std::vector<double> ov(static_cast<size_t>(L)), kl(static_cast<size_t>(L));
     if (L > 0) {
+        factors_to_host();  // the probe runs on the CPU's model and host slots
         const NoDropout eval_mode(lm_);
         drift(base_dist_,
               model::router_distributions(m_, probe_batch_),
@@ -533,6 +532,7 @@ int Trainer::run() {
         if (!interval && !last && (early || stopping))  // the steps since the last line
             log_line(done);
         if (best) {  // the adapter first: a crash before the checkpoint redoes both
+            factors_to_host();
             export_adapters(job_, m_, lm_, grid_, "best");
             log::info(cat("best ",
                           ft_.eval_metric,
@@ -574,6 +574,7 @@ int Trainer::run() {
                       watch_.best_step));
     if (saved_ != done)
         save(done, false);
+    factors_to_host();
     export_adapters(job_, m_, lm_, grid_, "final");
     write_results(early ? "early_stopped" : "done");
     comm::barrier(grid_.comms.world);

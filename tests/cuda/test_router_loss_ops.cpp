@@ -97,6 +97,13 @@ BOOST_AUTO_TEST_CASE(sum_of_squares, *utf::precondition(need_gpu)) {
     const double want = ops::sum_of_squares(backend::cpu_ctx(), x.view());
     const double got = ops::sum_of_squares(gc.ctx, gc.up(x));
     BOOST_TEST(std::abs(got - want) <= 1e-12 * want);
+    // batched: each sum the single call's bit for bit
+    const Buffer y = random({7, 33}, 51, DType::f32);
+    const std::vector<Tensor> xs = {gc.up(x), gc.up(y)};
+    std::vector<double> sums(2);
+    ops::sums_of_squares(gc.ctx, xs, sums);
+    BOOST_TEST(sums[0] == got);
+    BOOST_TEST(sums[1] == ops::sum_of_squares(gc.ctx, xs[1]));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,20 +2,32 @@
 // slots (LoRA training on a GPU, model/train.h TrainOn): each module's factors A [r, in] and
 // B [out, r] with their gradients dA, dB, the weight views with every adapted projection reading
 // them as factor views (model/lora_views.h, on all rows: a training pass uses adapter 0), and the
-// copies between the host slots and the device. The host slots stay the state of record (the
-// optimizer, the gradient sums over ranks and the checkpoints read them): the factors go up after
-// each update, the gradients come down after each pass. The factor views drop out their input as
-// the host slots do, reading each slot's dropout, seed and stream at every call (the masks are the
-// host slots' bit for bit: lora_views.h).
+// copies between the host slots and the device. While training, the device copies are the state
+// of record (the gradient sums over ranks, the norm and AdamW run on them, runtime/lora_grads.h,
+// optimizer.h); the host slots are brought up to date only when something on the host reads them
+// (a checkpoint, the adapters written out, the CPU's routing-drift probe) and are put back up
+// after a resume. The factor views drop out their input as the host slots do, reading each slot's
+// dropout, seed and stream at every call (the masks are the host slots' bit for bit:
+// lora_views.h).
 #pragma once
 
 #include <unordered_map>
+#include <vector>
 
 #include "hymoe/backend/held.h"
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/model_views.h"
 
 namespace hymoe::model {
+
+// Adapter 0's trainable tensors on a trainer's Ctx, in lm.tensors(0) order (A then B of each
+// module): the factors and their gradients.
+struct TrainableLora {
+    std::vector<Tensor> factors, grads;
+};
+
+// The host slots themselves (a trainer on the CPU).
+TrainableLora host_trainable(LoraModel& lm);
 
 class LoraFactors {
 public:
@@ -25,9 +37,11 @@ public:
     // v, m's weight views on ctx's device without host adapters, with every projection that
     // carries one of lm's modules reading this one's factor views (gradient views set).
     ModelViews attach(ModelViews v) const;
-    void upload_factors();  // host A, B → device (after an update or a resume)
-    void download_grads();  // device dA, dB → host dA, dB (complete when it returns)
-    void zero_grads();      // device dA, dB ← 0
+    TrainableLora trainable() const;  // the device tensors
+    void upload_factors();            // host A, B → device (a resume)
+    // Device → host, complete when they return (one wait for the stream each).
+    void download_factors();  // A, B (a checkpoint, the adapters out)
+    void download_grads();    // dA, dB (tests)
 
 private:
     struct Pair {

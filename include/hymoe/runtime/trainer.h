@@ -9,9 +9,11 @@
 // Layouts: any grid. The micro-batches of a step run 1F1B over pp (model/train.h), and each LoRA
 // gradient is summed over the ranks that replicate its adapter (runtime/lora_grads.h). On a GPU
 // (on_gpu: job.device, runtime/device_choice.h) the passes run there on the uploaded weights with
-// the adapter's factors and gradients on the device; the gradient sums, the update and the
-// checkpoints stay on the host (the factors go up after each update, the gradients come down
-// after each step's passes), so a run moves between CPU and GPU at any checkpoint.
+// the adapter's factors, gradients and AdamW moments on the device, which is the state of record:
+// the gradient sums, the norm and the update run there too (the CPU's code on the GPU's Ctx), and
+// the factors and moments come down only when a checkpoint or the adapters are written (and the
+// factors for the CPU's routing-drift probe), so a run moves between CPU and GPU at any
+// checkpoint.
 #pragma once
 
 #include "hymoe/parallel/grid.h"

@@ -4,8 +4,8 @@
 // order), refuses a row out of range and mismatched widths; download copies to a host tensor;
 // gather_rows and scatter_rows against direct indexing (f32 and bf16 rows, a scatter's untouched
 // rows kept, the CPU Ctx equal to the CPU forms); and backend/ops_reduce.h's sum_of_squares
-// against a sum of known squares. The CUDA forms against these are tests/cuda/test_ops_rows.cpp
-// and tests/cuda/test_router_loss_ops.cpp.
+// against a sum of known squares, batched (sums_of_squares) as well. The CUDA forms against these
+// are tests/cuda/test_ops_rows.cpp and tests/cuda/test_router_loss_ops.cpp.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -120,6 +120,16 @@ BOOST_AUTO_TEST_CASE(sum_of_squares_exact) {
     BOOST_TEST(ops::sum_of_squares(x.view()) == 83583500.0);
     BOOST_TEST(ops::sum_of_squares(backend::cpu_ctx(), x.view()) == 83583500.0);
     BOOST_TEST(ops::sum_of_squares(Buffer(DType::f32, {0}).view()) == 0.0);
+    // batched: each the single call's, an empty tensor 0
+    Buffer y(DType::f32, {5}), none(DType::f32, {0});
+    for (int64_t i = 0; i < 5; ++i)
+        y.ptr<float>()[i] = 0.5f * static_cast<float>(i);
+    const std::vector<Tensor> xs = {x.view(), none.view(), y.view()};
+    std::vector<double> sums(3, -1.0);
+    ops::sums_of_squares(backend::cpu_ctx(), xs, sums);
+    BOOST_TEST(sums[0] == 83583500.0);
+    BOOST_TEST(sums[1] == 0.0);
+    BOOST_TEST(sums[2] == 7.5);  // 0.25 · (1 + 4 + 9 + 16)
 }
 
 BOOST_AUTO_TEST_SUITE_END()
