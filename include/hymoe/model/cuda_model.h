@@ -22,15 +22,17 @@
 // dummy sequence, its metadata moved by one copy into fixed device buffers, its scratch in one
 // fixed workspace, the real rows' logits (or top tokens) copied back (src/model/cuda/
 // device_decode_graphs.h). Any other step runs eagerly, with the same results.
-// Layout: the rank's part of the model as make_model(cfg, grid) cuts it, run through the
-// model's one layer loop (src/model/layer.h): heads and widths over tp (each block's partial
-// output summed over tp through comm::, the whole vocabulary on every rank), the stage's layers
-// under pp (the residual stream handed between stages through host memory and MPI, as
-// model::forward does, ForwardOptions::stage_out included; only the last stage returns logits),
-// the routed experts over ep and etp (model::moe_forward_parallel on the device's Ctx). Decode
-// graphs only at tp = pp = ep = 1. ForwardOptions::kda_mode and attn_mode do not apply (one form
-// of each block); with ForwardOptions::stats, each layer is timed between two stream
-// synchronisations.
+// The forward is the model's one forward (model/model_on.h, src/model/forward.cpp) on this
+// model's device weights and Ctx, with the step's states as its step tables address them: the
+// embedding, the one layer loop, the hand-over between stages and the head or each row's top
+// tokens are the CPU's code. Layout: the rank's part of the model as make_model(cfg, grid) cuts
+// it: heads and widths over tp (each block's partial output summed over tp through comm::, the
+// vocabulary split over tp as on the CPU: the embedding all-reduced, the head all-gathered), the
+// stage's layers under pp (the residual stream handed between stages through host memory and
+// MPI, ForwardOptions::stage_out included; only the last stage returns logits), the routed
+// experts over ep and etp (model::moe_forward_parallel on the device's Ctx). Decode graphs only
+// at tp = pp = ep = 1. ForwardOptions::kda_mode and attn_mode do not apply (one form of each
+// block); with ForwardOptions::stats, each layer is timed between two stream synchronisations.
 // The vision tower runs on the device too (src/model/cuda/device_vision.h: the encoder's GEMMs
 // in the matrices' dtype, the rest fp32; patchify and the position tables on the host). LoRA
 // adapters (set_lora_adapters, src/model/cuda/device_lora.h): fp32 factors, each adapter's rows

@@ -1,11 +1,10 @@
 // The GPU model's private pieces (src/model/cuda/*.cpp, CUDA builds only): the device with its
 // stream, arena and cuBLAS handle; scratch tensors for one block; the upload of the weight list
 // (the layers run on model/model_views.h's views of it) and the GPU MoE's MoeW; one step's packed
-// batch on the device (offsets, positions, block tables, the KDA state of every sequence); and
-// the block forwards, each the device twin of a CPU block (model/kda.h, attention.h, ffn.h).
-// Every block reads x [n_tok, d] f32 (input-normed) and writes y [n_tok, d] f32; matrices are in
-// the model's compute dtype `cd` (bf16 or f32), and an activation is cast to cd just before the
-// GEMM that reads it.
+// batch on the device (offsets, positions, block tables, the KDA state of every sequence) and the
+// step as the one forward's StepStates (CudaStep). The blocks themselves are the CPU's (the one
+// forward, src/model/forward.cpp and layer.cpp) on the device's Ctx; matrices are in the model's
+// compute dtype `cd` (bf16 or f32).
 #pragma once
 
 #include <cstdint>
