@@ -28,6 +28,8 @@ const char* to_string(GraphRefusal r) {
             return "MoE dispatched over an ep group";
         case GraphRefusal::stats:
             return "timings asked for";
+        case GraphRefusal::forms:
+            return "a KDA or attention form asked for";
         case GraphRefusal::media:
             return "media rows";
         case GraphRefusal::lora:
@@ -62,6 +64,8 @@ GraphRefusal decode_graph_refusal(const ModelConfig& cfg,
         return GraphRefusal::ep;
     if (options.stats != nullptr)
         return GraphRefusal::stats;
+    if (options.kda_mode != KdaMode::automatic || options.attn_mode != AttnMode::automatic)
+        return GraphRefusal::forms;
     if (options.media != nullptr && !options.media->rows.empty())
         return GraphRefusal::media;
     if (!adapter_rows(batch, model.n_adapters).rows.empty())

@@ -121,6 +121,7 @@ void splice_media(const backend::Ctx& ctx,
 }  // namespace
 
 void check_forward(const ModelConfig& cfg,
+                   bool first_stage,
                    const std::vector<int64_t>& tokens,
                    const SeqBatch& batch,
                    const std::vector<SequenceState*>& states,
@@ -151,6 +152,8 @@ void check_forward(const ModelConfig& cfg,
                 top ? top->n : 0,
                 " tokens need last-row logits and 1 ≤ n ≤ ",
                 V);
+    if (first_stage)
+        check_tokens(cfg, tokens);
 }
 
 void check_tokens(const ModelConfig& cfg, const std::vector<int64_t>& tokens) {
@@ -180,7 +183,6 @@ void embed_input(const ModelOn& on,
                  const std::vector<int64_t>& tokens,
                  const MediaSplice* media,
                  Tensor& h) {
-    check_tokens(on.m.cfg, tokens);
     backend::Scratch s(on.ctx);
     embed_ids(on, on_device(on.ctx, s, tokens, DType::i64), h);
     if (media != nullptr)
@@ -315,7 +317,12 @@ void forward(const ModelOn& on,
              Buffer& logits,
              const ForwardOptions& options,
              TopLogits* top) {
-    detail::check_forward(on.m.local, tokens, batch, states, options, top);
+    HYMOE_CHECK(on.ctx.device == Device::cpu,
+                "forward: the host's sequence states on a ",
+                to_string(on.ctx.device),
+                " context (a device model runs forward_step with its own)");
+    detail::check_forward(
+        on.m.local, on.m.shard.first_stage(), tokens, batch, states, options, top);
     detail::HostStep step(on.m, batch, states);
     detail::forward_step(on, tokens, batch, step, states, logits, options, top);
 }

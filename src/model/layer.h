@@ -104,9 +104,11 @@ void run_step_layers(const ModelOn& on,
                      ForwardStats& stats,
                      bool timed);
 
-// The checks of a forward call (model_on.h): tokens and states for the batch, each state at its
-// sequence's position, the rows for `top` (null: none).
+// The checks of a forward call (model_on.h), before anything runs: tokens and states for the
+// batch, each state at its sequence's position, the rows for `top` (null: none), and on the first
+// stage every token id (check_tokens).
 void check_forward(const ModelConfig& cfg,
+                   bool first_stage,
                    const std::vector<int64_t>& tokens,
                    const SeqBatch& batch,
                    const std::vector<SequenceState*>& states,
@@ -119,8 +121,8 @@ void check_tokens(const ModelConfig& cfg, const std::vector<int64_t>& tokens);
 // the host.
 void download_top(const backend::Ctx& ctx, backend::Scratch& s, const Tensor& out, TopLogits& top);
 
-// h [n, d] f32 = the first stage's input: the embedding rows of tokens (each checked against the
-// vocabulary) with media's rows spliced in (null: none).
+// h [n, d] f32 = the first stage's input: the embedding rows of tokens (checked by the caller:
+// check_tokens) with media's rows spliced in (null: none).
 void embed_input(const ModelOn& on,
                  const std::vector<int64_t>& tokens,
                  const MediaSplice* media,

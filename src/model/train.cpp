@@ -59,10 +59,12 @@ using backend::Held;
 Held stage_input(const TrainOn& on, const TrainBatch& b) {
     const Model& m = on.m;
     Held h(on.ctx, DType::f32, {b.batch.n_tok(), m.cfg.hidden_size});
-    if (m.shard.first_stage())
+    if (m.shard.first_stage()) {
+        detail::check_tokens(m.cfg, b.tokens);
         detail::embed_input(on, b.tokens, &b.media, h.view());
-    else
+    } else {
         detail::recv_on(on.ctx, h.view(), m.comms->pp_prev, m.comms->pp, kStreamTag);
+    }
     return h;
 }
 

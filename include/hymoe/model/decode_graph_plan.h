@@ -51,6 +51,7 @@ enum class GraphRefusal {
     off,         // graphs or the fused kernels switched off
     ep,          // MoE layers dispatch over an ep group (NCCL, sized on the host each layer)
     stats,       // ForwardOptions::stats: timings need synchronisations
+    forms,       // ForwardOptions::kda_mode or attn_mode other than automatic (the eager step's)
     media,       // image rows spliced in
     lora,        // some sequence uses a LoRA adapter (model/lora.h's choice) the model holds
     not_decode,  // some sequence has other than one row (prefill, mixed), or no sequence

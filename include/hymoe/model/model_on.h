@@ -35,10 +35,11 @@ struct TopLogits {
     std::vector<double> log_sum;  // [rows]
 };
 
-// model::forward on `on`: the same arguments and results, states made by make_sequence_state
-// (their KDA buffers and KvPool pages on the host; the pass's device reads them through its
-// Ctx). With `top` (options.logits == last, 1 ≤ top->n ≤ V) the last stage's rows come back
-// reduced to *top and `logits` is left empty.
+// model::forward on `on`, a CPU context: the same arguments and results, states made by
+// make_sequence_state (their KDA buffers and KvPool pages on the host). A device model runs the
+// same forward with its own step states (model/cuda_model.h). With `top` (options.logits ==
+// last, 1 ≤ top->n ≤ V) the last stage's rows come back reduced to *top and `logits` is left
+// empty.
 void forward(const ModelOn& on,
              const std::vector<int64_t>& tokens,
              const SeqBatch& batch,

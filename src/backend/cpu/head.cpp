@@ -12,7 +12,7 @@ namespace hymoe::ops {
 void embed_rows(const Tensor& table, const Tensor& tokens, int64_t lo, Tensor& h) {
     const int64_t n = tokens.numel(), d = table.dim(-1), rows = table.dim(0);
     HYMOE_CHECK(table.shape.size() == 2 && tokens.dtype == DType::i64 && h.dtype == DType::f32 &&
-                    h.numel() == n * d,
+                    h.shape == (Shape{n, d}),
                 "embed_rows: table ",
                 shape_string(table.shape),
                 " tokens ",

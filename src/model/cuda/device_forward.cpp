@@ -50,7 +50,6 @@ bool CudaModel::forward_graph(const std::vector<int64_t>& tokens,
     if (decode_graph_refusal(cfg_, graph_model_, graphs_->buckets(), batch, options, resident) !=
         GraphRefusal::none)
         return false;
-    detail::check_tokens(cfg_, tokens);
     char* const base = g_->arena.base();
     const auto slot_bytes = static_cast<int64_t>(s_floats_ * sizeof(float));
     std::vector<DecodeRow> rows(static_cast<size_t>(batch.n_seq()));
@@ -93,7 +92,7 @@ void CudaModel::forward(const std::vector<int64_t>& tokens,
                         Buffer& logits,
                         const ForwardOptions& options,
                         TopLogits* top) {
-    detail::check_forward(cfg_, tokens, batch, states, options, top);
+    detail::check_forward(cfg_, shard_.first_stage(), tokens, batch, states, options, top);
     check_sequences(batch, states);
     if (graphs_ && forward_graph(tokens, batch, states, logits, options, top))
         return;

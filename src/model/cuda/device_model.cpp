@@ -236,8 +236,10 @@ int64_t CudaModel::fused_bytes(int64_t rows) const {
 
 int64_t CudaModel::step_bytes() const {
     const int64_t T = o_.max_tokens, B = o_.max_seqs, V = cfg_.vocab_size;
-    const int64_t per_row = row_floats() + (o_.logits_all ? V : 0);
-    return 4 * (T * per_row + B * V) + (int64_t{256} << 20) + fused_bytes(T);  // + scores
+    // a logits row, and under tp the head's own columns and the gathered blocks (vocab_logits)
+    const int64_t logits_row = V + (shard_.tp > 1 ? V / shard_.tp + V : 0);
+    const int64_t per_row = row_floats() + (o_.logits_all ? logits_row : 0);
+    return 4 * (T * per_row + B * logits_row) + (int64_t{256} << 20) + fused_bytes(T);  // + scores
 }
 
 int64_t CudaModel::kv_room() const {

@@ -7,6 +7,7 @@
 
 #include "cuda_model_impl.h"
 #include "hymoe/backend/cuda_ops.h"
+#include "hymoe/model/step_tables.h"
 
 namespace hymoe::model::gpu {
 
@@ -43,25 +44,17 @@ StepBatch CudaModel::make_step(Scratch& s,
     step.batch = &batch;
     step.n_tok = batch.n_tok();
     step.n_seq = batch.n_seq();
-    std::vector<int32_t> row_seq(static_cast<size_t>(step.n_tok));
-    std::vector<int64_t> positions(static_cast<size_t>(step.n_tok));
-    std::vector<int32_t> visible(static_cast<size_t>(step.n_tok));
-    for (int64_t q = 0; q < step.n_seq; ++q)
-        for (int64_t t = batch.offsets[q]; t < batch.offsets[q + 1]; ++t) {
-            row_seq[t] = static_cast<int32_t>(q);
-            positions[t] = batch.pos0[q] + (t - batch.offsets[q]);
-            visible[t] = static_cast<int32_t>(positions[t] + 1);
-        }
+    const RowTables rows = row_tables(batch);
     step.offsets = upload_values(*g_, s, batch.offsets, DType::i64);
-    step.row_seq = upload_values(*g_, s, row_seq, DType::i32);
+    step.row_seq = upload_values(*g_, s, rows.row_seq, DType::i32);
     if (n_adapters_ > 0) {  // each adapter's rows, once for every adapted projection
         step.lora.n_adapters = n_adapters_;
         step.lora.rows = upload_lora_rows(*g_, s, adapter_rows(batch, n_adapters_), 1)[0];
         if (!step.lora.rows.empty())
             step.lora.row_adapter = lora_row_adapters(batch);
     }
-    step.positions = upload_values(*g_, s, positions, DType::i64);
-    step.visible = upload_values(*g_, s, visible, DType::i32);
+    step.positions = upload_values(*g_, s, rows.positions, DType::i64);
+    step.visible = upload_values(*g_, s, rows.visible, DType::i32);
 
     // KDA: each sequence's state block (a new one zeroed), S and tail pointers and S slots per
     // (layer, sequence)
@@ -117,46 +110,23 @@ StepBatch CudaModel::make_step(Scratch& s,
     step.row_width.resize(cfg_.layers.size());
     for (size_t i = 0; i < cfg_.layers.size(); ++i)
         step.row_width[i] = pool->row_width(static_cast<int>(i));
+    std::vector<const std::vector<int32_t>*> pages;  // [n_seq] their block tables
     for (const SequenceState* st : states) {
         HYMOE_CHECK(st->attn[first_attention_].pool == pool,
                     "GPU forward: the sequences of one step page into different pools");
-        step.max_pages = std::max(step.max_pages, static_cast<int>(st->pages.size()));
+        pages.push_back(&st->pages);
     }
-    step.max_pages = std::max(step.max_pages, 1);
-    const auto mp = static_cast<size_t>(step.max_pages);
-    std::vector<int32_t> table(static_cast<size_t>(step.n_seq) * mp, -1), one_table;
-    std::vector<int32_t> one_keys;
-    std::vector<int64_t> one_rows;
-    for (int64_t q = 0; q < step.n_seq; ++q) {
-        const std::vector<int32_t>& pages = states[q]->pages;
-        const int64_t keys = batch.pos0[q] + batch.length(q);
-        HYMOE_CHECK(static_cast<int64_t>(pages.size()) * step.page_tokens >= keys,
-                    "GPU forward: sequence ",
-                    q,
-                    "'s block table covers ",
-                    pages.size() * step.page_tokens,
-                    " tokens, not ",
-                    keys);
-        std::copy(pages.begin(), pages.end(), table.begin() + q * step.max_pages);
-    }
+    BlockTables tables = block_tables(batch, pages, step.page_tokens);
+    step.max_pages = tables.max_pages;
     if (host_kv != nullptr)  // the tables in slot indices
-        host_kv->stage_step(batch, table, step);
-    for (int64_t q = 0; q < step.n_seq; ++q) {
-        const int64_t keys = batch.pos0[q] + batch.length(q);
-        if (batch.length(q) != 1)
-            continue;
-        one_rows.push_back(batch.offsets[q]);
-        one_keys.push_back(static_cast<int32_t>(keys));
-        one_table.insert(one_table.end(),
-                         table.begin() + q * step.max_pages,
-                         table.begin() + (q + 1) * step.max_pages);
-        step.one_max_keys = std::max(step.one_max_keys, keys);
-    }
-    step.block_table = upload_values(*g_, s, table, DType::i32);
-    step.n_one = static_cast<int64_t>(one_rows.size());
-    step.one_rows = upload_values(*g_, s, one_rows, DType::i64);
-    step.one_table = upload_values(*g_, s, one_table, DType::i32);
-    step.one_keys = upload_values(*g_, s, one_keys, DType::i32);
+        host_kv->stage_step(batch, tables.table, step);
+    const OneRows one = one_rows(batch, tables);
+    step.block_table = upload_values(*g_, s, tables.table, DType::i32);
+    step.n_one = static_cast<int64_t>(one.rows.size());
+    step.one_rows = upload_values(*g_, s, one.rows, DType::i64);
+    step.one_table = upload_values(*g_, s, one.table, DType::i32);
+    step.one_keys = upload_values(*g_, s, one.keys, DType::i32);
+    step.one_max_keys = one.max_keys;
     return step;
 }
 

@@ -94,6 +94,12 @@ BOOST_AUTO_TEST_CASE(every_refusal) {
     ForwardOptions timed;
     timed.stats = &stats;
     BOOST_TEST((why(c, m, decode, timed) == GraphRefusal::stats));
+    ForwardOptions chunked;  // the eager step honours the forms, a graph runs the automatic ones
+    chunked.kda_mode = KdaMode::chunked;
+    BOOST_TEST((why(c, m, decode, chunked) == GraphRefusal::forms));
+    ForwardOptions expanded;
+    expanded.attn_mode = AttnMode::expanded;
+    BOOST_TEST((why(c, m, decode, expanded) == GraphRefusal::forms));
     MediaSplice media;
     media.rows = {1};
     ForwardOptions with_media;
