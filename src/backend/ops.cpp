@@ -368,7 +368,19 @@ void mla_attend(const Ctx& ctx, const MlaAttendParams& p) {
     if constexpr (kCudaBuild)
         if (ctx.device == Device::cuda)
             return cu::mla_attend(ctx, p);
-    mla_attend(p);
+    if (p.rows == nullptr)
+        return mla_attend(p);
+    // a device step's rows (one cache, block-table row s = sequence s) on the CPU: each
+    // sequence's view starts at its row; the decode rows and fused plans are the GPU's
+    HYMOE_CHECK(p.caches != nullptr && p.caches[0].paged(),
+                "mla_attend: device rows without their paged cache");
+    std::vector<LatentCache> views(static_cast<size_t>(p.n_seq), p.caches[0]);
+    for (int64_t s = 0; s < p.n_seq; ++s)
+        views[s].block_table = p.caches[0].block_table + s * p.caches[0].max_pages;
+    MlaAttendParams per_sequence = p;
+    per_sequence.caches = views.data();
+    per_sequence.rows = nullptr;
+    mla_attend(per_sequence);
 }
 
 // ---- KDA recurrence: pointers in KdaScanParams, so only the context is checked ----------------

@@ -51,7 +51,9 @@ struct ScoreReduce {
     const void* arg = nullptr;
 };
 
-// CUDA only: the call's rows on the device (the GPU model's step).
+// The call's rows on the device (the GPU model's step): caches[0] holds every sequence, at its
+// block-table row. A CPU context reads that layout too (a view a sequence), and none of the rest
+// (the decode rows and fused plans are the GPU's launches).
 struct MlaDeviceRows {
     const int32_t* row_seq = nullptr;    // [n_tok] block-table row of each row
     const int32_t* visible = nullptr;    // [n_tok] keys each row sees: its position + 1
@@ -83,11 +85,11 @@ struct MlaAttendParams {
     int64_t n_seq = 0;
     const int64_t* offsets = nullptr;  // [n_seq + 1] host
     const int64_t* pos0 = nullptr;     // [n_seq] host
-    // CPU: [n_seq] one view a sequence (block-table row 0); CUDA: caches[0], block-table row s
+    // [n_seq] one view a sequence (block-table row 0); with `rows`: caches[0], block-table row s
     const LatentCache* caches = nullptr;
     ScoreReduce reduce;                   // DSA under tp
     double* indexer_seconds = nullptr;    // added to: the indexer's wall time (CUDA: synchronised)
-    const MlaDeviceRows* rows = nullptr;  // CUDA
+    const MlaDeviceRows* rows = nullptr;  // a device step's (CUDA: required with caches[0])
 };
 void mla_attend(const Ctx& ctx, const MlaAttendParams& p);
 

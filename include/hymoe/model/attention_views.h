@@ -7,8 +7,9 @@
 // site through model::lora_forward as kda_forward's. Every step is an op on the Ctx: the
 // projections, norms, RoPE, the indexer's projections, the cache append and the attention over
 // it (backend/ops_mla.h), the gate and the output projection. A CUDA Ctx takes its pages and its
-// rows' metadata on the device from a DeviceAttnRows (the GPU model's step); without one and
-// without caches (training: fresh sequences) it runs the expanded form of
+// rows' metadata on the device from a DeviceAttnRows (the GPU model's step; a CPU Ctx takes one
+// too, which tests/unit/model/test_attention_device_rows.cpp holds to the host caches); without
+// one and without caches (training: fresh sequences) it runs the expanded form of
 // model/attention_backward_views.h instead.
 #pragma once
 
@@ -49,8 +50,8 @@ struct MlaWeightViews {
 };
 MlaWeightViews attention_views(const MlaWeights& w);
 
-// A call's rows on the device (the GPU model's step), for attention_forward on a CUDA Ctx: the
-// positions are not uploaded and the caches not touched (the caller counts their tokens).
+// A call's rows on its Ctx's device (the GPU model's step), for attention_forward: the positions
+// are not uploaded and the caches not touched (the caller counts their tokens).
 struct DeviceAttnRows {
     backend::LatentCache pages;  // the layer's device pages, block-table row s = sequence s
     Tensor pos;                  // i64 [n_tok] each row's position
@@ -58,7 +59,7 @@ struct DeviceAttnRows {
     ops::MlaDeviceRows rows;     // the decode rows and the fused DSA plans
 };
 
-// attention_forward (model/attention.h) on views; dev: a CUDA Ctx's rows (caches then empty).
+// attention_forward (model/attention.h) on views; dev: a device step's rows (caches then empty).
 void attention_forward(const backend::Ctx& ctx,
                        const ModelConfig& cfg,
                        const LayerSpec& spec,
