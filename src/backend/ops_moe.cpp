@@ -162,6 +162,14 @@ void grouped_linear(const Ctx& ctx,
             if (w.empty())
                 return;
             const Tensor stacked = stacked_slices(ctx, w, "grouped_linear", "matrix");
+            if (x.dtype == DType::f32 && stacked.dtype == DType::bf16) {
+                // f32 rows of bf16 experts (training): the rows through a bf16 copy, as linear's
+                // x; y stays f32 (Blas::grouped_linear's mixed form)
+                backend::Scratch scratch(ctx);
+                Tensor xc = scratch(DType::bf16, x.shape);
+                cu::cast(*ctx.stream, x, xc);
+                return ctx.blas->grouped_linear(xc, stacked, rows, y);
+            }
             return ctx.blas->grouped_linear(x, stacked, rows, y);
         }
     int64_t begin = 0;

@@ -167,11 +167,15 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
       config_sha_(sha256_hex(model::to_json(job.model))) {
     if (on_gpu) {
 #ifdef HYMOE_CUDA
-        // fp32 matrices whatever model.dtype: the MoE backward's grouped products take f32
-        gpu_ = model::make_gpu_weights(m_, DType::f32, device_arena_bytes(job));
+        // the frozen matrices at model.dtype (bf16, else fp32, as the GPU model); the activations,
+        // the adapter and its gradients stay fp32
+        const DType weights = job.deck.model.dtype == DType::bf16 ? DType::bf16 : DType::f32;
+        gpu_ = model::make_gpu_weights(m_, weights, device_arena_bytes(job));
         factors_ = std::make_unique<model::LoraFactors>(gpu_->ctx(), m_, lm_);
         views_ = factors_->attach(gpu_->views());
-        log::info(cat("GPU: fp32 weights, ",
+        log::info(cat("GPU: ",
+                      weights == DType::bf16 ? "bf16" : "fp32",
+                      " weights, ",
                       fixed(static_cast<double>(gpu_->weight_bytes()) / 1e9, 2),
                       " GB; the adapter's factors, gradients and AdamW moments on the GPU"));
 #else

@@ -52,7 +52,12 @@ BOOST_AUTO_TEST_CASE(norm_linear_softmax_rope, *utf::precondition(need_gpu)) {
         Tensor dl = gc.up(l);
         ops::linear_backward(cpu, dy.view(), wl.view(), l.view(), 1.0f);
         ops::linear_backward(gc.ctx, gc.up(dy), gc.up(wl, wt), dl, 1.0f);
-        expect_close("linear_backward", dl, l, gc.g.s);
+        // a bf16 weight's product rounds dy to bf16 (the CPU keeps it): bf16's tolerance
+        const Buffer got = to_host(dl, gc.g.s);
+        const double err = rel_error(got.ptr<float>(), l.ptr<float>(), l.view().numel());
+        BOOST_TEST_INFO("linear_backward, " << to_string(wt) << " weight: normalised error "
+                                            << err);
+        BOOST_TEST(err < tolerance(wt));
     }
 
     Buffer p = random({9, 300}, 55, f);

@@ -2,8 +2,10 @@
 // context against the same call on the CPU context with the same weights and adapters: sigmoid
 // routing with a correction bias and capacity dropping (SwiGLU experts), softmax routing (ReLU²
 // experts), and LatentMoE, each with a shared expert; every routed and shared projection carries
-// a factor-view adapter with gradient views. fp32: dx and every dA, dB within 1e-5; the expert
-// load equals the CPU's. The new ops of backend/ops_moe_backward.h against their CPU forms.
+// a factor-view adapter with gradient views. fp32 matrices: dx and every dA, dB within 1e-5; bf16
+// matrices (the GPU trainer's, the CPU taking the same bf16 tensors) with fp32 activations: within
+// kBf16Chain; the expert load equals the CPU's. The new ops of backend/ops_moe_backward.h against
+// their CPU forms, and ops::grouped_linear's f32 rows of bf16 experts.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +14,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include "cuda_test.h"
+#include "hymoe/backend/ops.h"
+#include "hymoe/backend/ops_moe.h"
 #include "hymoe/backend/ops_moe_backward.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/ffn.h"
@@ -26,6 +30,22 @@ using namespace hymoe::cuda_test;
 namespace {
 
 constexpr int64_t kExperts = 8;
+
+// The bf16 layer's tolerance on the normalised error: on CUDA every product with a bf16 matrix
+// rounds its f32 input rows to bf16 (relative error ≤ u = 2^-9 an element, where the CPU widens the
+// matrix and keeps the rows), and dx's longest path runs k = 5 such products (the recomputed
+// up/gate, down, then dh·W_down, d(up)·W_up): uncorrelated errors give about √k·u = 4.4e-3, bounded
+// by 3√k·u.
+const double kBf16Chain = 3 * std::sqrt(5.0) * std::ldexp(1.0, -9);
+
+// The device result against the CPU's `want` within `tol` on the normalised error.
+void expect_within(
+    const char* what, const Tensor& dev, const Buffer& want, const cu::Stream& s, double tol) {
+    Buffer got = to_host(dev, s);
+    const double err = rel_error(got.ptr<float>(), want.ptr<float>(), want.view().numel());
+    BOOST_TEST_INFO(what << ": normalised error " << err);
+    BOOST_TEST(err < tol);
+}
 
 struct Case {
     const char* name;
@@ -54,9 +74,11 @@ model::ModelConfig config(const Case& c) {
     return cfg;
 }
 
-// The layer's views on one device: `up` copies a host tensor there (f32); the experts' matrices
-// stacked [E, ·, ·] (ops::grouped_linear on CUDA); every projection's adapter as factors with
-// zeroed gradients, in `grads` (host copies of the factors' values are the same on both devices).
+// The layer's views on one device: `up(t, dtype)` copies a host f32 tensor there as dtype; the
+// matrices (fc1/fc2, the experts', the shared expert's) in `matrices`, the rest f32; the experts'
+// matrices stacked [E, ·, ·] (ops::grouped_linear on CUDA); every projection's adapter as factors
+// with zeroed gradients, in `grads` (host copies of the factors' values are the same on both
+// devices).
 struct LayerViews {
     model::MoeWeightViews v;
     std::vector<Tensor> grads;  // dA, dB of every adapter, in a fixed order
@@ -65,14 +87,16 @@ struct LayerViews {
 template <class Up>
 LayerViews layer_views(const model::MoeWeights& w,
                        const std::vector<model::LoraPair>& pairs,
+                       DType matrices,
                        Up&& up) {
     LayerViews out;
     model::MoeWeightViews& v = out.v;
-    v.router = up(w.gate.view());
-    v.bias = up(w.correction_bias.view());
+    const DType f32 = DType::f32;
+    v.router = up(w.gate.view(), f32);
+    v.bias = up(w.correction_bias.view(), f32);
     v.host_bias = w.correction_bias.view();
-    v.fc1 = up(w.fc1_latent_proj.view());
-    v.fc2 = up(w.fc2_latent_proj.view());
+    v.fc1 = up(w.fc1_latent_proj.view(), matrices);
+    v.fc2 = up(w.fc2_latent_proj.view(), matrices);
     auto stacked = [&](Buffer model::DenseFfnWeights::*m) {
         std::vector<Tensor> slices;
         if ((w.experts[0].*m).view().data == nullptr)
@@ -84,26 +108,27 @@ LayerViews layer_views(const model::MoeWeights& w,
             std::memcpy(all.ptr<float>() + e * each,
                         (w.experts[static_cast<size_t>(e)].*m).view().data,
                         static_cast<size_t>(each) * sizeof(float));
-        const Tensor d = up(all.view());
+        const Tensor d = up(all.view(), matrices);
+        const auto bytes = each * static_cast<int64_t>(dtype_size(d.dtype));
         for (int64_t e = 0; e < kExperts; ++e)
             slices.push_back(
-                Tensor{static_cast<float*>(d.data) + e * each, DType::f32, d.device, one});
+                Tensor{static_cast<char*>(d.data) + e * bytes, d.dtype, d.device, one});
         return slices;
     };
     v.experts.gate = stacked(&model::DenseFfnWeights::gate_proj);
     v.experts.up = stacked(&model::DenseFfnWeights::up_proj);
     v.experts.down = stacked(&model::DenseFfnWeights::down_proj);
-    v.shared.gate_proj = up(w.shared.gate_proj.view());
-    v.shared.up_proj = up(w.shared.up_proj.view());
-    v.shared.down_proj = up(w.shared.down_proj.view());
+    v.shared.gate_proj = up(w.shared.gate_proj.view(), matrices);
+    v.shared.up_proj = up(w.shared.up_proj.view(), matrices);
+    v.shared.down_proj = up(w.shared.down_proj.view(), matrices);
     size_t next = 0;
     auto factors = [&] {
         const model::LoraPair& p = pairs[next++];
         const Buffer zero_a(DType::f32, p.A.view().shape), zero_b(DType::f32, p.B.view().shape);
-        out.grads.push_back(up(zero_a.view()));
-        out.grads.push_back(up(zero_b.view()));
-        return model::LoraSlotView{model::LoraFactorsView{up(p.A.view()),
-                                                          up(p.B.view()),
+        out.grads.push_back(up(zero_a.view(), f32));
+        out.grads.push_back(up(zero_b.view(), f32));
+        return model::LoraSlotView{model::LoraFactorsView{up(p.A.view(), f32),
+                                                          up(p.B.view(), f32),
                                                           p.scale,
                                                           out.grads[out.grads.size() - 2],
                                                           out.grads.back()}};
@@ -167,83 +192,91 @@ BOOST_AUTO_TEST_CASE(moe_backward_on_cuda_equals_cpu, *utf::precondition(need_gp
                                model::Ffn::latent_moe,
                                model::ExpertAct::swiglu,
                                model::Scoring::sigmoid,
-                               0.0}}) {
-        BOOST_TEST_CONTEXT(c.name) {
-            const model::ModelConfig cfg = config(c);
-            model::LayerSpec spec;
-            spec.ffn = c.ffn;
-            model::MoeWeights w;
-            model::TensorList list = model::ffn_tensors(cfg, spec, nullptr, &w);
-            for (model::TensorSpec& s : list)
-                if (s.init == model::Init::normal)
-                    s.std = 1.0f / std::sqrt(static_cast<float>(s.shape[1]));
-            Philox rng(1234, 0, 0);
-            model::init_random(list, rng);
-            const std::vector<model::LoraPair> pairs = adapters(cfg, spec);
-            const int64_t n = 19, d = cfg.hidden_size;
-            const Buffer x = random({n, d}, 90, DType::f32);
-            const Buffer dy = random({n, d}, 91, DType::f32);
-            std::vector<int64_t> all(static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i)
-                all[static_cast<size_t>(i)] = i;
+                               0.0}})
+        for (DType wt : {DType::f32, DType::bf16})
+            BOOST_TEST_CONTEXT(c.name << ", " << to_string(wt) << " matrices") {
+                const model::ModelConfig cfg = config(c);
+                model::LayerSpec spec;
+                spec.ffn = c.ffn;
+                model::MoeWeights w;
+                model::TensorList list = model::ffn_tensors(cfg, spec, nullptr, &w);
+                for (model::TensorSpec& s : list)
+                    if (s.init == model::Init::normal)
+                        s.std = 1.0f / std::sqrt(static_cast<float>(s.shape[1]));
+                Philox rng(1234, 0, 0);
+                model::init_random(list, rng);
+                const std::vector<model::LoraPair> pairs = adapters(cfg, spec);
+                const int64_t n = 19, d = cfg.hidden_size;
+                const Buffer x = random({n, d}, 90, DType::f32);
+                const Buffer dy = random({n, d}, 91, DType::f32);
+                std::vector<int64_t> all(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i)
+                    all[static_cast<size_t>(i)] = i;
 
-            // The CPU: the same call on the host's views.
-            std::vector<Buffer> host;  // the host copies layer_views makes
-            auto on_host = [&](const Tensor& t) {
-                if (t.data == nullptr)
-                    return Tensor{};
-                host.emplace_back(t.dtype, t.shape);
-                std::memcpy(host.back().view().data, t.data, t.bytes());
-                return host.back().view();
-            };
-            host.reserve(256);
-            const LayerViews cpu = layer_views(w, pairs, on_host);
-            const std::vector<model::LoraRowsView> cpu_rows = {
-                {0, Tensor{all.data(), DType::i64, Device::cpu, {n}}}};
-            Buffer want(DType::f32, {n, d});
-            Tensor want_t = want.view();
-            model::MoeCommStats cpu_stats;
-            model::moe_backward_parallel(backend::cpu_ctx(),
-                                         cfg,
-                                         spec,
-                                         cpu.v,
-                                         x.view(),
-                                         dy.view(),
-                                         want_t,
-                                         model::MoeParallel{},
-                                         &cpu_stats,
-                                         nullptr,
-                                         &cpu_rows);
+                // The CPU: the same call on the host's views (the matrices as bf16 tensors when
+                // wt is: the CPU's own bf16 products).
+                std::vector<Buffer> host;  // the host copies layer_views makes
+                auto on_host = [&](const Tensor& t, DType dt) {
+                    if (t.data == nullptr)
+                        return Tensor{};
+                    host.emplace_back(dt, t.shape);
+                    Tensor h = host.back().view();
+                    for (int64_t i = 0; i < t.numel(); ++i)
+                        if (dt == DType::bf16)
+                            h.ptr<uint16_t>()[i] = float_to_bf16(t.ptr<float>()[i]);
+                        else
+                            h.ptr<float>()[i] = t.ptr<float>()[i];
+                    return h;
+                };
+                host.reserve(256);
+                const LayerViews cpu = layer_views(w, pairs, wt, on_host);
+                const std::vector<model::LoraRowsView> cpu_rows = {
+                    {0, Tensor{all.data(), DType::i64, Device::cpu, {n}}}};
+                Buffer want(DType::f32, {n, d});
+                Tensor want_t = want.view();
+                model::MoeCommStats cpu_stats;
+                model::moe_backward_parallel(backend::cpu_ctx(),
+                                             cfg,
+                                             spec,
+                                             cpu.v,
+                                             x.view(),
+                                             dy.view(),
+                                             want_t,
+                                             model::MoeParallel{},
+                                             &cpu_stats,
+                                             nullptr,
+                                             &cpu_rows);
 
-            GpuCtx gc(16);
-            const LayerViews gpu = layer_views(
-                w, pairs, [&](const Tensor& t) { return t.data ? gc.up(t) : Tensor{}; });
-            const std::vector<model::LoraRowsView> gpu_rows = {
-                {0, to_device_i64(all, gc.g.arena, gc.g.s)}};
-            Tensor dx = gc.f32({n, d});
-            model::MoeCommStats stats;
-            model::moe_backward_parallel(gc.ctx,
-                                         cfg,
-                                         spec,
-                                         gpu.v,
-                                         gc.up(x),
-                                         gc.up(dy),
-                                         dx,
-                                         model::MoeParallel{},
-                                         &stats,
-                                         nullptr,
-                                         &gpu_rows);
-            expect_close("dx", dx, want, gc.g.s);
-            for (size_t i = 0; i < cpu.grads.size(); ++i) {
-                BOOST_TEST_INFO("adapter gradient " << i);
-                Buffer cpu_grad(DType::f32, cpu.grads[i].shape);
-                std::memcpy(cpu_grad.view().data, cpu.grads[i].data, cpu.grads[i].bytes());
-                expect_close(i % 2 ? "dB" : "dA", gpu.grads[i], cpu_grad, gc.g.s);
+                GpuCtx gc(16);
+                const LayerViews gpu = layer_views(w, pairs, wt, [&](const Tensor& t, DType dt) {
+                    return t.data ? gc.up(t, dt) : Tensor{};
+                });
+                const std::vector<model::LoraRowsView> gpu_rows = {
+                    {0, to_device_i64(all, gc.g.arena, gc.g.s)}};
+                Tensor dx = gc.f32({n, d});
+                model::MoeCommStats stats;
+                model::moe_backward_parallel(gc.ctx,
+                                             cfg,
+                                             spec,
+                                             gpu.v,
+                                             gc.up(x),
+                                             gc.up(dy),
+                                             dx,
+                                             model::MoeParallel{},
+                                             &stats,
+                                             nullptr,
+                                             &gpu_rows);
+                const double tol = wt == DType::bf16 ? kBf16Chain : tolerance(DType::f32);
+                expect_within("dx", dx, want, gc.g.s, tol);
+                for (size_t i = 0; i < cpu.grads.size(); ++i) {
+                    BOOST_TEST_INFO("adapter gradient " << i);
+                    Buffer cpu_grad(DType::f32, cpu.grads[i].shape);
+                    std::memcpy(cpu_grad.view().data, cpu.grads[i].data, cpu.grads[i].bytes());
+                    expect_within(i % 2 ? "dB" : "dA", gpu.grads[i], cpu_grad, gc.g.s, tol);
+                }
+                BOOST_TEST(stats.tokens_per_expert == cpu_stats.tokens_per_expert,
+                           boost::test_tools::per_element());
             }
-            BOOST_TEST(stats.tokens_per_expert == cpu_stats.tokens_per_expert,
-                       boost::test_tools::per_element());
-        }
-    }
 }
 
 // The ops of the backward's expert side against their CPU forms: the scaled gather, the slots'
@@ -281,6 +314,46 @@ BOOST_AUTO_TEST_CASE(moe_backward_ops_equal_cpu, *utf::precondition(need_gpu)) {
     ops::place_cols(gc.ctx, gc.up(x), 0, joined_d);
     ops::place_cols(gc.ctx, gc.up(dw), w, joined_d);
     expect_close("place_cols", joined_d, joined, gc.g.s);
+}
+
+// ops::grouped_linear's f32 rows of bf16 experts (the GPU trainer's MoE products) against the
+// CPU's products with the same bf16 matrices: y f32, one rounding of the rows (tolerance(bf16)),
+// an expert without rows in the middle; and the expert-by-expert batch-invariant form the same.
+BOOST_AUTO_TEST_CASE(grouped_linear_f32_rows_of_bf16_experts, *utf::precondition(need_gpu)) {
+    GpuCtx gc;
+    const int64_t in = 72, out = 40;
+    const std::vector<int64_t> counts = {5, 0, 9, 1};
+    const auto n_exp = static_cast<int64_t>(counts.size());
+    const int64_t n_rows = 15;
+    const Buffer x = random({n_rows, in}, 7, DType::f32);
+    const Buffer w32 = random({n_exp, out, in}, 8, DType::bf16);  // bf16 values
+    Buffer w16(DType::bf16, {n_exp, out, in});
+    for (int64_t i = 0; i < w32.view().numel(); ++i)
+        w16.ptr<uint16_t>()[i] = float_to_bf16(w32.ptr<float>()[i]);
+    std::vector<Tensor> host_w;
+    for (int64_t e = 0; e < n_exp; ++e)
+        host_w.push_back(
+            Tensor{w16.ptr<uint16_t>() + e * out * in, DType::bf16, Device::cpu, {out, in}});
+    Buffer want(DType::f32, {n_rows, out});
+    Tensor want_t = want.view();
+    ops::grouped_linear(backend::cpu_ctx(), x.view(), host_w, counts, want_t);
+
+    const Tensor stack = gc.up(w32, DType::bf16);  // [E, out, in] bf16
+    std::vector<Tensor> dev_w;
+    for (int64_t e = 0; e < n_exp; ++e)
+        dev_w.push_back(Tensor{static_cast<uint16_t*>(stack.data) + e * out * in,
+                               DType::bf16,
+                               stack.device,
+                               {out, in}});
+    const Tensor dx = gc.up(x);
+    Tensor y = gc.f32({n_rows, out});
+    ops::grouped_linear(gc.ctx, dx, dev_w, counts, y);
+    expect_within("grouped_linear", y, want, gc.g.s, tolerance(DType::bf16));
+    ops::set_batch_invariant(true);
+    Tensor yi = gc.f32({n_rows, out});
+    ops::grouped_linear(gc.ctx, dx, dev_w, counts, yi);
+    ops::set_batch_invariant(false);
+    expect_within("grouped_linear (batch-invariant)", yi, want, gc.g.s, tolerance(DType::bf16));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

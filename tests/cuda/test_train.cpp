@@ -8,7 +8,9 @@
 // code on the CPU Ctx over the host slots (≤ 1e-4); a checkpoint written after step 10 (factors
 // and moments brought down) and resumed into a fresh model (put back up) giving the uninterrupted
 // run's losses for steps 11-20 bit for bit; and the dropout kernel's masks against the CPU's,
-// bit for bit.
+// bit for bit. bf16 matrices (the trainer at model.dtype bf16): one pass's loss and adapter
+// gradients against the CPU pass on the same bf16-rounded weights in fp32, within the bounds
+// train_setup.h derives (kBf16Loss; kBf16Grad unless a discrete choice switched).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,13 +43,14 @@ using namespace hymoe::train_test;
 
 namespace {
 
-// The GPU side of a Setup: its weights uploaded, its adapter as device factors.
+// The GPU side of a Setup: its weights uploaded (the matrices in `matrices`), its adapter as
+// device factors.
 struct OnGpu {
     std::unique_ptr<GpuWeights> weights;
     std::unique_ptr<LoraFactors> factors;
     ModelViews views;
-    explicit OnGpu(Setup& s)
-        : weights(make_gpu_weights(s.m, DType::f32, backend::free_device_bytes() * 3 / 10)),
+    explicit OnGpu(Setup& s, DType matrices = DType::f32)
+        : weights(make_gpu_weights(s.m, matrices, backend::free_device_bytes() * 3 / 10)),
           factors(std::make_unique<LoraFactors>(weights->ctx(), s.m, s.lm)),
           views(factors->attach(weights->views())) {}
     TrainOn on(const Setup& s) const { return {s.m, weights->ctx(), views}; }
@@ -100,15 +103,6 @@ void write(const TensorList& list, const std::vector<float>& v) {
     }
 }
 
-double max_abs_rel(const std::vector<float>& got, const std::vector<float>& want) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        diff = std::max(diff, static_cast<double>(std::abs(got[i] - want[i])));
-        scale = std::max(scale, static_cast<double>(std::abs(want[i])));
-    }
-    return diff / scale;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_train, *utf::label("cuda") * utf::precondition(need_gpu))
@@ -130,6 +124,42 @@ BOOST_DATA_TEST_CASE(one_pass_matches_the_cpu, data::make(kPresets), preset) {
     const std::vector<float> g = grads(gpu.lm), w = grads(cpu.lm);
     BOOST_REQUIRE_EQUAL(g.size(), w.size());
     BOOST_TEST(max_abs_rel(g, w) <= 1e-4);
+}
+
+BOOST_DATA_TEST_CASE(one_pass_with_bf16_weights_matches_the_cpu, data::make(kPresets), preset) {
+    Setup cpu, gpu;
+    make(cpu, preset, 0.1f);
+    make(gpu, preset, 0.1f);
+    round_matrices(cpu.m);  // the CPU's fp32 twin of the bf16 upload
+    const TrainBatch b = two_docs(cpu.m.cfg.vocab_size);
+    std::vector<std::vector<int64_t>> cpu_load = no_load(cpu.m), gpu_load = no_load(gpu.m);
+    TrainOptions o;
+    o.expert_load = &cpu_load;
+    zero(cpu.lm);
+    const LossSums want = train_forward_backward(cpu.m, b, o);
+    OnGpu dev(gpu, DType::bf16);
+    // the matrices held in bf16, the vectors and the router in fp32, the experts reading fp32
+    const ModelViews& v = dev.weights->views();
+    BOOST_TEST((v.head.dtype == DType::bf16 && v.final_norm.dtype == DType::f32));
+    for (const LayerViews& l : v.layers)
+        if (!l.moe.experts.up.empty())
+            BOOST_TEST((l.moe.experts.up.front().dtype == DType::bf16 &&
+                        l.moe.router.dtype == DType::f32 && l.moe.act == DType::f32));
+    zero(gpu.lm);
+    o.expert_load = &gpu_load;
+    const LossSums got = train_forward_backward(dev.on(gpu), {&b, 1}, o);
+    dev.factors->download_grads();
+    const std::vector<float> g = grads(gpu.lm), w = grads(cpu.lm);
+    BOOST_REQUIRE_EQUAL(g.size(), w.size());
+    const double loss_diff = std::abs(got.loss - want.loss) / want.loss;
+    const double grad_diff = max_abs_rel(g, w);
+    const bool same_load = gpu_load == cpu_load;
+    BOOST_TEST_MESSAGE(preset << ": bf16 weights, " << dev.weights->weight_bytes()
+                              << " bytes; loss " << loss_diff << ", gradients " << grad_diff
+                              << (same_load ? "" : " (a token's experts switched)"));
+    BOOST_TEST(loss_diff <= kBf16Loss);
+    BOOST_TEST(got.targets == want.targets);
+    BOOST_TEST(grad_diff <= bf16_grad_bound(preset, same_load));
 }
 
 BOOST_DATA_TEST_CASE(twenty_steps_follow_the_cpu, data::make(kPresets), preset) {

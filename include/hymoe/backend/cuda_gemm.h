@@ -49,7 +49,8 @@ public:
     // The experts of one MoE layer in one launch: x [n_rows, in] holds the rows routed to expert
     // e contiguously, in expert order, rows[e] of them (Σ rows = n_rows); w [E, out, in];
     // y [n_rows, out] rows of expert e = x rows of e · w[e]ᵀ. Experts with no rows are skipped.
-    // x, w, y of one dtype (f32 or bf16), fp32 accumulation.
+    // x, w, y of one dtype (f32 or bf16), fp32 accumulation; or bf16 x and w into an f32 y, one
+    // product per expert (the grouped GEMM writes bf16 only).
     void grouped_linear(const Tensor& x,
                         const Tensor& w,
                         const std::vector<int64_t>& rows,

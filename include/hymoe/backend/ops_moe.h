@@ -34,7 +34,8 @@ void moe_combine(const backend::Ctx& ctx,
 // y [n_rows, out] rows of expert e (rows[e] of them, consecutive in expert order) = x [n_rows, in]
 // rows of e · w[e]ᵀ, w[e] [out, in] (on the CPU empty where rows[e] = 0). On CUDA w[e] must be
 // slice e of one stacked [E, out, in] tensor (the GPU model's), and the products run as one
-// grouped launch; the CPU runs ops::linear per expert with rows.
+// grouped launch (f32 x of bf16 w: x through a bf16 copy, y f32, one product per expert, as
+// ops::linear); the CPU runs ops::linear per expert with rows.
 void grouped_linear(const backend::Ctx& ctx,
                     const Tensor& x,
                     const std::vector<Tensor>& w,

@@ -155,7 +155,8 @@ void Blas::grouped_linear(const Tensor& x,
     HYMOE_CHECK(w.shape.size() == 3 && x.shape.size() == 2 && y.shape.size() == 2 &&
                     w.dim(0) == static_cast<int64_t>(rows.size()) && x.dim(1) == w.dim(2) &&
                     y.dim(1) == w.dim(1) && x.dim(0) == total && y.dim(0) == total &&
-                    x.dtype == w.dtype && y.dtype == w.dtype,
+                    x.dtype == w.dtype &&
+                    (y.dtype == w.dtype || (w.dtype == DType::bf16 && y.dtype == DType::f32)),
                 "grouped_linear: x ",
                 to_string(x.dtype),
                 shape_string(x.shape),
@@ -171,7 +172,10 @@ void Blas::grouped_linear(const Tensor& x,
                 total);
     const int64_t out = w.dim(1), in = w.dim(2);
     const size_t es = dtype_size(x.dtype);
-    if (ops::detail::batch_invariant_on()) {  // each expert's rows as a product of its own
+    // Each expert's rows as a product of its own: batch-invariant runs, and bf16 products into an
+    // f32 y (cublasGemmGroupedBatchedEx writes C in its inputs' 16-bit type under
+    // CUBLAS_COMPUTE_32F; cublasGemmEx, Blas::gemm, writes fp32).
+    if (ops::detail::batch_invariant_on() || y.dtype != x.dtype) {
         int64_t row = 0;
         for (size_t e = 0; e < rows.size(); ++e) {
             gemm(x.dtype,
@@ -187,7 +191,7 @@ void Blas::grouped_linear(const Tensor& x,
                  w.ptr<char>() + static_cast<int64_t>(e) * out * in * static_cast<int64_t>(es),
                  in,
                  0.0f,
-                 y.ptr<char>() + row * out * static_cast<int64_t>(es),
+                 y.ptr<char>() + row * out * static_cast<int64_t>(dtype_size(y.dtype)),
                  out);
             row += rows[e];
         }

@@ -30,8 +30,9 @@ public:
             if (host.cfg.layers[i].ffn == Ffn::dense)
                 continue;
             moe_[i] = gpu::moe_weights(views_.layers[i].moe, host.layers[i].moe);
+            // the experts read the pass's f32 activations whatever the matrices' dtype
             views_.layers[i].moe =
-                gpu::moe_views_of(moe_[i], dtype, host.cfg.moe.n_routed_experts, ep);
+                gpu::moe_views_of(moe_[i], DType::f32, host.cfg.moe.n_routed_experts, ep);
         }
         bytes_ = static_cast<int64_t>(g_.arena.book().used() - before);
     }
