@@ -335,17 +335,24 @@ LossSums evaluate_loss(const Model& m, const TrainBatch& b) {
     return evaluate_loss(host.on, b);
 }
 
-std::vector<Buffer> router_distributions(const Model& m, const TrainBatch& b) {
+std::vector<Buffer> router_distributions(const TrainOn& on, const TrainBatch& b) {
+    const Model& m = on.m;
     std::vector<Held> inputs(m.cfg.layers.size());
-    const HostTarget host(m);
-    forward_only(host.on, b, &inputs);
+    forward_only(on, b, &inputs);
     const int64_t n = b.batch.n_tok(), E = m.cfg.moe.n_routed_experts;
     std::vector<Buffer> dist(m.cfg.layers.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
         if (inputs[i].view().data == nullptr)
             continue;
         dist[i] = Buffer(DType::f32, {n, E});
-        ops::linear(inputs[i].view(), m.layers[i].moe.gate.view(), dist[i].view());
+        if (on.ctx.device == Device::cpu) {
+            ops::linear(on.ctx, inputs[i].view(), on.weights.layers[i].moe.router, dist[i].view());
+        } else {  // the router's logits on the device, one [n, E] copy down
+            backend::Scratch s(on.ctx);
+            Tensor logits = s(DType::f32, {n, E});
+            ops::linear(on.ctx, inputs[i].view(), on.weights.layers[i].moe.router, logits);
+            ops::download(on.ctx, logits, dist[i].view());
+        }
         float* p = dist[i].ptr<float>();
         if (m.cfg.moe.scoring == Scoring::softmax) {
             ops::softmax_rows(p, n, E);
@@ -361,6 +368,11 @@ std::vector<Buffer> router_distributions(const Model& m, const TrainBatch& b) {
         }
     }
     return dist;
+}
+
+std::vector<Buffer> router_distributions(const Model& m, const TrainBatch& b) {
+    const HostTarget host(m);
+    return router_distributions(host.on, b);
 }
 
 }  // namespace hymoe::model

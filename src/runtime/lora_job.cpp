@@ -103,7 +103,7 @@ private:
     // bad_layer: this rank's first layer with a non-finite gradient, or −1.
     std::string check(double loss, int bad_layer);
     // The host slots' factors made current (on a GPU, brought down once after each update) for
-    // what reads them: a checkpoint, the adapters written out, the routing-drift probe.
+    // what reads them: a checkpoint, the adapters written out.
     void factors_to_host();
     // Where the passes run: the CPU on m_'s weights and lm_'s host slots, or this rank's GPU on
     // uploaded weights with lm_'s adapter as device factors (model/lora_factors.h).
@@ -214,7 +214,7 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
     std::vector<DocImages> images;
     probe_batch_ = load_rows(probe_.rows, 0, micro_, {&*probe_.stream}, ft_.seq_len, &images);
     splice_images(m_, images, probe_batch_);
-    base_dist_ = model::router_distributions(m_, probe_batch_);
+    base_dist_ = model::router_distributions(on(), probe_batch_);
 }
 
 std::vector<io::CkptEntry> Trainer::entries() {
@@ -423,10 +423,9 @@ void Trainer::record(int64_t step, const StepOutcome& out, double seconds) {
     }
     std::vector<double> ov(static_cast<size_t>(L)), kl(static_cast<size_t>(L));
     if (L > 0) {
-        factors_to_host();  // the probe runs on the CPU's model and host slots
-        const NoDropout eval_mode(lm_);
+        const NoDropout eval_mode(lm_);  // the factor views read the slots' dropout too
         drift(base_dist_,
-              model::router_distributions(m_, probe_batch_),
+              model::router_distributions(on(), probe_batch_),
               hist_.moe_layers,
               job_.model.moe.top_k,
               ov.data(),

@@ -89,7 +89,9 @@ LossSums evaluate_loss(const Model& m, const TrainBatch& b);
 
 // The router distribution of every MoE layer of this stage on the batch, p = s/Σs (sigmoid
 // scoring) or the softmax: [n_layer] entries, [n_tok, E] for this stage's MoE layers and empty
-// for the others.
+// for the others, on the host. The pass runs on on's device (the GPU trainer's factors as they
+// are there); the router's logits come down, one [n_tok, E] copy a layer.
+std::vector<Buffer> router_distributions(const TrainOn& on, const TrainBatch& b);
 std::vector<Buffer> router_distributions(const Model& m, const TrainBatch& b);
 
 }  // namespace hymoe::model
