@@ -3,8 +3,6 @@
 // the tp sum of the partial output. MoE layers take the one MoE path whatever the layout.
 #include "layer.h"
 
-#include <algorithm>
-
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/attention_views.h"

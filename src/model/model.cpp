@@ -8,10 +8,7 @@
 
 #include "hymoe/backend/ops.h"
 #include "hymoe/backend/ops_attention.h"
-#include "hymoe/backend/ops_backward.h"
 #include "hymoe/backend/ops_rows.h"
-#include "hymoe/core/allocator.h"
-#include "hymoe/core/error.h"
 #include "hymoe/core/timer.h"
 #include "hymoe/model/kv_cache.h"
 #include "layer.h"
