@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 
 #include "hymoe/backend/held.h"
 #include "hymoe/backend/ops.h"
@@ -68,15 +69,18 @@ Held stage_input(const TrainOn& on, const TrainBatch& b) {
     return h;
 }
 
-// This stage's layers on h (the model's one layer loop, every sequence fresh). keep_mid keeps the
-// stream before each FFN; expert_load (when given) adds each MoE layer's expert load; moe_inputs
-// (when given) receives each MoE layer's normed input.
+// What a stage's forward keeps of the residual stream for its backward.
+enum class Keep { nothing, inputs, inputs_and_mid };  // each layer's input (and before its FFN)
+
+// This stage's layers on h (the model's one layer loop, every sequence fresh), keeping what
+// `keep` says; expert_load (when given) adds each MoE layer's expert load; moe_input (when given)
+// is called with each MoE layer's normed input [n, d] as the loop passes it.
 Stream forward_stage(const TrainOn& on,
                      const TrainBatch& b,
                      Held h,
-                     bool keep_mid,
+                     Keep keep,
                      std::vector<std::vector<int64_t>>* expert_load,
-                     std::vector<Held>* moe_inputs) {
+                     const std::function<void(int, const Tensor&)>& moe_input) {
     const Model& m = on.m;
     const ModelShard& sh = m.shard;
     Stream st;
@@ -88,11 +92,11 @@ Stream forward_stage(const TrainOn& on,
         return c;
     };
     detail::LayerTaps taps;
-    taps.before_mixer = [&](int i, const Tensor& x) { st.before_mixer[i] = copy(x); };
-    if (keep_mid)
+    if (keep != Keep::nothing)
+        taps.before_mixer = [&](int i, const Tensor& x) { st.before_mixer[i] = copy(x); };
+    if (keep == Keep::inputs_and_mid)
         taps.before_ffn = [&](int i, const Tensor& x) { st.before_ffn[i] = copy(x); };
-    if (moe_inputs)
-        taps.moe_input = [&](int i, const Tensor& x) { (*moe_inputs)[i] = copy(x); };
+    taps.moe_input = moe_input;
     ForwardStats stats;
     detail::TrainBlocks blocks(on, b.batch);
     detail::run_layers(
@@ -223,10 +227,13 @@ private:
     std::deque<Pending> pending_;  // stable addresses
 };
 
-// A forward-only pass of one batch through the pipeline; on the last stage, the stream out.
-Stream forward_only(const TrainOn& on, const TrainBatch& b, std::vector<Held>* ffn_inputs) {
+// A forward-only pass of one batch through the pipeline, keeping nothing for a backward; on the
+// last stage, the stream out. moe_input: forward_stage's.
+Stream forward_only(const TrainOn& on,
+                    const TrainBatch& b,
+                    const std::function<void(int, const Tensor&)>& moe_input = {}) {
     check_batch(b);
-    Stream st = forward_stage(on, b, stage_input(on, b), false, nullptr, ffn_inputs);
+    Stream st = forward_stage(on, b, stage_input(on, b), Keep::nothing, nullptr, moe_input);
     if (!on.m.shard.last_stage()) {
         Buffer staged;
         detail::send_start_on(
@@ -270,8 +277,13 @@ LossSums train_forward_backward(const TrainOn& on,
         const TrainBatch& b = micro[next_forward++];
         check_batch(b);
         set_dropout_seed(options, b);
-        Stream& st = in_flight.emplace_back(forward_stage(
-            on, b, stage_input(on, b), !options.recompute, options.expert_load, nullptr));
+        Stream& st = in_flight.emplace_back(
+            forward_stage(on,
+                          b,
+                          stage_input(on, b),
+                          options.recompute ? Keep::inputs : Keep::inputs_and_mid,
+                          options.expert_load,
+                          {}));
         if (sh.last_stage()) {
             sums.add(
                 loss_head(on, b, st.out.view(), options.grad_scale, &head_grads.emplace_back()));
@@ -323,7 +335,7 @@ LossSums train_forward_backward(const Model& m,
 }
 
 LossSums evaluate_loss(const TrainOn& on, const TrainBatch& b) {
-    const Stream st = forward_only(on, b, nullptr);
+    const Stream st = forward_only(on, b);
     LossSums s;
     if (on.m.shard.last_stage())
         s = loss_head(on, b, st.out.view(), 1.0, nullptr);
@@ -337,22 +349,21 @@ LossSums evaluate_loss(const Model& m, const TrainBatch& b) {
 
 std::vector<Buffer> router_distributions(const TrainOn& on, const TrainBatch& b) {
     const Model& m = on.m;
-    std::vector<Held> inputs(m.cfg.layers.size());
-    forward_only(on, b, &inputs);
     const int64_t n = b.batch.n_tok(), E = m.cfg.moe.n_routed_experts;
     std::vector<Buffer> dist(m.cfg.layers.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-        if (inputs[i].view().data == nullptr)
-            continue;
+    // each MoE layer's router logits [n, E] as the pass reaches it, on the host
+    forward_only(on, b, [&](int i, const Tensor& xn) {
         dist[i] = Buffer(DType::f32, {n, E});
-        if (on.ctx.device == Device::cpu) {
-            ops::linear(on.ctx, inputs[i].view(), on.weights.layers[i].moe.router, dist[i].view());
-        } else {  // the router's logits on the device, one [n, E] copy down
-            backend::Scratch s(on.ctx);
-            Tensor logits = s(DType::f32, {n, E});
-            ops::linear(on.ctx, inputs[i].view(), on.weights.layers[i].moe.router, logits);
-            ops::download(on.ctx, logits, dist[i].view());
-        }
+        if (on.ctx.device == Device::cpu)
+            return ops::linear(on.ctx, xn, on.weights.layers[i].moe.router, dist[i].view());
+        backend::Scratch s(on.ctx);
+        Tensor logits = s(DType::f32, {n, E});
+        ops::linear(on.ctx, xn, on.weights.layers[i].moe.router, logits);
+        ops::download(on.ctx, logits, dist[i].view());
+    });
+    for (size_t i = 0; i < dist.size(); ++i) {
+        if (dist[i].view().data == nullptr)
+            continue;
         float* p = dist[i].ptr<float>();
         if (m.cfg.moe.scoring == Scoring::softmax) {
             ops::softmax_rows(p, n, E);
