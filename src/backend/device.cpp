@@ -40,6 +40,14 @@ int current_device() {
 #endif
 }
 
+int64_t current_device_key() {
+#ifdef HYMOE_CUDA
+    return cuda::current_device_key();
+#else
+    return -1;
+#endif
+}
+
 size_t free_device_bytes() {
 #ifdef HYMOE_CUDA
     return cuda::free_bytes();

@@ -32,7 +32,7 @@ struct NodeComm {
 
 }  // namespace
 
-DeviceShare share_device(int device, const std::function<size_t()>& free_bytes) {
+DeviceShare share_device(int64_t device, const std::function<size_t()>& free_bytes) {
     const NodeComm node;
     HYMOE_MPI_CHECK(MPI_Barrier(node.comm), "share_device: waiting for the node's ranks");
     std::string error;

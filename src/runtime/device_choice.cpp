@@ -92,7 +92,7 @@ size_t arena_share(size_t free_bytes, double fraction, int sharers) {
 
 size_t device_arena_bytes(const Job& job) {
     const parallel::DeviceShare share =
-        parallel::share_device(backend::current_device(), backend::free_device_bytes);
+        parallel::share_device(backend::current_device_key(), backend::free_device_bytes);
     const double fraction = job.deck.job.device_memory;
     const size_t bytes = arena_share(share.free_bytes, fraction, share.sharers);
     if (share.sharers > 1)

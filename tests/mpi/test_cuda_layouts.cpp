@@ -72,7 +72,7 @@ model::CudaModelOptions options() {
     o.max_seqs = 16;
     o.logits_all = true;
     const parallel::DeviceShare share =
-        parallel::share_device(backend::current_device(), backend::free_device_bytes);
+        parallel::share_device(backend::current_device_key(), backend::free_device_bytes);
     o.arena_bytes = runtime::arena_share(share.free_bytes, 0.3, share.sharers);
     return o;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace hymoe::backend {
@@ -31,6 +32,10 @@ DeviceInfo open_device(int local_rank, int n_devices, bool all_have_gpu);
 
 // The GPU this process computes on (the one open_device set): -1 in a CPU build.
 int current_device();
+// That GPU's identity across processes (a hash of its PCI bus id, ≥ 0), the same in every process
+// of the node that computes on it whatever device number it has there (CUDA_VISIBLE_DEVICES,
+// one GPU per task): -1 in a CPU build.
+int64_t current_device_key();
 // Its free memory in bytes (other processes' and this one's allocations taken): 0 in a CPU build.
 size_t free_device_bytes();
 

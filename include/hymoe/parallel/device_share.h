@@ -3,11 +3,13 @@
 // Collective over MPI_COMM_WORLD: every rank calls it at the same point, each with its own device.
 // The node's ranks (MPI_COMM_TYPE_SHARED) first wait for one another, so that none has begun the
 // allocations the share is for; then each reads its device's free memory and every rank's
-// (device, free bytes) is gathered over the node. The device ids are taken as given: tests pass
-// made-up ones, without a GPU.
+// (device, free bytes) is gathered over the node. The device keys are taken as given (the GPU
+// model's: backend::current_device_key, the same for one GPU in every process whatever its device
+// number there); tests pass made-up ones, without a GPU.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 namespace hymoe::parallel {
@@ -19,6 +21,6 @@ struct DeviceShare {
 
 // free_bytes: reads this rank's device's free memory (backend::free_device_bytes). A throw there
 // on any rank of the node throws on every rank of it (after the gather, so none is left waiting).
-DeviceShare share_device(int device, const std::function<size_t()>& free_bytes);
+DeviceShare share_device(int64_t device, const std::function<size_t()>& free_bytes);
 
 }  // namespace hymoe::parallel

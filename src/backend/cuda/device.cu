@@ -41,6 +41,16 @@ int current_device() {
     return device;
 }
 
+int64_t current_device_key() {
+    char bus[32] = {};
+    HYMOE_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus), current_device()),
+                     "PCI bus id of the current device");
+    uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+    for (const char* c = bus; *c != 0; ++c)
+        h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+    return static_cast<int64_t>(h >> 1);
+}
+
 size_t free_bytes() {
     size_t free = 0, total = 0;
     HYMOE_CUDA_CHECK(cudaMemGetInfo(&free, &total), "free memory of the current device");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace hymoe::backend::cuda {
@@ -12,6 +13,7 @@ void set_device(int device);          // cudaSetDevice
 std::string device_name(int device);  // "NVIDIA H200"
 double device_memory_gb(int device);  // total global memory, GB = 1e9 bytes
 int current_device();                 // cudaGetDevice
+int64_t current_device_key();         // FNV-1a of its cudaDeviceGetPCIBusId, as a non-negative int
 size_t free_bytes();                  // the current device's free memory (cudaMemGetInfo)
 
 }  // namespace hymoe::backend::cuda
