@@ -252,6 +252,13 @@ private:
     DeviceAttnRows dev_;  // the last attention layer's rows
 };
 
+// Each sequence's attention caches (the stage's attention layers) advanced by its rows: a device
+// step's rows are appended on the device, so attention_forward leaves the counts to its caller.
+void advance_caches(const ModelConfig& cfg,
+                    const ModelShard& shard,
+                    const SeqBatch& batch,
+                    const std::vector<SequenceState*>& states);
+
 // w's views for model::moe_forward_parallel with the experts' inputs in cd (device_weights.cpp);
 // over an ep group (ep: non-null) the held experts' slices are looked up by local index
 // (expert_slot).

@@ -12,23 +12,6 @@
 
 namespace hymoe::model::gpu {
 
-namespace {
-
-// Each sequence advances by its rows (its caches: the stage's attention layers').
-void advance(const ModelConfig& cfg,
-             const ModelShard& sh,
-             const SeqBatch& batch,
-             const std::vector<SequenceState*>& states) {
-    for (int64_t q = 0; q < batch.n_seq(); ++q) {
-        states[q]->n_tokens += batch.length(q);
-        for (int i = sh.first_layer; i < sh.end_layer; ++i)
-            if (cfg.layers[i].mixer != Mixer::kda)
-                states[q]->attn[i].n += batch.length(q);
-    }
-}
-
-}  // namespace
-
 bool CudaModel::forward_graph(const std::vector<int64_t>& tokens,
                               const SeqBatch& batch,
                               const std::vector<SequenceState*>& states,
@@ -82,7 +65,9 @@ bool CudaModel::forward_graph(const std::vector<int64_t>& tokens,
         logits = Buffer(DType::f32, out.shape, uninit);
         ops::download(ctx_, out, logits.view());
     }
-    advance(cfg_, shard_, batch, states);
+    for (int64_t q = 0; q < batch.n_seq(); ++q)
+        states[q]->n_tokens += batch.length(q);
+    advance_caches(cfg_, shard_, batch, states);
     return true;
 }
 

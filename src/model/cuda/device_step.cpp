@@ -233,13 +233,18 @@ void CudaStep::leave_attention(int i) {
 void CudaStep::end_step() {
     if (step_.host_kv != nullptr)
         step_.host_kv->finish_step();
-    if (states_ == nullptr)
-        return;
-    const SeqBatch& batch = *step_.batch;
+    if (states_ != nullptr)
+        advance_caches(cfg_, shard_, *step_.batch, *states_);
+}
+
+void advance_caches(const ModelConfig& cfg,
+                    const ModelShard& shard,
+                    const SeqBatch& batch,
+                    const std::vector<SequenceState*>& states) {
     for (int64_t q = 0; q < batch.n_seq(); ++q)
-        for (int i = shard_.first_layer; i < shard_.end_layer; ++i)
-            if (cfg_.layers[i].mixer != Mixer::kda)
-                (*states_)[q]->attn[i].n += batch.length(q);
+        for (int i = shard.first_layer; i < shard.end_layer; ++i)
+            if (cfg.layers[i].mixer != Mixer::kda)
+                states[q]->attn[i].n += batch.length(q);
 }
 
 }  // namespace hymoe::model::gpu
