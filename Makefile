@@ -43,7 +43,8 @@ TEST_LIBS := -lboost_unit_test_framework
 
 # ---- sources -------------------------------------------------------------------------------------
 # Found once, when make starts: a file created while a make runs joins at the next make.
-# C++ under a cuda/ folder (the GPU model, src/model/cuda/) calls the CUDA backend: CUDA builds only
+# C++ under a cuda/ folder (the GPU's decode graphs and host KV tier, src/model/cuda/) calls the
+# CUDA backend: CUDA builds only
 CUDA_CPP  := $(shell find src -path '*/cuda/*' -name '*.cpp' | sort)
 LIB_SRC   := $(filter-out src/main.cpp $(if $(filter 1,$(CUDA)),,$(CUDA_CPP)), \
                $(shell find src -name '*.cpp' | sort))

@@ -1,4 +1,5 @@
-// visible_devices, open_device, current_device and free_device_bytes (hymoe/backend/device.h).
+// visible_devices, open_device, current_device, free_device_bytes and device_multiprocessors
+// (hymoe/backend/device.h).
 // Plain C++ in every build; the CUDA calls (CUDA builds only) sit behind cuda/device_api.h.
 #include "hymoe/backend/device.h"
 
@@ -51,6 +52,14 @@ int64_t current_device_key() {
 size_t free_device_bytes() {
 #ifdef HYMOE_CUDA
     return cuda::free_bytes();
+#else
+    return 0;
+#endif
+}
+
+int device_multiprocessors() {
+#ifdef HYMOE_CUDA
+    return cuda::device_sm_count();
 #else
     return 0;
 #endif

@@ -1,4 +1,4 @@
-// The infer job: the model (infer_setup.cpp; on the GPU, model/cuda_model.h), the request stream
+// The infer job: the model (infer_setup.cpp; on the GPU, model/device_model.h), the request stream
 // (request_stream.h), the engine with clean stops (signals, max_hours) and expert rebalancing, the
 // results journal, progress lines, the closing summary (summed over the replicas) and the profile
 // and memory reports.
@@ -93,7 +93,7 @@ int run_infer(const Job& job, const parallel::Grid& grid, bool on_gpu) {
 #ifdef HYMOE_CUDA
     if (on_gpu) {
         const double t1 = wall_seconds();
-        device = model::make_cuda_model(m, cuda_model_options(job));
+        device = model::make_device_model(m, device_model_options(job));
         log::info(cat(device->describe(), ", uploaded in ", fixed(wall_seconds() - t1, 2), " s"));
     }
 #endif

@@ -136,9 +136,9 @@ int64_t device_kv_pages(const Job& job,
     return asked > 0 ? asked : budget;
 }
 
-model::CudaModelOptions cuda_model_options(const Job& job) {
+model::DeviceModelOptions device_model_options(const Job& job) {
     const deck::InferenceSection& inf = job.deck.inference;
-    model::CudaModelOptions o;
+    model::DeviceModelOptions o;
     o.dtype = job.deck.model.dtype == DType::bf16 ? DType::bf16 : DType::f32;
     if (job.deck.model.dtype == DType::f16)
         log::info("model.dtype: fp16 runs as fp32 matrices on the GPU (no fp16 GEMM path there)");

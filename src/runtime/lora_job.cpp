@@ -16,7 +16,7 @@
 #include "hymoe/core/timer.h"
 #include "hymoe/io/checkpoint.h"
 #include "hymoe/io/meta.h"
-#include "hymoe/model/gpu_weights.h"
+#include "hymoe/model/device_weights.h"
 #include "hymoe/model/lora_factors.h"
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/model_views.h"
@@ -129,7 +129,7 @@ private:
     std::vector<double> recent_;  // the last losses (spike guard)
     double run_seconds_ = 0;      // the steps of this run: the ETA of the step lines
     int64_t run_steps_ = 0;
-    std::unique_ptr<model::GpuWeights> gpu_;       // on a GPU: the uploaded weights
+    std::unique_ptr<model::DeviceWeights> gpu_;    // on a GPU: the uploaded weights
     std::unique_ptr<model::LoraFactors> factors_;  //   and the adapter there
     bool host_behind_ = false;        // an update since the host slots' factors were brought down
     model::ModelViews views_;         // the weights the passes read (on())
@@ -170,7 +170,7 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
         // the frozen matrices at model.dtype (bf16, else fp32, as the GPU model); the activations,
         // the adapter and its gradients stay fp32
         const DType weights = job.deck.model.dtype == DType::bf16 ? DType::bf16 : DType::f32;
-        gpu_ = model::make_gpu_weights(m_, weights, device_arena_bytes(job));
+        gpu_ = model::make_device_weights(m_, Device::cuda, weights, device_arena_bytes(job));
         factors_ = std::make_unique<model::LoraFactors>(gpu_->ctx(), m_, lm_);
         views_ = factors_->attach(gpu_->views());
         log::info(cat("GPU: ",

@@ -5,7 +5,7 @@
 //   bandwidth  device-to-device copy of 2 GiB: GB/s counted as bytes read + written
 //   prefill    8 prompts of 512 tokens in one forward (4096 rows): tokens/s
 //   decode     one token for each of B sequences with 128 tokens of context, B = 1, 32, 256,
-//              with the decode graphs (CudaModelOptions::graphs) and eagerly (the same model
+//              with the decode graphs (DeviceModelOptions::graphs) and eagerly (the same model
 //              with them switched off): tokens/s, and the bytes a step must move / its time
 //              against the copy bandwidth. When no step of the model replays a graph (its DSA
 //              layers' decode does not qualify yet), only the eager line, then the same figures
@@ -27,7 +27,7 @@
 #include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/core/timer.h"
-#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/device_select.h"
@@ -167,7 +167,7 @@ bool decode(model::Model& m,
     const model::ModelConfig& c = m.cfg;
     const double kv_row = 4.0 * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
     const double state = 4.0 * c.kda.n_head * c.kda.head_dim * c.kda.head_dim;
-    const int64_t graph_steps = model::decode_graph_counters(dev).graph_steps;
+    const int64_t graph_steps = dev.graph_counters().graph_steps;
     for (int64_t B : {1, 32, 256}) {
         run.reset(B);
         for (int64_t first = 0; first < B; first += 32)  // contexts, 32 prompts a forward
@@ -175,18 +175,18 @@ bool decode(model::Model& m,
         double step_s[2] = {0, 0};  // graphs, eager
         bool replayed = true;       // whether the graph steps were graphs (else eager already)
         for (int eager = 0; eager < 2 && replayed; ++eager) {
-            const int64_t before = model::decode_graph_counters(dev).graph_steps;
-            model::set_decode_graphs(dev, eager == 0);
+            const int64_t before = dev.graph_counters().graph_steps;
+            dev.set_graphs(eager == 0);
             run.step(0, B, 1);  // warm-up (graphs: the first use warms up and captures)
             const double t = wall_seconds();
             for (int k = 0; k < kDecodeSteps; ++k)
                 run.step(0, B, 1);
             step_s[eager] = (wall_seconds() - t) / kDecodeSteps;
-            replayed = model::decode_graph_counters(dev).graph_steps > before;
+            replayed = dev.graph_counters().graph_steps > before;
         }
         if (!replayed)  // no graph qualified: the steps above ran eagerly
             std::swap(step_s[0], step_s[1]);
-        model::set_decode_graphs(dev, true);
+        dev.set_graphs(true);
         model::ForwardStats stats;  // one more step (eager: timed): the experts a step touches
         run.step(0, B, 1, &stats);
         double experts = 0;
@@ -220,7 +220,7 @@ bool decode(model::Model& m,
                 static_cast<long long>(c.moe.n_routed_experts * count_layers(c, model::Ffn::moe)));
         std::fflush(stdout);
     }
-    return model::decode_graph_counters(dev).graph_steps > graph_steps;
+    return dev.graph_counters().graph_steps > graph_steps;
 }
 
 }  // namespace
@@ -241,12 +241,12 @@ int main(int argc, char** argv) {
     fill_weights(m);
     const WeightBytes wb = weight_bytes(m);
     const double host_s = wall_seconds() - t0;
-    model::CudaModelOptions o;
+    model::DeviceModelOptions o;
     o.dtype = DType::bf16;
     o.max_tokens = 4096;
     o.max_seqs = 256;
     t0 = wall_seconds();
-    std::unique_ptr<model::DeviceModel> dev = model::make_cuda_model(m, o);
+    std::unique_ptr<model::DeviceModel> dev = model::make_device_model(m, o);
     std::printf(
         "  model     mid with 128 experts, %.2f B parameters: %s (host init %.1f s, upload "
         "%.1f s)\n",
@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < m.cfg.layers.size(); ++i)
             if (m.cfg.layers[i].mixer == model::Mixer::dsa)
                 m.cfg.layers[i].mixer = m.local.layers[i].mixer = model::Mixer::mla;
-        dev = model::make_cuda_model(m, o);
+        dev = model::make_device_model(m, o);
         run = std::make_unique<Runner>(m, *dev, 1024);
         decode(m, *dev, *run, weight_bytes(m), bw, " mla");
     }

@@ -28,7 +28,7 @@
 #include "cuda_test.h"
 #include "hymoe/backend/ops.h"
 #include "hymoe/core/rng.h"
-#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/model.h"
 #include "hymoe/runtime/engine.h"
 #include "hymoe/runtime/kv_spill.h"
@@ -40,14 +40,14 @@ using namespace hymoe::cuda_test;
 namespace {
 
 std::unique_ptr<model::DeviceModel> device_model(const model::Model& m, bool invariant = false) {
-    model::CudaModelOptions o;
+    model::DeviceModelOptions o;
     o.dtype = DType::f32;
     o.max_tokens = 256;
     o.max_seqs = 16;
     o.logits_all = invariant;  // the invariance case compares prompt logprobs too
     o.fused = o.graphs = !invariant;
     o.memory_fraction = 0.05;  // a few GB
-    return model::make_cuda_model(m, o);
+    return model::make_device_model(m, o);
 }
 
 // 12 requests: a shared 24-token system prompt, then 1..12 tokens of their own.

@@ -12,7 +12,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "../../src/model/cuda/device_blocks.h"
+#include "../../src/model/device/device_runtime.h"
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_gemm.h"
 #include "hymoe/core/rng.h"
@@ -188,7 +188,7 @@ BOOST_AUTO_TEST_CASE(kda_forward_on_the_gpu_models_table_matches_the_cpu,
                     row_seq.insert(row_seq.end(), static_cast<size_t>(b->length(s)), s);
                 for (int64_t r = 0; r < n; ++r)
                     all_rows.push_back(r);
-                model::gpu::StepBatch step;
+                model::dev::StepBatch step;
                 step.batch = b;
                 step.n_tok = n;
                 step.n_seq = n_seq;
@@ -204,7 +204,7 @@ BOOST_AUTO_TEST_CASE(kda_forward_on_the_gpu_models_table_matches_the_cpu,
                 Buffer x = random({n, d}, stream++, DType::f32), y(DType::f32, {n, d});
                 Tensor dy = gc.g.arena.tensor(DType::f32, {n, d});
                 model::kda_forward(backend::cpu_ctx(), cfg, layer.w, x.view(), *b, hptrs, y.view());
-                model::kda_forward(gc.ctx, cfg, dw, gc.up(x), model::gpu::kda_batch(step, 0), dy);
+                model::kda_forward(gc.ctx, cfg, dw, gc.up(x), model::dev::kda_batch(step, 0), dy);
                 close(n > 3 ? "prefill y" : "decode y", dy, y, gc.g.s, tolerance(storage));
             }
             for (int64_t s = 0; s < n_seq; ++s) {

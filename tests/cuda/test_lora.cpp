@@ -25,7 +25,7 @@
 
 #include "cuda_test.h"
 #include "hymoe/core/rng.h"
-#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/model.h"
@@ -69,13 +69,13 @@ struct Adapted {
 };
 
 std::unique_ptr<model::DeviceModel> device_model(const model::Model& m, DType dtype) {
-    model::CudaModelOptions o;
+    model::DeviceModelOptions o;
     o.dtype = dtype;
     o.max_tokens = 256;
     o.max_seqs = 16;
     o.logits_all = true;
     o.memory_fraction = 0.05;
-    auto dm = model::make_cuda_model(m, o);
+    auto dm = model::make_device_model(m, o);
     dm->set_lora_adapters(m);
     return dm;
 }

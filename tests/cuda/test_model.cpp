@@ -1,4 +1,4 @@
-// The GPU model (model/cuda_model.h) against the CPU model on the same random weights (label
+// The GPU model (model/device_model.h) against the CPU model on the same random weights (label
 // cuda; each test is a one-line skip without a GPU). Models: tiny (KDA, gated DSA, MoE with
 // groups, dense), tiny-kimi (NoPE MLA without query latent, one group), tiny-deepseek (DSA
 // throughout, YaRN RoPE), tiny with LatentMoE relu2 experts, and tiny-deepseek-r128 (a 128 + 16
@@ -24,7 +24,7 @@
 // turn with prefetch; tiny-mixed: DSA and MLA layers alternating, so slots of one width hold
 // rows of another; also in bf16), and in fp32 the host rows after the plan are the CPU pool's
 // (1e-5 relative).
-// Decode graphs (CudaModelOptions::graphs): bf16 models built to qualify (tiny-kimi, tiny with
+// Decode graphs (DeviceModelOptions::graphs): bf16 models built to qualify (tiny-kimi, tiny with
 // its DSA layer as gated MLA and tiny-deepseek with the fused DSA kernels' latent, all widened to
 // the fused MoE kernels' sizes) run 16 prompts, then the same decode steps of 3, 1, 5, 16 and 3
 // sequences (buckets 4, 1, 8, 16, 4; one with a context past 256 keys, another key bucket) with
@@ -45,7 +45,7 @@
 
 #include "cuda_test.h"
 #include "hymoe/core/rng.h"
-#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 #include "hymoe/runtime/engine.h"
@@ -93,14 +93,14 @@ model::Model host_model(const std::string& name) {
 std::unique_ptr<model::DeviceModel> device_model(const model::Model& m,
                                                  DType dtype,
                                                  bool fused = true) {
-    model::CudaModelOptions o;
+    model::DeviceModelOptions o;
     o.dtype = dtype;
     o.fused = fused;
     o.max_tokens = 256;
     o.max_seqs = 16;
     o.logits_all = true;
     o.memory_fraction = 0.05;  // a few GB: tests may hold two models
-    return model::make_cuda_model(m, o);
+    return model::make_device_model(m, o);
 }
 
 constexpr int kPageTokens = 8;
@@ -353,13 +353,13 @@ model::Model graph_model(const std::string& preset) {
 }
 
 std::unique_ptr<model::DeviceModel> graph_device(const model::Model& m, bool graphs) {
-    model::CudaModelOptions o;
+    model::DeviceModelOptions o;
     o.dtype = DType::bf16;
     o.max_tokens = 512;
     o.max_seqs = 16;
     o.memory_fraction = 0.05;
     o.graphs = graphs;
-    return model::make_cuda_model(m, o);
+    return model::make_device_model(m, o);
 }
 
 // 16 sequences in a pool of the device (256 pages): prompts of 5 to 35 tokens (sequence 0: 300, so
@@ -545,8 +545,8 @@ BOOST_AUTO_TEST_CASE(decode_graphs_match_eager_steps, *utf::precondition(need_gp
                 run_decodes(m, *eager, *eager_pool, steps, want_tokens);
             const auto first_pool = new_pool(*graphs);
             const std::vector<Buffer> got = run_decodes(m, *graphs, *first_pool, steps, got_tokens);
-            model::DecodeGraphCounters c = model::decode_graph_counters(*graphs);
-            BOOST_TEST(model::decode_graph_counters(*eager).graph_steps == 0);
+            model::DecodeGraphCounters c = graphs->graph_counters();
+            BOOST_TEST(eager->graph_counters().graph_steps == 0);
             BOOST_TEST(c.graph_steps == 5);
             BOOST_TEST(c.warmups == 4);
             BOOST_TEST(c.captures == 4);
@@ -572,7 +572,7 @@ BOOST_AUTO_TEST_CASE(decode_graphs_match_eager_steps, *utf::precondition(need_gp
             const auto second_pool = new_pool(*graphs);
             const std::vector<Buffer> again =
                 run_decodes(m, *graphs, *second_pool, steps, got_tokens);
-            c = model::decode_graph_counters(*graphs);
+            c = graphs->graph_counters();
             BOOST_TEST(c.graph_steps == 10);
             BOOST_TEST(c.warmups == 4);
             BOOST_TEST(c.captures == 4);
@@ -585,7 +585,7 @@ BOOST_AUTO_TEST_CASE(decode_graphs_match_eager_steps, *utf::precondition(need_gp
             const auto host_pool = new_pool(*graphs, true);
             const std::vector<Buffer> hosted =
                 run_decodes(m, *graphs, *host_pool, steps, got_tokens);
-            BOOST_TEST(model::decode_graph_counters(*graphs).graph_steps == 10);
+            BOOST_TEST(graphs->graph_counters().graph_steps == 10);
             compare(hosted, got_tokens);
         }
     }

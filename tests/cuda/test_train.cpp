@@ -1,4 +1,4 @@
-// LoRA training on the GPU (model/gpu_weights.h, model/lora_factors.h, model/train.h TrainOn)
+// LoRA training on the GPU (model/device_weights.h, model/lora_factors.h, model/train.h TrainOn)
 // against the CPU, fp32 matrices, for each tiny preset with adapters on every target (attention
 // q/k/v/o, dense and shared-expert FFNs, routed experts; B nonzero so every path carries
 // gradient; dropout 0.1, the GPU drawing the CPU's masks): one pass's loss (≤ 1e-6 relative) and
@@ -28,7 +28,7 @@
 #include "hymoe/backend/ops_reduce.h"
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/rng.h"
-#include "hymoe/model/gpu_weights.h"
+#include "hymoe/model/device_weights.h"
 #include "hymoe/model/lora_factors.h"
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/train.h"
@@ -46,11 +46,12 @@ namespace {
 // The GPU side of a Setup: its weights uploaded (the matrices in `matrices`), its adapter as
 // device factors.
 struct OnGpu {
-    std::unique_ptr<GpuWeights> weights;
+    std::unique_ptr<DeviceWeights> weights;
     std::unique_ptr<LoraFactors> factors;
     ModelViews views;
     explicit OnGpu(Setup& s, DType matrices = DType::f32)
-        : weights(make_gpu_weights(s.m, matrices, backend::free_device_bytes() * 3 / 10)),
+        : weights(make_device_weights(
+              s.m, Device::cuda, matrices, backend::free_device_bytes() * 3 / 10)),
           factors(std::make_unique<LoraFactors>(weights->ctx(), s.m, s.lm)),
           views(factors->attach(weights->views())) {}
     TrainOn on(const Setup& s) const { return {s.m, weights->ctx(), views}; }

@@ -2,7 +2,7 @@
 // (backend/cuda_vision.h) against the CPU's math: the bias add with both GELUs against a double
 // reference, the packed 2-D RoPE against model::rope_2d image by image, the gathered means against
 // model::vision_pool + patch_merge (bit for bit: the same sums in the same order). Then the GPU
-// model's encode_images (model/cuda_model.h) against model::vision_forward on the tiny preset's
+// model's encode_images (model/device_model.h) against model::vision_forward on the tiny preset's
 // tower with random weights (norms and biases randomised too), four images of three grid sizes in
 // one batch, pool 1 and 2, in one pass and in passes of one image with one head at a time.
 // Bounds. fp32: cuBLAS GEMMs without TF32 and the kernels' fp32 arithmetic differ from the CPU in
@@ -20,7 +20,7 @@
 
 #include "cuda_test.h"
 #include "hymoe/backend/cuda_vision.h"
-#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/model.h"
 #include "hymoe/model/vision.h"
 #include "hymoe/model/vision_plan.h"
@@ -82,13 +82,13 @@ struct Images {
 std::unique_ptr<model::DeviceModel> device_model(const model::Model& m,
                                                  DType dtype,
                                                  int64_t vision_scratch_bytes) {
-    model::CudaModelOptions o;
+    model::DeviceModelOptions o;
     o.dtype = dtype;
     o.max_tokens = 256;
     o.max_seqs = 4;
     o.memory_fraction = 0.05;
     o.vision_scratch_bytes = vision_scratch_bytes;
-    return model::make_cuda_model(m, o);
+    return model::make_device_model(m, o);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The GPU model's weights (src/model/cuda/device_weights.cpp upload_weights, moe_weights) against
+// The GPU model's weights (src/model/device/device_weights.cpp upload_weights, moe_weights) against
 // the host model they come from: every tensor of the weight list but the vision tower's on the
 // device at its list shape, the stored matrices in the compute dtype and the rest in fp32, each
 // value the host's rounded to that dtype (bit for bit); the views (model_views) on those tensors;
@@ -13,8 +13,9 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "../../src/model/cuda/device_blocks.h"
+#include "../../src/model/device/device_runtime.h"
 #include "cuda_test.h"
+#include "hymoe/backend/owned_ctx.h"
 #include "hymoe/model/model_views.h"
 #include "hymoe/model/tensor_list.h"
 
@@ -43,8 +44,9 @@ bool same_values(const Tensor& dev,
 }
 
 void check_upload(Model& m, DType cd) {
-    gpu::Gpu g(size_t{256} << 20, m.cfg.moe.n_routed_experts);
-    const NamedTensors named = gpu::upload_weights(g, m, cd);
+    backend::OwnedCtx owned(Device::cuda, size_t{256} << 20, m.cfg.moe.n_routed_experts);
+    dev::Keep keep;
+    const NamedTensors named = dev::upload_weights(owned.ctx(), keep, m, cd);
     const ModelViews views = model_views(m, named);
     for (const TensorSpec& spec : model_tensors(m)) {
         if (spec.block == WeightBlock::vision) {
@@ -58,7 +60,7 @@ void check_upload(Model& m, DType cd) {
         BOOST_TEST_INFO(spec.name);
         BOOST_TEST((dev.device == Device::cuda && dev.dtype == want && dev.shape == spec.shape));
         BOOST_TEST_INFO(spec.name);
-        BOOST_TEST(same_values(dev, rounded(spec.dest->view(), want), g.stream));
+        BOOST_TEST(same_values(dev, rounded(spec.dest->view(), want), *owned.ctx().stream));
     }
     BOOST_TEST((views.head.data ==
                 (m.cfg.tie_word_embeddings ? views.embed.data : named.at("lm_head.weight").data)));
@@ -66,16 +68,18 @@ void check_upload(Model& m, DType cd) {
         if (m.cfg.layers[i].ffn == Ffn::dense)
             continue;
         const MoeWeights& host = m.layers[i].moe;
-        const gpu::MoeW w = gpu::moe_weights(views.layers[i].moe, host);
+        const dev::MoeW w = dev::moe_weights(views.layers[i].moe, host);
         const std::vector<int> hosted = hosted_experts(m.local, m.shard, host.expert_rank);
         BOOST_TEST_REQUIRE(w.up.dim(0) == static_cast<int64_t>(hosted.size()));
         BOOST_TEST((w.gate.data == nullptr) == (m.cfg.moe.expert_act == ExpertAct::relu2));
         for (size_t k = 0; k < hosted.size(); ++k) {
             const DenseFfnWeights& e = host.experts[static_cast<size_t>(hosted[k])];
-            BOOST_TEST(same_values(w.experts.up[k], rounded(e.up_proj.view(), cd), g.stream));
-            BOOST_TEST(same_values(w.experts.down[k], rounded(e.down_proj.view(), cd), g.stream));
+            BOOST_TEST(
+                same_values(w.experts.up[k], rounded(e.up_proj.view(), cd), *owned.ctx().stream));
+            BOOST_TEST(same_values(
+                w.experts.down[k], rounded(e.down_proj.view(), cd), *owned.ctx().stream));
             BOOST_TEST((w.experts.up[k].data ==
-                        gpu::at(w.up, static_cast<int64_t>(k) * w.up.dim(1) * w.up.dim(2))));
+                        dev::at(w.up, static_cast<int64_t>(k) * w.up.dim(1) * w.up.dim(2))));
         }
         BOOST_TEST(w.host.expert_rank == host.expert_rank, boost::test_tools::per_element());
     }

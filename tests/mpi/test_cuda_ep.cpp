@@ -29,7 +29,7 @@
 #include "../testing.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/config.h"
-#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/lora_model.h"
 #include "hymoe/model/model.h"
@@ -69,8 +69,8 @@ std::vector<std::vector<int64_t>> tokens_of(int rank) {
     return t;
 }
 
-model::CudaModelOptions options(DType dtype, bool overlap) {
-    model::CudaModelOptions o;
+model::DeviceModelOptions options(DType dtype, bool overlap) {
+    model::DeviceModelOptions o;
     o.dtype = dtype;
     o.max_tokens = 256;
     o.max_seqs = 16;
@@ -138,7 +138,7 @@ BOOST_AUTO_TEST_CASE(ep_forward_matches_the_one_rank_cpu) {
         model::init_model_random(part, 7);
         const std::vector<Buffer> cpu = run_plan(whole, nullptr, plan, seqs);
         for (bool overlap : {false, true}) {
-            const auto device = model::make_cuda_model(part, options(DType::f32, overlap));
+            const auto device = model::make_device_model(part, options(DType::f32, overlap));
             const std::vector<Buffer> gpu = run_plan(part, device.get(), plan, seqs);
             const double err = rel_error(gpu, cpu);
             BOOST_TEST_MESSAGE("cuda_ep " << name << " rank " << rank << (overlap ? " overlap" : "")
@@ -166,10 +166,10 @@ BOOST_AUTO_TEST_CASE(bf16_ep_forward_is_close_to_the_one_rank_gpu) {
     model::init_model_random(part, 7);
     std::vector<Buffer> one;
     {
-        const auto device = model::make_cuda_model(whole, options(DType::bf16, false));
+        const auto device = model::make_device_model(whole, options(DType::bf16, false));
         one = run_plan(whole, device.get(), plan, seqs);
     }
-    const auto device = model::make_cuda_model(part, options(DType::bf16, true));
+    const auto device = model::make_device_model(part, options(DType::bf16, true));
     const double err = rel_error(run_plan(part, device.get(), plan, seqs), one);
     BOOST_TEST_MESSAGE("cuda_ep tiny bf16 rank " << grid.me.dp << ": logits rel. error " << err);
     BOOST_TEST(all_ranks(err <= 1e-2));
@@ -199,7 +199,7 @@ BOOST_AUTO_TEST_CASE(ep_forward_with_adapters_matches_the_one_rank_cpu) {
     BOOST_TEST_INFO("adapters move the CPU's logits by " << moved);
     BOOST_TEST(all_ranks(moved > 1e-3));
     for (bool overlap : {false, true}) {
-        const auto device = model::make_cuda_model(part, options(DType::f32, overlap));
+        const auto device = model::make_device_model(part, options(DType::f32, overlap));
         device->set_lora_adapters(part);
         const double err = rel_error(run_plan(part, device.get(), plan, seqs, adapters), cpu);
         BOOST_TEST_MESSAGE("cuda_ep tiny-deepseek with adapters rank "

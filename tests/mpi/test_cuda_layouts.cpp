@@ -24,7 +24,7 @@
 #include "hymoe/backend/device.h"
 #include "hymoe/core/rng.h"
 #include "hymoe/model/config.h"
-#include "hymoe/model/cuda_model.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
@@ -65,8 +65,8 @@ bool every_rank_has_a_gpu() {
 
 // The options of a model on a GPU that the ranks may share: 0.3 of its free memory split evenly
 // among the ranks on it, as a job's device_memory is (collective).
-model::CudaModelOptions options() {
-    model::CudaModelOptions o;
+model::DeviceModelOptions options() {
+    model::DeviceModelOptions o;
     o.dtype = DType::f32;
     o.max_tokens = 256;
     o.max_seqs = 16;
@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(pp_forward_matches_the_one_rank_cpu) {
         model::init_model_random(whole, 7);
         model::Model stage = model::make_model(cfg, grid);  // its layers only
         model::init_model_random(stage, 7);
-        const auto device = model::make_cuda_model(stage, options());
+        const auto device = model::make_device_model(stage, options());
         const std::vector<Buffer> gpu = run_plan(stage, device.get(), kPlan, seqs);
         if (!stage.shard.last_stage()) {
             for (const Buffer& b : gpu)
@@ -129,7 +129,7 @@ BOOST_AUTO_TEST_CASE(tp_forward_matches_the_one_rank_cpu) {
         model::init_model_random(whole, 7);
         model::Model part = model::make_model(cfg, grid);  // its heads, widths and V/tp rows
         model::init_model_random(part, 7);
-        const auto device = model::make_cuda_model(part, options());
+        const auto device = model::make_device_model(part, options());
         const double err = rel_error(run_plan(part, device.get(), kPlan, seqs),
                                      run_plan(whole, nullptr, kPlan, seqs));
         BOOST_TEST_MESSAGE("cuda_tp " << name << " rank " << grid.me.tp << ": "

@@ -1,4 +1,4 @@
-// The device kernels the GPU model (hymoe/model/cuda_model.h) needs beyond the op kernels of
+// The device kernels the GPU model (hymoe/model/device_model.h) needs beyond the op kernels of
 // hymoe/backend/cuda_ops.h: dtype casts and row moves, the paged MLA/DSA cache's append and
 // gather, the causal softmax of the absorbed attention over all heads at once, the DSA indexer's
 // decode scores read from the pages and ReLU². A packed batch is the host's model::SeqBatch:

@@ -38,5 +38,7 @@ int current_device();
 int64_t current_device_key();
 // Its free memory in bytes (other processes' and this one's allocations taken): 0 in a CPU build.
 size_t free_device_bytes();
+// Its streaming multiprocessors (the fused kernels' plans size grids by them): 0 in a CPU build.
+int device_multiprocessors();
 
 }  // namespace hymoe::backend

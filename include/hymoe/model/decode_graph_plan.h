@@ -1,7 +1,7 @@
-// The host side of the GPU model's decode graphs (model/cuda_model.h, CudaModelOptions::graphs):
-// which steps may replay a captured CUDA graph, the graph a step uses (its batch bucket and key
-// bucket), and the step's metadata packed into the one byte block that a single copy moves to the
-// graph's fixed device buffer. Plain C++ in every build (src/model/decode_graph_plan.cpp,
+// The host side of the GPU model's decode graphs (model/device_model.h,
+// DeviceModelOptions::graphs): which steps may replay a captured CUDA graph, the graph a step uses
+// (its batch bucket and key bucket), and the step's metadata packed into the one byte block that a
+// single copy moves to the graph's fixed device buffer. Plain C++ in every build (src/model/decode_graph_plan.cpp,
 // unit-tested on the CPU: tests/unit/model/test_decode_graph_plan.cpp); the graphs themselves are
 // src/model/cuda/device_decode_graphs.{h,cpp}.
 // A graph runs B = the bucket of the batch's n sequences (backend/cuda_graph.h DecodeBuckets):
@@ -33,8 +33,8 @@ int64_t key_bucket(int64_t max_keys);
 
 // What the GPU model fixes at its construction.
 struct DecodeGraphModel {
-    bool graphs = false;         // CudaModelOptions::graphs
-    bool fused = false;          // CudaModelOptions::fused
+    bool graphs = false;         // DeviceModelOptions::graphs
+    bool fused = false;          // DeviceModelOptions::fused
     DType dtype = DType::bf16;   // its matrices
     bool kda_slots = false;      // KDA states are slots of one pool (the fused decode's addressing)
     int n_sm = 0;                // the device's SMs (the fused DSA plans split keys by them)
@@ -101,9 +101,9 @@ struct DecodeMetaLayout {
 };
 DecodeMetaLayout decode_meta_layout(int64_t rows, int64_t max_pages, int64_t n_kda);
 
-// A sequence's KDA block on the device (src/model/cuda/cuda_model_impl.h DeviceSequence): its n_kda
-// layers' S of s_floats floats each, then their conv tails of tail_floats each (three planes q, k,
-// v of tail_floats / 3).
+// A sequence's KDA block on the device (src/model/device/device_model_impl.h DeviceSequence): its
+// n_kda layers' S of s_floats floats each, then their conv tails of tail_floats each (three planes
+// q, k, v of tail_floats / 3).
 struct KdaBlockShape {
     int64_t n_kda = 0, s_floats = 0, tail_floats = 0;
 };

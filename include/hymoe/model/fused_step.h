@@ -1,6 +1,6 @@
 // The GPU model's use of the fused kernels (hymoe/backend/cuda_fused.h), host side: whether a
 // step's DSA attention runs fused and with which plans, and the device bytes the fused blocks
-// allocate in a step (CudaModel::step_bytes). Plain C++ in every build, so the choices are
+// allocate in a step (DeviceModelOn::step_bytes). Plain C++ in every build, so the choices are
 // unit-tested on the CPU (tests/unit/model/test_fused_step.cpp).
 #pragma once
 

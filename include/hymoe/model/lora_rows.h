@@ -1,4 +1,4 @@
-// The host side of LoRA adapters on the GPU model (model/cuda_model.h): which rows of a step each
+// The host side of LoRA adapters on the GPU model (model/device_model.h): which rows of a step each
 // adapter adds to, as flat index lists, so that the device runs one pair of GEMMs per (adapter,
 // projection) on the gathered rows instead of one per run of sequences. The choice is lora.h's:
 // sequence s uses batch.adapter[s] (an empty list: adapter 0 for every sequence), and an id

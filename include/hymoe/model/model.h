@@ -44,8 +44,8 @@ struct Model {
     ModelShard shard;   // this rank's part
     ModelConfig local;  // the head counts and widths this rank's blocks run on (cfg on one rank)
     const parallel::Comms* comms = nullptr;  // null: one rank
-    backend::Ctx ctx;  // the device the blocks' ops run on (backend/ctx.h): the CPU (the GPU
-                       //   model is model/cuda/ until the blocks take device weights)
+    backend::Ctx ctx;  // the device the blocks' ops run on (backend/ctx.h): the CPU (a model
+                       //   on a GPU is model/device_model.h's, over uploaded weights)
     DType weight_dtype = DType::f32;   // the matrices' storage (model.dtype; weights.h)
     Buffer embed;                      // [V/tp, d] model.embed_tokens.weight (first stage; the
                                        //   last too when tied)

@@ -2,7 +2,7 @@
 // (model/train.h) alike: this rank's model (its config, shard and communicators), its weights as
 // views on the Ctx's device (model/model_views.h: the CPU's host_views, or a GPU's uploaded
 // weights), and how the blocks run there. forward() below is model::forward (model.h) on it: the
-// one inference forward, which the CPU model and the GPU model (model/cuda_model.h) both run.
+// one inference forward, which the CPU model and the GPU model (model/device_model.h) both run.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,7 @@ struct TopLogits {
 
 // model::forward on `on`, a CPU context: the same arguments and results, states made by
 // make_sequence_state (their KDA buffers and KvPool pages on the host). A device model runs the
-// same forward with its own step states (model/cuda_model.h). With `top` (options.logits ==
+// same forward with its own step states (model/device_model.h). With `top` (options.logits ==
 // last, 1 ≤ top->n ≤ V) the last stage's rows come back reduced to *top and `logits` is left
 // empty.
 void forward(const ModelOn& on,

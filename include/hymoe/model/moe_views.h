@@ -1,6 +1,6 @@
 // An MoE layer's weights as tensor views on one device, for moe_forward_parallel on a Ctx
 // (model/moe_parallel.h): the CPU builds them from the host MoeWeights (moe_views), the GPU model
-// from its device copies (src/model/cuda/device_blocks.h MoeW). Views keep the weight list's
+// from its device copies (src/model/device/device_runtime.h MoeW). Views keep the weight list's
 // shapes; the routing's host side (correction bias, placement) stays on the host.
 // Invariant: every tensor view lives on the Ctx's device, host_bias on the host.
 #pragma once

@@ -1,6 +1,6 @@
 // The one vision forward (model/vision.h's math, model-math §8) on tensor views, as ops on a Ctx
 // (backend/ops_vision.h): the CPU's vision_forward calls it on its host Buffers' views, the GPU
-// model (src/model/cuda/device_vision.h) on its uploaded copies. Both views come from walking
+// model (src/model/device/device_vision.h) on its uploaded copies. Both views come from walking
 // vision_tensors' list. Patchify and the bicubic position tables stay on the host (PositionTables,
 // model/vision_plan.h); the patches and positions are uploaded, the tokens copied back.
 // Invariant: every view of one call lives on ctx.device (pos_emb aside: host only, may be empty).

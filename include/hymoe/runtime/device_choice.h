@@ -1,7 +1,7 @@
 // Where a job computes: the deck's job.device (auto | cpu | cuda) against what this build, the
 // job and the machine allow. Decided once, before the job's output folder is made, for the kinds
-// that run the model (infer, lora). The GPU runs infer jobs (model/cuda_model.h) and lora jobs
-// (model/train.h on model/gpu_weights.h) at every layout the CPU runs, but expert rebalancing at
+// that run the model (infer, lora). The GPU runs infer jobs (model/device_model.h) and lora jobs
+// (model/train.h on model/device_weights.h) at every layout the CPU runs, but expert rebalancing at
 // ep > 1 (parallel.rebalance_every: the GPU keeps each routed expert where it was loaded), with
 // every inference option (adapters, KV offload host or file, the prefix cache,
 // batch_invariant). `cuda` that cannot be had is an invalid deck

@@ -53,7 +53,6 @@
 
 #include "hymoe/io/image.h"
 #include "hymoe/io/requests.h"
-#include "hymoe/model/cuda_model.h"
 #include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/model.h"
@@ -184,10 +183,10 @@ int64_t device_kv_pages(const Job& job,
                         const model::DeviceModel& device,
                         int64_t page_bytes,
                         const parallel::Grid& grid);
-// The GPU model's settings for the job: matrices in bf16 (model.dtype bf16) or fp32 (fp32, and
+// The settings of the model on the job's GPU: matrices in bf16 (model.dtype bf16) or fp32 (fp32, and
 // fp16, which has no GEMM path of its own there), workspace for inference.batch, the arena
 // job.device_memory's share of the GPU (device_arena_bytes: collective over the world).
-model::CudaModelOptions cuda_model_options(const Job& job);
+model::DeviceModelOptions device_model_options(const Job& job);
 // Streams inference.dataset through the engine into out/results.h5 (runtime/results.h), resuming
 // an interrupted run of the same deck; logs progress and a three-line summary. on_gpu: the
 // forward runs on this rank's GPU (runtime/device_choice.h decided it). Returns the exit code.

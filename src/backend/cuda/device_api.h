@@ -15,5 +15,6 @@ double device_memory_gb(int device);  // total global memory, GB = 1e9 bytes
 int current_device();                 // cudaGetDevice
 int64_t current_device_key();         // FNV-1a of its cudaDeviceGetPCIBusId, as a non-negative int
 size_t free_bytes();                  // the current device's free memory (cudaMemGetInfo)
+int device_sm_count();                // its streaming multiprocessors (model_ops.cu)
 
 }  // namespace hymoe::backend::cuda

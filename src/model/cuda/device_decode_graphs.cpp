@@ -1,5 +1,5 @@
 // The decode graphs (device_decode_graphs.h) and the fixed-address scratch their steps use
-// (device_blocks.h Workspace, WorkspaceScope).
+// (Workspace, WorkspaceScope).
 #include "device_decode_graphs.h"
 
 #include <algorithm>
@@ -8,10 +8,10 @@
 #include <limits>
 #include <utility>
 
-#include "hymoe/backend/cuda_ops.h"
+#include "hymoe/backend/cuda_model_ops.h"
 #include "hymoe/core/error.h"
 
-namespace hymoe::model::gpu {
+namespace hymoe::model::dev {
 
 // ---- workspace ----------------------------------------------------------------------------------
 
@@ -35,33 +35,34 @@ void Workspace::release(void* p) noexcept {
 
 // ---- the runner ---------------------------------------------------------------------------------
 
-DecodeGraphRunner::DecodeGraphRunner(Gpu& g,
+DecodeGraphRunner::DecodeGraphRunner(const backend::Ctx& ctx,
                                      int max_batch,
                                      int64_t vocab,
                                      size_t workspace_bytes,
                                      const KdaBlockShape& kda,
                                      float* kda_pool,
                                      Step step)
-    : g_(g),
+    : stream_(*ctx.stream),
+      arena_(*ctx.arena),
       buckets_(max_batch),
       vocab_(vocab),
       kda_(kda),
       kda_pool_(kda_pool),
       step_(std::move(step)),
-      workspace_block_(g.arena, workspace_bytes) {
-    workspace_.arena = &g.arena;
+      workspace_block_(arena_, workspace_bytes) {
+    workspace_.arena = &arena_;
     workspace_.base = workspace_block_.data();
     workspace_.stack = cu::StackAllocator(workspace_bytes);
-    logits_block_ = ArenaBlock(g.arena, static_cast<size_t>(max_batch * vocab) * sizeof(float));
+    logits_block_ = ArenaBlock(arena_, static_cast<size_t>(max_batch * vocab) * sizeof(float));
     logits_ = Tensor{logits_block_.data(), DType::f32, Device::cuda, {max_batch, vocab}};
     if (kda_.n_kda > 0) {  // the padding's KDA block, its S at a slot like a sequence's
         const auto slot_bytes = static_cast<int64_t>(kda_.s_floats * sizeof(float));
         const int64_t used = kda_.n_kda * (kda_.s_floats + kda_.tail_floats);
-        pad_state_ = ArenaBlock(g.arena, static_cast<size_t>(used * 4 + slot_bytes));
-        const int64_t offset = pad_state_.data() - g.arena.base();
+        pad_state_ = ArenaBlock(arena_, static_cast<size_t>(used * 4 + slot_bytes));
+        const int64_t offset = pad_state_.data() - arena_.base();
         const int64_t start =
             kda_pool_ ? (offset + slot_bytes - 1) / slot_bytes * slot_bytes : offset;
-        pad_.kda_state = reinterpret_cast<uint64_t>(g.arena.base() + start);
+        pad_.kda_state = reinterpret_cast<uint64_t>(arena_.base() + start);
         pad_.kda_slot = static_cast<int32_t>(kda_pool_ ? start / slot_bytes : 0);
     }
 }
@@ -84,7 +85,7 @@ DecodeGraphRunner::Graph& DecodeGraphRunner::graph(int bucket, int64_t key_bucke
     const int64_t width = kv_ ? table_width(key_bucket, kv_->page_tokens) : 1;
     gr.layout = decode_meta_layout(bucket, width, kda_.n_kda);
     gr.key_bucket = key_bucket;
-    gr.meta = ArenaBlock(g_.arena, gr.layout.bytes);
+    gr.meta = ArenaBlock(arena_, gr.layout.bytes);
     gr.host = std::make_unique<cu::PinnedBuffer>(gr.layout.bytes);
     gr.padded.offsets.resize(static_cast<size_t>(bucket) + 1);
     for (int r = 0; r <= bucket; ++r)
@@ -102,7 +103,7 @@ void DecodeGraphRunner::follow_store(const KvGeometry& kv) {
     kv_ = std::make_unique<KvGeometry>(kv);
     const int64_t page_bytes = kv.page_floats * static_cast<int64_t>(sizeof(float));
     pad_page_ = ArenaBlock();
-    pad_page_ = ArenaBlock(g_.arena, static_cast<size_t>(2 * page_bytes));
+    pad_page_ = ArenaBlock(arena_, static_cast<size_t>(2 * page_bytes));
     const int64_t delta = pad_page_.data() - reinterpret_cast<char*>(kv.pages);
     const int64_t page =
         delta >= 0 ? (delta + page_bytes - 1) / page_bytes : -(-delta / page_bytes);
@@ -115,7 +116,7 @@ void DecodeGraphRunner::follow_store(const KvGeometry& kv) {
     if (refresh) {
         for (auto& [keys, gr] : graphs_) {
             const int before = gr->updated() + gr->reinstantiated();
-            gr->refresh(g_.stream);
+            gr->refresh(stream_);
             counters_.refreshes += gr->updated() + gr->reinstantiated() - before;
         }
         return;
@@ -128,7 +129,7 @@ void DecodeGraphRunner::follow_store(const KvGeometry& kv) {
 
 void DecodeGraphRunner::upload(Graph& gr, const std::vector<DecodeRow>& rows) {
     pack_decode_meta(gr.layout, kda_, kv_ ? kv_->page_tokens : 1, rows, pad_, gr.host->data());
-    cu::copy_to_device(gr.meta.data(), gr.host->data(), gr.layout.bytes, g_.stream);
+    cu::copy_to_device(gr.meta.data(), gr.host->data(), gr.layout.bytes, stream_);
 }
 
 StepBatch DecodeGraphRunner::step_of(const Graph& gr) const {
@@ -173,7 +174,7 @@ void DecodeGraphRunner::queue(const Graph& gr) {
         cu::zero(
             reinterpret_cast<void*>(pad_.kda_state),
             static_cast<size_t>(kda_.n_kda * (kda_.s_floats + kda_.tail_floats)) * sizeof(float),
-            g_.stream);
+            stream_);
     const StepBatch s = step_of(gr);
     const int64_t B = gr.layout.rows;
     const Tensor ids{gr.meta.data() + gr.layout.tokens, DType::i64, Device::cuda, {B}};
@@ -202,15 +203,26 @@ Tensor DecodeGraphRunner::run(const std::vector<DecodeRow>& rows, const KvGeomet
     if (fresh) {  // one eager step on padding alone: one-time setup before the capture
         upload(gr, {});
         queue(gr);
-        g_.stream.synchronize();  // the staging is free again
+        stream_.synchronize();  // the staging is free again
         ++counters_.warmups;
     }
     upload(gr, rows);
     const int captured = dg.captured();
-    dg.run(g_.stream, n);
+    dg.run(stream_, n);
     counters_.captures += dg.captured() - captured;
     ++counters_.graph_steps;
     return logits_.rows(0, n);
 }
 
-}  // namespace hymoe::model::gpu
+std::unique_ptr<DecodeGraphs> make_decode_graphs(const backend::Ctx& ctx,
+                                                 int max_batch,
+                                                 int64_t vocab,
+                                                 size_t workspace_bytes,
+                                                 const KdaBlockShape& kda,
+                                                 float* kda_pool,
+                                                 DecodeGraphs::Step step) {
+    return std::make_unique<DecodeGraphRunner>(
+        ctx, max_batch, vocab, workspace_bytes, kda, kda_pool, std::move(step));
+}
+
+}  // namespace hymoe::model::dev

@@ -1,5 +1,5 @@
-// Decode steps of the GPU model replayed as CUDA graphs (model/cuda_model.h
-// CudaModelOptions::graphs; which steps qualify, the buckets and the metadata packing are the
+// Decode steps of the model on a GPU replayed as CUDA graphs (model/device_model.h
+// DeviceModelOptions::graphs; which steps qualify, the buckets and the metadata packing are the
 // plain C++ of model/decode_graph_plan.h). A step of n sequences runs the graph of (B, key
 // bucket), B = the batch bucket of n; the graph is the model's own step function (the embedding,
 // the layers shared with the eager forward, the final norm and head) captured once per key:
@@ -25,24 +25,35 @@
 #include <utility>
 #include <vector>
 
-#include "device_blocks.h"
+#include "../device/device_runtime.h"
+#include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_graph.h"
-#include "hymoe/model/cuda_model.h"
+#include "hymoe/backend/scratch_stand_in.h"
+#include "hymoe/backend/stack_alloc.h"
 #include "hymoe/model/decode_graph_plan.h"
 
-namespace hymoe::model::gpu {
+namespace hymoe::model::dev {
 
-// The pages of a KV store as a step addresses them (cuda_model_impl.h CudaKvStore).
-struct KvGeometry {
-    float* pages = nullptr;  // page 0, layer 0
-    int64_t page_floats = 0;
-    int page_tokens = 0;
-    std::vector<int64_t> layer_offset;  // [n_layer] a layer's first float in a page
-    std::vector<int64_t> row_width;     // [n_layer] floats a token in that layer
-    bool same_shape(const KvGeometry& o) const {
-        return page_floats == o.page_floats && page_tokens == o.page_tokens &&
-               layer_offset == o.layer_offset && row_width == o.row_width;
-    }
+namespace cu = backend::cuda;
+
+// Scratch memory at fixed device addresses for the steps the decode graphs capture: while a
+// WorkspaceScope is alive on this thread, every backend::Scratch of a Ctx on `arena`
+// (backend/scratch_stand_in.h) takes its tensors from the workspace's stack instead of the arena
+// and gives them back last-in first-out, so that a step queued twice gets the same addresses; a
+// release out of order aborts with its message (a destructor cannot throw).
+struct Workspace final : backend::ScratchStandIn {
+    cu::DeviceArena* arena = nullptr;  // the arena it stands in for
+    char* base = nullptr;              // its device bytes [base, base + stack.capacity())
+    cu::StackAllocator stack{0};
+    Tensor tensor(DType dtype, Shape shape) override;
+    void release(void* p) noexcept override;
+};
+class WorkspaceScope {
+public:
+    explicit WorkspaceScope(Workspace& w) : scope_(w, *w.arena) {}
+
+private:
+    backend::StandInScope scope_;
 };
 
 // A block of arena memory, given back when its owner goes.
@@ -69,15 +80,10 @@ private:
     char* data_ = nullptr;
 };
 
-class DecodeGraphRunner {
+class DecodeGraphRunner final : public DecodeGraphs {
 public:
-    // step(batch, ids, logits): queue the forward of batch's rows (token ids i64 [B] on the
-    // device) writing logits [B, V] f32; capture-safe once run (device_blocks.h blocks on fused
-    // decode paths).
-    using Step = std::function<void(const StepBatch& step, const Tensor& ids, Tensor& logits)>;
-    // kda: the model's KDA blocks; kda_pool: the arena's base when KDA states are slots, else
-    // null; workspace_bytes: the scratch of one step of max_batch rows.
-    DecodeGraphRunner(Gpu& g,
+    // As make_decode_graphs (device_runtime.h).
+    DecodeGraphRunner(const backend::Ctx& ctx,
                       int max_batch,
                       int64_t vocab,
                       size_t workspace_bytes,
@@ -87,12 +93,10 @@ public:
     DecodeGraphRunner(const DecodeGraphRunner&) = delete;
     DecodeGraphRunner& operator=(const DecodeGraphRunner&) = delete;
 
-    const cu::DecodeBuckets& buckets() const { return buckets_; }
-    // Queues one decode step: rows (1 ≤ n ≤ max batch) over the pages of kv (null: no attention
-    // layer). Returns the real rows' logits [n, V] f32 on the device, valid until the next run;
-    // the caller synchronises the stream before that (the metadata's staging is reused).
-    Tensor run(const std::vector<DecodeRow>& rows, const KvGeometry* kv);
-    const DecodeGraphCounters& counters() const { return counters_; }
+    const cu::DecodeBuckets& buckets() const override { return buckets_; }
+    // The caller synchronises the stream before the next run (the metadata's staging is reused).
+    Tensor run(const std::vector<DecodeRow>& rows, const KvGeometry* kv) override;
+    const DecodeGraphCounters& counters() const override { return counters_; }
 
 private:
     // The graph of one (B, key bucket): its fixed metadata and the host staging of its copy.
@@ -112,7 +116,8 @@ private:
     StepBatch step_of(const Graph& gr) const;
     void queue(const Graph& gr);
 
-    Gpu& g_;
+    const cu::Stream& stream_;
+    cu::DeviceArena& arena_;
     cu::DecodeBuckets buckets_;
     int64_t vocab_;
     KdaBlockShape kda_;
@@ -131,4 +136,4 @@ private:
     DecodeGraphCounters counters_;
 };
 
-}  // namespace hymoe::model::gpu
+}  // namespace hymoe::model::dev

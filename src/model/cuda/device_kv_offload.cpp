@@ -1,4 +1,4 @@
-// The host tier of the GPU model's KV pages (device_kv_offload.h).
+// The host tier of a GPU model's KV pages (device_kv_offload.h).
 #include "device_kv_offload.h"
 
 #include <cerrno>
@@ -9,7 +9,7 @@
 
 #include "hymoe/core/error.h"
 
-namespace hymoe::model::gpu {
+namespace hymoe::model::dev {
 
 namespace {
 
@@ -17,18 +17,14 @@ constexpr int64_t kF = sizeof(float);
 
 }  // namespace
 
-int64_t HostKvStore::slot_bytes(const KvLayout& layout) {
-    const KvTierLayout at(layout);
-    return at.n_slots * at.slot_floats * kF;
-}
-
 HostKvStore::FileRows::~FileRows() {
     if (map != nullptr)
         ::munmap(map, bytes);
     ::close(fd);
 }
 
-HostKvStore::HostKvStore(const KvLayout& layout, Gpu& g, int fd) : at_(layout), g_(g) {
+HostKvStore::HostKvStore(const KvLayout& layout, const backend::Ctx& ctx, int fd)
+    : at_(layout), ctx_(ctx), stream_(*ctx.stream) {
     if (fd >= 0) {  // owned from here on, also when this throws
         file_ = std::make_unique<FileRows>();
         file_->fd = fd;
@@ -52,7 +48,7 @@ HostKvStore::HostKvStore(const KvLayout& layout, Gpu& g, int fd) : at_(layout), 
     }
     if (at_.n_slots * at_.slot_floats > 0)
         slots_ = static_cast<float*>(
-            g_.arena.allocate(static_cast<size_t>(at_.n_slots * at_.slot_floats * kF)));
+            ctx_.arena->allocate(static_cast<size_t>(at_.n_slots * at_.slot_floats * kF)));
 }
 
 HostKvStore::~HostKvStore() {
@@ -61,7 +57,7 @@ HostKvStore::~HostKvStore() {
     } catch (const Error&) {  // a failed stream: nothing left to wait for, and no throw here
     }
     if (slots_ != nullptr)
-        g_.arena.free(slots_);
+        ctx_.arena->free(slots_);
 }
 
 void HostKvStore::grow(int64_t n) {
@@ -87,19 +83,19 @@ void HostKvStore::stage_step(const SeqBatch& batch, std::vector<int32_t>& table,
     step.page_stride = at_.slot_page_floats;
     step.layer_offset = at_.slot_offset;
     step.host_kv = this;
-    started_.record(g_.stream);  // the last step's users of the slots are queued before this
+    started_.record(stream_);  // the last step's users of the slots are queued before this
     backend::cuda::wait_for(copies_, started_);
     for (int k = 0; k < at_.n_slots; ++k)
         fetch(at_.attention[static_cast<size_t>(k)]);
 }
 
 void HostKvStore::await_layer(int layer) {
-    backend::cuda::wait_for(g_.stream, fetched_[at_.slot_of(layer)]);
+    backend::cuda::wait_for(stream_, fetched_[at_.slot_of(layer)]);
 }
 
 void HostKvStore::release_layer(int layer) {
     const int slot = at_.slot_of(layer);
-    released_[slot].record(g_.stream);
+    released_[slot].record(stream_);
     backend::cuda::wait_for(copies_, released_[slot]);
     write_back(layer);
     const auto after_next = static_cast<size_t>(at_.rank[static_cast<size_t>(layer)] + 2);
@@ -109,7 +105,7 @@ void HostKvStore::release_layer(int layer) {
 
 void HostKvStore::finish_step() {
     written_.record(copies_);
-    backend::cuda::wait_for(g_.stream, written_);
+    backend::cuda::wait_for(stream_, written_);
 }
 
 void HostKvStore::fetch(int layer) {
@@ -139,4 +135,10 @@ void HostKvStore::write_back(int layer) {
                                          copies_);
 }
 
-}  // namespace hymoe::model::gpu
+std::unique_ptr<KvStore> make_host_kv_store(const KvLayout& layout,
+                                            const backend::Ctx& ctx,
+                                            int fd) {
+    return std::make_unique<HostKvStore>(layout, ctx, fd);
+}
+
+}  // namespace hymoe::model::dev

@@ -1,4 +1,4 @@
-// The host tier of the GPU model's KV pages (inference.kv_cache.offload: host; DeviceModel::
+// The host tier of a GPU model's KV pages (inference.kv_cache.offload: host; DeviceModel::
 // host_kv_store): a pool's rows live in pinned host memory and the device holds only the step's
 // pages of two attention layers, the one running and the next, in two slots (model/kv_staging.h
 // has the index logic: KvTierLayout places the rows, stage_kv_pages plans a step).
@@ -8,7 +8,7 @@
 //     step's pages in slot order; disjoint block tables keep them within capacity), allocated
 //     with the store: the steps of a full pool touch about all of its pages, so slots sized for
 //     capacity cost what a busy engine needs anyway, and never move or grow.
-//   - A step (CudaModel::make_step calls stage_step): the block tables become slot indices, and
+//   - A step (DeviceModelOn::make_step calls stage_step): the block tables become slot indices, and
 //     StepBatch's pages, page stride and layer offsets point each layer at its slot, so the
 //     attention kernels run unchanged. The fetches of the first two attention layers go on the
 //     store's copy stream at once, after an event marking where the compute stream stands.
@@ -27,23 +27,25 @@
 // live in the kernel's page cache, which writes them back to the file and may reclaim them; the
 // copies read and write the mapping as pageable memory, which the driver stages (a write-back
 // returns once done, so the host waits for the layer there).
-// Invariants: one forward at a time; the store must not outlive its model (it holds its Gpu).
+// Invariants: one forward at a time; the store must not outlive its model (it holds its Ctx).
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "device_blocks.h"
+#include "../device/device_runtime.h"
+#include "hymoe/backend/cuda_arena.h"
 #include "hymoe/backend/cuda_async.h"
 #include "hymoe/model/kv_cache.h"
 #include "hymoe/model/kv_staging.h"
 
-namespace hymoe::model::gpu {
+namespace hymoe::model::dev {
 
-class HostKvStore final : public KvStore {
+class HostKvStore final : public KvStore, public KvTier {
 public:
-    // fd < 0: pinned host rows; else the spill file fd (owned) mapped as the host rows.
-    HostKvStore(const KvLayout& layout, Gpu& g, int fd = -1);
+    // fd < 0: pinned host rows; else the spill file fd (owned) mapped as the host rows; ctx a
+    // CUDA one.
+    HostKvStore(const KvLayout& layout, const backend::Ctx& ctx, int fd);
     ~HostKvStore() override;
     HostKvStore(const HostKvStore&) = delete;
     HostKvStore& operator=(const HostKvStore&) = delete;
@@ -55,24 +57,20 @@ public:
         return file_ ? 0 : at_.host_floats * static_cast<int64_t>(sizeof(float));
     }
 
-    bool on(const Gpu& g) const { return &g == &g_; }
-    // Device bytes of the slots of a store with `layout`.
-    static int64_t slot_bytes(const KvLayout& layout);
-
-    // The step's block tables table [n_seq, max_pages] (pool pages, covering each sequence's
-    // keys) become slot indices; step's pages, page_stride, layer_offset and host_kv point at
-    // the slots; the first two attention layers' fetches are queued.
-    void stage_step(const SeqBatch& batch, std::vector<int32_t>& table, StepBatch& step);
-    void await_layer(int layer);    // before the attention block of `layer`
-    void release_layer(int layer);  // after it
-    void finish_step();             // after the last layer
+    bool on(const backend::Ctx& ctx) const override { return &ctx == &ctx_; }
+    // KvTier's; stage_step also queues the first two attention layers' fetches.
+    void stage_step(const SeqBatch& batch, std::vector<int32_t>& table, StepBatch& step) override;
+    void await_layer(int layer) override;
+    void release_layer(int layer) override;
+    void finish_step() override;
 
 private:
     void fetch(int layer);       // the staged fetch runs of `layer` into its slot (copy stream)
     void write_back(int layer);  // the staged write runs of `layer` from its slot (copy stream)
 
     KvTierLayout at_;  // where the rows are, on the host and in the slots
-    Gpu& g_;
+    const backend::Ctx& ctx_;
+    const backend::cuda::Stream& stream_;  // ctx_'s
     // The spill file and its shared mapping (the file tier), closed and unmapped with the store.
     struct FileRows {
         int fd = -1;
@@ -92,4 +90,4 @@ private:
     KvStaging staging_;  // the running step's
 };
 
-}  // namespace hymoe::model::gpu
+}  // namespace hymoe::model::dev

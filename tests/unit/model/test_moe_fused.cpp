@@ -60,7 +60,7 @@ BOOST_AUTO_TEST_CASE(moe_runs_fused_needs_every_condition) {
     BOOST_TEST(fused(c, moe, DType::bf16, 256));
     BOOST_TEST(!moe_runs_fused(Device::cpu, c, moe, DType::bf16, 1, one, false));
     MoeParallel off;
-    off.fused = false;  // CudaModelOptions::fused off
+    off.fused = false;  // DeviceModelOptions::fused off
     BOOST_TEST(!moe_runs_fused(Device::cuda, c, moe, DType::bf16, 1, off, false));
     const comm::Comm group;  // any group: only its presence counts
     MoeParallel tp, ep;

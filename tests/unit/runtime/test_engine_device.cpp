@@ -5,7 +5,10 @@
 // device reduces the last rows to their top tokens (model::TopLogits) for greedy decoding, top-k
 // sampling and top logprobs; with requests carrying images, whose tokens the device's vision
 // encoder makes; and with the prefix cache, whose KDA snapshots the device saves and restores
-// (DeviceModel::save_kda_states, load_kda_states).
+// (DeviceModel::save_kda_states, load_kda_states). Then the same runs on the real model on a
+// device made on the CPU (make_device_model, Device::cpu: the GPU's host code over uploaded
+// weights, its own KV pages and KDA blocks, the last rows reduced by ops::top_logits) give the
+// plain engine's results bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -93,6 +96,8 @@ public:
         BOOST_TEST(at == saved.view().numel());
     }
     std::string describe() const override { return "host"; }
+    model::DecodeGraphCounters graph_counters() const override { return {}; }
+    void set_graphs(bool) override {}
 
     int sequences = 0, stores = 0, host_stores = 0, forwards = 0, reduced = 0, encodes = 0;
     int saves = 0, loads = 0;
@@ -330,6 +335,32 @@ BOOST_AUTO_TEST_CASE(the_prefix_cache_saves_and_restores_the_device_states) {
     BOOST_TEST(dev_stats.cached_tokens == host_stats.cached_tokens);
     BOOST_TEST(device.saves > 0);
     BOOST_TEST(device.loads == dev_stats.cache_hits);
+    expect_same(dev, host);
+}
+
+// The model on a device, made on the CPU, for m.
+std::unique_ptr<model::DeviceModel> cpu_device_model(const model::Model& m) {
+    model::DeviceModelOptions o;
+    o.device = Device::cpu;
+    o.dtype = DType::f32;
+    o.max_tokens = 32;
+    o.max_seqs = 4;
+    o.logits_all = true;
+    o.arena_bytes = size_t{64} << 20;
+    return model::make_device_model(m, o);
+}
+
+BOOST_AUTO_TEST_CASE(the_device_model_on_the_cpu_gives_the_engines_results) {
+    model::Model m = model::make_model(model::preset_config("tiny"));
+    model::init_model_random(m, 5);
+    const Sampling cases[] = {{}, {{}, 3, false}, {{0.8, 5, 0.9}, 2, true}};
+    for (const Sampling& c : cases)
+        expect_same(run(m, cpu_device_model(m).get(), c), run(m, nullptr, c));
+    expect_same(run(m, cpu_device_model(m).get(), {}, {}, true), run(m, nullptr, {}, {}, true));
+    runtime::EngineStats host_stats, dev_stats;
+    const std::vector<runtime::Finished> host = run_cached(m, nullptr, &host_stats);
+    const std::vector<runtime::Finished> dev = run_cached(m, cpu_device_model(m).get(), &dev_stats);
+    BOOST_TEST(dev_stats.cache_hits == host_stats.cache_hits);
     expect_same(dev, host);
 }
 

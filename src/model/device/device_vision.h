@@ -1,23 +1,27 @@
-// The vision tower on the GPU model's device (CUDA builds only): the weights uploaded once by
-// walking vision_tensors' list (matrices in the compute dtype `cd`, fp32 accumulation; norms and
-// biases in fp32; the position table stays on the host, its bicubic tables cached by grid), then
-// the one vision forward (model/vision_views.h) on the device's Ctx.
+// The vision tower on the model's device: the weights uploaded once by walking vision_tensors'
+// list (matrices in the compute dtype `cd`, fp32 accumulation; norms and biases in fp32; the
+// position table stays on the host, its bicubic tables cached by grid), then the one vision
+// forward (model/vision_views.h) on the device's Ctx.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "device_blocks.h"
+#include "device_runtime.h"
 #include "hymoe/model/vision.h"
 #include "hymoe/model/vision_plan.h"
 #include "hymoe/model/vision_views.h"
 
-namespace hymoe::model::gpu {
+namespace hymoe::model::dev {
 
 class DeviceVision {
 public:
-    // Uploads `host` (cfg.vision.present) into g's arena for good.
-    DeviceVision(Gpu& g, const ModelConfig& cfg, const VisionWeights& host, DType cd);
+    // Uploads `host` (cfg.vision.present) to ctx's device, kept in keep.
+    DeviceVision(const backend::Ctx& ctx,
+                 Keep& keep,
+                 const ModelConfig& cfg,
+                 const VisionWeights& host,
+                 DType cd);
 
     // model::vision_forward(cfg, host, images, pool, out, stats) on the device: out [Σ
     // vision_tokens, d] f32 on the host. Images go in passes (model::vision_passes) whose
@@ -29,10 +33,10 @@ public:
                 VisionStats* stats);
 
 private:
-    Gpu& g_;
+    const backend::Ctx& ctx_;
     ModelConfig cfg_;
     VisionWeightViews w_;  // device copies (pos_emb empty: positions_ holds it)
     PositionTables positions_;
 };
 
-}  // namespace hymoe::model::gpu
+}  // namespace hymoe::model::dev

@@ -1,11 +1,11 @@
-// The GPU model's vision encoder (device_vision.h): the upload, then model::vision_forward on the
-// device's context.
+// The vision encoder of the model on a device (device_vision.h): the upload, then
+// model::vision_forward on the device's context.
 #include "device_vision.h"
 
 #include "hymoe/backend/cuda_vision.h"
 #include "hymoe/core/error.h"
 
-namespace hymoe::model::gpu {
+namespace hymoe::model::dev {
 
 namespace {
 
@@ -13,11 +13,16 @@ constexpr int64_t kPositionCacheBytes = int64_t{256} << 20;  // host position ta
 
 }  // namespace
 
-DeviceVision::DeviceVision(Gpu& g, const ModelConfig& cfg, const VisionWeights& host, DType cd)
-    : g_(g), cfg_(cfg), positions_(cfg.vision, host, kPositionCacheBytes) {
+DeviceVision::DeviceVision(const backend::Ctx& ctx,
+                           Keep& keep,
+                           const ModelConfig& cfg,
+                           const VisionWeights& host,
+                           DType cd)
+    : ctx_(ctx), cfg_(cfg), positions_(cfg.vision, host, kPositionCacheBytes) {
     const VisionConfig& v = cfg.vision;
-    HYMOE_CHECK(v.n_head > 0 && v.width % v.n_head == 0 && (v.width / v.n_head) % 4 == 0 &&
-                    v.width / v.n_head <= 4 * backend::cuda::kMaxRope2dFreqs,
+    HYMOE_CHECK(ctx.device == Device::cpu ||
+                    (v.n_head > 0 && v.width % v.n_head == 0 && (v.width / v.n_head) % 4 == 0 &&
+                     v.width / v.n_head <= 4 * backend::cuda::kMaxRope2dFreqs),
                 "GPU vision tower: width ",
                 v.width,
                 " over ",
@@ -29,7 +34,7 @@ DeviceVision::DeviceVision(Gpu& g, const ModelConfig& cfg, const VisionWeights& 
     w_ = vision_views(cfg, host, [&](const TensorSpec& spec, const Buffer& b) {
         if (&b == &host.pos_emb)
             return Tensor{};
-        return upload_weight(g, b, spec.init == Init::normal ? cd : DType::f32);
+        return upload_weight(ctx, keep, b, spec.init == Init::normal ? cd : DType::f32);
     });
 }
 
@@ -38,7 +43,7 @@ void DeviceVision::encode(const std::vector<VisionImage>& images,
                           int64_t scratch_bytes,
                           Tensor& out,
                           VisionStats* stats) {
-    vision_forward(ctx_of(g_), cfg_, w_, positions_, images, pool, scratch_bytes, out, stats);
+    vision_forward(ctx_, cfg_, w_, positions_, images, pool, scratch_bytes, out, stats);
 }
 
-}  // namespace hymoe::model::gpu
+}  // namespace hymoe::model::dev

@@ -1,23 +1,23 @@
-// Uploading the model's weights to the GPU model (device_blocks.h upload_weights): one walk over
+// Uploading the model's weights to its device (device_runtime.h upload_weights): one walk over
 // the host model's weight list (model/tensor_list.h), each tensor at its list shape in the dtype
-// of its kind, the routed experts stacked per layer and matrix; and the GPU MoE's MoeW over the
+// of its kind, the routed experts stacked per layer and matrix; and the MoE's MoeW over the
 // resulting views, with its views for model::moe_forward_parallel.
 #include <cstring>
 #include <map>
 #include <vector>
 
-#include "device_blocks.h"
+#include "device_runtime.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/model.h"
 #include "hymoe/model/shard.h"
 #include "hymoe/model/tensor_list.h"
 
-namespace hymoe::model::gpu {
+namespace hymoe::model::dev {
 
 namespace {
 
 // dev [its shape] = host floats [dev.numel()], rounded to bf16 (to nearest even) when dev is.
-void copy_floats(Gpu& g, const float* host, const Tensor& dev) {
+void copy_floats(const backend::Ctx& ctx, const float* host, Tensor& dev) {
     const int64_t n = dev.numel();
     std::vector<uint16_t> staged;  // bf16: the rounded values
     if (dev.dtype == DType::bf16) {
@@ -25,11 +25,16 @@ void copy_floats(Gpu& g, const float* host, const Tensor& dev) {
         for (int64_t i = 0; i < n; ++i)
             staged[static_cast<size_t>(i)] = float_to_bf16(host[i]);
     }
-    cu::copy_to_device(dev.data,
-                       staged.empty() ? static_cast<const void*>(host) : staged.data(),
-                       dev.bytes(),
-                       g.stream);
-    g.stream.synchronize();  // the host values may go when this returns
+    const Tensor from{staged.empty() ? const_cast<float*>(host) : static_cast<void*>(staged.data()),
+                      dev.dtype,
+                      Device::cpu,
+                      {n}};
+    ops::upload(ctx, from, dev);  // staged before it returns: the host values may go
+}
+
+// A tensor of `shape` on ctx's device kept for good in keep.
+Tensor kept(const backend::Ctx& ctx, Keep& keep, DType dtype, Shape shape) {
+    return keep.emplace_back(ctx, dtype, std::move(shape)).view();
 }
 
 // The slices of one stacked [n, rows, cols] tensor (upload_weights) as that tensor; none: empty.
@@ -40,7 +45,7 @@ Tensor stack_of(const std::vector<Tensor>& slices) {
     for (size_t k = 0; k < slices.size(); ++k)
         HYMOE_CHECK(slices[k].data == at(first, static_cast<int64_t>(k) * first.numel()) &&
                         slices[k].shape == first.shape,
-                    "GPU model: the routed experts' matrices are not slices of one stack");
+                    "device model: the routed experts' matrices are not slices of one stack");
     return Tensor{first.data,
                   first.dtype,
                   first.device,
@@ -58,34 +63,16 @@ std::vector<Tensor> held(const std::vector<Tensor>& experts) {
 
 }  // namespace
 
-Tensor in_dtype(Gpu& g, Scratch& s, const Tensor& x, DType cd) {
-    if (x.dtype == cd)
-        return x;
-    Tensor c = s(cd, x.shape);
-    cu::cast(g.stream, x, c);
-    return c;
-}
-
-Tensor upload_weight(Gpu& g, const Buffer& host, DType dtype) {
-    HYMOE_CHECK(host.view().data != nullptr, "GPU model: a weight is not loaded");
-    return upload_weight(g, host, host.view().shape, dtype);
-}
-
-Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype) {
+Tensor upload_weight(const backend::Ctx& ctx, Keep& keep, const Buffer& host, DType dtype) {
     const Tensor& v = host.view();
-    HYMOE_CHECK(v.numel() == shape_numel(shape),
-                "GPU model: a weight of ",
-                shape_string(v.shape),
-                " where ",
-                shape_string(shape),
-                " was expected (are the weights loaded?)");
+    HYMOE_CHECK(v.data != nullptr, "device model: a weight is not loaded");
     const std::vector<float> x = widened(v);  // host matrices may be held in bf16
-    Tensor dev = g.arena.tensor(dtype, std::move(shape));
-    copy_floats(g, x.data(), dev);
+    Tensor dev = kept(ctx, keep, dtype, v.shape);
+    copy_floats(ctx, x.data(), dev);
     return dev;
 }
 
-NamedTensors upload_weights(Gpu& g, const Model& host, DType cd) {
+NamedTensors upload_weights(const backend::Ctx& ctx, Keep& keep, const Model& host, DType cd) {
     const TensorList list = model_tensors(host);
     const std::vector<StackSlot> slots = expert_stacks(list);
     std::map<std::string, Tensor> stacks;  // by name: [E_held, out, in]
@@ -97,7 +84,7 @@ NamedTensors upload_weights(Gpu& g, const Model& host, DType cd) {
             continue;
         const Tensor& v = spec.dest->view();
         HYMOE_CHECK(v.data != nullptr && v.shape == spec.shape,
-                    "GPU model: ",
+                    "device model: ",
                     spec.name,
                     " is ",
                     v.data ? shape_string(v.shape) : "not loaded",
@@ -110,14 +97,14 @@ NamedTensors upload_weights(Gpu& g, const Model& host, DType cd) {
             if (stack.data == nullptr) {
                 Shape shape = spec.shape;
                 shape.insert(shape.begin(), slot.size);
-                stack = g.arena.tensor(dtype, shape);
+                stack = kept(ctx, keep, dtype, shape);
             }
             dev = Tensor{at(stack, slot.slot * v.numel()), dtype, stack.device, spec.shape};
         } else {
-            dev = g.arena.tensor(dtype, spec.shape);
+            dev = kept(ctx, keep, dtype, spec.shape);
         }
         const std::vector<float> x = widened(v);  // host matrices may be held in bf16
-        copy_floats(g, x.data(), dev);
+        copy_floats(ctx, x.data(), dev);
         out.emplace(spec.name, dev);
     }
     return out;
@@ -132,7 +119,7 @@ MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host) {
     out.experts.gate = held(v.experts.gate);  // relu2: none
     out.experts.up = held(v.experts.up);
     out.experts.down = held(v.experts.down);
-    HYMOE_CHECK(!out.experts.up.empty(), "GPU model: an MoE layer holds no routed expert");
+    HYMOE_CHECK(!out.experts.up.empty(), "device model: an MoE layer holds no routed expert");
     out.gate = stack_of(out.experts.gate);
     out.up = stack_of(out.experts.up);
     out.down = stack_of(out.experts.down);
@@ -157,4 +144,4 @@ MoeWeightViews moe_views_of(const MoeW& w, DType cd, int64_t n_exp, const comm::
     return v;
 }
 
-}  // namespace hymoe::model::gpu
+}  // namespace hymoe::model::dev

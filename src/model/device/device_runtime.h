@@ -1,28 +1,32 @@
-// The GPU model's private pieces (src/model/cuda/*.cpp, CUDA builds only): the device with its
-// stream, arena and cuBLAS handle; scratch tensors for one block; the upload of the weight list
-// (the layers run on model/model_views.h's views of it) and the GPU MoE's MoeW; one step's packed
-// batch on the device (offsets, positions, block tables, the KDA state of every sequence) and the
-// step as the one forward's StepStates (CudaStep). The blocks themselves are the CPU's (the one
-// forward, src/model/forward.cpp and layer.cpp) on the device's Ctx; matrices are in the model's
-// compute dtype `cd` (bf16 or f32).
+// The host runtime of the model on a device (model/device_model.h make_device_model), private to
+// src/model/device/, the same code on any Ctx (a GPU's, or the CPU's, where the tests hold it to
+// model::forward): the weight list uploaded once (the layers run on model/model_views.h's views
+// of it) and the MoE's MoeW; one step's packed batch on the device (offsets, positions, block
+// tables, the KDA state of every sequence) and the step as the one forward's StepStates
+// (TableStep). The blocks themselves are the one forward's (src/model/forward.cpp and
+// layer.cpp) on the device's Ctx; matrices are in the model's compute dtype `cd` (bf16 or f32).
+// The GPU's own parts (decode graphs, the host KV tier) are src/model/cuda/, reached through
+// the interfaces at the end.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "../layer.h"
 #include "../moe_grouped.h"
 #include "device_lora.h"
-#include "hymoe/backend/cuda_arena.h"
-#include "hymoe/backend/cuda_gemm.h"
-#include "hymoe/backend/cuda_model_ops.h"
+#include "hymoe/backend/cuda_graph.h"
+#include "hymoe/backend/held.h"
+#include "hymoe/backend/ops_attention.h"
 #include "hymoe/backend/ops_mla.h"
-#include "hymoe/backend/scratch_stand_in.h"
-#include "hymoe/backend/stack_alloc.h"
 #include "hymoe/model/attention.h"
 #include "hymoe/model/attention_views.h"
 #include "hymoe/model/config.h"
+#include "hymoe/model/decode_graph_plan.h"
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/ffn.h"
 #include "hymoe/model/fused_step.h"
 #include "hymoe/model/kda_views.h"
@@ -31,78 +35,10 @@
 #include "hymoe/model/moe_parallel.h"
 #include "hymoe/model/moe_views.h"
 
-namespace hymoe::model::gpu {
+namespace hymoe::model::dev {
 
-namespace cu = backend::cuda;
-
-// The device: one stream, one arena (everything the model holds or computes lives in it) and a
-// cuBLAS handle on the stream. Members are destroyed in reverse: the handle gives its workspace
-// back to the arena before the arena goes.
-struct Gpu {
-    cu::Stream stream;
-    cu::DeviceArena arena;
-    cu::Blas blas;
-    Gpu(size_t arena_bytes, int max_groups) : arena(arena_bytes), blas(stream, arena, max_groups) {}
-};
-
-// The device's context for the backend-neutral ops and model blocks (backend/ctx.h).
-inline backend::Ctx ctx_of(Gpu& g) {
-    return backend::Ctx{Device::cuda, &g.stream, &g.arena, &g.blas};
-}
-
-// Scratch memory at fixed device addresses for the steps the decode graphs capture
-// (device_decode_graphs.h): while a WorkspaceScope is alive on this thread, every Scratch of
-// `arena`, and every backend::Scratch of a Ctx on it (backend/scratch_stand_in.h), takes its
-// tensors from the workspace's stack instead of the arena and gives them back last-in first-out,
-// so that a step queued twice gets the same addresses; a release out of order aborts with its
-// message (a destructor cannot throw).
-struct Workspace final : backend::ScratchStandIn {
-    cu::DeviceArena* arena = nullptr;  // the arena it stands in for
-    char* base = nullptr;              // its device bytes [base, base + stack.capacity())
-    cu::StackAllocator stack{0};
-    Tensor tensor(DType dtype, Shape shape) override;
-    void release(void* p) noexcept override;
-};
-class WorkspaceScope {
-public:
-    explicit WorkspaceScope(Workspace& w) : scope_(w, *w.arena) {}
-    // The stand-in for `arena` on this thread now, or null.
-    static backend::ScratchStandIn* active(const cu::DeviceArena& arena) {
-        return backend::ScratchStandIn::active(&arena);
-    }
-
-private:
-    backend::StandInScope scope_;
-};
-
-// Tensors for one block call, freed together (in reverse) when it goes out of scope. The frees do
-// not wait for the GPU: a later allocation of the same memory is used by kernels queued after
-// every kernel that used it before (one stream).
-class Scratch {
-public:
-    explicit Scratch(cu::DeviceArena& arena)
-        : arena_(arena), workspace_(WorkspaceScope::active(arena)) {}
-    ~Scratch() {
-        for (auto p = held_.rbegin(); p != held_.rend(); ++p)
-            if (workspace_)
-                workspace_->release(*p);
-            else
-                arena_.free(*p);
-    }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-    Tensor operator()(DType dtype, Shape shape) {
-        Tensor t = workspace_ ? workspace_->tensor(dtype, std::move(shape))
-                              : arena_.tensor(dtype, std::move(shape));
-        held_.push_back(t.data);
-        return t;
-    }
-
-private:
-    cu::DeviceArena& arena_;
-    backend::ScratchStandIn* workspace_;
-    std::vector<void*> held_;
-};
+// The tensors a model on a device keeps for good (weights, adapters), on its Ctx.
+using Keep = std::vector<backend::Held>;
 
 // The most attention scores one group of the attention holds (backend/ops_mla.h), 256 MiB; the
 // decode graphs' workspace keeps room for it.
@@ -112,13 +48,17 @@ constexpr int64_t kScoreFloats = ops::kMlaScoreFloats;
 inline void* at(const Tensor& t, int64_t elements) {
     return static_cast<char*>(t.data) + elements * static_cast<int64_t>(dtype_size(t.dtype));
 }
-// x itself when it is already of dtype `cd`, else a cast copy in s.
-Tensor in_dtype(Gpu& g, Scratch& s, const Tensor& x, DType cd);
-// A device copy of host values in s (synchronous on the host side: v may go right after).
+// A copy of host values on ctx's device in s (v may go right after).
 template <class T>
-Tensor upload_values(Gpu& g, Scratch& s, const std::vector<T>& v, DType dtype) {
-    Tensor t = s(dtype, {static_cast<int64_t>(v.size())});
-    cu::copy_to_device(t.data, v.data(), v.size() * sizeof(T), g.stream);
+Tensor upload_values(const backend::Ctx& ctx,
+                     backend::Scratch& s,
+                     const std::vector<T>& v,
+                     DType dtype) {
+    const Tensor host{
+        const_cast<T*>(v.data()), dtype, Device::cpu, {static_cast<int64_t>(v.size())}};
+    Tensor t = s(dtype, host.shape);
+    if (!v.empty())
+        ops::upload(ctx, host, t);
     return t;
 }
 
@@ -126,7 +66,7 @@ Tensor upload_values(Gpu& g, Scratch& s, const std::vector<T>& v, DType dtype) {
 
 // The model's weights on the device (model/model_views.h): every tensor of the host model's
 // weight list but the vision tower's (DeviceVision uploads that), by name, uploaded once into
-// permanent arena memory at the list's shape, in the dtype of its kind: the stored matrices
+// tensors kept in `keep`, at the list's shape, in the dtype of its kind: the stored matrices
 // (weights.h stored_matrix: projections, experts, embedding, head) in the compute dtype `cd`
 // (widened from the host's storage dtype, then rounded to bf16, to nearest even, when cd is
 // bf16), everything else (norms, conv taps, A_log, dt_bias, the router and its bias) in fp32.
@@ -134,10 +74,8 @@ Tensor upload_values(Gpu& g, Scratch& s, const std::vector<T>& v, DType dtype) {
 // tensor each, held experts in the list's order (ids ascending), one grouped GEMM reading them:
 // each expert's name names its slice. model_views(host, upload_weights(...)) are the layers'
 // views.
-NamedTensors upload_weights(Gpu& g, const Model& host, DType cd);
+NamedTensors upload_weights(const backend::Ctx& ctx, Keep& keep, const Model& host, DType cd);
 
-// The MLPs of MoeW's shared experts: model::dense_ffn_forward's views (model/ffn_views.h).
-using MlpW = DenseFfnViews;
 // The MoE layer: model::moe_forward_parallel's views (model/moe_views.h; router f32, fc1, fc2 and
 // the experts in cd, experts.* the held experts' slices [E_held] of gate, up, down, their adapters
 // as lora_views, shared the shared experts) with the stacked matrices those slices are (the grouped
@@ -154,13 +92,12 @@ struct MoeW : MoeWeightViews {
 MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host);
 
 // A host matrix or vector uploaded as `dtype` (f32 or bf16) at its shape from the weight list
-// (model/tensor_list.h), or viewed as `shape` (as many elements), in permanent arena memory.
-Tensor upload_weight(Gpu& g, const Buffer& host, DType dtype);
-Tensor upload_weight(Gpu& g, const Buffer& host, Shape shape, DType dtype);
+// (model/tensor_list.h), kept in `keep`.
+Tensor upload_weight(const backend::Ctx& ctx, Keep& keep, const Buffer& host, DType dtype);
 
 // ---- one step on the device (device_step.cpp fills it) ------------------------------------------
 
-class HostKvStore;  // the host tier of the KV pages (device_kv_offload.h)
+class KvTier;  // a KV store's host tier (below)
 
 struct StepBatch {
     const SeqBatch* batch = nullptr;
@@ -194,21 +131,11 @@ struct StepBatch {
     int64_t one_max_keys = 0;
     // The pool's host tier, whose slots `pages` points into (block tables in slot indices);
     // null: the pages are all on the device.
-    HostKvStore* host_kv = nullptr;
+    KvTier* host_kv = nullptr;
     LoraStep lora;  // the rows of each LoRA adapter the step uses (device_lora.h)
-
-    cu::KvPages pages_of(int layer) const {
-        return {pages + layer_offset[layer],
-                page_stride,
-                row_width[layer],
-                page_tokens,
-                block_table.ptr<int32_t>(),
-                max_pages};
-    }
 };
 
-// ---- the blocks
-// ----------------------------------------------------------------------------------
+// ---- the step as the one forward sees it (device_step.cpp) --------------------------------------
 
 // Layer j's view of the step for model::kda_forward (j: the layer's rank among the model's KDA
 // layers): the step's offsets and rows, its rows of kda_states and, with step.fused and a pool,
@@ -221,15 +148,17 @@ KdaBatchViews kda_batch(const StepBatch& step, int j);
 // model/fused_step.h), awaited and released on the host tier; the step's adapter rows; at the
 // end, the sequences' caches advanced by their rows (states null: a decode graph's step, which
 // its runner advances).
-class CudaStep final : public detail::StepStates {
+class TableStep final : public detail::StepStates {
 public:
-    // kda_index: [n_layer] each layer's rank among the stage's KDA layers; cd: the matrices'.
-    CudaStep(const ModelConfig& cfg,
-             const ModelShard& shard,
-             const std::vector<int>& kda_index,
-             const StepBatch& step,
-             DType cd,
-             const std::vector<SequenceState*>* states);
+    // kda_index: [n_layer] each layer's rank among the stage's KDA layers; cd: the matrices';
+    // n_sm: the GPU's multiprocessors, which size the fused DSA plans (0: no fused DSA).
+    TableStep(const ModelConfig& cfg,
+              const ModelShard& shard,
+              const std::vector<int>& kda_index,
+              const StepBatch& step,
+              DType cd,
+              int n_sm,
+              const std::vector<SequenceState*>* states);
     KdaBatchViews kda(int i) override { return kda_batch(step_, kda_index_[i]); }
     Attention attention(int i) override;
     void leave_attention(int i) override;
@@ -245,6 +174,7 @@ private:
     const std::vector<int>& kda_index_;
     const StepBatch& step_;
     DType cd_;
+    int n_sm_;
     const std::vector<SequenceState*>* states_;
     SeqBatch rows_;  // each row's adapter (a sequence a row) for the FFNs, when has_rows_
     bool has_rows_ = false;
@@ -264,4 +194,67 @@ void advance_caches(const ModelConfig& cfg,
 // (expert_slot).
 MoeWeightViews moe_views_of(const MoeW& w, DType cd, int64_t n_exp, const comm::Comm* ep);
 
-}  // namespace hymoe::model::gpu
+// ---- the GPU's own parts (src/model/cuda/, CUDA builds only) ------------------------------------
+
+// A KV store whose rows live on the host, staged into slots on the device a step's attention
+// layer at a time (src/model/cuda/device_kv_offload.h): the step's calls, in order.
+class KvTier {
+public:
+    virtual ~KvTier() = default;
+    // Whether the store stages into the arena of ctx (the model's own).
+    virtual bool on(const backend::Ctx& ctx) const = 0;
+    // The step's block tables table [n_seq, max_pages] (pool pages) become slot indices; step's
+    // pages, page_stride, layer_offset and host_kv point at the slots.
+    virtual void stage_step(const SeqBatch& batch,
+                            std::vector<int32_t>& table,
+                            StepBatch& step) = 0;
+    virtual void await_layer(int layer) = 0;    // before the attention block of `layer`
+    virtual void release_layer(int layer) = 0;  // after it
+    virtual void finish_step() = 0;             // after the last layer
+};
+// The host tier's store of `layout` on ctx (a CUDA one): pinned host rows (fd < 0) or the spill
+// file fd's (owned); a KvStore that is also a KvTier.
+std::unique_ptr<KvStore> make_host_kv_store(const KvLayout& layout,
+                                            const backend::Ctx& ctx,
+                                            int fd);
+// Device bytes of the slots of a host-tier store with `layout`.
+int64_t host_kv_slot_bytes(const KvLayout& layout);
+
+// The pages of a KV store as a decode graph addresses them (PagedKvStore's).
+struct KvGeometry {
+    float* pages = nullptr;  // page 0, layer 0
+    int64_t page_floats = 0;
+    int page_tokens = 0;
+    std::vector<int64_t> layer_offset;  // [n_layer] a layer's first float in a page
+    std::vector<int64_t> row_width;     // [n_layer] floats a token in that layer
+    bool same_shape(const KvGeometry& o) const {
+        return page_floats == o.page_floats && page_tokens == o.page_tokens &&
+               layer_offset == o.layer_offset && row_width == o.row_width;
+    }
+};
+
+// Pure decode steps replayed as CUDA graphs (src/model/cuda/device_decode_graphs.h).
+class DecodeGraphs {
+public:
+    // step(batch, ids, logits): queue the forward of batch's rows (token ids i64 [B] on the
+    // device) writing logits [B, V] f32; capture-safe once run.
+    using Step = std::function<void(const StepBatch& step, const Tensor& ids, Tensor& logits)>;
+    virtual ~DecodeGraphs() = default;
+    virtual const backend::cuda::DecodeBuckets& buckets() const = 0;
+    // Queues one decode step: rows (1 ≤ n ≤ max batch) over the pages of kv (null: no attention
+    // layer). Returns the real rows' logits [n, V] f32 on the device, valid until the next run.
+    virtual Tensor run(const std::vector<DecodeRow>& rows, const KvGeometry* kv) = 0;
+    virtual const DecodeGraphCounters& counters() const = 0;
+};
+// The graphs of a model on ctx (a CUDA one) whose arena begins at base: kda the model's KDA
+// blocks; kda_pool the arena's base when KDA states are slots, else null; workspace_bytes the
+// scratch of one step of max_batch rows.
+std::unique_ptr<DecodeGraphs> make_decode_graphs(const backend::Ctx& ctx,
+                                                 int max_batch,
+                                                 int64_t vocab,
+                                                 size_t workspace_bytes,
+                                                 const KdaBlockShape& kda,
+                                                 float* kda_pool,
+                                                 DecodeGraphs::Step step);
+
+}  // namespace hymoe::model::dev

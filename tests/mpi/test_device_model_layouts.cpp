@@ -1,0 +1,130 @@
+// The model on a device (model/device_model.h) made on the CPU for a rank's part of the model, cut
+// over the world's N ranks: its logits over a plan of steps on two sequences (a prefill with every
+// row's logits, three decodes with the last rows', a step with no rows) bit for bit the CPU
+// forward of the same part (model::forward over the same grid; ep_overlap off, as there), so the
+// device model's hand-over between stages, its tp collectives and vocabulary-parallel embedding and
+// head, and its expert dispatch over ep run the host code the GPU runs
+// (tests/mpi/test_cuda_layouts.cpp and test_cuda_ep.cpp hold those to the one-rank CPU on a GPU).
+//   pp = N: presets tiny and tiny-deepseek, a layer or more a stage; only the last stage returns
+//     logits.
+//   tp = min(N, 4) (the tiny presets' 4 heads), dp the rest: the same presets, heads, widths and
+//     the vocabulary split.
+//   ep = N (dp = N): tiny-deepseek and tiny-kimi, the routed experts spread over the ranks; also
+//     with DeviceModelOptions::ep_overlap (two micro-batches), within 1e-6 relative.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "../testing.h"
+#include "hymoe/core/rng.h"
+#include "hymoe/model/config.h"
+#include "hymoe/model/device_model.h"
+#include "hymoe/model/model.h"
+#include "hymoe/parallel/comms.h"
+#include "step_plan.h"
+
+namespace {
+
+using namespace hymoe;
+using cuda_test::run_plan;
+using cuda_test::StepRows;
+using hymoe::testing::all_ranks;
+using hymoe::testing::world_size;
+
+// A prefill with every row's logits, three decodes with the last rows', one with no rows between.
+const std::vector<StepRows> kPlan = {
+    {{0, 11}, {0, 19}}, {{11, 1}, {19, 1}}, {{12, 1}, {20, 1}}, {}, {{13, 1}, {21, 1}}};
+
+// Two sequences' tokens (ids 3..255), long enough for the plan; the same on every rank.
+std::vector<std::vector<int64_t>> plan_tokens() {
+    Philox rng(41, 0, 0);
+    std::vector<std::vector<int64_t>> t(2);
+    for (auto& seq : t)
+        for (int i = 0; i < 32; ++i)
+            seq.push_back(3 + rng.next_u32() % 253);
+    return t;
+}
+
+model::DeviceModelOptions on_cpu(bool ep_overlap) {
+    model::DeviceModelOptions o;
+    o.device = Device::cpu;
+    o.ep_overlap = ep_overlap;
+    o.dtype = DType::f32;
+    o.max_tokens = 64;
+    o.max_seqs = 4;
+    o.arena_bytes = size_t{64} << 20;
+    return o;
+}
+
+// Elements of a step's logits (0: none, as a stage before the last returns).
+int64_t count(const Buffer& b) {
+    return b.view().data == nullptr ? 0 : b.view().numel();
+}
+
+bool bit_equal(const std::vector<Buffer>& a, const std::vector<Buffer>& b) {
+    if (a.size() != b.size())
+        return false;
+    for (size_t k = 0; k < a.size(); ++k) {
+        const Tensor& x = a[k].view();
+        const Tensor& y = b[k].view();
+        if (count(a[k]) != count(b[k]))
+            return false;
+        if (count(a[k]) == 0)
+            continue;
+        for (int64_t i = 0; i < x.numel(); ++i)
+            if (x.ptr<float>()[i] != y.ptr<float>()[i])
+                return false;
+    }
+    return true;
+}
+
+// The device model of the rank's part against the CPU forward of that part, for each preset.
+void check_layout(const parallel::Layout& layout, const std::vector<std::string>& presets) {
+    parallel::Grid grid = parallel::make_grid(layout);
+    const std::vector<std::vector<int64_t>> seqs = plan_tokens();
+    for (const std::string& name : presets) {
+        model::ModelConfig cfg = model::preset_config(name);
+        while (static_cast<int>(cfg.layers.size()) < layout.pp)  // a layer or more a stage
+            cfg.layers.push_back(cfg.layers.back());
+        model::Model part = model::make_model(cfg, grid);
+        model::init_model_random(part, 7);
+        const auto device = model::make_device_model(part, on_cpu(false));
+        const std::vector<Buffer> got = run_plan(part, device.get(), kPlan, seqs);
+        const std::vector<Buffer> want = run_plan(part, nullptr, kPlan, seqs);
+        BOOST_TEST_INFO(name);
+        BOOST_TEST(all_ranks(bit_equal(got, want)));
+        if (layout.ep > 1) {  // the rows in two micro-batches: the experts' products over other
+                              // row counts round otherwise (about 1e-7)
+            const auto overlap = model::make_device_model(part, on_cpu(true));
+            const double err =
+                cuda_test::rel_error(run_plan(part, overlap.get(), kPlan, seqs), want);
+            BOOST_TEST_INFO(name << " in two micro-batches: " << err);
+            BOOST_TEST(all_ranks(err <= 1e-6));
+        }
+        if (part.shard.last_stage())
+            BOOST_TEST(count(got[0]) == 30 * cfg.vocab_size);
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(device_model_layouts)
+
+BOOST_AUTO_TEST_CASE(pp_stages_equal_the_cpu_forward) {
+    check_layout(parallel::Layout{1, 1, world_size(), 1, 1}, {"tiny", "tiny-deepseek"});
+}
+
+BOOST_AUTO_TEST_CASE(tp_parts_equal_the_cpu_forward) {
+    const int n = world_size(), tp = std::min(n, 4);
+    check_layout(parallel::Layout{tp, n / tp, 1, 1, 1}, {"tiny", "tiny-deepseek"});
+}
+
+BOOST_AUTO_TEST_CASE(ep_shards_equal_the_cpu_forward) {
+    const int n = world_size();
+    check_layout(parallel::Layout{1, n, 1, n, 1}, {"tiny-deepseek", "tiny-kimi"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
