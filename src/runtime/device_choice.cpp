@@ -21,16 +21,11 @@ double gb(size_t bytes) {  // to two decimals
 
 std::optional<std::string> device_limit(const Job& job, bool cuda_build) {
     const deck::Deck& d = job.deck;
-    const parallel::Layout& l = job.layout;
     if (!cuda_build)
         return std::string("this hymoe was built without CUDA (make CUDA=1 builds it)");
     if (d.job.kind != deck::JobKind::infer && d.job.kind != deck::JobKind::lora)
         return cat(deck::to_string(d.job.kind),
                    " jobs run on the CPU only (the GPU runs infer and lora jobs)");
-    if (l.ep > 1 && d.parallel.rebalance_every > 0)
-        return std::string(
-            "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
-            "moves them on the CPU only)");
     return std::nullopt;
 }
 

@@ -165,8 +165,7 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
       watch_{ft_.early_stopping_patience, ft_.early_stopping_min_delta},
       ckpt_root_(job.deck.job.output + "/checkpoints"),
       config_sha_(sha256_hex(model::to_json(job.model))) {
-    if (on_gpu) {
-#ifdef HYMOE_CUDA
+    if (on_gpu) {  // (a build without CUDA refuses it in make_device_weights)
         // the frozen matrices at model.dtype (bf16, else fp32, as the GPU model); the activations,
         // the adapter and its gradients stay fp32
         const DType weights = job.deck.model.dtype == DType::bf16 ? DType::bf16 : DType::f32;
@@ -178,9 +177,6 @@ Trainer::Trainer(const Job& job, const parallel::Grid& grid, bool on_gpu)
                       " weights, ",
                       fixed(static_cast<double>(gpu_->weight_bytes()) / 1e9, 2),
                       " GB; the adapter's factors, gradients and AdamW moments on the GPU"));
-#else
-        HYMOE_FAIL(Exit::internal, "lora: a GPU run in a build without CUDA");
-#endif
         trainable_ = factors_->trainable();
     } else {
         views_ = model::host_views(m_);

@@ -13,12 +13,14 @@ ExpertRebalancer::ExpertRebalancer(const Job& job,
                                    const parallel::Grid& grid,
                                    model::Model& m,
                                    const model::ForwardStats& stats,
-                                   WeightFill fill)
+                                   WeightFill fill,
+                                   model::DeviceModel* device)
     : job_(job),
       grid_(grid),
       m_(m),
       stats_(stats),
       fill_(std::move(fill)),
+      device_(device),
       seen_(job.model.layers.size() * static_cast<size_t>(job.model.moe.n_routed_experts), 0),
       placement_(job.model.layers.size()) {}
 
@@ -51,8 +53,11 @@ void ExpertRebalancer::operator()() {
         predicted += then;
         for (int64_t e = 0; e < E; ++e)
             moved += model::expert_rank_of(placement_[i], e, E, ep) != better[e];
-        if (m_.shard.owns_layer(static_cast<int>(i)))
+        if (m_.shard.owns_layer(static_cast<int>(i))) {
             model::place_experts(m_, static_cast<int>(i), better, fill_);
+            if (device_ != nullptr)
+                device_->place_experts(m_, static_cast<int>(i));
+        }
         placement_[i] = std::move(better);
     }
     seen_ = std::move(total);

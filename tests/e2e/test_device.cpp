@@ -1,8 +1,8 @@
-// job.device through the built binary (runtime/device_choice.h), on a deck the GPU model cannot
-// take in any build (experts over ep = 2 rebalanced, on 2 ranks): `cuda` exits 2 with one
-// sentence naming job.device's line in the deck, before anything is written; `auto` runs the job
-// on the CPU and logs one line saying why. The reason is the first limit the build meets: no CUDA
-// backend in a CPU build, the rebalancing in a CUDA build.
+// job.device through the built binary (runtime/device_choice.h) on a machine without a GPU, on a
+// deck of experts over ep = 2 rebalanced, on 2 ranks: `cuda` exits 2 with one sentence naming
+// job.device's line in the deck, before anything is written; `auto` runs the job on the CPU and
+// logs one line saying why. The reason is the first limit the build meets: no CUDA backend in a
+// CPU build, no GPU on the ranks in a CUDA build.
 #include <filesystem>
 #include <string>
 
@@ -19,12 +19,13 @@ namespace {
 const std::string kDeck = "tests/decks/device/deck.yaml";
 const std::string kOut = "tests/decks/device/out";
 
-// Why this build's GPU path refuses the deck.
-std::string reason() {
+// Why this build refuses the GPU here: after "cuda, but " (cuda) or "the CPU, because " (auto).
+std::string reason(bool cuda) {
 #ifdef HYMOE_CUDA
-    return "the GPU model keeps each routed expert where it was loaded (parallel.rebalance_every "
-           "moves them on the CPU only)";
+    return cuda ? "not every rank sees a GPU (use auto to fall back to the CPU)"
+                : "not every rank sees a GPU";
 #else
+    (void)cuda;
     return "this hymoe was built without CUDA (make CUDA=1 builds it)";
 #endif
 }
@@ -44,7 +45,7 @@ BOOST_AUTO_TEST_CASE(cuda_that_cannot_be_had_exits_2_with_one_sentence) {
     const auto lines = r.err_lines();
     BOOST_TEST(lines.size() == 1u, "stderr:\n" << r.err);
     if (!lines.empty())
-        BOOST_TEST(lines[0] == kDeck + ":5:64: job.device: cuda, but " + reason());
+        BOOST_TEST(lines[0] == kDeck + ":5:64: job.device: cuda, but " + reason(true));
     BOOST_TEST(!fs::exists(kOut));  // refused before the output folder
 }
 
@@ -52,7 +53,7 @@ BOOST_AUTO_TEST_CASE(auto_falls_back_to_the_cpu_and_says_why) {
     fs::remove_all(kOut);
     auto r = run_hymoe(kDeck + " --set job.device=auto", 2);
     BOOST_TEST(r.code == 0, r.err);
-    const std::string line = "job.device: auto runs on the CPU, because " + reason();
+    const std::string line = "job.device: auto runs on the CPU, because " + reason(false);
     BOOST_TEST(contains(r.out, line), r.out);
     BOOST_TEST(contains(read_text(kOut + "/log"), line));
     BOOST_TEST(contains(r.out, "done: 3 requests"), r.out);

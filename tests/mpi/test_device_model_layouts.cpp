@@ -10,7 +10,9 @@
 //   tp = min(N, 4) (the tiny presets' 4 heads), dp the rest: the same presets, heads, widths and
 //     the vocabulary split.
 //   ep = N (dp = N): tiny-deepseek and tiny-kimi, the routed experts spread over the ranks; also
-//     with DeviceModelOptions::ep_overlap (two micro-batches), within 1e-6 relative.
+//     with DeviceModelOptions::ep_overlap (two micro-batches), within 1e-6 relative; and after
+//     every MoE layer's experts moved one ep rank on (DeviceModel::place_experts), the arriving
+//     ones drawn from another seed.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -22,6 +24,7 @@
 #include "hymoe/core/rng.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/device_model.h"
+#include "hymoe/model/eplb.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
 #include "step_plan.h"
@@ -125,6 +128,36 @@ BOOST_AUTO_TEST_CASE(tp_parts_equal_the_cpu_forward) {
 BOOST_AUTO_TEST_CASE(ep_shards_equal_the_cpu_forward) {
     const int n = world_size();
     check_layout(parallel::Layout{1, n, 1, n, 1}, {"tiny-deepseek", "tiny-kimi"});
+}
+
+// Expert rebalancing (model::place_experts on the host part, then DeviceModel::place_experts):
+// every MoE layer's experts shifted one ep rank on, the arriving ones filled from another seed, so
+// that a device model still holding the old experts would give other logits.
+BOOST_AUTO_TEST_CASE(moved_experts_follow_on_the_device) {
+    const int n = world_size();
+    parallel::Grid grid = parallel::make_grid(parallel::Layout{1, n, 1, n, 1});
+    const std::vector<std::vector<int64_t>> seqs = plan_tokens();
+    for (const std::string name : {"tiny-deepseek", "tiny"}) {
+        model::Model part = model::make_model(model::preset_config(name), grid);
+        model::init_model_random(part, 7);
+        const auto device = model::make_device_model(part, on_cpu(false));
+        const int64_t E = part.cfg.moe.n_routed_experts, per_rank = E / n;
+        std::vector<int> shifted(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e)
+            shifted[static_cast<size_t>(e)] = static_cast<int>((e / per_rank + 1) % n);
+        int moved = 0;
+        for (int i = part.shard.first_layer; i < part.shard.end_layer; ++i)
+            if (part.cfg.layers[i].ffn != model::Ffn::dense) {
+                moved += model::place_experts(part, i, shifted, [&](const model::TensorList& l) {
+                    model::init_tensors_random(l, part.shard, 99);
+                });
+                device->place_experts(part, i);
+            }
+        BOOST_TEST((moved > 0) == (n > 1));
+        BOOST_TEST_INFO(name);
+        BOOST_TEST(all_ranks(bit_equal(run_plan(part, device.get(), kPlan, seqs),
+                                       run_plan(part, nullptr, kPlan, seqs))));
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

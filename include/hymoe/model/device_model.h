@@ -152,6 +152,12 @@ public:
     // The states save_kda_states took (from a sequence of this model) copied into s, one of this
     // model's sequences (a fresh one included), which goes on from them. Between forwards.
     virtual void load_kda_states(const Buffer& saved, SequenceState& s) = 0;
+    // MoE layer `layer`'s routed experts as host (the model this one was made from) holds them
+    // after model::place_experts moved them (expert rebalancing, model/eplb.h): the experts the
+    // rank now hosts written over the device's (as many: E/ep a rank), and the routing's
+    // placement taken. Between forwards; refused for a layer whose routed experts carry LoRA
+    // adapters.
+    virtual void place_experts(const Model& host, int layer) = 0;
     // One line for the log: device, dtype, memory used by the weights.
     virtual std::string describe() const = 0;
     // What the decode graphs have done so far (all zero while graphs are off).

@@ -1,10 +1,9 @@
 // Where a job computes: the deck's job.device (auto | cpu | cuda) against what this build, the
 // job and the machine allow. Decided once, before the job's output folder is made, for the kinds
 // that run the model (infer, lora). The GPU runs infer jobs (model/device_model.h) and lora jobs
-// (model/train.h on model/device_weights.h) at every layout the CPU runs, but expert rebalancing at
-// ep > 1 (parallel.rebalance_every: the GPU keeps each routed expert where it was loaded), with
-// every inference option (adapters, KV offload host or file, the prefix cache,
-// batch_invariant). `cuda` that cannot be had is an invalid deck
+// (model/train.h on model/device_weights.h) at every layout the CPU runs, expert rebalancing at
+// ep > 1 included, with every inference option (adapters, KV offload host or file, the prefix
+// cache, batch_invariant). `cuda` that cannot be had is an invalid deck
 // (exit 2, one sentence naming job.device's place in the deck); `auto` then runs on the CPU and
 // logs one line saying why. Each rank takes GPU local_rank mod the GPUs it sees (backend/device.h);
 // the ranks that share one split job.device_memory of its free memory evenly (device_arena_bytes).

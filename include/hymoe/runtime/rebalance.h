@@ -2,7 +2,8 @@
 // assignments each routed expert computed since the previous call over all ranks, measures the
 // window's imbalance (max/mean over the ep ranks) under the placement it ran with, and, where the
 // balanced placement of that window's loads would cut it by more than 1%, adopts it: every rank
-// computes the same placement and moves its stage's experts. The log gets one line per call and
+// computes the same placement and moves its stage's experts (on the host model, and on its GPU's
+// model when it runs there). The log gets one line per call and
 // a closing summary: the measured imbalance of the first window (the contiguous placement)
 // against the windows after.
 #pragma once
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hymoe/model/device_model.h"
 #include "hymoe/model/model.h"
 #include "hymoe/parallel/comms.h"
 #include "hymoe/runtime/engine.h"
@@ -20,12 +22,14 @@ namespace hymoe::runtime {
 
 class ExpertRebalancer {
 public:
-    // stats: the engine's ForwardStats (its per-layer tokens_per_expert are read, never reset).
+    // stats: the engine's ForwardStats (its per-layer tokens_per_expert are read, never reset);
+    // device (null: none): the model on the rank's GPU made from m, whose experts follow m's.
     ExpertRebalancer(const Job& job,
                      const parallel::Grid& grid,
                      model::Model& m,
                      const model::ForwardStats& stats,
-                     WeightFill fill);
+                     WeightFill fill,
+                     model::DeviceModel* device);
     void operator()();  // collective over the world
     std::string summary() const;
 
@@ -35,6 +39,7 @@ private:
     model::Model& m_;
     const model::ForwardStats& stats_;
     WeightFill fill_;
+    model::DeviceModel* device_;
     std::vector<int64_t> seen_;                // [n_layer, E] totals at the previous call
     std::vector<std::vector<int>> placement_;  // [n_layer] current placement (empty: blocks)
     std::vector<double> measured_;             // mean measured imbalance of every window

@@ -165,6 +165,22 @@ void DeviceModelOn::set_lora_adapters(const Model& host) {
     graph_model_.n_adapters = n_adapters_;
 }
 
+void DeviceModelOn::place_experts(const Model& host, int layer) {
+    HYMOE_CHECK(shard_.owns_layer(layer) && cfg_.layers[layer].ffn != Ffn::dense,
+                "place_experts: layer ",
+                layer,
+                " is not an MoE layer of this stage");
+    MoeW& w = moe_[layer];
+    HYMOE_CHECK(w.experts.lora_views.empty(),
+                "place_experts: layer ",
+                layer,
+                "'s routed experts carry LoRA adapters, which would stay in their old slots");
+    replace_experts(ctx(), host.layers[layer].moe, w);
+    views_.layers[layer].moe =
+        moe_views_of(w, o_.dtype, cfg_.moe.n_routed_experts, shard_.ep > 1 ? &comms_->ep : nullptr);
+    check_experts(host, layer);
+}
+
 SequenceState DeviceModelOn::new_sequence() {
     SequenceState s;
     s.attn.resize(cfg_.layers.size());

@@ -97,6 +97,7 @@ public:
                        Tensor& out,
                        VisionStats* stats) override;
     void set_lora_adapters(const Model& host) override;
+    void place_experts(const Model& host, int layer) override;
     Buffer save_kda_states(const SequenceState& s) override;
     void load_kda_states(const Buffer& saved, SequenceState& s) override;
     std::string describe() const override;

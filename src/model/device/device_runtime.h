@@ -91,6 +91,11 @@ struct MoeW : MoeWeightViews {
 // layer, the placement and the correction bias for the host routing.
 MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host);
 
+// The routed experts host's MoE layer hosts now (ids ascending) written over w's stacked experts
+// (the same count), and host's placement taken (MoeW::host.expert_rank): w's slices stay where
+// they are, holding other experts.
+void replace_experts(const backend::Ctx& ctx, const MoeWeights& host, MoeW& w);
+
 // A host matrix or vector uploaded as `dtype` (f32 or bf16) at its shape from the weight list
 // (model/tensor_list.h), kept in `keep`.
 Tensor upload_weight(const backend::Ctx& ctx, Keep& keep, const Buffer& host, DType dtype);

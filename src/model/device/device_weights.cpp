@@ -134,6 +134,42 @@ MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host) {
     return out;
 }
 
+void replace_experts(const backend::Ctx& ctx, const MoeWeights& host, MoeW& w) {
+    int64_t k = 0;  // the next slot
+    for (const DenseFfnWeights& e : host.experts) {
+        if (e.up_proj.view().data == nullptr)
+            continue;  // hosted on another ep rank
+        HYMOE_CHECK(k < w.up.dim(0),
+                    "device model: more routed experts placed on this rank than its ",
+                    w.up.dim(0),
+                    " slots");
+        for (auto [src, stack] : {std::pair{&e.gate_proj, &w.gate},
+                                  std::pair{&e.up_proj, &w.up},
+                                  std::pair{&e.down_proj, &w.down}}) {
+            if (stack->data == nullptr)
+                continue;  // relu2: no gate
+            const int64_t n = stack->dim(1) * stack->dim(2);
+            Tensor slot{
+                at(*stack, k * n), stack->dtype, stack->device, {stack->dim(1), stack->dim(2)}};
+            const std::vector<float> x = widened(src->view());
+            HYMOE_CHECK(static_cast<int64_t>(x.size()) == n,
+                        "device model: a routed expert of ",
+                        x.size(),
+                        " values for a slot of ",
+                        n);
+            copy_floats(ctx, x.data(), slot);
+        }
+        ++k;
+    }
+    HYMOE_CHECK(k == w.up.dim(0),
+                "device model: ",
+                k,
+                " routed experts placed on this rank for its ",
+                w.up.dim(0),
+                " slots");
+    w.host.expert_rank = host.expert_rank;
+}
+
 MoeWeightViews moe_views_of(const MoeW& w, DType cd, int64_t n_exp, const comm::Comm* ep) {
     MoeWeightViews v = w;
     v.host_bias = w.host.correction_bias.view();

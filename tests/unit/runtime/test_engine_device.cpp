@@ -98,6 +98,7 @@ public:
     std::string describe() const override { return "host"; }
     model::DecodeGraphCounters graph_counters() const override { return {}; }
     void set_graphs(bool) override {}
+    void place_experts(const model::Model&, int) override {}  // the host forward reads m's
 
     int sequences = 0, stores = 0, host_stores = 0, forwards = 0, reduced = 0, encodes = 0;
     int saves = 0, loads = 0;
