@@ -156,7 +156,7 @@ private:
     Keep keep_;                                 // the weights and adapters on the device
     ModelViews views_;       // the rank's part of the model on the device (model_views.h over the
                              //   uploaded weights), each MoE layer's as moe_views_of(moe_[i])
-    std::vector<MoeW> moe_;  // [n_layer] the GPU MoE's weights of the MoE layers
+    std::vector<MoeW> moe_;  // [n_layer] the MoE layers' device weights and host routing side
     std::unique_ptr<DeviceVision> vision_;  // the vision tower (cfg.vision.present)
     std::vector<int> kda_index_;  // [n_layer] the layer's rank among the stage's KDA layers, −1
                                   //   otherwise
@@ -164,7 +164,7 @@ private:
     int first_attention_ = -1;  // the stage's first MLA/DSA layer, −1 when none
     int64_t s_floats_ = 0;      // one KDA layer's S of one sequence: H·K·K
     int64_t tail_floats_ = 0;   // one KDA layer's conv tails of one sequence: 3·(W−1)·D
-    bool kda_slots_ = false;    // the arena's S slots fit int32 (the fused kernels' slot ids)
+    bool kda_slots_ = false;    // a GPU arena whose S slots fit int32 (the fused kernels' ids)
     size_t weight_bytes_ = 0;
     int n_adapters_ = 0;  // LoRA adapters held (set_lora_adapters)
     DecodeGraphModel graph_model_;
