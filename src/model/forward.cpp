@@ -1,8 +1,8 @@
 // The inference forward on any Ctx (model/model_on.h): the embedding, the stage's layers through
 // the one loop (layer.h), the hand-over of the residual stream between stages (through host
 // memory), the final norm and the head (or each last row's top tokens); and the host's step
-// states (HostStep: the SequenceStates' KDA buffers and KvPool pages). The GPU model runs
-// forward_step with its own step states (model/cuda).
+// states (HostStep: the SequenceStates' KDA buffers and KvPool pages). The model on a device runs
+// forward_step with its own step states (src/model/device, TableStep).
 #include <algorithm>
 #include <unordered_set>
 

@@ -1,6 +1,6 @@
 // One layer of the model as every pass runs it, and the one loop over a stage's layers (h +=
 // mixer(RMSNorm₁ h); h += ffn(RMSNorm₂ h)) that the inference forward (model.cpp, on any Ctx: the
-// CPU model and the GPU model of model/cuda alike) and the training pass (train.cpp,
+// CPU model and the model on a device of model/device alike) and the training pass (train.cpp,
 // train_blocks.h, with its reverse) run, each through its LayerBlocks. An inference step reaches
 // its sequences' states through a StepStates: the host's SequenceStates, or the GPU model's step
 // tables. Every MoE layer goes through the one MoE path (model/moe_parallel.h; groups of one on

@@ -140,6 +140,16 @@ void export_adapters(const Job& job,
     comm::barrier(world);
 }
 
+bool adapters_adapt_routed_experts(const Job& job) {
+    for (const auto& [name, dir] : job.deck.inference.adapters) {
+        const io::SafetensorsFile file(dir + "/adapter_model.safetensors");
+        for (const std::string& key : file.names())
+            if (key.find(".mlp.experts.") != std::string::npos)
+                return true;
+    }
+    return false;
+}
+
 InferAdapters load_infer_adapters(const Job& job, model::Model& m) {
     InferAdapters a;
     const auto& folders = job.deck.inference.adapters;

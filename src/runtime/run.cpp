@@ -13,6 +13,7 @@
 #include "hymoe/parallel/mpi_env.h"
 #include "hymoe/runtime/device_choice.h"
 #include "hymoe/runtime/engine.h"
+#include "hymoe/runtime/lora_adapters.h"
 #include "hymoe/runtime/model_checkpoint.h"
 #include "hymoe/runtime/output_lock.h"
 #include "hymoe/runtime/plan.h"
@@ -74,6 +75,20 @@ void write_plan(const Job& job, const parallel::Grid& grid, const io::RunMeta& m
     log::info("wrote " + job.deck.job.output + "/plan.h5");
 }
 
+// Expert rebalancing moves the routed experts' weights alone: refused, before anything is written,
+// where an adapter of inference.adapters adapts them.
+void check_rebalance(const Job& job) {
+    const deck::Deck& d = job.deck;
+    if (d.parallel.rebalance_every > 0 && job.layout.ep > 1 && adapters_adapt_routed_experts(job))
+        HYMOE_FAIL(
+            Exit::invalid,
+            d.locate("parallel.rebalance_every"),
+            ": ",
+            d.parallel.rebalance_every,
+            ", but an adapter of inference.adapters adapts the routed experts, whose factors "
+            "would not move with them (0 keeps the experts in place)");
+}
+
 }  // namespace
 
 int run_job(const Job& job, const parallel::Grid& grid) {
@@ -84,8 +99,11 @@ int run_job(const Job& job, const parallel::Grid& grid) {
     // anything is written or a finished output is looked at
     const bool on_gpu =
         (kind == deck::JobKind::infer || kind == deck::JobKind::lora) && choose_device(job).cuda;
-    if (kind == deck::JobKind::infer && infer_already_complete(job))
-        return 0;  // nothing in job.output touched
+    if (kind == deck::JobKind::infer) {
+        check_rebalance(job);
+        if (infer_already_complete(job))
+            return 0;  // nothing in job.output touched
+    }
     make_output_folder(job.deck.job.output);
     const OutputLock lock(job.deck.job.output);  // one job per folder, until this job ends
     log::to_file(job.deck.job.output + "/log");

@@ -1,4 +1,4 @@
-// LoRA adapters on the GPU model (DeviceModel::set_lora_adapters, src/model/cuda/device_lora.h)
+// LoRA adapters on the GPU model (DeviceModel::set_lora_adapters, src/model/device/device_lora.h)
 // against the CPU forward with the same adapters (label cuda; each test is a one-line skip
 // without a GPU). Models: tiny (KDA, gated DSA, MoE with shared experts, dense), tiny-kimi (NoPE
 // MLA without query latent) and tiny-deepseek (DSA with a query latent), each with two adapters

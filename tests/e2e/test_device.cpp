@@ -1,8 +1,9 @@
-// job.device through the built binary (runtime/device_choice.h) on a machine without a GPU, on a
+// job.device through the built binary (runtime/device_choice.h) with the GPUs hidden, on a
 // deck of experts over ep = 2 rebalanced, on 2 ranks: `cuda` exits 2 with one sentence naming
 // job.device's line in the deck, before anything is written; `auto` runs the job on the CPU and
 // logs one line saying why. The reason is the first limit the build meets: no CUDA backend in a
 // CPU build, no GPU on the ranks in a CUDA build.
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -34,9 +35,15 @@ bool contains(const std::string& s, const std::string& part) {
     return s.find(part) != std::string::npos;
 }
 
+// The runs see no GPU, also on a machine that has one (where `cuda` would run the deck).
+struct NoGpus {
+    NoGpus() { ::setenv("CUDA_VISIBLE_DEVICES", "", 1); }
+    ~NoGpus() { ::unsetenv("CUDA_VISIBLE_DEVICES"); }
+};
+
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(device)
+BOOST_AUTO_TEST_SUITE(device, *boost::unit_test::fixture<NoGpus>())
 
 BOOST_AUTO_TEST_CASE(cuda_that_cannot_be_had_exits_2_with_one_sentence) {
     fs::remove_all(kOut);

@@ -239,6 +239,7 @@ BOOST_AUTO_TEST_CASE(image_text_data_trains_with_the_tower_frozen) {
 // next to the base model in the same batches (jobs/lora-infer's prompts, each with and without
 // it): the one-rank tokens and logprobs at tp2, pp2, dp2·ep2 and tp2·ep2 (≤ 1e-5), the expert
 // rows carrying their request's adapter through the dispatch; and the adapter changes them.
+// Expert rebalancing with it (dp2·ep2) exits 2 naming parallel.rebalance_every.
 BOOST_AUTO_TEST_CASE(ffn_adapters_apply_per_request_at_every_layout) {
     const std::string trained = scratch("ffn-adapter");
     BOOST_REQUIRE_EQUAL(train(trained, "--set finetune.lora.dropout=0").code, 0);
@@ -282,6 +283,20 @@ BOOST_AUTO_TEST_CASE(ffn_adapters_apply_per_request_at_every_layout) {
             worst = std::max(worst, std::abs(b[i] - lp[i]));
         BOOST_TEST(worst <= 1e-5f, layouts[l].first);
     }
+    // expert rebalancing would move the experts without their adapters: refused in one sentence,
+    // nothing written
+    const std::string moving_out = scratch("ffn-infer-moving");
+    const testing::RunResult moving = testing::run_hymoe(
+        "jobs/lora-infer/deck.yaml --set job.output=" + moving_out +
+            " --set inference.adapters.cipher=" + adapter +
+            " --set parallel.dp=2 --set parallel.ep=2 --set parallel.rebalance_every=4",
+        2);
+    BOOST_TEST(moving.code == 2, moving.err);
+    BOOST_TEST(moving.err_lines().size() == 1u, moving.err);
+    BOOST_TEST(!fs::exists(moving_out));
+    BOOST_TEST(moving.err.find("parallel.rebalance_every: 4, but an adapter of inference.adapters "
+                               "adapts the routed experts") != std::string::npos,
+               moving.err);
 }
 
 BOOST_AUTO_TEST_CASE(a_corrupt_or_foreign_checkpoint_is_refused_with_4) {

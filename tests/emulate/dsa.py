@@ -259,7 +259,7 @@ def check_mla(n_q, H, r_kv, d_r, n_keys, n_sel):
     assert err < 1e-2 and np.abs(o_bar[0]).max() == 0, "sparse MLA emulation off the reference"
 
 def check_step(H_I, d_I, top_k, H, r_kv, d_r, parts, n_sm=132):
-    """The GPU model's fused DSA step (src/model/cuda/device_attention.cpp attend_fused): every row
+    """The GPU model's fused DSA step (src/backend/cuda/mla_attend.cpp attend_fused): every row
     of a step (parts: pos0:count per sequence) through the indexer with queries_per_block and seq
     as the model passes them, visible = position + 1, top_k = min(top_k, longest context), keys at
     column d_lat of paged rows [c_kv | k_r | k_idx]; then sparse MLA over the selection. Against

@@ -11,8 +11,8 @@
 //     the vocabulary split.
 //   ep = N (dp = N): tiny-deepseek and tiny-kimi, the routed experts spread over the ranks; also
 //     with DeviceModelOptions::ep_overlap (two micro-batches), within 1e-6 relative; and after
-//     every MoE layer's experts moved one ep rank on (DeviceModel::place_experts), the arriving
-//     ones drawn from another seed.
+//     two experts swapped between ranks and after every MoE layer's experts moved one ep rank on
+//     (DeviceModel::place_experts), the arriving ones drawn from another seed.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -130,9 +130,10 @@ BOOST_AUTO_TEST_CASE(ep_shards_equal_the_cpu_forward) {
     check_layout(parallel::Layout{1, n, 1, n, 1}, {"tiny-deepseek", "tiny-kimi"});
 }
 
-// Expert rebalancing (model::place_experts on the host part, then DeviceModel::place_experts):
-// every MoE layer's experts shifted one ep rank on, the arriving ones filled from another seed, so
-// that a device model still holding the old experts would give other logits.
+// Expert rebalancing (model::place_experts on the host part, then DeviceModel::place_experts),
+// the arriving experts filled from another seed, so that a device model still holding the old
+// ones would give other logits: first two experts swapped between ranks 0 and 1 (the other slots
+// keep theirs), then every MoE layer's experts shifted one ep rank on.
 BOOST_AUTO_TEST_CASE(moved_experts_follow_on_the_device) {
     const int n = world_size();
     parallel::Grid grid = parallel::make_grid(parallel::Layout{1, n, 1, n, 1});
@@ -142,21 +143,30 @@ BOOST_AUTO_TEST_CASE(moved_experts_follow_on_the_device) {
         model::init_model_random(part, 7);
         const auto device = model::make_device_model(part, on_cpu(false));
         const int64_t E = part.cfg.moe.n_routed_experts, per_rank = E / n;
-        std::vector<int> shifted(static_cast<size_t>(E));
-        for (int64_t e = 0; e < E; ++e)
+        std::vector<int> swapped(static_cast<size_t>(E)), shifted(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e) {
+            swapped[static_cast<size_t>(e)] = static_cast<int>(e / per_rank);
             shifted[static_cast<size_t>(e)] = static_cast<int>((e / per_rank + 1) % n);
-        int moved = 0;
-        for (int i = part.shard.first_layer; i < part.shard.end_layer; ++i)
-            if (part.cfg.layers[i].ffn != model::Ffn::dense) {
-                moved += model::place_experts(part, i, shifted, [&](const model::TensorList& l) {
-                    model::init_tensors_random(l, part.shard, 99);
-                });
-                device->place_experts(part, i);
-            }
-        BOOST_TEST((moved > 0) == (n > 1));
-        BOOST_TEST_INFO(name);
-        BOOST_TEST(all_ranks(bit_equal(run_plan(part, device.get(), kPlan, seqs),
-                                       run_plan(part, nullptr, kPlan, seqs))));
+        }
+        if (n > 1)  // the last of rank 0 and the first of rank 1
+            std::swap(swapped[static_cast<size_t>(per_rank - 1)],
+                      swapped[static_cast<size_t>(per_rank)]);
+        for (const bool swap : {true, false}) {
+            const std::vector<int>& placement = swap ? swapped : shifted;
+            int moved = 0;
+            for (int i = part.shard.first_layer; i < part.shard.end_layer; ++i)
+                if (part.cfg.layers[i].ffn != model::Ffn::dense) {
+                    moved +=
+                        model::place_experts(part, i, placement, [&](const model::TensorList& l) {
+                            model::init_tensors_random(l, part.shard, 99);
+                        });
+                    device->place_experts(part, i);
+                }
+            BOOST_TEST(!all_ranks(moved == 0) == (n > 1));  // some rank received experts
+            BOOST_TEST_INFO(name);
+            BOOST_TEST(all_ranks(bit_equal(run_plan(part, device.get(), kPlan, seqs),
+                                           run_plan(part, nullptr, kPlan, seqs))));
+        }
     }
 }
 

@@ -183,8 +183,8 @@ int64_t device_kv_pages(const Job& job,
                         const model::DeviceModel& device,
                         int64_t page_bytes,
                         const parallel::Grid& grid);
-// The settings of the model on the job's GPU: matrices in bf16 (model.dtype bf16) or fp32 (fp32, and
-// fp16, which has no GEMM path of its own there), workspace for inference.batch, the arena
+// The settings of the model on the job's GPU: matrices in bf16 (model.dtype bf16) or fp32 (fp32,
+// and fp16, which has no GEMM path of its own there), workspace for inference.batch, the arena
 // job.device_memory's share of the GPU (device_arena_bytes: collective over the world).
 model::DeviceModelOptions device_model_options(const Job& job);
 // Streams inference.dataset through the engine into out/results.h5 (runtime/results.h), resuming

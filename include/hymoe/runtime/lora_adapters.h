@@ -31,5 +31,8 @@ struct InferAdapters {
     std::map<std::string, int> ids;
 };
 InferAdapters load_infer_adapters(const Job& job, model::Model& m);
+// Whether an adapter of inference.adapters adapts routed experts: a key under ".mlp.experts." in
+// its adapter_model.safetensors (the files' headers alone are read; the same on every rank).
+bool adapters_adapt_routed_experts(const Job& job);
 
 }  // namespace hymoe::runtime

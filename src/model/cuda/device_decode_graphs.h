@@ -8,7 +8,7 @@
 //     one-row keys, KDA state pointers and slots); padded rows read a dummy sequence: token 0 at
 //     position 0, one key in a reserved KV page, a scratch KDA state zeroed at each step's start;
 //   - the step's scratch comes from one workspace at fixed addresses that every graph shares (one
-//     replays at a time on the stream), through a LIFO stack (device_blocks.h Workspace);
+//     replays at a time on the stream), through a LIFO stack (Workspace, below);
 //   - logits land in a fixed [max batch, V] buffer, of which the caller downloads the n real rows
 //     (or their top tokens).
 // The first use of a (B, key bucket) runs the step once eagerly on padding alone (one-time

@@ -13,6 +13,7 @@
 #include "hymoe/backend/ops_rows.h"
 #include "hymoe/model/fused_step.h"
 #include "hymoe/model/kv_staging.h"
+#include "hymoe/model/shard.h"
 #include "hymoe/parallel/comm.h"
 #include "hymoe/parallel/comms.h"
 
@@ -175,7 +176,8 @@ void DeviceModelOn::place_experts(const Model& host, int layer) {
                 "place_experts: layer ",
                 layer,
                 "'s routed experts carry LoRA adapters, which would stay in their old slots");
-    replace_experts(ctx(), host.layers[layer].moe, w);
+    replace_experts(
+        ctx(), host.layers[layer].moe, hosted_experts(cfg_, shard_, w.host.expert_rank), w);
     views_.layers[layer].moe =
         moe_views_of(w, o_.dtype, cfg_.moe.n_routed_experts, shard_.ep > 1 ? &comms_->ep : nullptr);
     check_experts(host, layer);
@@ -217,7 +219,7 @@ void DeviceModelOn::load_kda_states(const Buffer& saved, SequenceState& s) {
         return;
     Tensor state{kda_state_of(*s.device), DType::f32, o_.device, {n}};
     ops::upload(ctx(), saved.view(), state);
-    // saved may go once this returns: upload stages pageable host memory before it returns
+    ops::synchronize(ctx());  // saved may go once this returns
 }
 
 int64_t DeviceModelOn::row_floats() const {

@@ -91,10 +91,14 @@ struct MoeW : MoeWeightViews {
 // layer, the placement and the correction bias for the host routing.
 MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host);
 
-// The routed experts host's MoE layer hosts now (ids ascending) written over w's stacked experts
-// (the same count), and host's placement taken (MoeW::host.expert_rank): w's slices stay where
-// they are, holding other experts.
-void replace_experts(const backend::Ctx& ctx, const MoeWeights& host, MoeW& w);
+// The routed experts host's MoE layer hosts now (ids ascending) in w's stacked experts (as many
+// as before), slot k the k-th: written where slot k held another expert than before[k] (the ids
+// w's slots held), and host's placement taken (MoeW::host.expert_rank). w's slices stay where
+// they are.
+void replace_experts(const backend::Ctx& ctx,
+                     const MoeWeights& host,
+                     const std::vector<int>& before,
+                     MoeW& w);
 
 // A host matrix or vector uploaded as `dtype` (f32 or bf16) at its shape from the weight list
 // (model/tensor_list.h), kept in `keep`.
@@ -119,7 +123,7 @@ struct StepBatch {
     // arena is too large for int32 slots).
     float* kda_pool = nullptr;
     Tensor kda_slots;    // i32 [n_kda_layers, n_seq]
-    bool fused = false;  // the fused kernels where they apply (CudaModelOptions::fused)
+    bool fused = false;  // the fused kernels where they apply (DeviceModelOptions::fused)
     // The paged cache: the pool's device pages and the sequences' block tables.
     float* pages = nullptr;   // page 0, layer 0 of the pool's store
     int64_t page_stride = 0;  // floats a page (all layers)

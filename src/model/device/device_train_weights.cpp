@@ -23,7 +23,6 @@ public:
                     "make_device_weights: matrices in ",
                     to_string(dtype),
                     " (f32 or bf16)");
-        const size_t before = owned_.used();
         views_ = model_views(host, dev::upload_weights(ctx(), keep_, host, dtype));
         const comm::Comm* ep = host.shard.ep > 1 ? &host.comms->ep : nullptr;
         moe_.resize(host.cfg.layers.size());
@@ -35,7 +34,8 @@ public:
             views_.layers[i].moe =
                 dev::moe_views_of(moe_[i], DType::f32, host.cfg.moe.n_routed_experts, ep);
         }
-        bytes_ = static_cast<int64_t>(owned_.used() - before);
+        for (const backend::Held& t : keep_)
+            bytes_ += static_cast<int64_t>(t.view().bytes());
     }
     const backend::Ctx& ctx() const override { return owned_.ctx(); }
     const ModelViews& views() const override { return views_; }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "device_runtime.h"
+#include "hymoe/backend/ops_rows.h"
 #include "hymoe/core/error.h"
 #include "hymoe/model/model.h"
 #include "hymoe/model/shard.h"
@@ -29,7 +30,8 @@ void copy_floats(const backend::Ctx& ctx, const float* host, Tensor& dev) {
                       dev.dtype,
                       Device::cpu,
                       {n}};
-    ops::upload(ctx, from, dev);  // staged before it returns: the host values may go
+    ops::upload(ctx, from, dev);
+    ops::synchronize(ctx);  // the host values may go when this returns (uploads are setup only)
 }
 
 // A tensor of `shape` on ctx's device kept for good in keep.
@@ -134,15 +136,23 @@ MoeW moe_weights(const MoeWeightViews& v, const MoeWeights& host) {
     return out;
 }
 
-void replace_experts(const backend::Ctx& ctx, const MoeWeights& host, MoeW& w) {
+void replace_experts(const backend::Ctx& ctx,
+                     const MoeWeights& host,
+                     const std::vector<int>& before,
+                     MoeW& w) {
     int64_t k = 0;  // the next slot
-    for (const DenseFfnWeights& e : host.experts) {
+    for (size_t id = 0; id < host.experts.size(); ++id) {
+        const DenseFfnWeights& e = host.experts[id];
         if (e.up_proj.view().data == nullptr)
             continue;  // hosted on another ep rank
         HYMOE_CHECK(k < w.up.dim(0),
                     "device model: more routed experts placed on this rank than its ",
                     w.up.dim(0),
                     " slots");
+        if (k < static_cast<int64_t>(before.size()) && before[k] == static_cast<int>(id)) {
+            ++k;  // the slot holds this expert already
+            continue;
+        }
         for (auto [src, stack] : {std::pair{&e.gate_proj, &w.gate},
                                   std::pair{&e.up_proj, &w.up},
                                   std::pair{&e.down_proj, &w.down}}) {
