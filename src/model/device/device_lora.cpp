@@ -95,12 +95,13 @@ int upload_layer_lora(
 
 std::vector<std::vector<AdapterRowsW>> upload_lora_rows(const backend::Ctx& ctx,
                                                         backend::Scratch& s,
+                                                        std::vector<Buffer>& staged,
                                                         const LoraRows& r,
                                                         int64_t n_groups) {
     std::vector<std::vector<AdapterRowsW>> out(static_cast<size_t>(n_groups));
     if (r.rows.empty())
         return out;
-    const Tensor all = upload_values(ctx, s, r.rows, DType::i64);  // [Σ m]
+    const Tensor all = upload_values(ctx, s, staged, r.rows, DType::i64);  // [Σ m]
     for (const LoraSegment& seg : r.segments) {
         HYMOE_CHECK(seg.group >= 0 && seg.group < n_groups,
                     "upload_lora_rows: group ",

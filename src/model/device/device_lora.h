@@ -53,9 +53,11 @@ int upload_layer_lora(const backend::Ctx& ctx,
                       LayerViews& w,
                       MoeW& moe);
 
-// The segments of r as device row lists (its rows uploaded once, in s), [n_groups] by group.
+// The segments of r as device row lists (its rows uploaded once, in s, from a host copy that
+// staged keeps: device_runtime.h upload_values), [n_groups] by group.
 std::vector<std::vector<AdapterRowsW>> upload_lora_rows(const backend::Ctx& ctx,
                                                         backend::Scratch& s,
+                                                        std::vector<Buffer>& staged,
                                                         const LoraRows& r,
                                                         int64_t n_groups);
 

@@ -48,17 +48,21 @@ constexpr int64_t kScoreFloats = ops::kMlaScoreFloats;
 inline void* at(const Tensor& t, int64_t elements) {
     return static_cast<char*>(t.data) + elements * static_cast<int64_t>(dtype_size(t.dtype));
 }
-// A copy of host values on ctx's device in s (v may go right after).
+// A copy of host values on ctx's device in s, the copy queued from a host copy of them that
+// `staged` keeps (v may go right after; staged must live until the stream has run the copy).
 template <class T>
 Tensor upload_values(const backend::Ctx& ctx,
                      backend::Scratch& s,
+                     std::vector<Buffer>& staged,
                      const std::vector<T>& v,
                      DType dtype) {
-    const Tensor host{
-        const_cast<T*>(v.data()), dtype, Device::cpu, {static_cast<int64_t>(v.size())}};
-    Tensor t = s(dtype, host.shape);
-    if (!v.empty())
-        ops::upload(ctx, host, t);
+    const Shape shape{static_cast<int64_t>(v.size())};
+    Tensor t = s(dtype, shape);
+    if (v.empty())
+        return t;
+    Buffer& host = staged.emplace_back(dtype, shape, uninit);
+    std::copy(v.begin(), v.end(), host.ptr<T>());
+    ops::upload(ctx, host.view(), t);
     return t;
 }
 
@@ -142,6 +146,9 @@ struct StepBatch {
     // null: the pages are all on the device.
     KvTier* host_kv = nullptr;
     LoraStep lora;  // the rows of each LoRA adapter the step uses (device_lora.h)
+    // The host copies the tables above were uploaded from (upload_values), kept until the step
+    // ends: its last download waits for the stream, so every copy has read them by then.
+    std::vector<Buffer> staged;
 };
 
 // ---- the step as the one forward sees it (device_step.cpp) --------------------------------------

@@ -44,16 +44,17 @@ StepBatch DeviceModelOn::make_step(backend::Scratch& s,
     step.n_tok = batch.n_tok();
     step.n_seq = batch.n_seq();
     const RowTables rows = row_tables(batch);
-    step.offsets = upload_values(ctx(), s, batch.offsets, DType::i64);
-    step.row_seq = upload_values(ctx(), s, rows.row_seq, DType::i32);
+    step.offsets = upload_values(ctx(), s, step.staged, batch.offsets, DType::i64);
+    step.row_seq = upload_values(ctx(), s, step.staged, rows.row_seq, DType::i32);
     if (n_adapters_ > 0) {  // each adapter's rows, once for every adapted projection
         step.lora.n_adapters = n_adapters_;
-        step.lora.rows = upload_lora_rows(ctx(), s, adapter_rows(batch, n_adapters_), 1)[0];
+        step.lora.rows =
+            upload_lora_rows(ctx(), s, step.staged, adapter_rows(batch, n_adapters_), 1)[0];
         if (!step.lora.rows.empty())
             step.lora.row_adapter = lora_row_adapters(batch);
     }
-    step.positions = upload_values(ctx(), s, rows.positions, DType::i64);
-    step.visible = upload_values(ctx(), s, rows.visible, DType::i32);
+    step.positions = upload_values(ctx(), s, step.staged, rows.positions, DType::i64);
+    step.visible = upload_values(ctx(), s, step.staged, rows.visible, DType::i32);
 
     // KDA: each sequence's state block (a new one zeroed), S and tail pointers and S slots per
     // (layer, sequence)
@@ -80,10 +81,10 @@ StepBatch DeviceModelOn::make_step(backend::Scratch& s,
             }
         }
         static_assert(sizeof(float*) == sizeof(int64_t));  // the pointers travel as i64
-        step.kda_states = upload_values(ctx(), s, ptrs, DType::i64);
+        step.kda_states = upload_values(ctx(), s, step.staged, ptrs, DType::i64);
         if (kda_slots_) {
             step.kda_pool = reinterpret_cast<float*>(base);
-            step.kda_slots = upload_values(ctx(), s, slots, DType::i32);
+            step.kda_slots = upload_values(ctx(), s, step.staged, slots, DType::i32);
         }
     }
     if (first_attention_ < 0)
@@ -120,11 +121,11 @@ StepBatch DeviceModelOn::make_step(backend::Scratch& s,
     if (host_kv != nullptr)  // the tables in slot indices
         host_kv->stage_step(batch, tables.table, step);
     const OneRows one = one_rows(batch, tables);
-    step.block_table = upload_values(ctx(), s, tables.table, DType::i32);
+    step.block_table = upload_values(ctx(), s, step.staged, tables.table, DType::i32);
     step.n_one = static_cast<int64_t>(one.rows.size());
-    step.one_rows = upload_values(ctx(), s, one.rows, DType::i64);
-    step.one_table = upload_values(ctx(), s, one.table, DType::i32);
-    step.one_keys = upload_values(ctx(), s, one.keys, DType::i32);
+    step.one_rows = upload_values(ctx(), s, step.staged, one.rows, DType::i64);
+    step.one_table = upload_values(ctx(), s, step.staged, one.table, DType::i32);
+    step.one_keys = upload_values(ctx(), s, step.staged, one.keys, DType::i32);
     step.one_max_keys = one.max_keys;
     return step;
 }
