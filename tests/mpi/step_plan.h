@@ -1,7 +1,8 @@
-// A plan of forward steps over a few sequences, run on the CPU model or on a GPU model
-// (DeviceModel), for the multi-rank GPU tests (test_cuda_ep.cpp, test_cuda_layouts.cpp): each
-// step's logits (every row's on the first step, the last rows' after; recurrent KDA and absorbed
-// attention, the GPU's forms), and the relative error between two runs.
+// A plan of forward steps over a few sequences, run on the CPU model or on a model on a device
+// (DeviceModel), for the multi-rank tests (test_cuda_ep.cpp, test_cuda_layouts.cpp,
+// test_device_model_layouts.cpp): the layout tests' plan and tokens, each step's logits (every
+// row's on the first step, the last rows' after; recurrent KDA and absorbed attention, the GPU's
+// forms), and the relative error between two runs.
 #pragma once
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "../cuda/paged_sequences.h"
+#include "hymoe/core/rng.h"
 #include "hymoe/model/device_model.h"
 #include "hymoe/model/model.h"
 
@@ -19,6 +21,22 @@ namespace hymoe::cuda_test {
 
 // One step: each sequence's (first token, count); empty: no rows this step.
 using StepRows = std::vector<std::pair<int64_t, int64_t>>;
+
+// A prefill with every row's logits, three decodes with the last rows', one with no rows between
+// (the layout tests' plan over two sequences).
+inline const std::vector<StepRows> kLayoutPlan = {
+    {{0, 11}, {0, 19}}, {{11, 1}, {19, 1}}, {{12, 1}, {20, 1}}, {}, {{13, 1}, {21, 1}}};
+
+// Two sequences' tokens (ids 3..255) drawn from seed, long enough for kLayoutPlan; the same on
+// every rank.
+inline std::vector<std::vector<int64_t>> plan_tokens(uint64_t seed) {
+    Philox rng(seed, 0, 0);
+    std::vector<std::vector<int64_t>> t(2);
+    for (auto& seq : t)
+        for (int i = 0; i < 32; ++i)
+            seq.push_back(3 + rng.next_u32() % 253);
+    return t;
+}
 
 constexpr int kPlanPageTokens = 8;
 constexpr int64_t kPlanPages = 64;

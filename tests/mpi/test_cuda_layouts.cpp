@@ -22,7 +22,6 @@
 
 #include "../testing.h"
 #include "hymoe/backend/device.h"
-#include "hymoe/core/rng.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/device_model.h"
 #include "hymoe/model/kv_cache.h"
@@ -36,25 +35,12 @@
 namespace {
 
 using namespace hymoe;
+using cuda_test::kLayoutPlan;
+using cuda_test::plan_tokens;
 using cuda_test::rel_error;
 using cuda_test::run_plan;
-using cuda_test::StepRows;
 using hymoe::testing::all_ranks;
 using hymoe::testing::world_size;
-
-// A prefill with every row's logits, three decodes with the last rows', one with no rows between.
-const std::vector<StepRows> kPlan = {
-    {{0, 11}, {0, 19}}, {{11, 1}, {19, 1}}, {{12, 1}, {20, 1}}, {}, {{13, 1}, {21, 1}}};
-
-// Two sequences' tokens (ids 3..255), long enough for the plan; the same on every rank.
-std::vector<std::vector<int64_t>> plan_tokens() {
-    Philox rng(37, 0, 0);
-    std::vector<std::vector<int64_t>> t(2);
-    for (auto& seq : t)
-        for (int i = 0; i < 32; ++i)
-            seq.push_back(3 + rng.next_u32() % 253);
-    return t;
-}
 
 bool every_rank_has_a_gpu() {
     const backend::DeviceInfo d = parallel::select_device(true);
@@ -86,7 +72,7 @@ BOOST_AUTO_TEST_CASE(pp_forward_matches_the_one_rank_cpu) {
     }
     const int n = world_size();
     parallel::Grid grid = parallel::make_grid(parallel::Layout{1, 1, n, 1, 1});
-    const std::vector<std::vector<int64_t>> seqs = plan_tokens();
+    const std::vector<std::vector<int64_t>> seqs = plan_tokens(37);
     for (const std::string name : {"tiny", "tiny-deepseek"}) {
         model::ModelConfig cfg = model::preset_config(name);
         while (static_cast<int>(cfg.layers.size()) < n)  // a layer or more a stage
@@ -96,14 +82,14 @@ BOOST_AUTO_TEST_CASE(pp_forward_matches_the_one_rank_cpu) {
         model::Model stage = model::make_model(cfg, grid);  // its layers only
         model::init_model_random(stage, 7);
         const auto device = model::make_device_model(stage, options());
-        const std::vector<Buffer> gpu = run_plan(stage, device.get(), kPlan, seqs);
+        const std::vector<Buffer> gpu = run_plan(stage, device.get(), kLayoutPlan, seqs);
         if (!stage.shard.last_stage()) {
             for (const Buffer& b : gpu)
                 BOOST_TEST(b.view().numel() == 0);
             BOOST_TEST(all_ranks(true));
             continue;
         }
-        const double err = rel_error(gpu, run_plan(whole, nullptr, kPlan, seqs));
+        const double err = rel_error(gpu, run_plan(whole, nullptr, kLayoutPlan, seqs));
         BOOST_TEST_MESSAGE("cuda_pp " << name << " stage " << grid.me.pp << ": "
                                       << device->describe() << ", logits rel. error " << err);
         BOOST_TEST_INFO(name << ": " << err);
@@ -122,7 +108,7 @@ BOOST_AUTO_TEST_CASE(tp_forward_matches_the_one_rank_cpu) {
     }
     const int n = world_size();
     parallel::Grid grid = parallel::make_grid(parallel::Layout{n, 1, 1, 1, 1});
-    const std::vector<std::vector<int64_t>> seqs = plan_tokens();
+    const std::vector<std::vector<int64_t>> seqs = plan_tokens(37);
     for (const std::string name : {"tiny", "tiny-deepseek"}) {
         const model::ModelConfig cfg = model::preset_config(name);
         model::Model whole = model::make_model(cfg);
@@ -130,8 +116,8 @@ BOOST_AUTO_TEST_CASE(tp_forward_matches_the_one_rank_cpu) {
         model::Model part = model::make_model(cfg, grid);  // its heads, widths and V/tp rows
         model::init_model_random(part, 7);
         const auto device = model::make_device_model(part, options());
-        const double err = rel_error(run_plan(part, device.get(), kPlan, seqs),
-                                     run_plan(whole, nullptr, kPlan, seqs));
+        const double err = rel_error(run_plan(part, device.get(), kLayoutPlan, seqs),
+                                     run_plan(whole, nullptr, kLayoutPlan, seqs));
         BOOST_TEST_MESSAGE("cuda_tp " << name << " rank " << grid.me.tp << ": "
                                       << device->describe() << ", logits rel. error " << err);
         BOOST_TEST_INFO(name << ": " << err);

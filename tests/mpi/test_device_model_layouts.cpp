@@ -21,7 +21,6 @@
 #include <boost/test/unit_test.hpp>
 
 #include "../testing.h"
-#include "hymoe/core/rng.h"
 #include "hymoe/model/config.h"
 #include "hymoe/model/device_model.h"
 #include "hymoe/model/eplb.h"
@@ -32,24 +31,11 @@
 namespace {
 
 using namespace hymoe;
+using cuda_test::kLayoutPlan;
+using cuda_test::plan_tokens;
 using cuda_test::run_plan;
-using cuda_test::StepRows;
 using hymoe::testing::all_ranks;
 using hymoe::testing::world_size;
-
-// A prefill with every row's logits, three decodes with the last rows', one with no rows between.
-const std::vector<StepRows> kPlan = {
-    {{0, 11}, {0, 19}}, {{11, 1}, {19, 1}}, {{12, 1}, {20, 1}}, {}, {{13, 1}, {21, 1}}};
-
-// Two sequences' tokens (ids 3..255), long enough for the plan; the same on every rank.
-std::vector<std::vector<int64_t>> plan_tokens() {
-    Philox rng(41, 0, 0);
-    std::vector<std::vector<int64_t>> t(2);
-    for (auto& seq : t)
-        for (int i = 0; i < 32; ++i)
-            seq.push_back(3 + rng.next_u32() % 253);
-    return t;
-}
 
 model::DeviceModelOptions on_cpu(bool ep_overlap) {
     model::DeviceModelOptions o;
@@ -87,7 +73,7 @@ bool bit_equal(const std::vector<Buffer>& a, const std::vector<Buffer>& b) {
 // The device model of the rank's part against the CPU forward of that part, for each preset.
 void check_layout(const parallel::Layout& layout, const std::vector<std::string>& presets) {
     parallel::Grid grid = parallel::make_grid(layout);
-    const std::vector<std::vector<int64_t>> seqs = plan_tokens();
+    const std::vector<std::vector<int64_t>> seqs = plan_tokens(41);
     for (const std::string& name : presets) {
         model::ModelConfig cfg = model::preset_config(name);
         while (static_cast<int>(cfg.layers.size()) < layout.pp)  // a layer or more a stage
@@ -95,15 +81,15 @@ void check_layout(const parallel::Layout& layout, const std::vector<std::string>
         model::Model part = model::make_model(cfg, grid);
         model::init_model_random(part, 7);
         const auto device = model::make_device_model(part, on_cpu(false));
-        const std::vector<Buffer> got = run_plan(part, device.get(), kPlan, seqs);
-        const std::vector<Buffer> want = run_plan(part, nullptr, kPlan, seqs);
+        const std::vector<Buffer> got = run_plan(part, device.get(), kLayoutPlan, seqs);
+        const std::vector<Buffer> want = run_plan(part, nullptr, kLayoutPlan, seqs);
         BOOST_TEST_INFO(name);
         BOOST_TEST(all_ranks(bit_equal(got, want)));
         if (layout.ep > 1) {  // the rows in two micro-batches: the experts' products over other
                               // row counts round otherwise (about 1e-7)
             const auto overlap = model::make_device_model(part, on_cpu(true));
             const double err =
-                cuda_test::rel_error(run_plan(part, overlap.get(), kPlan, seqs), want);
+                cuda_test::rel_error(run_plan(part, overlap.get(), kLayoutPlan, seqs), want);
             BOOST_TEST_INFO(name << " in two micro-batches: " << err);
             BOOST_TEST(all_ranks(err <= 1e-6));
         }
@@ -137,7 +123,7 @@ BOOST_AUTO_TEST_CASE(ep_shards_equal_the_cpu_forward) {
 BOOST_AUTO_TEST_CASE(moved_experts_follow_on_the_device) {
     const int n = world_size();
     parallel::Grid grid = parallel::make_grid(parallel::Layout{1, n, 1, n, 1});
-    const std::vector<std::vector<int64_t>> seqs = plan_tokens();
+    const std::vector<std::vector<int64_t>> seqs = plan_tokens(41);
     for (const std::string name : {"tiny-deepseek", "tiny"}) {
         model::Model part = model::make_model(model::preset_config(name), grid);
         model::init_model_random(part, 7);
@@ -164,8 +150,8 @@ BOOST_AUTO_TEST_CASE(moved_experts_follow_on_the_device) {
                 }
             BOOST_TEST(!all_ranks(moved == 0) == (n > 1));  // some rank received experts
             BOOST_TEST_INFO(name);
-            BOOST_TEST(all_ranks(bit_equal(run_plan(part, device.get(), kPlan, seqs),
-                                           run_plan(part, nullptr, kPlan, seqs))));
+            BOOST_TEST(all_ranks(bit_equal(run_plan(part, device.get(), kLayoutPlan, seqs),
+                                           run_plan(part, nullptr, kLayoutPlan, seqs))));
         }
     }
 }

@@ -1,8 +1,9 @@
 // The host side of the GPU model's decode graphs (model/device_model.h,
 // DeviceModelOptions::graphs): which steps may replay a captured CUDA graph, the graph a step uses
 // (its batch bucket and key bucket), and the step's metadata packed into the one byte block that a
-// single copy moves to the graph's fixed device buffer. Plain C++ in every build (src/model/decode_graph_plan.cpp,
-// unit-tested on the CPU: tests/unit/model/test_decode_graph_plan.cpp); the graphs themselves are
+// single copy moves to the graph's fixed device buffer. Plain C++ in every build
+// (src/model/decode_graph_plan.cpp, unit-tested on the CPU:
+// tests/unit/model/test_decode_graph_plan.cpp); the graphs themselves are
 // src/model/cuda/device_decode_graphs.{h,cpp}.
 // A graph runs B = the bucket of the batch's n sequences (backend/cuda_graph.h DecodeBuckets):
 // rows n .. B−1 are padding, a reserved dummy sequence (token 0 at position 0, one key, a

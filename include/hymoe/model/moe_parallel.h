@@ -68,7 +68,7 @@ struct MoeParallel {
     const comm::Comm* ep = nullptr;  // ranks with the same etp rank, edp and pp; ep rank = position
     int etp = 1;                     // etp size (divides the tp size)
     bool overlap = false;            // two micro-batches, one dispatching while the other computes
-    bool fused = true;       // fused kernels where moe_runs_fused allows (DeviceModelOptions::fused)
+    bool fused = true;  // fused kernels where moe_runs_fused allows (DeviceModelOptions::fused)
     bool fused_load = true;  // fused: stats get the expert load (one download, which waits for the
                              //   stream); false keeps the layer free of host waits (decode graphs)
 };

@@ -74,16 +74,9 @@ DeviceModelOn::DeviceModelOn(const Model& host, const DeviceModelOptions& o)
     kda_slots_ = n_kda_ > 0 && owned_->base() != nullptr &&
                  owned_->capacity() / static_cast<size_t>(s_floats_ * int64_t{sizeof(float)}) <
                      static_cast<size_t>(std::numeric_limits<int32_t>::max());
-    weight_bytes_ = kept_bytes();
+    weight_bytes_ = kept_bytes(keep_);
     graph_model_.ep = host.shard.ep;
     make_graphs();
-}
-
-size_t DeviceModelOn::kept_bytes() const {
-    size_t n = 0;
-    for (const backend::Held& t : keep_)
-        n += t.view().bytes();
-    return n;
 }
 
 void DeviceModelOn::check_experts(const Model& host, int i) const {
@@ -162,7 +155,7 @@ void DeviceModelOn::set_lora_adapters(const Model& host) {
                                                 cfg_.moe.n_routed_experts,
                                                 shard_.ep > 1 ? &comms_->ep : nullptr);
     }
-    weight_bytes_ = kept_bytes();
+    weight_bytes_ = kept_bytes(keep_);
     graph_model_.n_adapters = n_adapters_;
 }
 

@@ -113,8 +113,6 @@ private:
     StepBatch make_step(backend::Scratch& s,
                         const SeqBatch& batch,
                         const std::vector<SequenceState*>& states);
-    // Bytes of the tensors kept (weights, adapters).
-    size_t kept_bytes() const;
     // Layer i's uploaded routed experts against the ones the shard hosts (all E at ep = 1).
     void check_experts(const Model& host, int i) const;
     // The sequence's KDA block (its layer-0 S), made and zeroed by the first call.

@@ -39,6 +39,13 @@ namespace hymoe::model::dev {
 
 // The tensors a model on a device keeps for good (weights, adapters), on its Ctx.
 using Keep = std::vector<backend::Held>;
+// Bytes of the tensors keep holds.
+inline size_t kept_bytes(const Keep& keep) {
+    size_t n = 0;
+    for (const backend::Held& t : keep)
+        n += t.view().bytes();
+    return n;
+}
 
 // The most attention scores one group of the attention holds (backend/ops_mla.h), 256 MiB; the
 // decode graphs' workspace keeps room for it.

@@ -34,8 +34,7 @@ public:
             views_.layers[i].moe =
                 dev::moe_views_of(moe_[i], DType::f32, host.cfg.moe.n_routed_experts, ep);
         }
-        for (const backend::Held& t : keep_)
-            bytes_ += static_cast<int64_t>(t.view().bytes());
+        bytes_ = static_cast<int64_t>(dev::kept_bytes(keep_));
     }
     const backend::Ctx& ctx() const override { return owned_.ctx(); }
     const ModelViews& views() const override { return views_; }
